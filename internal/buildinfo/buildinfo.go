@@ -1,0 +1,53 @@
+// Package buildinfo reports the program's version from the build information Go embeds.
+package buildinfo
+
+import (
+	"runtime/debug"
+	"strings"
+)
+
+// Version is the module version, or "(devel)" plus the VCS revision when built from a tree.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	if v == "(devel)" {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+				if len(rev) > 12 {
+					rev = rev[:12]
+				}
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if rev != "" {
+			v += " " + rev + dirty
+		}
+	}
+	return v
+}
+
+// UserAgent is the User-Agent every HTTP request of the runner carries.
+func UserAgent() string {
+	return "tfstackplan/" + strings.ReplaceAll(Version(), " ", "-")
+}
+
+// Raw returns the full build information as Go prints it (`go version -m` style).
+func Raw() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "build information unavailable\n"
+	}
+	return bi.String()
+}

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Exit codes of every tfstackplan command (DESIGN.md §9).
+const (
+	ExitOK         = 0 // success
+	ExitFailure    = 1 // a stack, terramate or anything else failed
+	ExitUsage      = 2 // bad flags, unknown command, bare invocation
+	ExitGateDenied = 3 // the apply-time gate check did not allow the apply
+)
+
+// UsageError is a command-line mistake: it exits 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef builds a UsageError.
+func Usagef(format string, a ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, a...)}
+}
+
+// ErrGateDenied marks an error as a gate denial: it exits 3. Wrap it with %w.
+var ErrGateDenied = errors.New("gate denied")
+
+// ErrSilent reports failure without printing anything more (the command already did).
+var ErrSilent = errors.New("")
+
+// ExitCode maps an error returned by a command to the process exit code. It is the one place
+// that does so.
+func ExitCode(err error) int {
+	var ue *UsageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ue):
+		return ExitUsage
+	case errors.Is(err, ErrGateDenied):
+		return ExitGateDenied
+	case errors.Is(err, context.Canceled):
+		return ExitFailure
+	default:
+		return ExitFailure
+	}
+}
