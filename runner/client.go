@@ -1,0 +1,684 @@
+// Package runner is the CI-side driver of tfstackplan: it runs the terramate scripts a human
+// runs, captures each stack's output, classifies plans in-process, and reports progress to the
+// control plane.
+//
+// This file is the server client. Reporting is best-effort: a down, slow or broken server
+// degrades a build to "no live progress", never to failure, and costs bounded time (per-call
+// budgets, bounded idempotent retries, a circuit breaker). The apply-time gate check (gate.go)
+// is the exception: it is fail-closed. An empty server URL disables the client: no network.
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
+	"github.com/tfstackplan/tfstackplan/internal/gauth"
+)
+
+// Environment variables the orchestrator sets for the scripts and `run tick` reads.
+const (
+	EnvServer      = "TFSTACKPLAN_SERVER"      // control-plane base URL ("" = offline, no-op)
+	EnvAudience    = "TFSTACKPLAN_AUDIENCE"    // OIDC ID-token audience; set = authenticate via Google ADC
+	EnvExecution   = "TFSTACKPLAN_EXECUTION"   // execution id this run reports under
+	EnvStack       = "TFSTACKPLAN_STACK"       // current stack path (fallback for `run tick --stack`)
+	EnvEnvironment = "TFSTACKPLAN_ENVIRONMENT" // deployment environment for the execution
+)
+
+// Time and size bounds of the client.
+const (
+	// CallBudget bounds one best-effort call, retries included.
+	CallBudget = 1500 * time.Millisecond
+	// AttemptTimeout bounds one HTTP attempt of a best-effort call (connect to last body byte).
+	AttemptTimeout = 500 * time.Millisecond
+	// MaxAttempts bounds the attempts of one idempotent call.
+	MaxAttempts = 3
+	// GateBudget bounds the gate check, retries included; it is fail-closed, so it may wait longer.
+	GateBudget = 15 * time.Second
+	// GateAttemptTimeout bounds one gate-check attempt.
+	GateAttemptTimeout = 5 * time.Second
+	// BreakerThreshold is the number of consecutive transport failures that opens the breaker.
+	BreakerThreshold = 2
+	// BreakerCooldown is how long an open breaker fails calls fast before one probe is let
+	// through; it doubles after each failed probe up to BreakerMaxCooldown.
+	BreakerCooldown = 30 * time.Second
+	// BreakerMaxCooldown caps the breaker's cool-down.
+	BreakerMaxCooldown = 10 * time.Minute
+	// MaxResponseBytes caps how much of a response body the client reads.
+	MaxResponseBytes = 1 << 20
+	// MaxRedirects caps same-host redirects.
+	MaxRedirects = 3
+)
+
+// TokenFunc returns a bearer token for one request.
+type TokenFunc = gauth.TokenFunc
+
+// ErrDisabled is returned by operations that need a server when none is configured.
+var ErrDisabled = errors.New("no tfstackplan server configured")
+
+// ErrCircuitOpen is returned, fast, while the breaker is open after repeated transport failures.
+var ErrCircuitOpen = errors.New("tfstackplan server unreachable recently; skipping call (circuit open)")
+
+// ErrCancelRequested is wrapped by the error a runner event returns when an administrator
+// cancelled the execution: the event was stored, and the runner should stop.
+var ErrCancelRequested = errors.New("execution cancelled on the server")
+
+// CancelledError carries the administrator's reason for a cancellation.
+type CancelledError struct{ Reason string }
+
+func (e *CancelledError) Error() string {
+	if e.Reason == "" {
+		return ErrCancelRequested.Error()
+	}
+	return ErrCancelRequested.Error() + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrCancelRequested) true.
+func (e *CancelledError) Is(target error) bool { return target == ErrCancelRequested }
+
+// APIError is a non-2xx answer from the server.
+type APIError struct {
+	Op         string     // the operation, e.g. "Phase"
+	StatusCode int        // HTTP status
+	Code       codes.Code // the grpc code named in the body; codes.Unknown when absent or unparsable
+	CodeName   string     // the code as the server spelled it
+	Message    string     // the server's message, bounded
+}
+
+func (e *APIError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.StatusCode)
+	}
+	name := e.CodeName
+	if name == "" {
+		name = "no code"
+	}
+	return fmt.Sprintf("%s: server answered %d (%s): %s", e.Op, e.StatusCode, name, msg)
+}
+
+// TransportError is a failure to get any answer: refused, reset, timeout, TLS, DNS, redirect
+// refused, or a body cut short.
+type TransportError struct {
+	Op  string
+	Err error
+}
+
+func (e *TransportError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Client posts execution lifecycle events to the control plane. It wraps the client generated
+// from api/openapi.yaml with the runner's conventions: disabled on an empty URL, bearer tokens
+// sent only to the configured host, bounded time per call, and non-2xx answers as errors.
+type Client struct {
+	base     *url.URL
+	api      *api.Client
+	token    TokenFunc
+	gated    bool
+	breaker  *breaker
+	warnings io.Writer
+
+	mu       sync.Mutex
+	audience string
+
+	// budgets, overridable by tests in this package
+	callBudget, attemptTimeout time.Duration
+	gateBudget, gateAttempt    time.Duration
+	sleep                      func(context.Context, time.Duration) error
+}
+
+// NewClient builds an unauthenticated client for the server at baseURL. An empty baseURL
+// returns a disabled client (every call a no-op) and no error; a malformed one is an error.
+func NewClient(baseURL string) (*Client, error) {
+	return NewClientTokenSource(baseURL, nil)
+}
+
+// NewClientTokenSource builds a client whose requests carry bearer tokens from token (nil:
+// unauthenticated). The token is sent only to baseURL's scheme and host, never on a redirect
+// elsewhere.
+func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
+	c := &Client{
+		token:          token,
+		breaker:        &breaker{threshold: BreakerThreshold, cooldown: BreakerCooldown, maxCooldown: BreakerMaxCooldown, now: time.Now},
+		warnings:       os.Stderr,
+		callBudget:     CallBudget,
+		attemptTimeout: AttemptTimeout,
+		gateBudget:     GateBudget,
+		gateAttempt:    GateAttemptTimeout,
+		sleep:          sleepCtx,
+	}
+	baseURL = strings.TrimSpace(baseURL)
+	if baseURL == "" {
+		return c, nil
+	}
+	u, err := parseServerURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	c.base = u
+	hc := &http.Client{
+		Transport:     &authTransport{base: u, token: token, next: newTransport()},
+		CheckRedirect: sameHostRedirects(u),
+	}
+	server := strings.TrimSuffix(u.String(), "/") + "/api/v1"
+	gen, err := api.NewClient(server, api.WithHTTPClient(hc))
+	if err != nil {
+		return nil, fmt.Errorf("server URL %q: %w", baseURL, err)
+	}
+	c.api = gen
+	return c, nil
+}
+
+func parseServerURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("server URL %q is malformed: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("server URL %q: scheme must be http or https", raw)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("server URL %q has no host", raw)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("server URL %q must not carry credentials", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("server URL %q must not have a query or fragment", raw)
+	}
+	return u, nil
+}
+
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: GateAttemptTimeout,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       60 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// sameHostRedirects follows a redirect only to the configured scheme and host: a bearer token
+// must never reach another host.
+func sameHostRedirects(base *url.URL) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) > MaxRedirects {
+			return fmt.Errorf("stopped after %d redirects", MaxRedirects)
+		}
+		if !sameOrigin(base, req.URL) {
+			return fmt.Errorf("refusing redirect to %s://%s: not the configured server", req.URL.Scheme, req.URL.Host)
+		}
+		return nil
+	}
+}
+
+func sameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Host, b.Host)
+}
+
+// authTransport sets the User-Agent and, for the configured origin only, the bearer token.
+type authTransport struct {
+	base  *url.URL
+	token TokenFunc
+	next  http.RoundTripper
+}
+
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set("User-Agent", buildinfo.UserAgent())
+	r.Header.Del("Authorization")
+	if t.token != nil && sameOrigin(t.base, r.URL) {
+		tok, err := t.token(r.Context())
+		if err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return nil, &tokenError{err}
+		}
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return t.next.RoundTrip(r)
+}
+
+// tokenError is a failure to mint a bearer token: local, not the server's fault.
+type tokenError struct{ err error }
+
+func (e *tokenError) Error() string { return "minting bearer token: " + e.err.Error() }
+func (e *tokenError) Unwrap() error { return e.err }
+
+// ClientFromEnv builds a Client from TFSTACKPLAN_SERVER (empty: disabled). Auth comes from
+// APITokenFunc over TFSTACKPLAN_AUDIENCE; when the audience is set but credentials are not
+// available, a warning goes to stderr and requests go unauthenticated (best-effort reporting
+// degrades; the fail-closed gate check will be denied by the server).
+func ClientFromEnv() *Client {
+	c, err := clientFor(os.Getenv(EnvServer), os.Getenv(EnvAudience), os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tfstackplan: warning: %v; reporting disabled\n", err)
+		c, _ = NewClient("")
+	}
+	return c
+}
+
+func clientFor(server, audience string, warn io.Writer) (*Client, error) {
+	if strings.TrimSpace(server) == "" {
+		return NewClient("")
+	}
+	tok, err := APITokenFunc(audience)
+	if err != nil {
+		fmt.Fprintf(warn, "tfstackplan: warning: %v; requests go unauthenticated\n", err)
+		tok = nil
+	}
+	c, err := NewClientTokenSource(server, tok)
+	if err != nil {
+		return nil, err
+	}
+	c.SetAudience(audience)
+	return c, nil
+}
+
+// APITokenFunc returns the bearer source for the API: a non-empty audience selects Google OIDC
+// ID tokens from Application Default Credentials, discovery bounded to 10 s; an empty audience
+// returns nil, nil and probes nothing.
+func APITokenFunc(audience string) (TokenFunc, error) {
+	return gauth.IDTokenFunc(audience)
+}
+
+// Enabled reports whether a server is configured. When false every call is a no-op.
+func (c *Client) Enabled() bool { return c != nil && c.api != nil }
+
+// SetAudience records the audience this client's tokens are minted for (used in messages).
+func (c *Client) SetAudience(aud string) {
+	c.mu.Lock()
+	c.audience = aud
+	c.mu.Unlock()
+}
+
+// Audience returns the audience set with SetAudience.
+func (c *Client) Audience() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.audience
+}
+
+// BaseURL returns the configured server URL, or "" when disabled.
+func (c *Client) BaseURL() string {
+	if !c.Enabled() {
+		return ""
+	}
+	return c.base.String()
+}
+
+// Init announces the execution.
+func (c *Client) Init(ctx context.Context, in events.Init) error {
+	return c.event(ctx, "Init", func(ctx context.Context) (*http.Response, error) { return c.api.Init(ctx, in) })
+}
+
+// Phase reports that a stack entered a phase.
+func (c *Client) Phase(ctx context.Context, p events.PhaseEvent) error {
+	return c.event(ctx, "Phase", func(ctx context.Context) (*http.Response, error) { return c.api.Phase(ctx, p) })
+}
+
+// Update reports a stack's status and classification.
+func (c *Client) Update(ctx context.Context, u events.Update) error {
+	return c.event(ctx, "Update", func(ctx context.Context) (*http.Response, error) { return c.api.Update(ctx, u) })
+}
+
+// LogChunk posts a slice of one stack's log, or a gap (best-effort).
+func (c *Client) LogChunk(ctx context.Context, lc events.LogChunk) error {
+	return c.event(ctx, "LogChunk", func(ctx context.Context) (*http.Response, error) { return c.api.LogChunk(ctx, lc) })
+}
+
+// Finalize ends the execution.
+func (c *Client) Finalize(ctx context.Context, f events.Finalize) error {
+	return c.event(ctx, "Finalize", func(ctx context.Context) (*http.Response, error) { return c.api.Finalize(ctx, f) })
+}
+
+// GateRevoke ends the lease a gate check granted (best-effort post-apply cleanup).
+func (c *Client) GateRevoke(ctx context.Context, g events.GateRevoke) error {
+	return c.event(ctx, "GateRevoke", func(ctx context.Context) (*http.Response, error) { return c.api.GateRevoke(ctx, g) })
+}
+
+// ClaimsList returns the current apply-lock claims of env; nil, nil when disabled.
+func (c *Client) ClaimsList(ctx context.Context, env string) ([]events.Claim, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
+	params := &api.ClaimsListParams{Environment: env}
+	body, err := c.call(ctx, "ClaimsList", false, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ClaimsList(ctx, params)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var claims []events.Claim
+	if err := json.Unmarshal(body, &claims); err != nil {
+		return nil, fmt.Errorf("ClaimsList: malformed answer: %w", err)
+	}
+	return claims, nil
+}
+
+// ClaimsRelease releases one stack's claim (stack != "") or all of a PR's claims in env.
+func (c *Client) ClaimsRelease(ctx context.Context, env string, pr int, stack string) error {
+	body := api.ClaimsRelease{Environment: env, PR: pr, Stack: stack}
+	return c.event(ctx, "ClaimsRelease", func(ctx context.Context) (*http.Response, error) { return c.api.ClaimsRelease(ctx, body) })
+}
+
+// AdminChecksOverride overrides a check's conclusion.
+func (c *Client) AdminChecksOverride(ctx context.Context, pr int, env, check, conclusion, reason string) error {
+	body := api.ChecksOverride{PR: pr, Environment: env, Check: check, Conclusion: api.ChecksOverrideConclusion(conclusion), Reason: reason}
+	return c.admin(ctx, "AdminChecksOverride", func(ctx context.Context) (*http.Response, error) { return c.api.AdminChecksOverride(ctx, body) })
+}
+
+// AdminExecutionsCancel cancels a running execution.
+func (c *Client) AdminExecutionsCancel(ctx context.Context, id, reason string) error {
+	body := api.ExecutionsCancel{ExecutionID: id, Reason: reason}
+	return c.admin(ctx, "AdminExecutionsCancel", func(ctx context.Context) (*http.Response, error) { return c.api.AdminExecutionsCancel(ctx, body) })
+}
+
+// AdminGatesSatisfy grants a gate target manually.
+func (c *Client) AdminGatesSatisfy(ctx context.Context, pr int, env, class, target, reason string) error {
+	body := api.GatesSatisfy{PR: pr, Environment: env, Class: class, Target: target, Reason: reason}
+	return c.admin(ctx, "AdminGatesSatisfy", func(ctx context.Context) (*http.Response, error) { return c.api.AdminGatesSatisfy(ctx, body) })
+}
+
+// AdminGrantsRelease ends an active grant.
+func (c *Client) AdminGrantsRelease(ctx context.Context, pr int, env, class, target, reason string) error {
+	body := api.GrantsRelease{PR: pr, Environment: env, Class: class, Target: target, Reason: reason}
+	return c.admin(ctx, "AdminGrantsRelease", func(ctx context.Context) (*http.Response, error) { return c.api.AdminGrantsRelease(ctx, body) })
+}
+
+// admin runs an operator call. Like every call of a disabled client it is a no-op returning
+// nil when no server is configured; the CLI checks Enabled first and tells the operator.
+func (c *Client) admin(ctx context.Context, op string, send func(context.Context) (*http.Response, error)) error {
+	if !c.Enabled() {
+		return nil
+	}
+	_, err := c.call(ctx, op, true, send)
+	return err
+}
+
+// event sends one best-effort runner event and interprets the Ack.
+func (c *Client) event(ctx context.Context, op string, send func(context.Context) (*http.Response, error)) error {
+	if !c.Enabled() {
+		return nil
+	}
+	body, err := c.call(ctx, op, true, send)
+	if err != nil {
+		return err
+	}
+	var ack events.Ack
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &ack); err != nil {
+			return fmt.Errorf("%s: malformed answer: %w", op, err)
+		}
+	}
+	if ack.Cancel {
+		return &CancelledError{Reason: ack.Reason}
+	}
+	return nil
+}
+
+// call runs one best-effort request within CallBudget: bounded attempts, backoff honouring
+// Retry-After, the breaker. It returns the 2xx body or an *APIError / *TransportError.
+func (c *Client) call(ctx context.Context, op string, idempotent bool, send func(context.Context) (*http.Response, error)) ([]byte, error) {
+	if !c.breaker.allow() {
+		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
+	}
+	defer c.breaker.settle()
+	ctx, cancel := context.WithTimeout(ctx, c.callBudget)
+	defer cancel()
+	attempts := 1
+	if idempotent {
+		attempts = MaxAttempts
+	}
+	res := c.attempts(ctx, op, attempts, c.attemptTimeout, send, c.breaker)
+	if res.transport != nil {
+		return nil, res.transport
+	}
+	if res.status < 200 || res.status > 299 {
+		return nil, res.apiError(op)
+	}
+	if !isJSON(res.contentType) {
+		return nil, fmt.Errorf("%s: answer is %q, not JSON", op, res.contentType)
+	}
+	return res.body, nil
+}
+
+// result is the outcome of the last attempt of a call.
+type result struct {
+	status      int
+	contentType string
+	body        []byte
+	retryAfter  time.Duration
+	transport   *TransportError
+}
+
+func (r result) apiError(op string) *APIError {
+	e := &APIError{Op: op, StatusCode: r.status, Code: codes.Unknown}
+	var body api.Error
+	if err := json.Unmarshal(r.body, &body); err == nil && body.Code != "" {
+		e.CodeName = body.Code
+		e.Message = truncate(body.Message, 512)
+		var code codes.Code
+		if err := code.UnmarshalJSON([]byte(strconv.Quote(body.Code))); err == nil {
+			e.Code = code
+		}
+	} else {
+		e.Message = truncate(strings.TrimSpace(string(r.body)), 256)
+	}
+	return e
+}
+
+// retryable statuses: the server is overloaded or restarting.
+func retryable(status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// attempts sends up to n attempts within ctx. br, when not nil, records transport outcomes.
+func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time.Duration, send func(context.Context) (*http.Response, error), br *breaker) result {
+	var res result
+	backoff := 100 * time.Millisecond
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			wait := backoff
+			if res.retryAfter > 0 {
+				wait = res.retryAfter
+			}
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait+10*time.Millisecond {
+				break // the wait would outlast the budget: report what we have
+			}
+			if err := c.sleep(ctx, wait); err != nil {
+				break
+			}
+			backoff *= 2
+		}
+		res = c.once(ctx, op, perAttempt, send)
+		if res.transport != nil {
+			var te *tokenError
+			if errors.As(res.transport, &te) {
+				return res // local failure; retrying will not help and the server is not at fault
+			}
+			// A caller that cancelled is not evidence against the server.
+			if br != nil && !errors.Is(ctx.Err(), context.Canceled) && br.failure() {
+				return res
+			}
+			if ctx.Err() != nil {
+				return res
+			}
+			continue
+		}
+		if br != nil {
+			br.success()
+		}
+		if !retryable(res.status) {
+			return res
+		}
+	}
+	return res
+}
+
+// once sends one attempt and reads its body with a size cap, all within perAttempt.
+func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, send func(context.Context) (*http.Response, error)) result {
+	actx, cancel := context.WithTimeout(ctx, perAttempt)
+	defer cancel()
+	resp, err := send(actx)
+	if err != nil {
+		return result{transport: &TransportError{Op: op, Err: err}}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		return result{transport: &TransportError{Op: op, Err: fmt.Errorf("reading answer (HTTP %d): %w", resp.StatusCode, err)}}
+	}
+	res := result{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
+	if len(body) > MaxResponseBytes {
+		// Too large to be one of ours: keep the status, drop the body so it cannot parse.
+		res.body = nil
+		res.contentType = "oversized"
+	}
+	res.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	return res
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or invalid.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// breaker fails calls fast after consecutive transport failures, letting one probe through
+// per cool-down; the cool-down doubles after each failed probe.
+type breaker struct {
+	threshold   int
+	cooldown    time.Duration
+	maxCooldown time.Duration
+	now         func() time.Time
+
+	mu       sync.Mutex
+	failures int
+	openTill time.Time
+	current  time.Duration
+	probing  bool
+}
+
+// allow reports whether a call may go out now.
+func (b *breaker) allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failures < b.threshold {
+		return true
+	}
+	if b.probing || b.now().Before(b.openTill) {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// failure records a transport failure and reports whether the breaker is (now) open.
+func (b *breaker) failure() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures++
+	if b.failures < b.threshold {
+		return false
+	}
+	switch {
+	case b.current == 0:
+		b.current = b.cooldown
+	case b.probing:
+		b.current *= 2
+		if b.current > b.maxCooldown {
+			b.current = b.maxCooldown
+		}
+	}
+	b.probing = false
+	b.openTill = b.now().Add(b.current)
+	return true
+}
+
+// settle ends a probe that neither failed nor succeeded at the transport level (e.g. the token
+// could not be minted): the breaker stays open for another cool-down.
+func (b *breaker) settle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.probing {
+		b.probing = false
+		b.openTill = b.now().Add(b.current)
+	}
+}
+
+// success closes the breaker.
+func (b *breaker) success() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures = 0
+	b.current = 0
+	b.probing = false
+}

@@ -1,0 +1,247 @@
+package runner
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+)
+
+// memServer is a small in-memory control plane built on the generated strict server
+// interface, for round-trip tests of the client. It keeps what it is sent and answers reads
+// from it; the real server (internal/server) has the domain rules.
+type memServer struct {
+	mu        sync.Mutex
+	inits     map[string]api.Init
+	phases    []api.PhaseEvent
+	updates   []api.Update
+	logs      []api.LogChunk
+	finals    []api.Finalize
+	checks    []api.GateCheck
+	revokes   []api.GateRevoke
+	claims    []api.Claim
+	released  []api.ClaimsRelease
+	overrides []api.ChecksOverride
+	cancels   map[string]string
+	satisfied []api.GatesSatisfy
+	releases  []api.GrantsRelease
+	requester string
+	auth      []string // Authorization headers seen
+}
+
+func newMemServer() *memServer {
+	return &memServer{inits: map[string]api.Init{}, cancels: map[string]string{}, requester: "sa-apply@example.iam"}
+}
+
+// start serves m on a loopback httptest server under /api/v1.
+func (m *memServer) start(t testing.TB) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	h := api.HandlerWithOptions(api.NewStrictHandler(m, nil), api.StdHTTPServerOptions{BaseURL: "/api/v1", BaseRouter: mux})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		m.auth = append(m.auth, r.Header.Get("Authorization"))
+		m.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func (m *memServer) ack(id string) api.Ack {
+	if r, ok := m.cancels[id]; ok {
+		return api.Ack{Cancel: true, Reason: r}
+	}
+	return api.Ack{}
+}
+
+func (m *memServer) Init(_ context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.inits[r.Body.ExecutionID]; !ok {
+		m.inits[r.Body.ExecutionID] = *r.Body
+	}
+	return api.Init200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) Phase(_ context.Context, r api.PhaseRequestObject) (api.PhaseResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.phases = append(m.phases, *r.Body)
+	return api.Phase200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) Update(_ context.Context, r api.UpdateRequestObject) (api.UpdateResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.updates = append(m.updates, *r.Body)
+	return api.Update200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) LogChunk(_ context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.logs = append(m.logs, *r.Body)
+	return api.LogChunk200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) Finalize(_ context.Context, r api.FinalizeRequestObject) (api.FinalizeResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.finals = append(m.finals, *r.Body)
+	in := m.inits[r.Body.ExecutionID]
+	for _, s := range r.Body.Stacks {
+		m.claims = append(m.claims, api.Claim{Environment: in.Environment, Stack: s.Stack, PR: in.PR, ExecutionID: in.ExecutionID, SHA: in.SHA})
+	}
+	return api.Finalize200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) GateCheck(_ context.Context, r api.GateCheckRequestObject) (api.GateCheckResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checks = append(m.checks, *r.Body)
+	for _, f := range m.finals {
+		if in := m.inits[f.ExecutionID]; in.PR == r.Body.PR && in.Environment == r.Body.Environment {
+			return api.GateCheck200JSONResponse{Requester: m.requester}, nil
+		}
+	}
+	return api.GateCheckdefaultJSONResponse{StatusCode: http.StatusPreconditionFailed, Body: api.Error{Code: "FAILED_PRECONDITION", Message: "no finalized plan"}}, nil
+}
+
+func (m *memServer) GateRevoke(_ context.Context, r api.GateRevokeRequestObject) (api.GateRevokeResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.revokes = append(m.revokes, *r.Body)
+	return api.GateRevoke200JSONResponse{}, nil
+}
+
+func (m *memServer) ClaimsList(_ context.Context, r api.ClaimsListRequestObject) (api.ClaimsListResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := api.ClaimsList200JSONResponse{}
+	for _, c := range m.claims {
+		if r.Params.Environment == "" || c.Environment == r.Params.Environment {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (m *memServer) ClaimsRelease(_ context.Context, r api.ClaimsReleaseRequestObject) (api.ClaimsReleaseResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.released = append(m.released, *r.Body)
+	kept := m.claims[:0]
+	for _, c := range m.claims {
+		if c.Environment == r.Body.Environment && c.PR == r.Body.PR && (r.Body.Stack == "" || r.Body.Stack == c.Stack) {
+			continue
+		}
+		kept = append(kept, c)
+	}
+	m.claims = kept
+	return api.ClaimsRelease200JSONResponse{}, nil
+}
+
+func (m *memServer) ChecksList(context.Context, api.ChecksListRequestObject) (api.ChecksListResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := api.ChecksList200JSONResponse{}
+	for _, o := range m.overrides {
+		out = append(out, api.Check{PR: o.PR, Environment: o.Environment, Check: o.Check, Conclusion: string(o.Conclusion), Overridden: true, Reason: o.Reason})
+	}
+	return out, nil
+}
+
+func (m *memServer) AdminChecksOverride(_ context.Context, r api.AdminChecksOverrideRequestObject) (api.AdminChecksOverrideResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.overrides = append(m.overrides, *r.Body)
+	return api.AdminChecksOverride200JSONResponse{}, nil
+}
+
+func (m *memServer) AdminExecutionsCancel(_ context.Context, r api.AdminExecutionsCancelRequestObject) (api.AdminExecutionsCancelResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cancels[r.Body.ExecutionID] = r.Body.Reason
+	return api.AdminExecutionsCancel200JSONResponse{}, nil
+}
+
+func (m *memServer) AdminGatesSatisfy(_ context.Context, r api.AdminGatesSatisfyRequestObject) (api.AdminGatesSatisfyResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.satisfied = append(m.satisfied, *r.Body)
+	return api.AdminGatesSatisfy200JSONResponse{}, nil
+}
+
+func (m *memServer) AdminGrantsRelease(_ context.Context, r api.AdminGrantsReleaseRequestObject) (api.AdminGrantsReleaseResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.releases = append(m.releases, *r.Body)
+	return api.AdminGrantsRelease200JSONResponse{}, nil
+}
+
+func (m *memServer) ExecutionsList(context.Context, api.ExecutionsListRequestObject) (api.ExecutionsListResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := api.ExecutionsList200JSONResponse{}
+	for _, in := range m.inits {
+		out = append(out, api.Execution{ExecutionID: in.ExecutionID, Environment: in.Environment, Op: api.ExecutionOp(in.Op), Status: api.ExecutionStatusRunning, PR: in.PR})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ExecutionID < out[j].ExecutionID })
+	return out, nil
+}
+
+func (m *memServer) ExecutionGet(_ context.Context, r api.ExecutionGetRequestObject) (api.ExecutionGetResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.inits[r.Id]
+	if !ok {
+		return api.ExecutionGetdefaultJSONResponse{StatusCode: 404, Body: api.Error{Code: "NOT_FOUND", Message: "no execution " + r.Id}}, nil
+	}
+	ex := api.Execution{ExecutionID: in.ExecutionID, Environment: in.Environment, Op: api.ExecutionOp(in.Op), Status: api.ExecutionStatusRunning, Edges: in.Edges}
+	for _, s := range in.Stacks {
+		ex.Stacks = append(ex.Stacks, api.StackState{Stack: s, Status: events.StackPending})
+	}
+	return api.ExecutionGet200JSONResponse(ex), nil
+}
+
+func (m *memServer) LogRead(_ context.Context, r api.LogReadRequestObject) (api.LogReadResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := api.LogSlice{Stack: r.Params.Stack}
+	for _, l := range m.logs {
+		if l.ExecutionID == r.Id && l.Stack == r.Params.Stack && l.Offset == out.NextOffset {
+			out.Data = append(out.Data, l.Data...)
+			out.NextOffset += int64(len(l.Data))
+		}
+	}
+	return api.LogRead200JSONResponse(out), nil
+}
+
+func (m *memServer) GatesList(context.Context, api.GatesListRequestObject) (api.GatesListResponseObject, error) {
+	return api.GatesList200JSONResponse{}, nil
+}
+
+func (m *memServer) GrantsList(context.Context, api.GrantsListRequestObject) (api.GrantsListResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := api.GrantsList200JSONResponse{}
+	for i, s := range m.satisfied {
+		out = append(out, api.Grant{ID: int64(i + 1), Environment: s.Environment, PR: s.PR, Class: s.Class, Target: s.Target, Reason: s.Reason, GrantedAt: time.Unix(0, 0).UTC()})
+	}
+	return out, nil
+}
+
+func (m *memServer) AuditList(context.Context, api.AuditListRequestObject) (api.AuditListResponseObject, error) {
+	return api.AuditList200JSONResponse{}, nil
+}
+
+func (m *memServer) Health(context.Context, api.HealthRequestObject) (api.HealthResponseObject, error) {
+	return api.Health200JSONResponse{Status: "ok", Store: "memory"}, nil
+}

@@ -1,0 +1,275 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// ConfigFileName is the runner's configuration file, at the repository root.
+const ConfigFileName = "tfstackplan.hcl"
+
+// Defaults of an environment block.
+const (
+	DefaultPlanScript   = "plan"
+	DefaultApplyScript  = "apply"
+	DefaultLogFile      = "tfstackplan.log"
+	DefaultPlanJSONFile = "tfstackplan.plan.json"
+)
+
+// Config is tfstackplan.hcl: one block per deployment environment.
+//
+//	environment "prod" {
+//	  server       = "https://tfstackplan.example.com"
+//	  audience     = "tfstackplan"
+//	  dir          = "stacks/prod"     # the terramate directory (tier) it covers
+//	  plan_script  = "plan"            # terramate script names
+//	  apply_script = "apply"
+//	  log_file     = "tfstackplan.log" # per-stack log, tailed by the pump
+//	  plan_json    = "tfstackplan.plan.json"
+//	  gated        = true              # no server => applies are denied
+//	}
+type Config struct {
+	// File is the path the configuration was read from.
+	File         string
+	Environments []Environment
+}
+
+// Environment is one `environment` block.
+type Environment struct {
+	Name        string `hcl:"name,label"`
+	Server      string `hcl:"server,optional"`
+	Audience    string `hcl:"audience,optional"`
+	Dir         string `hcl:"dir,optional"`
+	PlanScript  string `hcl:"plan_script,optional"`
+	ApplyScript string `hcl:"apply_script,optional"`
+	LogFile     string `hcl:"log_file,optional"`
+	PlanJSON    string `hcl:"plan_json,optional"`
+	Gated       bool   `hcl:"gated,optional"`
+
+	// Range is where the block starts, for messages.
+	Range hcl.Range
+}
+
+type configFile struct {
+	Environments []Environment `hcl:"environment,block"`
+}
+
+// ConfigError is a configuration problem with its file:line position.
+type ConfigError struct {
+	Diags hcl.Diagnostics
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	for i, d := range e.Diags {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if d.Subject != nil {
+			fmt.Fprintf(&b, "%s:%d,%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		b.WriteString(d.Summary)
+		if d.Detail != "" {
+			b.WriteString(": " + d.Detail)
+		}
+	}
+	return b.String()
+}
+
+// LoadConfig reads and validates a tfstackplan.hcl file.
+func LoadConfig(file string) (*Config, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", file, err)
+	}
+	return ParseConfig(file, src)
+}
+
+// ParseConfig parses and validates configuration source; file names it in messages.
+func ParseConfig(file string, src []byte) (*Config, error) {
+	p := hclparse.NewParser()
+	f, diags := p.ParseHCL(src, file)
+	if diags.HasErrors() {
+		return nil, &ConfigError{Diags: diags}
+	}
+	var cf configFile
+	if diags := gohcl.DecodeBody(f.Body, nil, &cf); diags.HasErrors() {
+		return nil, &ConfigError{Diags: diags}
+	}
+	// gohcl does not expose block ranges: take them from the syntax tree.
+	content, _, _ := f.Body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "environment", LabelNames: []string{"name"}}}})
+	for i := range cf.Environments {
+		if content != nil && i < len(content.Blocks) {
+			cf.Environments[i].Range = content.Blocks[i].DefRange
+		}
+	}
+	cfg := &Config{File: file, Environments: cf.Environments}
+	if diags := cfg.validate(); diags.HasErrors() {
+		return nil, &ConfigError{Diags: diags}
+	}
+	for i := range cfg.Environments {
+		cfg.Environments[i].applyDefaults()
+	}
+	return cfg, nil
+}
+
+func (c *Config) validate() hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	seen := map[string]bool{}
+	bad := func(env Environment, summary, detail string) {
+		r := env.Range
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r})
+	}
+	for _, env := range c.Environments {
+		if strings.TrimSpace(env.Name) == "" {
+			bad(env, "empty environment name", "")
+		}
+		if seen[env.Name] {
+			bad(env, "duplicate environment", fmt.Sprintf("environment %q is defined more than once", env.Name))
+		}
+		seen[env.Name] = true
+		if env.Server != "" {
+			if _, err := parseServerURL(env.Server); err != nil {
+				bad(env, "invalid server", err.Error())
+			}
+		}
+		if env.Dir != "" {
+			if err := checkRelPath(env.Dir); err != nil {
+				bad(env, "invalid dir", err.Error())
+			}
+		}
+		for name, v := range map[string]string{"log_file": env.LogFile, "plan_json": env.PlanJSON} {
+			if v != "" && (strings.ContainsAny(v, `/\`) || v == "." || v == "..") {
+				bad(env, "invalid "+name, fmt.Sprintf("%q must be a plain file name inside each stack directory", v))
+			}
+		}
+		for name, v := range map[string]string{"plan_script": env.PlanScript, "apply_script": env.ApplyScript} {
+			if strings.ContainsAny(v, " \t\n") {
+				bad(env, "invalid "+name, fmt.Sprintf("%q is not a terramate script name", v))
+			}
+		}
+	}
+	return diags
+}
+
+// checkRelPath refuses paths that leave the directory they are relative to.
+func checkRelPath(p string) error {
+	if filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`) {
+		return fmt.Errorf("%q must be relative to the repository root", p)
+	}
+	clean := path.Clean(filepath.ToSlash(p))
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return fmt.Errorf("%q leaves the repository root", p)
+	}
+	return nil
+}
+
+func (e *Environment) applyDefaults() {
+	if e.PlanScript == "" {
+		e.PlanScript = DefaultPlanScript
+	}
+	if e.ApplyScript == "" {
+		e.ApplyScript = DefaultApplyScript
+	}
+	if e.LogFile == "" {
+		e.LogFile = DefaultLogFile
+	}
+	if e.PlanJSON == "" {
+		e.PlanJSON = DefaultPlanJSONFile
+	}
+	if e.Dir == "" {
+		e.Dir = "."
+	}
+}
+
+// Environment returns the named environment block.
+func (c *Config) Environment(name string) (Environment, error) {
+	for _, e := range c.Environments {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	names := make([]string, 0, len(c.Environments))
+	for _, e := range c.Environments {
+		names = append(names, e.Name)
+	}
+	sort.Strings(names)
+	return Environment{}, fmt.Errorf("environment %q is not defined in %s (defined: %s)", name, c.File, strings.Join(names, ", "))
+}
+
+// FindRepoRoot walks up from dir to the directory holding .git; dir itself when none does.
+func FindRepoRoot(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	for d := abs; ; {
+		if _, err := os.Stat(filepath.Join(d, ".git")); err == nil {
+			return d
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return abs
+		}
+		d = parent
+	}
+}
+
+// LoadRepoConfig loads tfstackplan.hcl at the repository root containing dir. A missing file is
+// not an error: it returns nil, nil.
+func LoadRepoConfig(dir string) (*Config, error) {
+	file := filepath.Join(FindRepoRoot(dir), ConfigFileName)
+	cfg, err := LoadConfig(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return cfg, err
+}
+
+// ClientForEnvironment builds the Client for env: TFSTACKPLAN_SERVER wins when set; otherwise
+// the server of env's block in tfstackplan.hcl at the repository root. No server anywhere
+// gives a disabled client, which denies applies when the block says `gated = true`.
+func ClientForEnvironment(env string) (*Client, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := LoadRepoConfig(wd)
+	if err != nil {
+		return nil, err
+	}
+	return clientForEnvironment(cfg, env, os.Getenv(EnvServer), os.Getenv(EnvAudience))
+}
+
+func clientForEnvironment(cfg *Config, env, server, audience string) (*Client, error) {
+	var block Environment
+	if cfg != nil && env != "" {
+		b, err := cfg.Environment(env)
+		if err != nil {
+			return nil, err
+		}
+		block = b
+	}
+	if strings.TrimSpace(server) == "" {
+		server = block.Server
+	}
+	if audience == "" {
+		audience = block.Audience
+	}
+	c, err := clientFor(server, audience, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	c.gated = block.Gated
+	return c, nil
+}
