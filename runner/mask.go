@@ -1,0 +1,296 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// MaskReplacement is what a secret value is replaced with before log bytes leave the machine.
+const MaskReplacement = "***"
+
+// MaxSecretLength bounds one masked value (each line of a multi-line value counts alone). A
+// stream holds back at most this many bytes minus one while it waits to see whether a secret
+// continues, so the bound is also the pump's per-stack hold-back.
+const MaxSecretLength = 4096
+
+// addMaskCommand is the GitHub Actions workflow command that announces a value to mask.
+const addMaskCommand = "::add-mask"
+
+// Masker replaces secret values with "***". It is safe for concurrent use; one Masker is shared
+// by every stack of a LogPump, so a value announced in one stack's log (GitHub Actions
+// `::add-mask::VALUE`) is masked in every stack's log from then on, as on GitHub.
+type Masker struct {
+	mu  sync.Mutex
+	set atomic.Pointer[secretSet]
+}
+
+// secretSet is an immutable snapshot of the values a Masker replaces.
+type secretSet struct {
+	values [][]byte
+	maxLen int
+	first  [256]bool // first bytes of values, to find partial matches quickly
+}
+
+// NewMasker returns a Masker that replaces the given values (see Add).
+func NewMasker(values ...string) *Masker {
+	m := &Masker{}
+	m.set.Store(&secretSet{})
+	for _, v := range values {
+		_ = m.Add(v)
+	}
+	return m
+}
+
+// Add registers value as a secret. A multi-line value is registered line by line (a trailing
+// carriage return is dropped from each line), because logs break it the same way; empty and
+// all-whitespace lines are ignored since masking them would destroy the log, not protect it. A
+// line longer than MaxSecretLength is refused with an error and not masked.
+func (m *Masker) Add(value string) error {
+	var tooLong int
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.set.Load()
+	next := &secretSet{values: slices.Clone(cur.values), maxLen: cur.maxLen, first: cur.first}
+	changed := false
+	for _, line := range bytes.Split([]byte(value), []byte("\n")) {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if len(line) > MaxSecretLength {
+			tooLong++
+			continue
+		}
+		if slices.ContainsFunc(next.values, func(v []byte) bool { return bytes.Equal(v, line) }) {
+			continue
+		}
+		next.values = append(next.values, bytes.Clone(line))
+		next.maxLen = max(next.maxLen, len(line))
+		next.first[line[0]] = true
+		changed = true
+	}
+	if changed {
+		m.set.Store(next)
+	}
+	if tooLong > 0 {
+		return fmt.Errorf("secret value has %d line(s) longer than %d bytes; they are not masked", tooLong, MaxSecretLength)
+	}
+	return nil
+}
+
+// Len returns how many distinct values are masked.
+func (m *Masker) Len() int { return len(m.set.Load().values) }
+
+// Mask returns b with every secret (including values announced by `::add-mask::` lines in b)
+// replaced, treating b as a whole stream.
+func (m *Masker) Mask(b []byte) []byte {
+	s := maskStream{m: m, lineStart: true}
+	_, out := s.cut(bytes.Clone(b), true)
+	return out
+}
+
+// maskStream masks one generation of one log as it is read. Bytes that might be the beginning
+// of a secret (or of an `::add-mask::` line not yet complete) are held back until the next read
+// decides, or until the stream is flushed.
+type maskStream struct {
+	m         *Masker
+	hold      []byte // raw bytes held back; they begin at the stream's emit offset
+	lineStart bool   // whether hold[0] (or the next byte when hold is empty) starts a line
+}
+
+// reset starts a new generation.
+func (s *maskStream) reset() { s.hold, s.lineStart = nil, true }
+
+// window returns a buffer of len(hold)+n bytes whose first bytes are the held-back ones; the
+// caller fills the rest and passes (a prefix of) it to cut.
+func (s *maskStream) window(n int) []byte {
+	w := make([]byte, len(s.hold)+n)
+	copy(w, s.hold)
+	return w
+}
+
+// cut decides how much of w (held bytes followed by new ones) can leave now: it returns the
+// number of raw bytes consumed and their masked rendition, and keeps the rest as the new hold.
+// With final set everything is consumed. The masked rendition of consumed bytes never depends
+// on bytes after them, so a chunk boundary never splits a secret.
+func (s *maskStream) cut(w []byte, final bool) (int, []byte) {
+	s.scanAddMask(w, final)
+	set := s.m.set.Load()
+	if len(set.values) == 0 && (final || !s.pendingCommand(w)) {
+		s.hold = nil
+		if len(w) > 0 {
+			s.lineStart = w[len(w)-1] == '\n'
+		}
+		return len(w), w
+	}
+	matches := set.find(w)
+	b := len(w)
+	if !final {
+		b = min(set.partialSuffix(w), s.commandHold(w))
+		for _, mt := range matches {
+			if mt[0] < b && mt[1] > b {
+				b = mt[0]
+				break
+			}
+		}
+	}
+	out := w[:b]
+	if len(matches) > 0 {
+		var buf bytes.Buffer
+		buf.Grow(b)
+		last := 0
+		for _, mt := range matches {
+			if mt[1] > b {
+				break
+			}
+			buf.Write(w[last:mt[0]])
+			buf.WriteString(MaskReplacement)
+			last = mt[1]
+		}
+		buf.Write(w[last:b])
+		out = buf.Bytes()
+	}
+	if b > 0 {
+		s.lineStart = w[b-1] == '\n'
+	}
+	s.hold = bytes.Clone(w[b:])
+	return b, out
+}
+
+// scanAddMask registers the values of complete `::add-mask::` lines in w (and of the last,
+// unterminated line when final).
+func (s *maskStream) scanAddMask(w []byte, final bool) {
+	for from := 0; ; {
+		i := bytes.Index(w[from:], []byte(addMaskCommand))
+		if i < 0 {
+			return
+		}
+		i += from
+		from = i + len(addMaskCommand)
+		ls := bytes.LastIndexByte(w[:i], '\n') + 1
+		if ls == 0 && !s.lineStart {
+			continue
+		}
+		if len(bytes.TrimLeft(w[ls:i], " \t")) != 0 {
+			continue
+		}
+		end := bytes.IndexByte(w[i:], '\n')
+		if end < 0 {
+			if !final {
+				return
+			}
+			end = len(w) - i
+		}
+		if v, ok := parseAddMask(w[i : i+end]); ok {
+			_ = s.m.Add(v) // an over-long value cannot be masked; the line is still sent masked as far as possible
+		}
+	}
+}
+
+// pendingCommand reports whether the unterminated last line of w may still become an
+// `::add-mask::` command.
+func (s *maskStream) pendingCommand(w []byte) bool { return s.commandHold(w) < len(w) }
+
+// commandHold returns where the unterminated last line of w starts when that line may still
+// become an `::add-mask::` command (so it must be held back), else len(w). A candidate longer
+// than MaxSecretLength plus the command is not held: its value could not be masked anyway.
+func (s *maskStream) commandHold(w []byte) int {
+	ls := bytes.LastIndexByte(w, '\n') + 1
+	if ls == 0 && !s.lineStart {
+		return len(w)
+	}
+	line := bytes.TrimLeft(w[ls:], " \t")
+	if len(w)-ls > MaxSecretLength+64 {
+		return len(w)
+	}
+	if len(line) == 0 && ls == len(w) {
+		return len(w)
+	}
+	if bytes.HasPrefix(line, []byte(addMaskCommand)) || bytes.HasPrefix([]byte(addMaskCommand), line) {
+		return ls
+	}
+	return len(w)
+}
+
+// parseAddMask parses one line (without its newline) as `::add-mask[ props]::VALUE`, the way
+// the GitHub Actions runner does: leading blanks are ignored and the value is unescaped.
+func parseAddMask(line []byte) (string, bool) {
+	line = bytes.TrimSuffix(bytes.TrimLeft(line, " \t"), []byte("\r"))
+	rest, ok := bytes.CutPrefix(line, []byte(addMaskCommand))
+	if !ok {
+		return "", false
+	}
+	switch {
+	case bytes.HasPrefix(rest, []byte("::")):
+		rest = rest[2:]
+	case len(rest) > 0 && rest[0] == ' ':
+		i := bytes.Index(rest, []byte("::"))
+		if i < 0 {
+			return "", false
+		}
+		rest = rest[i+2:]
+	default:
+		return "", false
+	}
+	v := bytes.ReplaceAll(rest, []byte("%0D"), []byte("\r"))
+	v = bytes.ReplaceAll(v, []byte("%0A"), []byte("\n"))
+	v = bytes.ReplaceAll(v, []byte("%25"), []byte("%"))
+	return string(v), true
+}
+
+// find returns the leftmost-longest non-overlapping occurrences of the secrets in w, as
+// [start, end) pairs in increasing order.
+func (set *secretSet) find(w []byte) [][2]int {
+	var all [][2]int
+	for _, v := range set.values {
+		for from := 0; ; {
+			i := bytes.Index(w[from:], v)
+			if i < 0 {
+				break
+			}
+			all = append(all, [2]int{from + i, from + i + len(v)})
+			from += i + 1
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortFunc(all, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return b[1] - a[1]
+	})
+	picked := all[:0]
+	end := 0
+	for _, m := range all {
+		if m[0] >= end {
+			picked = append(picked, m)
+			end = m[1]
+		}
+	}
+	return picked
+}
+
+// partialSuffix returns where the longest suffix of w that is a proper prefix of a secret
+// starts (len(w) when there is none): those bytes must wait for the next read.
+func (set *secretSet) partialSuffix(w []byte) int {
+	if set.maxLen == 0 {
+		return len(w)
+	}
+	for i := max(0, len(w)-set.maxLen+1); i < len(w); i++ {
+		if !set.first[w[i]] {
+			continue
+		}
+		tail := w[i:]
+		for _, v := range set.values {
+			if len(v) > len(tail) && bytes.HasPrefix(v, tail) {
+				return i
+			}
+		}
+	}
+	return len(w)
+}
