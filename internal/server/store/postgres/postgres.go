@@ -1,0 +1,136 @@
+// Package postgres opens the PostgreSQL store (github.com/jackc/pgx/v5) for several server
+// replicas sharing one database: claim, gate and grant decisions serialize on transaction-scoped
+// advisory locks, and every change is announced with NOTIFY so each replica's live pages update.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlstore"
+)
+
+// DefaultChannel is the NOTIFY channel replicas share.
+const DefaultChannel = "tfstackplan_events"
+
+// Options tune Open.
+type Options struct {
+	// Channel overrides DefaultChannel (tests isolate themselves with it).
+	Channel string
+	// MaxConns bounds the connection pool (default 20).
+	MaxConns int
+}
+
+// Open connects to the postgres:// URL and migrates the schema (search_path selects it).
+func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
+	if !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+		return nil, fmt.Errorf("%w: postgres URL must start with postgres://", store.ErrInvalid)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres URL: %v", store.ErrInvalid, err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	maxConns := opts.MaxConns
+	if maxConns <= 0 {
+		maxConns = 20
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: connect to postgres: %v", store.ErrUnavailable, err)
+	}
+	channel := opts.Channel
+	if channel == "" {
+		channel = DefaultChannel
+	}
+	d := sqlstore.Dialect{
+		Name:      "postgres",
+		Dollar:    true,
+		IDType:    "BIGSERIAL PRIMARY KEY",
+		BlobType:  "BYTEA",
+		LockSQL:   "SELECT pg_advisory_xact_lock(?)",
+		NotifySQL: "SELECT pg_notify(?, ?)",
+		Channel:   channel,
+		MapError:  mapError,
+		Retryable: retryable,
+		Listen: func(ctx context.Context, fn func(string)) error {
+			return listen(ctx, cfg, channel, fn)
+		},
+	}
+	s, err := sqlstore.Open(ctx, d, db, db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// listen holds one LISTEN connection, reconnecting with backoff, until ctx ends.
+func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, fn func(string)) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := listenOnce(ctx, cfg, channel, fn)
+		if ctx.Err() != nil {
+			break
+		}
+		_ = err // reconnect: a replica must keep hearing the others
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+	return nil
+}
+
+func listenOnce(ctx context.Context, cfg *pgx.ConnConfig, channel string, fn func(string)) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		fn(n.Payload)
+	}
+}
+
+func mapError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "23505":
+			return fmt.Errorf("%w: %s", store.ErrConflict, pe.Message)
+		case strings.HasPrefix(pe.Code, "22"), strings.HasPrefix(pe.Code, "23"):
+			return fmt.Errorf("%w: %s", store.ErrInvalid, pe.Message)
+		}
+	}
+	return nil
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+

@@ -1,0 +1,76 @@
+// Package sqlite opens the embedded SQLite store (modernc.org/sqlite, pure Go) in WAL mode: one
+// writer connection fed by a group-commit goroutine, and a pool of readers.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlstore"
+)
+
+// Open opens (creating when missing) the SQLite database at path and migrates it.
+func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("%w: sqlite path %q must be a plain file path", store.ErrInvalid, path)
+	}
+	// synchronous=NORMAL in WAL mode survives a process crash (kill -9): a commit is in the WAL
+	// in the OS page cache before it is acknowledged; only an OS crash can lose the last ones.
+	pragmas := url.Values{"_pragma": {"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)"}}
+	dsn := "file:" + path + "?" + pragmas.Encode()
+	wdb, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	if err := wdb.PingContext(ctx); err != nil {
+		_ = wdb.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		_ = wdb.Close()
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(8)
+	rdb.SetMaxIdleConns(8)
+	s, err := sqlstore.Open(ctx, dialect, wdb, rdb)
+	if err != nil {
+		_ = wdb.Close()
+		_ = rdb.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+var dialect = sqlstore.Dialect{
+	Name:        "sqlite",
+	IDType:      "INTEGER PRIMARY KEY AUTOINCREMENT",
+	BlobType:    "BLOB",
+	GroupCommit: true,
+	MapError:    mapError,
+}
+
+func mapError(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return nil
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT:
+		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
+		return fmt.Errorf("%w: sqlite: %v", store.ErrUnavailable, err)
+	}
+	return nil
+}

@@ -1,0 +1,459 @@
+// Package sqlstore implements store.Store over database/sql for every SQL backend: one set of
+// migrations, one set of queries, and a Dialect for the few differences (placeholders, column
+// types, locks, notifications, error codes). The sqlite and postgres packages only open the
+// database and describe their dialect.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Dialect describes what differs between SQL backends.
+type Dialect struct {
+	// Name is the backend's name, returned by Kind.
+	Name string
+	// Dollar numbers placeholders ($1, $2…) instead of ?.
+	Dollar bool
+	// IDType and BlobType replace {{ID}} and {{BLOB}} in the migrations.
+	IDType, BlobType string
+	// LockSQL takes a transaction-scoped lock on the int64 key given as the only argument; empty
+	// when the backend serializes writers anyway.
+	LockSQL string
+	// NotifySQL sends (channel, payload) to other replicas at commit; empty when there are none.
+	NotifySQL string
+	// Channel is the notification channel name.
+	Channel string
+	// GroupCommit batches concurrent writes into one transaction (savepoint per write) on a
+	// single writer goroutine; for backends with one writer (SQLite).
+	GroupCommit bool
+	// MapError turns a driver error into a domain sentinel, or returns nil when it does not
+	// recognize it.
+	MapError func(error) error
+	// Retryable reports a transaction conflict worth retrying.
+	Retryable func(error) bool
+	// Listen, when set, implements Store.Listen for a multi-replica backend.
+	Listen func(ctx context.Context, fn func(execID string)) error
+}
+
+// DB is a store.Store over a database/sql handle.
+type DB struct {
+	d      Dialect
+	wdb    *sql.DB
+	rdb    *sql.DB
+	jobs   chan *job
+	stop   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+
+	mu        sync.Mutex
+	listeners map[int]func(string)
+	nextL     int
+
+	qmu    sync.RWMutex
+	qcache map[string]string
+}
+
+// MaxBatch bounds how many writes one group commit holds.
+const MaxBatch = 512
+
+type job struct {
+	ctx  context.Context
+	fn   func(store.Tx) error
+	err  chan error
+	ids  []string
+	done bool
+}
+
+// Open migrates the database and returns the store. wdb receives writes; rdb (which may be wdb)
+// receives reads. With GroupCommit, wdb must allow exactly one connection.
+func Open(ctx context.Context, d Dialect, wdb, rdb *sql.DB) (*DB, error) {
+	s := &DB{d: d, wdb: wdb, rdb: rdb, listeners: map[int]func(string){}, qcache: map[string]string{}}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	if d.GroupCommit {
+		s.jobs = make(chan *job, 4096)
+		s.stop = make(chan struct{})
+		s.done = make(chan struct{})
+		go s.writer()
+	}
+	return s, nil
+}
+
+// Kind names the backend.
+func (s *DB) Kind() string { return s.d.Name }
+
+// Close stops the writer and closes the database handles.
+func (s *DB) Close() error {
+	var err error
+	s.closed.Do(func() {
+		if s.stop != nil {
+			close(s.stop)
+			<-s.done
+		}
+		err = s.wdb.Close()
+		if s.rdb != s.wdb {
+			if e := s.rdb.Close(); err == nil {
+				err = e
+			}
+		}
+	})
+	return err
+}
+
+// Ping checks the database answers.
+func (s *DB) Ping(ctx context.Context) error {
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return s.mapErr(err)
+	}
+	return nil
+}
+
+// Listen calls fn for every notified execution until ctx ends.
+func (s *DB) Listen(ctx context.Context, fn func(execID string)) error {
+	if s.d.Listen != nil {
+		return s.d.Listen(ctx, fn)
+	}
+	s.mu.Lock()
+	id := s.nextL
+	s.nextL++
+	s.listeners[id] = fn
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	delete(s.listeners, id)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *DB) dispatchLocal(ids []string) {
+	if s.d.NotifySQL != "" || len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	fns := make([]func(string), 0, len(s.listeners))
+	for _, f := range s.listeners {
+		fns = append(fns, f)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		for _, f := range fns {
+			f(id)
+		}
+	}
+}
+
+func (s *DB) mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrInvalid, store.ErrConflict,
+		store.ErrPrecondition, store.ErrDenied, store.ErrUnavailable} {
+		if errors.Is(err, sentinel) {
+			return err
+		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %v", store.ErrNotFound, err)
+	}
+	if s.d.MapError != nil {
+		if m := s.d.MapError(err); m != nil {
+			return m
+		}
+	}
+	return fmt.Errorf("%w: %s: %v", store.ErrUnavailable, s.d.Name, err)
+}
+
+// q rewrites ? placeholders for the dialect (cached).
+func (s *DB) q(query string) string {
+	if !s.d.Dollar {
+		return query
+	}
+	s.qmu.RLock()
+	r, ok := s.qcache[query]
+	s.qmu.RUnlock()
+	if ok {
+		return r
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	r = b.String()
+	s.qmu.Lock()
+	s.qcache[query] = r
+	s.qmu.Unlock()
+	return r
+}
+
+func (s *DB) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return s.mapErr(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if s.d.LockSQL != "" {
+		if _, err := tx.ExecContext(ctx, s.q(s.d.LockSQL), int64(0x7466737461636b)); err != nil {
+			return s.mapErr(err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)"); err != nil {
+		return s.mapErr(err)
+	}
+	for i, name := range names {
+		version := i + 1
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), version).Scan(&n); err != nil {
+			return s.mapErr(err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, err := migrationFS.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		text := strings.NewReplacer("{{ID}}", s.d.IDType, "{{BLOB}}", s.d.BlobType).Replace(string(body))
+		for _, stmt := range strings.Split(text, ";\n") {
+			if strings.TrimSpace(stripComments(stmt)) == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migration %s: %w", name, s.mapErr(err))
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO schema_migrations (version) VALUES (?)"), version); err != nil {
+			return s.mapErr(err)
+		}
+	}
+	return s.mapErr(tx.Commit())
+}
+
+func stripComments(stmt string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(stmt, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// Read runs fn in a transaction on the read handle.
+func (s *DB) Read(ctx context.Context, fn func(store.Tx) error) error {
+	tx, err := s.rdb.BeginTx(ctx, nil)
+	if err != nil {
+		return s.mapErr(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return s.mapErr(fn(&sqlTx{s: s, ctx: ctx, tx: tx}))
+}
+
+// Write runs fn in a read-write transaction (grouped with concurrent writes under GroupCommit).
+func (s *DB) Write(ctx context.Context, fn func(store.Tx) error) error {
+	if s.jobs == nil {
+		return s.writeDirect(ctx, fn)
+	}
+	j := &job{ctx: ctx, fn: fn, err: make(chan error, 1)}
+	select {
+	case s.jobs <- j:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return fmt.Errorf("%w: store closed", store.ErrUnavailable)
+	}
+	select {
+	case err := <-j.err:
+		return err
+	case <-ctx.Done():
+		// The write may still commit; the caller retries idempotently.
+		return ctx.Err()
+	}
+}
+
+func (s *DB) writeDirect(ctx context.Context, fn func(store.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		var ids []string
+		ids, err = s.writeOnce(ctx, fn)
+		if err == nil {
+			s.dispatchLocal(ids)
+			return nil
+		}
+		if s.d.Retryable == nil || !s.d.Retryable(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+	}
+	return s.mapErr(err)
+}
+
+func (s *DB) writeOnce(ctx context.Context, fn func(store.Tx) error) ([]string, error) {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	t := &sqlTx{s: s, ctx: ctx, tx: tx}
+	if err := callSafely(fn, t); err != nil {
+		return nil, err
+	}
+	if err := t.flushNotify(); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return t.notify, nil
+}
+
+func callSafely(fn func(store.Tx) error, t store.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store: write panicked: %v", r)
+		}
+	}()
+	return fn(t)
+}
+
+// writer is the single writer goroutine of a GroupCommit store.
+func (s *DB) writer() {
+	defer close(s.done)
+	for {
+		var first *job
+		select {
+		case first = <-s.jobs:
+		case <-s.stop:
+			s.failPending()
+			return
+		}
+		batch := []*job{first}
+	drain:
+		for len(batch) < MaxBatch {
+			select {
+			case j := <-s.jobs:
+				batch = append(batch, j)
+			default:
+				break drain
+			}
+		}
+		s.runBatch(batch)
+	}
+}
+
+func (s *DB) failPending() {
+	for {
+		select {
+		case j := <-s.jobs:
+			j.err <- fmt.Errorf("%w: store closed", store.ErrUnavailable)
+		default:
+			return
+		}
+	}
+}
+
+func (s *DB) runBatch(batch []*job) {
+	ctx := context.Background()
+	live := batch[:0]
+	for _, j := range batch {
+		if err := j.ctx.Err(); err != nil {
+			j.err <- err
+			continue
+		}
+		live = append(live, j)
+	}
+	if len(live) == 0 {
+		return
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		for _, j := range live {
+			j.err <- s.mapErr(err)
+		}
+		return
+	}
+	results := make([]error, len(live))
+	var notify []string
+	for i, j := range live {
+		t := &sqlTx{s: s, ctx: ctx, tx: tx}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			results[i] = err
+			continue
+		}
+		if err := callSafely(j.fn, t); err != nil {
+			results[i] = err
+			_, _ = tx.ExecContext(ctx, "ROLLBACK TO w")
+		} else {
+			notify = append(notify, t.notify...)
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil && results[i] == nil {
+			results[i] = err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		for _, j := range live {
+			j.err <- s.mapErr(err)
+		}
+		return
+	}
+	for i, j := range live {
+		j.err <- s.mapErr(results[i])
+	}
+	s.dispatchLocal(dedup(notify))
+}
+
+func dedup(ids []string) []string {
+	if len(ids) < 2 {
+		return ids
+	}
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// PruneLogs deletes log chunks of executions started before cutoff.
+func (s *DB) PruneLogs(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	err := s.Write(ctx, func(t store.Tx) error {
+		var err error
+		n, err = t.(*sqlTx).exec("DELETE FROM log_chunks WHERE execution_id IN (SELECT id FROM executions WHERE started_at < ?)", ns(cutoff))
+		return err
+	})
+	return n, err
+}

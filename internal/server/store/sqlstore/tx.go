@@ -1,0 +1,577 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// sqlTx implements store.Tx over one *sql.Tx.
+type sqlTx struct {
+	s      *DB
+	ctx    context.Context
+	tx     *sql.Tx
+	notify []string
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func tm(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func toJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "null"
+	}
+	return string(b)
+}
+
+func fromJSON(s string, v any) {
+	if s != "" {
+		_ = json.Unmarshal([]byte(s), v)
+	}
+}
+
+func (t *sqlTx) exec(query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+	if err != nil {
+		return 0, t.s.mapErr(err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+func (t *sqlTx) query(query string, args ...any) (*sql.Rows, error) {
+	rows, err := t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+	if err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	return rows, nil
+}
+
+func (t *sqlTx) row(query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(t.ctx, t.s.q(query), args...)
+}
+
+func (t *sqlTx) flushNotify() error {
+	if t.s.d.NotifySQL == "" {
+		return nil
+	}
+	for _, id := range dedup(t.notify) {
+		if _, err := t.tx.ExecContext(t.ctx, t.s.q(t.s.d.NotifySQL), t.s.d.Channel, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Notify records that the execution changed; delivered after commit.
+func (t *sqlTx) Notify(execID string) error {
+	for _, id := range t.notify {
+		if id == execID {
+			return nil
+		}
+	}
+	t.notify = append(t.notify, execID)
+	return nil
+}
+
+// LockEnvironment takes a transaction-scoped lock keyed by the environment name.
+func (t *sqlTx) LockEnvironment(env string) error {
+	if t.s.d.LockSQL == "" {
+		return nil
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("env:" + env))
+	_, err := t.exec(t.s.d.LockSQL, int64(h.Sum64()>>1))
+	return err
+}
+
+const execCols = "id, repo, pr, sha, base, environment, op, actor, run_url, status, class, counts, cancelled, cancel_reason, edges, edges_approximate, error, finalized, started_at, finished_at"
+
+func scanExecution(sc interface{ Scan(...any) error }) (*store.Execution, error) {
+	var e store.Execution
+	var counts, edges, op, status, class string
+	var cancelled, approx, finalized, started, finished int64
+	if err := sc.Scan(&e.ExecutionID, &e.Repo, &e.PR, &e.SHA, &e.Base, &e.Environment, &op, &e.Actor,
+		&e.RunURL, &status, &class, &counts, &cancelled, &e.CancelReason, &edges, &approx, &e.Error,
+		&finalized, &started, &finished); err != nil {
+		return nil, err
+	}
+	e.Op = api.ExecutionOp(op)
+	e.Status = api.ExecutionStatus(status)
+	e.Class = api.Class(class)
+	fromJSON(counts, &e.Counts)
+	fromJSON(edges, &e.Edges)
+	e.Cancelled = cancelled != 0
+	e.EdgesApproximate = approx != 0
+	e.Finalized = finalized != 0
+	e.StartedAt = tm(started)
+	e.FinishedAt = tm(finished)
+	return &e, nil
+}
+
+func (t *sqlTx) CreateExecution(e *store.Execution) (bool, error) {
+	n, err := t.exec("INSERT INTO executions ("+execCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
+		e.ExecutionID, e.Repo, e.PR, e.SHA, e.Base, e.Environment, string(e.Op), e.Actor, e.RunURL,
+		string(e.Status), string(e.Class), toJSON(e.Counts), b2i(e.Cancelled), e.CancelReason,
+		toJSON(e.Edges), b2i(e.EdgesApproximate), e.Error, b2i(e.Finalized), ns(e.StartedAt), ns(e.FinishedAt))
+	return n > 0, err
+}
+
+func (t *sqlTx) Execution(id string) (*store.Execution, error) {
+	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	return e, t.s.mapErr(err)
+}
+
+func (t *sqlTx) SaveExecution(e *store.Execution) error {
+	n, err := t.exec("UPDATE executions SET status = ?, class = ?, counts = ?, cancelled = ?, cancel_reason = ?, error = ?, finalized = ?, finished_at = ? WHERE id = ?",
+		string(e.Status), string(e.Class), toJSON(e.Counts), b2i(e.Cancelled), e.CancelReason, e.Error,
+		b2i(e.Finalized), ns(e.FinishedAt), e.ExecutionID)
+	if err == nil && n == 0 {
+		return fmt.Errorf("%w: execution %q", store.ErrNotFound, e.ExecutionID)
+	}
+	return err
+}
+
+func (t *sqlTx) scanExecutions(query string, args ...any) ([]store.Execution, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Execution
+	for rows.Next() {
+		e, err := scanExecution(rows)
+		if err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		out = append(out, *e)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) Executions(f store.ExecutionFilter) ([]store.Execution, error) {
+	var where []string
+	var args []any
+	if f.Environment != "" {
+		where = append(where, "environment = ?")
+		args = append(args, f.Environment)
+	}
+	if f.PR != 0 {
+		where = append(where, "pr = ?")
+		args = append(args, f.PR)
+	}
+	if !f.Before.IsZero() {
+		where = append(where, "started_at < ?")
+		args = append(args, ns(f.Before))
+	}
+	q := "SELECT " + execCols + " FROM executions"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	q += " ORDER BY started_at DESC, id DESC LIMIT ?"
+	args = append(args, limit)
+	return t.scanExecutions(q, args...)
+}
+
+func (t *sqlTx) LatestPlan(env string, pr int, sha string) (*store.Execution, error) {
+	q := "SELECT " + execCols + " FROM executions WHERE environment = ? AND pr = ? AND op = 'plan'"
+	args := []any{env, pr}
+	if sha != "" {
+		q += " AND sha = ?"
+		args = append(args, sha)
+	}
+	q += " ORDER BY started_at DESC, id DESC LIMIT 1"
+	e, err := scanExecution(t.row(q, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: no plan for PR #%d in %q", store.ErrNotFound, pr, env)
+	}
+	return e, t.s.mapErr(err)
+}
+
+const stackCols = "stack, status, phase, phase_seq, class, counts, plan_hash, destructive, reasons, error, seq, updated_at"
+
+func scanStack(sc interface{ Scan(...any) error }) (*store.Stack, error) {
+	var s store.Stack
+	var status, class, counts, destructive, reasons string
+	var updated int64
+	if err := sc.Scan(&s.StackState.Stack, &status, &s.Phase, &s.PhaseSeq, &class, &counts, &s.PlanHash,
+		&destructive, &reasons, &s.Error, &s.Seq, &updated); err != nil {
+		return nil, err
+	}
+	s.Status = api.StackStatus(status)
+	s.Class = api.Class(class)
+	fromJSON(counts, &s.Counts)
+	fromJSON(destructive, &s.Destructive)
+	fromJSON(reasons, &s.Reasons)
+	s.UpdatedAt = tm(updated)
+	return &s, nil
+}
+
+func (t *sqlTx) Stacks(execID string) ([]store.Stack, error) {
+	rows, err := t.query("SELECT "+stackCols+" FROM stacks WHERE execution_id = ? ORDER BY stack", execID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Stack
+	for rows.Next() {
+		s, err := scanStack(rows)
+		if err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		out = append(out, *s)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) Stack(execID, stack string) (*store.Stack, error) {
+	s, err := scanStack(t.row("SELECT "+stackCols+" FROM stacks WHERE execution_id = ? AND stack = ?", execID, stack))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: stack %q in execution %q", store.ErrNotFound, stack, execID)
+	}
+	return s, t.s.mapErr(err)
+}
+
+func (t *sqlTx) SaveStack(execID string, s *store.Stack) error {
+	_, err := t.exec("INSERT INTO stacks (execution_id, "+stackCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "+
+		"ON CONFLICT (execution_id, stack) DO UPDATE SET status = excluded.status, phase = excluded.phase, "+
+		"phase_seq = excluded.phase_seq, class = excluded.class, counts = excluded.counts, plan_hash = excluded.plan_hash, "+
+		"destructive = excluded.destructive, reasons = excluded.reasons, error = excluded.error, seq = excluded.seq, "+
+		"updated_at = excluded.updated_at",
+		execID, s.StackState.Stack, string(s.Status), s.Phase, s.PhaseSeq, string(s.Class), toJSON(s.Counts), s.PlanHash,
+		toJSON(s.Destructive), toJSON(s.Reasons), s.Error, s.Seq, ns(s.UpdatedAt))
+	return err
+}
+
+func (t *sqlTx) AddPhase(p store.Phase) (bool, error) {
+	n, err := t.exec("INSERT INTO phases (execution_id, stack, phase, seq, status, message, at) VALUES (?,?,?,?,?,?,?) "+
+		"ON CONFLICT (execution_id, stack, phase, seq) DO NOTHING",
+		p.ExecutionID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At))
+	return n > 0, err
+}
+
+func (t *sqlTx) AddLogChunk(c store.LogChunk) (bool, error) {
+	size := int64(len(c.Data))
+	if c.GapLength > 0 {
+		size = c.GapLength
+	}
+	data := c.Data
+	if data == nil {
+		data = []byte{}
+	}
+	n, err := t.exec("INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) VALUES (?,?,?,?,?,?,?) "+
+		"ON CONFLICT (execution_id, stack, generation, off) DO NOTHING",
+		c.ExecutionID, c.Stack, c.Generation, c.Offset, data, size, c.GapLength)
+	return n > 0, err
+}
+
+func (t *sqlTx) LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]store.LogChunk, error) {
+	rows, err := t.query("SELECT off, data, gap_length FROM log_chunks WHERE execution_id = ? AND stack = ? AND generation = ? AND off + n > ? ORDER BY off",
+		execID, stack, generation, from)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.LogChunk
+	total := 0
+	for rows.Next() && total < maxBytes {
+		c := store.LogChunk{ExecutionID: execID, Stack: stack, Generation: generation}
+		if err := rows.Scan(&c.Offset, &c.Data, &c.GapLength); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		total += len(c.Data)
+		out = append(out, c)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) LatestGeneration(execID, stack string) (int64, error) {
+	var g sql.NullInt64
+	err := t.row("SELECT MAX(generation) FROM log_chunks WHERE execution_id = ? AND stack = ?", execID, stack).Scan(&g)
+	return g.Int64, t.s.mapErr(err)
+}
+
+func (t *sqlTx) LogSummaries(execID string) ([]store.LogSummary, error) {
+	rows, err := t.query("SELECT c.stack, c.generation, MAX(c.off + c.n) FROM log_chunks c "+
+		"JOIN (SELECT stack, MAX(generation) AS g FROM log_chunks WHERE execution_id = ? GROUP BY stack) m "+
+		"ON m.stack = c.stack AND m.g = c.generation WHERE c.execution_id = ? GROUP BY c.stack, c.generation ORDER BY c.stack",
+		execID, execID)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.LogSummary
+	index := map[string]int{}
+	for rows.Next() {
+		var s store.LogSummary
+		if err := rows.Scan(&s.Stack, &s.Generation, &s.Bytes); err != nil {
+			rows.Close()
+			return nil, t.s.mapErr(err)
+		}
+		index[s.Stack] = len(out)
+		out = append(out, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	gaps, err := t.query("SELECT stack, generation, off, gap_length FROM log_chunks WHERE execution_id = ? AND gap_length > 0 ORDER BY stack, generation, off", execID)
+	if err != nil {
+		return nil, err
+	}
+	defer gaps.Close()
+	for gaps.Next() {
+		var stack string
+		var g, off, length int64
+		if err := gaps.Scan(&stack, &g, &off, &length); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		if i, ok := index[stack]; ok && out[i].Generation == g {
+			out[i].Gaps = append(out[i].Gaps, api.LogGap{Generation: g, From: off, To: off + length})
+		}
+	}
+	return out, t.s.mapErr(gaps.Err())
+}
+
+func (t *sqlTx) Claims(env string, now time.Time) ([]api.Claim, error) {
+	q := "SELECT environment, stack, pr, execution_id, sha, claimed_at, expires_at FROM claims WHERE (expires_at = 0 OR expires_at > ?)"
+	args := []any{ns(now)}
+	if env != "" {
+		q += " AND environment = ?"
+		args = append(args, env)
+	}
+	rows, err := t.query(q+" ORDER BY environment, stack", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Claim
+	for rows.Next() {
+		var c api.Claim
+		var claimed, expires int64
+		if err := rows.Scan(&c.Environment, &c.Stack, &c.PR, &c.ExecutionID, &c.SHA, &claimed, &expires); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		c.ClaimedAt, c.ExpiresAt = tm(claimed), tm(expires)
+		out = append(out, c)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) PutClaim(c api.Claim) error {
+	_, err := t.exec("INSERT INTO claims (environment, stack, pr, execution_id, sha, claimed_at, expires_at) VALUES (?,?,?,?,?,?,?) "+
+		"ON CONFLICT (environment, stack) DO UPDATE SET pr = excluded.pr, execution_id = excluded.execution_id, "+
+		"sha = excluded.sha, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at",
+		c.Environment, c.Stack, c.PR, c.ExecutionID, c.SHA, ns(c.ClaimedAt), ns(c.ExpiresAt))
+	return err
+}
+
+func (t *sqlTx) ReleaseClaims(env string, pr int, stack string) (int64, error) {
+	if stack != "" {
+		return t.exec("DELETE FROM claims WHERE environment = ? AND pr = ? AND stack = ?", env, pr, stack)
+	}
+	return t.exec("DELETE FROM claims WHERE environment = ? AND pr = ?", env, pr)
+}
+
+func (t *sqlTx) ReplaceGates(env string, pr int, gates []api.Gate) error {
+	if _, err := t.exec("DELETE FROM gates WHERE environment = ? AND pr = ?", env, pr); err != nil {
+		return err
+	}
+	for _, g := range gates {
+		if _, err := t.exec("INSERT INTO gates (environment, pr, execution_id, class, target, stacks) VALUES (?,?,?,?,?,?)",
+			env, pr, g.ExecutionID, g.Class, g.Target, toJSON(g.Stacks)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
+	q := "SELECT environment, pr, execution_id, class, target, stacks FROM gates WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) ORDER BY environment, pr, class, target"
+	rows, err := t.query(q, env, env, pr, pr)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Gate
+	for rows.Next() {
+		var g api.Gate
+		var stacks string
+		if err := rows.Scan(&g.Environment, &g.PR, &g.ExecutionID, &g.Class, &g.Target, &stacks); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		fromJSON(stacks, &g.Stacks)
+		out = append(out, g)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) AddGrant(g api.Grant) (int64, error) {
+	var id int64
+	err := t.row("INSERT INTO grants (environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by) "+
+		"VALUES (?,?,?,?,?,?,?,?,?,?) RETURNING id",
+		g.Environment, g.PR, g.Class, g.Target, g.Principal, g.Reason, ns(g.GrantedAt), ns(g.ExpiresAt), ns(g.ReleasedAt), g.ReleasedBy).Scan(&id)
+	return id, t.s.mapErr(err)
+}
+
+func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
+	q := "SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by FROM grants " +
+		"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) AND (? = '' OR class = ?) AND (? = '' OR target = ?)"
+	args := []any{f.Environment, f.Environment, f.PR, f.PR, f.Class, f.Class, f.Target, f.Target}
+	if !f.ActiveAt.IsZero() {
+		q += " AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)"
+		args = append(args, ns(f.ActiveAt))
+	}
+	rows, err := t.query(q+" ORDER BY id DESC", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Grant
+	for rows.Next() {
+		var g api.Grant
+		var granted, expires, released int64
+		if err := rows.Scan(&g.ID, &g.Environment, &g.PR, &g.Class, &g.Target, &g.Principal, &g.Reason,
+			&granted, &expires, &released, &g.ReleasedBy); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		g.GrantedAt, g.ExpiresAt, g.ReleasedAt = tm(granted), tm(expires), tm(released)
+		out = append(out, g)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error) {
+	return t.exec("UPDATE grants SET released_at = ?, released_by = ? WHERE environment = ? AND pr = ? AND class = ? AND target = ? "+
+		"AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)", ns(at), by, env, pr, class, target, ns(at))
+}
+
+func (t *sqlTx) Lease(execID string) (*store.Lease, error) {
+	var l store.Lease
+	var granted, expires, revoked int64
+	err := t.row("SELECT execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at FROM leases WHERE execution_id = ?", execID).
+		Scan(&l.ExecutionID, &l.Environment, &l.PR, &l.Requester, &l.Outcome, &granted, &expires, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: lease for execution %q", store.ErrNotFound, execID)
+	}
+	if err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	l.GrantedAt, l.ExpiresAt, l.RevokedAt = tm(granted), tm(expires), tm(revoked)
+	return &l, nil
+}
+
+func (t *sqlTx) PutLease(l store.Lease) error {
+	_, err := t.exec("INSERT INTO leases (execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at) VALUES (?,?,?,?,?,?,?,?) "+
+		"ON CONFLICT (execution_id) DO UPDATE SET environment = excluded.environment, pr = excluded.pr, requester = excluded.requester, "+
+		"outcome = excluded.outcome, granted_at = excluded.granted_at, expires_at = excluded.expires_at, revoked_at = excluded.revoked_at",
+		l.ExecutionID, l.Environment, l.PR, l.Requester, l.Outcome, ns(l.GrantedAt), ns(l.ExpiresAt), ns(l.RevokedAt))
+	return err
+}
+
+func (t *sqlTx) PutCheck(c api.Check) error {
+	_, err := t.exec("INSERT INTO checks (environment, pr, name, conclusion, overridden, reason, updated_at) VALUES (?,?,?,?,?,?,?) "+
+		"ON CONFLICT (environment, pr, name) DO UPDATE SET conclusion = excluded.conclusion, overridden = excluded.overridden, "+
+		"reason = excluded.reason, updated_at = excluded.updated_at",
+		c.Environment, c.PR, c.Check, c.Conclusion, b2i(c.Overridden), c.Reason, ns(c.UpdatedAt))
+	return err
+}
+
+func (t *sqlTx) scanChecks(q string, args ...any) ([]api.Check, error) {
+	rows, err := t.query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Check
+	for rows.Next() {
+		var c api.Check
+		var overridden, updated int64
+		if err := rows.Scan(&c.Environment, &c.PR, &c.Check, &c.Conclusion, &overridden, &c.Reason, &updated); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		c.Overridden, c.UpdatedAt = overridden != 0, tm(updated)
+		out = append(out, c)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+const checkSelect = "SELECT environment, pr, name, conclusion, overridden, reason, updated_at FROM checks "
+
+func (t *sqlTx) Check(env string, pr int, name string) (*api.Check, error) {
+	cs, err := t.scanChecks(checkSelect+"WHERE environment = ? AND pr = ? AND name = ?", env, pr, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("%w: check %q of PR #%d in %q", store.ErrNotFound, name, pr, env)
+	}
+	return &cs[0], nil
+}
+
+func (t *sqlTx) Checks(env string, pr int) ([]api.Check, error) {
+	return t.scanChecks(checkSelect+"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) ORDER BY environment, pr, name", env, env, pr, pr)
+}
+
+func (t *sqlTx) AddAudit(e api.AuditEntry) (int64, error) {
+	var id int64
+	err := t.row("INSERT INTO audit (at, principal, action, target, reason, outcome, detail) VALUES (?,?,?,?,?,?,?) RETURNING id",
+		ns(e.At), e.Principal, e.Action, e.Target, e.Reason, e.Outcome, e.Detail).Scan(&id)
+	return id, t.s.mapErr(err)
+}
+
+func (t *sqlTx) Audit(limit int, before int64) ([]api.AuditEntry, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := t.query("SELECT id, at, principal, action, target, reason, outcome, detail FROM audit WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?",
+		before, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.AuditEntry
+	for rows.Next() {
+		var e api.AuditEntry
+		var at int64
+		if err := rows.Scan(&e.ID, &at, &e.Principal, &e.Action, &e.Target, &e.Reason, &e.Outcome, &e.Detail); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		e.At = tm(at)
+		out = append(out, e)
+	}
+	return out, t.s.mapErr(rows.Err())
+}

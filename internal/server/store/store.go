@@ -1,0 +1,198 @@
+// Package store is the persistence layer of the control plane: the Store interface the service
+// uses, the rows it reads and writes, and the domain sentinels every store maps its driver
+// errors to.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+)
+
+// Domain sentinels. Stores and the service wrap them with %w; the HTTP layer maps them to a
+// status and a grpc code name in one place.
+var (
+	// ErrNotFound: the named thing does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the request is malformed.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrConflict: the write collides with an existing row.
+	ErrConflict = errors.New("already exists")
+	// ErrPrecondition: the system is not in the state the operation needs.
+	ErrPrecondition = errors.New("failed precondition")
+	// ErrDenied: the operation is understood but not allowed.
+	ErrDenied = errors.New("permission denied")
+	// ErrUnavailable: a dependency (the database) failed; retrying may help.
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// Execution is one stored execution (stacks are read separately).
+type Execution struct {
+	api.Execution
+	// Error is the runner's error message at finalize.
+	Error string
+	// Finalized is set by the first Finalize.
+	Finalized bool
+	// Cancelled is set by an administrator's cancel.
+	Cancelled bool
+}
+
+// Stack is one stack's stored state in an execution.
+type Stack struct {
+	api.StackState
+	// Seq is the highest Update seq applied.
+	Seq int64
+	// PhaseSeq is the seq of the phase event shown in Phase.
+	PhaseSeq int64
+}
+
+// Phase is one stored phase event.
+type Phase struct {
+	ExecutionID, Stack, Phase, Status, Message string
+	Seq                                        int64
+	At                                         time.Time
+}
+
+// LogChunk is one stored log chunk or gap record.
+type LogChunk struct {
+	ExecutionID, Stack string
+	Generation, Offset int64
+	Data               []byte
+	GapLength          int64
+}
+
+// End is the offset just past the chunk.
+func (c LogChunk) End() int64 {
+	if c.GapLength > 0 {
+		return c.Offset + c.GapLength
+	}
+	return c.Offset + int64(len(c.Data))
+}
+
+// LogSummary describes one stack's latest log generation.
+type LogSummary struct {
+	Stack      string
+	Generation int64
+	Bytes      int64
+	Gaps       []api.LogGap
+}
+
+// Lease is the requester a satisfied gate check leased to an apply execution.
+type Lease struct {
+	ExecutionID, Environment, Requester, Outcome string
+	PR                                           int
+	GrantedAt, ExpiresAt, RevokedAt              time.Time
+}
+
+// ExecutionFilter selects executions, newest first.
+type ExecutionFilter struct {
+	Environment string
+	PR          int
+	Limit       int
+	Before      time.Time
+}
+
+// GrantFilter selects grants; ActiveAt non-zero keeps only grants active at that time.
+type GrantFilter struct {
+	Environment string
+	PR          int
+	Class       string
+	Target      string
+	ActiveAt    time.Time
+}
+
+// Tx is one unit of work. Every method runs inside the transaction the Store opened.
+type Tx interface {
+	// CreateExecution stores e unless its id exists; created reports which.
+	CreateExecution(e *Execution) (created bool, err error)
+	// Execution returns one execution or ErrNotFound.
+	Execution(id string) (*Execution, error)
+	// SaveExecution writes the mutable fields of an existing execution.
+	SaveExecution(e *Execution) error
+	// Executions lists executions newest first.
+	Executions(f ExecutionFilter) ([]Execution, error)
+	// LatestPlan returns the newest plan execution of a PR in an environment (at sha when
+	// non-empty) or ErrNotFound.
+	LatestPlan(env string, pr int, sha string) (*Execution, error)
+
+	// Stacks lists an execution's stacks, sorted by name.
+	Stacks(execID string) ([]Stack, error)
+	// Stack returns one stack or ErrNotFound.
+	Stack(execID, stack string) (*Stack, error)
+	// SaveStack inserts or replaces one stack's state.
+	SaveStack(execID string, s *Stack) error
+	// AddPhase stores a phase event once; added reports whether it was new.
+	AddPhase(p Phase) (added bool, err error)
+
+	// AddLogChunk stores a chunk once per (execution, stack, generation, offset).
+	AddLogChunk(c LogChunk) (added bool, err error)
+	// LogChunks returns chunks of one generation overlapping [from, ∞), ordered by offset,
+	// stopping after about maxBytes of data.
+	LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]LogChunk, error)
+	// LatestGeneration returns the highest generation logged for a stack (0 when none).
+	LatestGeneration(execID, stack string) (int64, error)
+	// LogSummaries describes the latest log generation of each stack of an execution.
+	LogSummaries(execID string) ([]LogSummary, error)
+
+	// Claims lists claims not expired at now (env empty: all environments).
+	Claims(env string, now time.Time) ([]api.Claim, error)
+	// PutClaim inserts or replaces the claim on (environment, stack).
+	PutClaim(c api.Claim) error
+	// ReleaseClaims deletes a PR's claims in env (one stack when stack is non-empty).
+	ReleaseClaims(env string, pr int, stack string) (int64, error)
+
+	// ReplaceGates replaces the gates a PR requires in env.
+	ReplaceGates(env string, pr int, gates []api.Gate) error
+	// Gates lists required gates (zero values select everything).
+	Gates(env string, pr int) ([]api.Gate, error)
+
+	// AddGrant stores a grant and returns its id.
+	AddGrant(g api.Grant) (int64, error)
+	// Grants lists grants, newest first.
+	Grants(f GrantFilter) ([]api.Grant, error)
+	// ReleaseGrants ends the grants active at `at` matching (env, pr, class, target).
+	ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error)
+
+	// Lease returns the lease of an apply execution or ErrNotFound.
+	Lease(execID string) (*Lease, error)
+	// PutLease inserts or replaces a lease.
+	PutLease(l Lease) error
+
+	// PutCheck inserts or replaces a check conclusion.
+	PutCheck(c api.Check) error
+	// Check returns one check or ErrNotFound.
+	Check(env string, pr int, name string) (*api.Check, error)
+	// Checks lists checks (zero values select everything).
+	Checks(env string, pr int) ([]api.Check, error)
+
+	// AddAudit appends an audit entry and returns its id.
+	AddAudit(e api.AuditEntry) (int64, error)
+	// Audit lists entries newest first, ids below before when before > 0.
+	Audit(limit int, before int64) ([]api.AuditEntry, error)
+
+	// LockEnvironment serializes claim, gate and grant decisions on env until the transaction
+	// ends (a database lock, so it holds across replicas).
+	LockEnvironment(env string) error
+	// Notify tells every replica, after commit, that the execution changed.
+	Notify(execID string) error
+}
+
+// Store opens units of work and runs housekeeping.
+type Store interface {
+	// Write runs fn in a read-write transaction; fn's error rolls it back and is returned.
+	Write(ctx context.Context, fn func(Tx) error) error
+	// Read runs fn in a read-only transaction.
+	Read(ctx context.Context, fn func(Tx) error) error
+	// Ping checks the database answers.
+	Ping(ctx context.Context) error
+	// PruneLogs deletes log chunks of executions started before cutoff; it returns the count.
+	PruneLogs(ctx context.Context, cutoff time.Time) (int64, error)
+	// Listen calls fn with the id of every execution any replica notified, until ctx ends.
+	Listen(ctx context.Context, fn func(execID string)) error
+	// Kind names the backend ("sqlite", "postgres").
+	Kind() string
+	// Close releases the database.
+	Close() error
+}

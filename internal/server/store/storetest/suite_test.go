@@ -1,0 +1,370 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
+)
+
+func TestStores(t *testing.T) {
+	for _, b := range Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			for _, tc := range suite {
+				t.Run(tc.name, func(t *testing.T) { tc.fn(t, b.Open(t)) })
+			}
+		})
+	}
+}
+
+var ctx = context.Background()
+
+func write(t *testing.T, s store.Store, fn func(store.Tx) error) {
+	t.Helper()
+	if err := s.Write(ctx, fn); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+func exec1(id string, started time.Time) *store.Execution {
+	e := &store.Execution{}
+	e.ExecutionID, e.Environment, e.Op, e.Status, e.PR, e.SHA = id, "prod", "plan", "running", 7, "abc"
+	e.StartedAt = started
+	e.Edges = []api.Edge{{From: "a", To: "b"}}
+	return e
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+var suite = []struct {
+	name string
+	fn   func(t *testing.T, s store.Store)
+}{
+	{"execution create is idempotent, first copy wins", func(t *testing.T, s store.Store) {
+		var first, second bool
+		write(t, s, func(tx store.Tx) (err error) { first, err = tx.CreateExecution(exec1("e1", t0)); return })
+		e := exec1("e1", t0)
+		e.Repo = "other"
+		write(t, s, func(tx store.Tx) (err error) { second, err = tx.CreateExecution(e); return })
+		if !first || second {
+			t.Fatalf("created %v then %v, want true then false", first, second)
+		}
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, err := tx.Execution("e1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Repo != "" || got.PR != 7 || !got.StartedAt.Equal(t0) || len(got.Edges) != 1 {
+				t.Errorf("stored %+v", got)
+			}
+			return nil
+		})
+	}},
+	{"unknown execution is ErrNotFound", func(t *testing.T, s store.Store) {
+		err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.Execution("nope"); return err })
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("err %v, want ErrNotFound", err)
+		}
+		err = s.Write(ctx, func(tx store.Tx) error { return tx.SaveExecution(exec1("nope", t0)) })
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("save unknown: %v, want ErrNotFound", err)
+		}
+	}},
+	{"executions list newest first with filters and paging", func(t *testing.T, s store.Store) {
+		for i := 0; i < 5; i++ {
+			e := exec1(fmt.Sprintf("e%d", i), t0.Add(time.Duration(i)*time.Minute))
+			if i == 4 {
+				e.Environment = "dev"
+			}
+			write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err })
+		}
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, _ := tx.Executions(store.ExecutionFilter{Environment: "prod", Limit: 2})
+			if len(got) != 2 || got[0].ExecutionID != "e3" || got[1].ExecutionID != "e2" {
+				t.Errorf("page 1: %v", ids(got))
+			}
+			got, _ = tx.Executions(store.ExecutionFilter{Environment: "prod", Before: got[1].StartedAt})
+			if len(got) != 2 || got[0].ExecutionID != "e1" {
+				t.Errorf("page 2: %v", ids(got))
+			}
+			latest, err := tx.LatestPlan("prod", 7, "abc")
+			if err != nil || latest.ExecutionID != "e3" {
+				t.Errorf("latest plan %v %v", latest, err)
+			}
+			if _, err := tx.LatestPlan("prod", 7, "other-sha"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("latest plan at unknown sha: %v", err)
+			}
+			return nil
+		})
+	}},
+	{"log chunks dedup by key, read in offset order, gaps summarized", func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("e1", t0)); return err })
+		chunks := []store.LogChunk{
+			{Offset: 6, Data: []byte("world\n")},
+			{Offset: 0, Data: []byte("hello ")},
+			{Offset: 0, Data: []byte("HELLO ")}, // a retry: the first copy wins
+			{Offset: 12, GapLength: 10},
+			{Offset: 22, Data: []byte("tail")},
+		}
+		var added []bool
+		for _, c := range chunks {
+			c.ExecutionID, c.Stack, c.Generation = "e1", "a", 1
+			write(t, s, func(tx store.Tx) error { ok, err := tx.AddLogChunk(c); added = append(added, ok); return err })
+		}
+		if fmt.Sprint(added) != "[true true false true true]" {
+			t.Errorf("added %v", added)
+		}
+		write(t, s, func(tx store.Tx) error {
+			_, err := tx.AddLogChunk(store.LogChunk{ExecutionID: "e1", Stack: "a", Generation: 0, Offset: 0, Data: []byte("old")})
+			return err
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, _ := tx.LogChunks("e1", "a", 1, 3, 1<<20)
+			if len(got) != 4 || got[0].Offset != 0 || string(got[0].Data) != "hello " || got[2].GapLength != 10 {
+				t.Errorf("chunks %+v", got)
+			}
+			g, _ := tx.LatestGeneration("e1", "a")
+			if g != 1 {
+				t.Errorf("latest generation %d", g)
+			}
+			sum, _ := tx.LogSummaries("e1")
+			if len(sum) != 1 || sum[0].Bytes != 26 || sum[0].Generation != 1 || len(sum[0].Gaps) != 1 || sum[0].Gaps[0].To != 22 {
+				t.Errorf("summaries %+v", sum)
+			}
+			return nil
+		})
+		n, err := s.PruneLogs(ctx, t0.Add(time.Second))
+		if err != nil || n != 5 {
+			t.Errorf("prune removed %d, %v; want 5", n, err)
+		}
+	}},
+	{"stacks and phases", func(t *testing.T, s store.Store) {
+		st := &store.Stack{Seq: 3}
+		st.StackState.Stack, st.Status, st.Class, st.PlanHash = "a/b", "succeeded", "destructive", "h1"
+		st.Reasons = []api.ChangeReason{{Stack: "a/b", Kind: "module"}}
+		write(t, s, func(tx store.Tx) error { return tx.SaveStack("e1", st) })
+		st.PlanHash = "h2"
+		write(t, s, func(tx store.Tx) error { return tx.SaveStack("e1", st) })
+		var added []bool
+		for i := 0; i < 2; i++ {
+			write(t, s, func(tx store.Tx) error {
+				ok, err := tx.AddPhase(store.Phase{ExecutionID: "e1", Stack: "a/b", Phase: "init", Seq: 5})
+				added = append(added, ok)
+				return err
+			})
+		}
+		if fmt.Sprint(added) != "[true false]" {
+			t.Errorf("phase added %v", added)
+		}
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, err := tx.Stack("e1", "a/b")
+			if err != nil || got.PlanHash != "h2" || got.Seq != 3 || len(got.Reasons) != 1 || got.Class != "destructive" {
+				t.Errorf("stack %+v %v", got, err)
+			}
+			if _, err := tx.Stack("e1", "zzz"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("unknown stack: %v", err)
+			}
+			return nil
+		})
+	}},
+	{"claims expire and release", func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error {
+			for _, c := range []api.Claim{
+				{Environment: "prod", Stack: "a", PR: 1, ExpiresAt: t0.Add(time.Hour)},
+				{Environment: "prod", Stack: "b", PR: 1, ExpiresAt: t0.Add(-time.Hour)},
+				{Environment: "prod", Stack: "c", PR: 2},
+				{Environment: "dev", Stack: "a", PR: 1},
+			} {
+				if err := tx.PutClaim(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, _ := tx.Claims("prod", t0)
+			if len(got) != 2 || got[0].Stack != "a" || got[1].Stack != "c" {
+				t.Errorf("claims %+v", got)
+			}
+			return nil
+		})
+		write(t, s, func(tx store.Tx) error {
+			n, err := tx.ReleaseClaims("prod", 1, "")
+			if n != 2 {
+				t.Errorf("released %d, want 2", n)
+			}
+			return err
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			all, _ := tx.Claims("", t0)
+			if len(all) != 2 {
+				t.Errorf("claims left %+v", all)
+			}
+			return nil
+		})
+	}},
+	{"grants active until released or expired", func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error {
+			_, err := tx.AddGrant(api.Grant{Environment: "prod", PR: 1, Class: "destructive", Target: "**", GrantedAt: t0})
+			if err != nil {
+				return err
+			}
+			_, err = tx.AddGrant(api.Grant{Environment: "prod", PR: 1, Class: "mutating", Target: "**", GrantedAt: t0, ExpiresAt: t0.Add(time.Minute)})
+			return err
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, _ := tx.Grants(store.GrantFilter{Environment: "prod", PR: 1, ActiveAt: t0.Add(2 * time.Minute)})
+			if len(got) != 1 || got[0].Class != "destructive" || got[0].ID == 0 {
+				t.Errorf("active grants %+v", got)
+			}
+			return nil
+		})
+		write(t, s, func(tx store.Tx) error {
+			n, err := tx.ReleaseGrants("prod", 1, "destructive", "**", "admin", t0.Add(3*time.Minute))
+			if n != 1 {
+				t.Errorf("released %d", n)
+			}
+			return err
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, _ := tx.Grants(store.GrantFilter{Environment: "prod"})
+			if len(got) != 2 || got[1].ReleasedBy != "admin" || got[1].ReleasedAt.IsZero() {
+				t.Errorf("grants %+v", got)
+			}
+			return nil
+		})
+	}},
+	{"gates, leases, checks", func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error {
+			if err := tx.ReplaceGates("prod", 1, []api.Gate{{Class: "destructive", Target: "**", Stacks: []string{"a"}}}); err != nil {
+				return err
+			}
+			if err := tx.PutLease(store.Lease{ExecutionID: "ap", Environment: "prod", PR: 1, Requester: "sa@x"}); err != nil {
+				return err
+			}
+			return tx.PutCheck(api.Check{Environment: "prod", PR: 1, Check: "tfstackplan/plan", Conclusion: "success"})
+		})
+		write(t, s, func(tx store.Tx) error {
+			return tx.ReplaceGates("prod", 1, []api.Gate{{Class: "mutating", Target: "x/*"}})
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			gates, _ := tx.Gates("prod", 1)
+			if len(gates) != 1 || gates[0].Class != "mutating" || gates[0].Environment != "prod" {
+				t.Errorf("gates %+v", gates)
+			}
+			l, err := tx.Lease("ap")
+			if err != nil || l.Requester != "sa@x" {
+				t.Errorf("lease %+v %v", l, err)
+			}
+			c, err := tx.Check("prod", 1, "tfstackplan/plan")
+			if err != nil || c.Conclusion != "success" {
+				t.Errorf("check %+v %v", c, err)
+			}
+			return nil
+		})
+	}},
+	{"audit newest first with paging", func(t *testing.T, s store.Store) {
+		for i := 0; i < 3; i++ {
+			write(t, s, func(tx store.Tx) error {
+				_, err := tx.AddAudit(api.AuditEntry{At: t0, Principal: "p", Action: fmt.Sprint("a", i)})
+				return err
+			})
+		}
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			all, _ := tx.Audit(10, 0)
+			if len(all) != 3 || all[0].Action != "a2" {
+				t.Fatalf("audit %+v", all)
+			}
+			older, _ := tx.Audit(10, all[0].ID)
+			if len(older) != 2 || older[0].Action != "a1" {
+				t.Errorf("older %+v", older)
+			}
+			return nil
+		})
+	}},
+	{"a failed write rolls back alone while concurrent writes commit", func(t *testing.T, s store.Store) {
+		var wg sync.WaitGroup
+		errs := make([]error, 40)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.Write(ctx, func(tx store.Tx) error {
+					if _, err := tx.CreateExecution(exec1(fmt.Sprint("c", i), t0)); err != nil {
+						return err
+					}
+					if i%4 == 0 {
+						return fmt.Errorf("%w: refused", store.ErrDenied)
+					}
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			for i, err := range errs {
+				_, gerr := tx.Execution(fmt.Sprint("c", i))
+				if i%4 == 0 && (!errors.Is(err, store.ErrDenied) || !errors.Is(gerr, store.ErrNotFound)) {
+					t.Errorf("write %d: err %v, read %v; want denied and rolled back", i, err, gerr)
+				}
+				if i%4 != 0 && (err != nil || gerr != nil) {
+					t.Errorf("write %d: err %v, read %v", i, err, gerr)
+				}
+			}
+			return nil
+		})
+	}},
+	{"notifications reach listeners after commit", func(t *testing.T, s store.Store) {
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		got := make(chan string, 16)
+		go func() { _ = s.Listen(lctx, func(id string) { got <- id }) }()
+		deadline := time.After(10 * time.Second)
+		for {
+			write(t, s, func(tx store.Tx) error { return tx.Notify("exec-n") })
+			select {
+			case id := <-got:
+				if id != "exec-n" {
+					t.Fatalf("notified %q", id)
+				}
+				return
+			case <-time.After(100 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("no notification within 10s")
+			}
+		}
+	}},
+}
+
+func ids(es []store.Execution) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.ExecutionID)
+	}
+	return out
+}
+
+func TestSQLiteReopenKeepsDataAndMigratesOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "re.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("keep", t0)); return err })
+	_ = s.Close()
+	s, err = sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.Execution("keep"); return err }); err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+}
