@@ -1,0 +1,505 @@
+package plan
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	tfjson "github.com/hashicorp/terraform-json"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// Bounds on what one stack keeps; counts are always exact.
+const (
+	// MaxChanges is the number of changes (and of drift entries) listed per stack.
+	MaxChanges = 1000
+	// MaxDetailed is the number of changes per stack that get attribute-level diffs.
+	MaxDetailed = 100
+	// MaxDestructive is the number of destructive addresses kept per stack.
+	MaxDestructive = 1000
+	// maxDetailBytes: a change whose before+after JSON is larger gets no attribute diff.
+	maxDetailBytes = 16 << 10
+)
+
+// supportedMajor is the plan format_version major this package reads (tfjson reads >= 0.1,
+// < 2.0; 0.x plans have the same shape for what is read here).
+var supportedMajor = map[string]bool{"0": true, "1": true}
+
+// ClassifyFile reads and classifies the plan JSON at path for stack. It always returns a
+// Stack: on error it is unclassified, carries the error text, and the error is an *Error
+// naming the stack and the file.
+func ClassifyFile(stack, path string) (*Stack, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return failed(stack, path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return failed(stack, path, err)
+	}
+	if fi.IsDir() {
+		return failed(stack, path, errors.New("is a directory, not a plan file"))
+	}
+	return Classify(stack, path, f)
+}
+
+// Classify reads the plan JSON from r (named file in messages) for stack, in one streaming
+// pass that also hashes the bytes. See ClassifyFile for the error contract.
+func Classify(stack, file string, r io.Reader) (*Stack, error) {
+	h := sha256.New()
+	br := bufio.NewReaderSize(io.TeeReader(r, h), 256<<10)
+	c := &classifier{
+		s:       &Stack{Name: stack, File: file, Class: events.ClassUnclassified, Destructive: []Change{}, Changes: []Change{}},
+		secrets: newSecretSet(),
+	}
+	c.s.secrets = c.secrets
+	if err := c.run(br); err != nil {
+		return failed(stack, file, err)
+	}
+	// Hash what the decoder did not need to read (trailing whitespace).
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		return failed(stack, file, err)
+	}
+	c.s.PlanHash = hex.EncodeToString(h.Sum(nil))
+	c.s.Class = ClassOf(c.s.Counts, c.s.OutputsChanged)
+	c.s.redact()
+	return c.s, nil
+}
+
+func failed(stack, file string, err error) (*Stack, error) {
+	e := &Error{Stack: stack, File: file, Err: err}
+	return &Stack{
+		Name: stack, File: file, Class: events.ClassUnclassified,
+		Destructive: []Change{}, Changes: []Change{}, Error: e.Error(), secrets: newSecretSet(),
+	}, e
+}
+
+type classifier struct {
+	s       *Stack
+	secrets *secretSet
+	dec     *json.Decoder
+
+	detailed int
+	// variables holds the root variables' values until the configuration says which are
+	// sensitive; sensitiveVars is nil when the plan has no configuration.
+	variables     map[string]json.RawMessage
+	sensitiveVars map[string]bool
+	sawPlanned    bool
+	sawState      bool
+	errored       bool
+
+	rc  rawResourceChange // reused for every resource change
+	res rawResource       // reused for every state resource
+}
+
+// rawChange is tfjson.Change with the (possibly large) values kept as raw JSON: they are only
+// decoded for small diffs and when a sensitivity mask flags something.
+type rawChange struct {
+	Actions         tfjson.Actions    `json:"actions"`
+	Before          json.RawMessage   `json:"before"`
+	After           json.RawMessage   `json:"after"`
+	AfterUnknown    json.RawMessage   `json:"after_unknown"`
+	BeforeSensitive json.RawMessage   `json:"before_sensitive"`
+	AfterSensitive  json.RawMessage   `json:"after_sensitive"`
+	Importing       *tfjson.Importing `json:"importing"`
+}
+
+// reset empties c for the next decode, keeping its buffers.
+func (c *rawChange) reset() {
+	*c = rawChange{
+		Actions: c.Actions[:0], Before: c.Before[:0], After: c.After[:0],
+		AfterUnknown: c.AfterUnknown[:0], BeforeSensitive: c.BeforeSensitive[:0], AfterSensitive: c.AfterSensitive[:0],
+	}
+}
+
+// rawResourceChange is one element of resource_changes or resource_drift: tfjson's
+// ResourceChange, its Change replaced by rawChange.
+type rawResourceChange struct {
+	tfjson.ResourceChange
+	Change rawChange `json:"change"`
+}
+
+// rawResource is a resource of planned_values or prior_state, values kept raw.
+type rawResource struct {
+	Address         string          `json:"address"`
+	Values          json.RawMessage `json:"values"`
+	SensitiveValues json.RawMessage `json:"sensitive_values"`
+}
+
+func (c *classifier) run(br *bufio.Reader) error {
+	first, err := firstByte(br)
+	if err == io.EOF {
+		return ErrEmpty
+	}
+	if err != nil {
+		return err
+	}
+	if first != '{' {
+		if first == '[' || first == '"' {
+			return fmt.Errorf("%w: the document is not a JSON object", ErrNotJSON)
+		}
+		return fmt.Errorf("%w: it starts with %q; this looks like human-readable plan output, "+
+			"pass the output of `tofu show -json PLANFILE` (or terraform)", ErrNotJSON, first)
+	}
+	c.dec = json.NewDecoder(br)
+	if err := c.object(c.topLevel); err != nil {
+		return jsonError(err)
+	}
+	if _, err := c.dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: unexpected data after the plan object", ErrNotJSON)
+	}
+	if c.s.FormatVersion == "" {
+		return fmt.Errorf("%w: no format_version (expected the output of `tofu show -json PLANFILE`)", ErrNotPlan)
+	}
+	if !c.sawPlanned {
+		if c.sawState {
+			return fmt.Errorf("%w: this is a state (`show -json` without a plan file), it has no planned_values", ErrNotPlan)
+		}
+		return fmt.Errorf("%w: no planned_values", ErrNotPlan)
+	}
+	if c.errored {
+		return errors.New("the plan errored (errored: true), it is incomplete")
+	}
+	return c.collectVariables()
+}
+
+// jsonError turns decoder errors into messages that say what is wrong with the file.
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: truncated JSON (unexpected end of file)", ErrNotJSON)
+	case errors.As(err, &se):
+		return fmt.Errorf("%w: invalid JSON at byte %d: %v", ErrNotJSON, se.Offset, err)
+	}
+	return err
+}
+
+func firstByte(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return b, br.UnreadByte()
+	}
+}
+
+// object reads one JSON object, calling field for each key with the decoder positioned at
+// its value; field must consume the value.
+func (c *classifier) object(field func(key string) error) error {
+	if err := c.delim('{'); err != nil {
+		return err
+	}
+	for c.dec.More() {
+		tok, err := c.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return fmt.Errorf("%w: expected an object key, got %v", ErrNotJSON, tok)
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+	}
+	_, err := c.dec.Token()
+	return err
+}
+
+// array reads one JSON array (or null), calling elem with the decoder positioned at each
+// element; elem must consume it.
+func (c *classifier) array(what string, elem func() error) error {
+	tok, err := c.dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		return nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("%s: expected an array, got %v", what, tok)
+	}
+	for c.dec.More() {
+		if err := elem(); err != nil {
+			return err
+		}
+	}
+	_, err = c.dec.Token()
+	return err
+}
+
+func (c *classifier) delim(want json.Delim) error {
+	tok, err := c.dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("%w: expected %q, got %v", ErrNotJSON, want, tok)
+	}
+	return nil
+}
+
+// skipValue consumes a value without copying it.
+type skipValue struct{}
+
+func (*skipValue) UnmarshalJSON([]byte) error { return nil }
+
+func (c *classifier) skip() error { return c.dec.Decode(&skipValue{}) }
+
+func (c *classifier) topLevel(key string) error {
+	switch key {
+	case "format_version":
+		if err := c.dec.Decode(&c.s.FormatVersion); err != nil {
+			return fmt.Errorf("format_version: %w", err)
+		}
+		major, _, _ := strings.Cut(c.s.FormatVersion, ".")
+		if !supportedMajor[major] {
+			return fmt.Errorf("%w %q (this tfstackplan reads format versions 0.x and 1.x)", ErrFormatVersion, c.s.FormatVersion)
+		}
+		return nil
+	case "terraform_version":
+		return c.dec.Decode(&c.s.TerraformVersion)
+	case "variables":
+		return c.dec.Decode(&c.variables)
+	case "planned_values":
+		c.sawPlanned = true
+		return c.stateValues()
+	case "values":
+		c.sawState = true
+		return c.skip()
+	case "prior_state":
+		return c.object(func(key string) error {
+			if key == "values" {
+				return c.stateValues()
+			}
+			return c.skip()
+		})
+	case "resource_changes":
+		return c.array("resource_changes", func() error { return c.resourceChange(false) })
+	case "resource_drift":
+		return c.array("resource_drift", func() error { return c.resourceChange(true) })
+	case "output_changes":
+		return c.outputChanges()
+	case "configuration":
+		return c.configuration()
+	case "errored":
+		return c.dec.Decode(&c.errored)
+	}
+	return c.skip()
+}
+
+// actionOf maps a change's actions to the one action it counts as.
+func actionOf(a tfjson.Actions, importing bool) (Action, string, error) {
+	switch {
+	case a.NoOp():
+		if importing {
+			return ActionImport, "", nil
+		}
+		return ActionNoOp, "", nil
+	case a.Create():
+		return ActionCreate, "", nil
+	case a.Update():
+		return ActionUpdate, "", nil
+	case a.Delete():
+		return ActionDelete, "", nil
+	case a.Forget():
+		return ActionForget, "", nil
+	case a.Read():
+		return ActionRead, "", nil
+	case a.DestroyBeforeCreate():
+		return ActionReplace, "delete-then-create", nil
+	case a.CreateBeforeDestroy():
+		return ActionReplace, "create-then-delete", nil
+	}
+	return "", "", fmt.Errorf("unknown actions %q", a)
+}
+
+func (c *classifier) resourceChange(drift bool) error {
+	rc := &c.rc
+	rc.Change.reset()
+	rc.ResourceChange = tfjson.ResourceChange{}
+	if err := c.dec.Decode(rc); err != nil {
+		return err
+	}
+	ch := &rc.Change
+	if err := c.secrets.collectChange(ch); err != nil {
+		return fmt.Errorf("resource %s: %w", rc.Address, err)
+	}
+	action, order, err := actionOf(ch.Actions, ch.Importing != nil)
+	if err != nil {
+		return fmt.Errorf("resource %s: %w", rc.Address, err)
+	}
+	s := c.s
+	if drift {
+		if action == ActionNoOp {
+			return nil
+		}
+		s.DriftCount++
+		if len(s.Drift) < MaxChanges {
+			s.Drift = append(s.Drift, Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason)})
+		}
+		return nil
+	}
+	if action == ActionNoOp {
+		return nil
+	}
+	s.Counts.inc(action)
+	out := Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason), Importing: ch.Importing != nil}
+	if action.Destructive() {
+		if len(s.Destructive) < MaxDestructive {
+			s.Destructive = append(s.Destructive, out)
+		} else {
+			s.DestructiveOmitted++
+		}
+	}
+	if len(s.Changes) >= MaxChanges {
+		s.ChangesOmitted++
+		return nil
+	}
+	if c.detailed < MaxDetailed && len(ch.Before)+len(ch.After) <= maxDetailBytes {
+		c.detailed++
+		out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
+		if err != nil {
+			return fmt.Errorf("resource %s: %w", rc.Address, err)
+		}
+	}
+	s.Changes = append(s.Changes, out)
+	return nil
+}
+
+func (c *classifier) outputChanges() error {
+	var ch rawChange
+	return c.object(func(name string) error {
+		ch.reset()
+		if err := c.dec.Decode(&ch); err != nil {
+			return fmt.Errorf("output %s: %w", name, err)
+		}
+		if err := c.secrets.collectChange(&ch); err != nil {
+			return fmt.Errorf("output %s: %w", name, err)
+		}
+		action, _, err := actionOf(ch.Actions, false)
+		if err != nil {
+			return fmt.Errorf("output %s: %w", name, err)
+		}
+		if action == ActionNoOp {
+			return nil
+		}
+		c.s.OutputsChanged++
+		if len(c.s.Outputs) >= MaxChanges {
+			return nil
+		}
+		out := OutputChange{Name: name, Action: action}
+		if len(ch.Before)+len(ch.After) <= maxDetailBytes {
+			out.Attributes, _, err = diffValues(name, ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
+			if err != nil {
+				return fmt.Errorf("output %s: %w", name, err)
+			}
+		}
+		c.s.Outputs = append(c.s.Outputs, out)
+		return nil
+	})
+}
+
+// stateValues reads planned_values or prior_state.values: outputs and the module tree.
+func (c *classifier) stateValues() error {
+	return c.object(func(key string) error {
+		switch key {
+		case "outputs":
+			var outs map[string]struct {
+				Sensitive bool            `json:"sensitive"`
+				Value     json.RawMessage `json:"value"`
+			}
+			if err := c.dec.Decode(&outs); err != nil {
+				return fmt.Errorf("outputs: %w", err)
+			}
+			for name, o := range outs {
+				if o.Sensitive {
+					if err := c.secrets.collectRaw(o.Value, json.RawMessage("true")); err != nil {
+						return fmt.Errorf("output %s: %w", name, err)
+					}
+				}
+			}
+			return nil
+		case "root_module":
+			return c.module()
+		}
+		return c.skip()
+	})
+}
+
+// module reads one module of a state's module tree, one resource at a time.
+func (c *classifier) module() error {
+	return c.object(func(key string) error {
+		switch key {
+		case "resources":
+			return c.array("resources", func() error {
+				r := &c.res
+				*r = rawResource{Values: r.Values[:0], SensitiveValues: r.SensitiveValues[:0]}
+				if err := c.dec.Decode(r); err != nil {
+					return err
+				}
+				if err := c.secrets.collectRaw(r.Values, r.SensitiveValues); err != nil {
+					return fmt.Errorf("%s: %w", r.Address, err)
+				}
+				return nil
+			})
+		case "child_modules":
+			return c.array("child_modules", c.module)
+		}
+		return c.skip()
+	})
+}
+
+// configuration reads which root variables are sensitive.
+func (c *classifier) configuration() error {
+	var cfg struct {
+		RootModule struct {
+			Variables map[string]struct {
+				Sensitive bool `json:"sensitive"`
+			} `json:"variables"`
+		} `json:"root_module"`
+	}
+	if err := c.dec.Decode(&cfg); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	c.sensitiveVars = map[string]bool{}
+	for name, v := range cfg.RootModule.Variables {
+		c.sensitiveVars[name] = v.Sensitive
+	}
+	return nil
+}
+
+// collectVariables adds the values of sensitive root variables to the secrets. Without a
+// configuration the plan does not say which are sensitive, so every variable counts as one.
+func (c *classifier) collectVariables() error {
+	for name, v := range c.variables {
+		if c.sensitiveVars != nil && !c.sensitiveVars[name] {
+			continue
+		}
+		var pv struct {
+			Value json.RawMessage `json:"value"`
+		}
+		if err := json.Unmarshal(v, &pv); err != nil {
+			return fmt.Errorf("variable %s: %w", strconv.Quote(name), err)
+		}
+		if err := c.secrets.collectRaw(pv.Value, json.RawMessage("true")); err != nil {
+			return fmt.Errorf("variable %s: %w", strconv.Quote(name), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Display values for attributes that have no printable value.
+const (
+	Unknown = "(known after apply)"
+	Null    = "null"
+)
+
+const (
+	maxAttrs    = 30  // attribute differences kept per change
+	maxValueLen = 200 // bytes of one displayed value
+)
+
+// leaf is one scalar (or empty collection) at a path: raw is compared with secrets, text is
+// shown, and cmp (the whole value, typed) tells whether before and after differ.
+type leaf struct{ raw, text, cmp string }
+
+// diffValues returns the attribute-level differences between before and after, masking what
+// beforeSens/afterSens flag and showing what afterUnknown flags as known after apply. root
+// prefixes every path (an output's name; "" for a resource).
+func diffValues(root string, before, after, afterUnknown, beforeSens, afterSens json.RawMessage) (diffs []AttrDiff, omitted int, err error) {
+	var b, a, unk, bs, as any
+	for _, d := range []struct {
+		raw json.RawMessage
+		dst *any
+	}{{before, &b}, {after, &a}, {afterUnknown, &unk}, {beforeSens, &bs}, {afterSens, &as}} {
+		if !isNull(d.raw) {
+			if err := unmarshalNumber(d.raw, d.dst); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	bl, al := map[string]leaf{}, map[string]leaf{}
+	flatten(b, bs, root, bl)
+	flatten(a, as, root, al)
+	var unknown []string
+	truePaths(unk, root, &unknown)
+
+	paths := make(map[string]bool, len(bl)+len(al)+len(unknown))
+	for p := range bl {
+		paths[p] = true
+	}
+	for p := range al {
+		paths[p] = true
+	}
+	for _, u := range unknown {
+		if !hasLeafUnder(bl, u) && !hasLeafUnder(al, u) {
+			paths[u] = true
+		}
+	}
+	sorted := make([]string, 0, len(paths))
+	for p := range paths {
+		sorted = append(sorted, p)
+	}
+	sort.Strings(sorted)
+
+	for _, p := range sorted {
+		bv, hasB := bl[p]
+		av, hasA := al[p]
+		isUnk := underAny(p, unknown)
+		if hasA && hasB && av.cmp == bv.cmp && !isUnk {
+			continue
+		}
+		d := AttrDiff{Path: p, Before: Null, After: Null}
+		if hasB {
+			d.Before, d.beforeRaw = bv.text, bv.raw
+		}
+		switch {
+		case hasA:
+			d.After, d.afterRaw = av.text, av.raw
+		case isUnk:
+			d.After = Unknown
+		}
+		if len(diffs) == maxAttrs {
+			omitted++
+			continue
+		}
+		diffs = append(diffs, d)
+	}
+	return diffs, omitted, nil
+}
+
+// flatten adds the leaves of v under path to out; a leaf under a true mask shows as Masked.
+// Null leaves are left out (they show as absent).
+func flatten(v, mask any, path string, out map[string]leaf) {
+	if m, ok := mask.(bool); ok && m {
+		if v != nil {
+			cmp, _ := json.Marshal(v)
+			out[path] = leaf{text: Masked, cmp: string(cmp)}
+		}
+		return
+	}
+	switch t := v.(type) {
+	case nil:
+	case map[string]any:
+		if len(t) == 0 {
+			out[path] = leaf{text: "{}", cmp: "{}"}
+			return
+		}
+		mm, _ := mask.(map[string]any)
+		for k, e := range t {
+			flatten(e, mm[k], joinKey(path, k), out)
+		}
+	case []any:
+		if len(t) == 0 {
+			out[path] = leaf{text: "[]", cmp: "[]"}
+			return
+		}
+		ml, _ := mask.([]any)
+		for i, e := range t {
+			var sub any
+			if i < len(ml) {
+				sub = ml[i]
+			}
+			flatten(e, sub, path+"["+strconv.Itoa(i)+"]", out)
+		}
+	case string:
+		out[path] = leaf{raw: t, text: truncate(strconv.Quote(t)), cmp: "s" + t}
+	case json.Number:
+		out[path] = leaf{raw: t.String(), text: truncate(t.String()), cmp: "n" + t.String()}
+	case bool:
+		out[path] = leaf{text: strconv.FormatBool(t), cmp: strconv.FormatBool(t)}
+	}
+}
+
+// truePaths appends the paths where mask is true (after_unknown's shape).
+func truePaths(mask any, path string, out *[]string) {
+	switch m := mask.(type) {
+	case bool:
+		if m {
+			*out = append(*out, path)
+		}
+	case map[string]any:
+		for k, e := range m {
+			truePaths(e, joinKey(path, k), out)
+		}
+	case []any:
+		for i, e := range m {
+			truePaths(e, path+"["+strconv.Itoa(i)+"]", out)
+		}
+	}
+}
+
+func joinKey(path, key string) string {
+	if !isIdent(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if r != '_' && r != '-' && !(r >= 'a' && r <= 'z') && !(r >= 'A' && r <= 'Z') && !(i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// under reports whether path p is prefix itself or lies inside it.
+func under(p, prefix string) bool {
+	if prefix == "" || p == prefix {
+		return true
+	}
+	return strings.HasPrefix(p, prefix) && (p[len(prefix)] == '.' || p[len(prefix)] == '[')
+}
+
+func underAny(p string, prefixes []string) bool {
+	for _, u := range prefixes {
+		if under(p, u) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasLeafUnder(leaves map[string]leaf, prefix string) bool {
+	for p := range leaves {
+		if under(p, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string) string {
+	if len(s) <= maxValueLen {
+		return s
+	}
+	cut := maxValueLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// unmarshalNumber decodes raw keeping numbers as json.Number, so they print as written.
+func unmarshalNumber(raw json.RawMessage, v *any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
+}
+
+// maybeTrue reports whether a sensitivity mask may mark something sensitive: it contains true.
+func maybeTrue(mask json.RawMessage) bool {
+	return bytes.Contains(mask, []byte("true"))
+}

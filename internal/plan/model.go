@@ -1,0 +1,332 @@
+// Package plan classifies and renders Terraform/OpenTofu plans.
+//
+// Classify reads the output of `terraform show -json` / `tofu show -json` as a stream (one
+// resource change at a time, never the whole document), counts changes per action, assigns the
+// stack a change class (no-changes < additive < mutating < destructive, or unclassified when the
+// plan cannot be read) and hashes the plan file in the same pass. Every render (step summary,
+// PR comment, terminal text, JSON) is built from the same model, a Report of Stacks.
+//
+// Secrets: the model never holds a sensitive value once Classify returns. Every value found in
+// a sensitive position anywhere in the plan (sensitive root variables, sensitive outputs,
+// attributes flagged in before_sensitive/after_sensitive, sensitive_values of planned and prior
+// state) is collected, and any displayed value equal to one of them, or containing one of at
+// least minSecretSubstring bytes, is replaced by "(sensitive value)". The plan's `variables`
+// are never displayed.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// Action is what a plan does to one resource instance, as counted and rendered.
+type Action string
+
+// Actions a resource change can have. A replace is either delete-then-create or
+// create-then-delete; it counts once, as replace. Import is an import with no other action
+// (an import that also updates counts as the update, with Importing set).
+const (
+	ActionCreate  Action = "create"
+	ActionUpdate  Action = "update"
+	ActionReplace Action = "replace"
+	ActionDelete  Action = "delete"
+	ActionForget  Action = "forget"
+	ActionImport  Action = "import"
+	ActionRead    Action = "read"
+	ActionNoOp    Action = "no-op"
+)
+
+// Destructive reports whether the action removes or recreates existing infrastructure, or
+// drops it from state: delete, replace and forget.
+func (a Action) Destructive() bool {
+	return a == ActionDelete || a == ActionReplace || a == ActionForget
+}
+
+// Symbol is the one-character marker renders put before an action.
+func (a Action) Symbol() string {
+	switch a {
+	case ActionCreate:
+		return "+"
+	case ActionUpdate:
+		return "~"
+	case ActionReplace:
+		return "±"
+	case ActionDelete:
+		return "-"
+	case ActionForget:
+		return "⊘"
+	case ActionImport:
+		return "←"
+	case ActionRead:
+		return "≤"
+	}
+	return " "
+}
+
+// Counts are resource changes by action. Every key is always present in JSON; a replace
+// counts once, as replace; no-op changes are not counted.
+type Counts struct {
+	Create  int `json:"create"`
+	Update  int `json:"update"`
+	Replace int `json:"replace"`
+	Delete  int `json:"delete"`
+	Forget  int `json:"forget"`
+	Import  int `json:"import"`
+	Read    int `json:"read"`
+}
+
+// Total is the number of counted changes.
+func (c Counts) Total() int {
+	return c.Create + c.Update + c.Replace + c.Delete + c.Forget + c.Import + c.Read
+}
+
+// Destructive is the number of deletes, replaces and forgets.
+func (c Counts) Destructive() int { return c.Replace + c.Delete + c.Forget }
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Create += o.Create
+	c.Update += o.Update
+	c.Replace += o.Replace
+	c.Delete += o.Delete
+	c.Forget += o.Forget
+	c.Import += o.Import
+	c.Read += o.Read
+}
+
+// inc counts one change with action a; no-op is not counted.
+func (c *Counts) inc(a Action) {
+	switch a {
+	case ActionCreate:
+		c.Create++
+	case ActionUpdate:
+		c.Update++
+	case ActionReplace:
+		c.Replace++
+	case ActionDelete:
+		c.Delete++
+	case ActionForget:
+		c.Forget++
+	case ActionImport:
+		c.Import++
+	case ActionRead:
+		c.Read++
+	}
+}
+
+// Events converts c to the wire type.
+func (c Counts) Events() events.Counts {
+	return events.Counts{
+		Create: c.Create, Update: c.Update, Replace: c.Replace, Delete: c.Delete,
+		Forget: c.Forget, Import: c.Import, Read: c.Read,
+	}
+}
+
+// ClassOf is the class of a stack with counts c and outputsChanged changed outputs:
+// destructive if anything is deleted, replaced or forgotten; mutating if anything is updated
+// in place; additive if anything is created, imported or read, or only outputs change;
+// otherwise no-changes.
+func ClassOf(c Counts, outputsChanged int) events.Class {
+	switch {
+	case c.Destructive() > 0:
+		return events.ClassDestructive
+	case c.Update > 0:
+		return events.ClassMutating
+	case c.Create+c.Import+c.Read > 0 || outputsChanged > 0:
+		return events.ClassAdditive
+	}
+	return events.ClassNoChanges
+}
+
+// AttrDiff is one changed attribute (or output), with display values. Before or After is
+// "(sensitive value)" when masked, "(known after apply)" when unknown, and "null" when absent.
+type AttrDiff struct {
+	Path   string `json:"path"`
+	Before string `json:"before"`
+	After  string `json:"after"`
+
+	// beforeRaw/afterRaw are the leaf values before quoting, kept to compare with secrets.
+	beforeRaw, afterRaw string
+}
+
+// Change is one resource instance change (or drift) as listed in renders.
+type Change struct {
+	Address string `json:"address"`
+	Action  Action `json:"action"`
+	// Order is "delete-then-create" or "create-then-delete" for a replace.
+	Order string `json:"order,omitempty"`
+	// Reason is the plan's action_reason, e.g. replace_because_cannot_update.
+	Reason    string `json:"reason,omitempty"`
+	Importing bool   `json:"importing,omitempty"`
+	// Attributes are the attribute-level differences, when the change is small enough to show.
+	Attributes []AttrDiff `json:"attributes,omitempty"`
+	// AttributesOmitted counts differences not kept in Attributes.
+	AttributesOmitted int `json:"attributes_omitted,omitempty"`
+}
+
+// OutputChange is one changed root output.
+type OutputChange struct {
+	Name       string     `json:"name"`
+	Action     Action     `json:"action"`
+	Attributes []AttrDiff `json:"attributes,omitempty"`
+}
+
+// Stack is one stack's classified plan: the per-stack model every render uses.
+type Stack struct {
+	// Name is the stack (its path in the project); File is the plan file read.
+	Name string `json:"stack"`
+	File string `json:"file,omitempty"`
+	// Why says why the stack is part of the run (terramate change reasons), when known.
+	Why []string `json:"why,omitempty"`
+
+	Class  events.Class `json:"class"`
+	Counts Counts       `json:"counts"`
+	// PlanHash is the sha256 (hex) of the plan file bytes.
+	PlanHash         string `json:"plan_hash,omitempty"`
+	FormatVersion    string `json:"format_version,omitempty"`
+	TerraformVersion string `json:"terraform_version,omitempty"`
+
+	// Destructive lists the deleted, replaced and forgotten resources (without attribute
+	// detail), at most MaxDestructive; DestructiveOmitted counts the rest.
+	Destructive        []Change `json:"destructive"`
+	DestructiveOmitted int      `json:"destructive_omitted,omitempty"`
+
+	// Changes lists the counted changes in plan order, at most MaxChanges.
+	Changes        []Change `json:"changes"`
+	ChangesOmitted int      `json:"changes_omitted,omitempty"`
+
+	OutputsChanged int            `json:"outputs_changed"`
+	Outputs        []OutputChange `json:"outputs,omitempty"`
+
+	// DriftCount is the number of resource_drift entries; Drift lists at most MaxChanges.
+	// Drift is reported, never classified.
+	DriftCount int      `json:"drift"`
+	Drift      []Change `json:"drift_changes,omitempty"`
+
+	// Error says why the plan could not be classified (Class is then unclassified).
+	Error string `json:"error,omitempty"`
+
+	secrets *secretSet
+}
+
+// Event returns the classification fields of the runner's per-stack update: stack, class,
+// counts, plan hash, destructive addresses, outputs changed, drift and error. The caller sets
+// the execution id, status and sequence number.
+func (s *Stack) Event() events.Update {
+	return events.Update{
+		Stack:          s.Name,
+		Class:          s.Class,
+		Counts:         s.Counts.Events(),
+		PlanHash:       s.PlanHash,
+		Destructive:    s.DestructiveAddresses(),
+		OutputsChanged: s.OutputsChanged,
+		Drift:          s.DriftCount,
+		Error:          s.Error,
+	}
+}
+
+// DestructiveAddresses lists the addresses of Destructive.
+func (s *Stack) DestructiveAddresses() []string {
+	out := make([]string, len(s.Destructive))
+	for i, c := range s.Destructive {
+		out[i] = c.Address
+	}
+	return out
+}
+
+// Error is a plan that could not be classified; it names the stack and the file.
+type Error struct {
+	Stack string
+	File  string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("stack %q: plan file %q: %v", e.Stack, e.File, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Sentinel causes of an Error, for errors.Is.
+var (
+	ErrEmpty         = errors.New("empty plan file (expected the JSON output of `tofu show -json PLANFILE`)")
+	ErrNotJSON       = errors.New("not a JSON plan")
+	ErrFormatVersion = errors.New("unsupported plan format_version")
+	ErrNotPlan       = errors.New("not a plan")
+)
+
+// Report is the model of one execution: its stacks, and where the server shows it.
+type Report struct {
+	Stacks []*Stack
+	// ExecutionURL links to the server's execution page; empty when there is none.
+	ExecutionURL string
+}
+
+// Class is the highest class of any stack (unclassified ranks highest).
+func (r *Report) Class() events.Class {
+	c := events.ClassNoChanges
+	for _, s := range r.Stacks {
+		c = events.MaxClass(c, s.Class)
+	}
+	return c
+}
+
+// Totals sums the counts of every stack.
+func (r *Report) Totals() Counts {
+	var t Counts
+	for _, s := range r.Stacks {
+		t.Add(s.Counts)
+	}
+	return t
+}
+
+// OutputsChanged sums the changed outputs of every stack.
+func (r *Report) OutputsChanged() int {
+	n := 0
+	for _, s := range r.Stacks {
+		n += s.OutputsChanged
+	}
+	return n
+}
+
+// DriftCount sums the drift of every stack.
+func (r *Report) DriftCount() int {
+	n := 0
+	for _, s := range r.Stacks {
+		n += s.DriftCount
+	}
+	return n
+}
+
+// NeedsGate reports whether a stack of class c needs a gate before apply: changes to existing
+// infrastructure (mutating, destructive) do, and so does a plan that could not be read
+// (unclassified: fail closed). No-changes and additive plans do not. The server's policy
+// decides which of these classes actually require a grant on which stacks.
+func NeedsGate(c events.Class) bool {
+	return events.ClassRank(c) >= events.ClassRank(events.ClassMutating)
+}
+
+// GateClasses is the set of classes present in the report that need a gate (see NeedsGate),
+// riskiest first.
+func (r *Report) GateClasses() []events.Class {
+	var out []events.Class
+	for _, s := range r.Stacks {
+		if NeedsGate(s.Class) && !slices.Contains(out, s.Class) {
+			out = append(out, s.Class)
+		}
+	}
+	slices.SortFunc(out, func(a, b events.Class) int { return events.ClassRank(b) - events.ClassRank(a) })
+	return out
+}
+
+// secrets is the union of every stack's sensitive values.
+func (r *Report) secrets() *secretSet {
+	all := newSecretSet()
+	for _, s := range r.Stacks {
+		all.merge(s.secrets)
+	}
+	return all
+}

@@ -1,0 +1,441 @@
+package plan
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// planTofuDir holds the recorded OpenTofu plans (copied from the shared fixtures).
+const planTofuDir = "../../testdata/tofu"
+
+// planScenario is one recorded plan and what its human output (plan.txt) says.
+type planScenario struct {
+	name string
+	file string // plan.json, or plan.txt when the plan failed
+	rc   int
+	// from plan.txt
+	add, change, destroy, forget int
+	outputs                      bool
+	noChanges                    bool
+	perAction                    Counts
+}
+
+var (
+	planLineRE   = regexp.MustCompile(`(?m)^Plan: (\d+) to add, (\d+) to change, (\d+) to destroy(?:, (\d+) to forget)?\.$`)
+	planHeaderRE = regexp.MustCompile(`^  # (\S+) (will be created|will be updated in-place|will be destroyed|must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply)`)
+)
+
+// planScenarios parses every recorded scenario's plan.txt and plan.rc.
+func planScenarios(t *testing.T) []planScenario {
+	t.Helper()
+	entries, err := os.ReadDir(planTofuDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []planScenario
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(planTofuDir, e.Name())
+		sc := planScenario{name: e.Name(), file: filepath.Join(dir, "plan.json")}
+		rc, err := os.ReadFile(filepath.Join(dir, "plan.rc"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.rc, err = strconv.Atoi(strings.TrimSpace(string(rc))); err != nil {
+			t.Fatal(err)
+		}
+		txt, err := os.ReadFile(filepath.Join(dir, "plan.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.rc != 0 {
+			sc.file = filepath.Join(dir, "plan.txt")
+		}
+		if m := planLineRE.FindStringSubmatch(string(txt)); m != nil {
+			sc.add, _ = strconv.Atoi(m[1])
+			sc.change, _ = strconv.Atoi(m[2])
+			sc.destroy, _ = strconv.Atoi(m[3])
+			sc.forget, _ = strconv.Atoi(m[4] + "0")
+			sc.forget /= 10
+		}
+		sc.noChanges = strings.Contains(string(txt), "No changes.")
+		sc.outputs = strings.Contains(string(txt), "Changes to Outputs:")
+		sc.perAction = headerCounts(t, txt)
+		out = append(out, sc)
+	}
+	if len(out) < 11 {
+		t.Fatalf("found %d scenarios in %s, want all 11", len(out), planTofuDir)
+	}
+	return out
+}
+
+// headerCounts counts the "# addr will be ..." headers of a human plan by action.
+func headerCounts(t *testing.T, txt []byte) Counts {
+	var c Counts
+	sc := bufio.NewScanner(bytes.NewReader(txt))
+	for sc.Scan() {
+		m := planHeaderRE.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		switch m[2] {
+		case "will be created":
+			c.Create++
+		case "will be updated in-place":
+			c.Update++
+		case "will be destroyed":
+			c.Delete++
+		case "must be replaced":
+			c.Replace++
+		case "will be read during apply":
+			c.Read++
+		default:
+			c.Forget++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// expectedClass derives the class from the human plan's summary lines.
+func (sc planScenario) expectedClass() events.Class {
+	switch {
+	case sc.rc != 0:
+		return events.ClassUnclassified
+	case sc.destroy > 0 || sc.forget > 0:
+		return events.ClassDestructive
+	case sc.change > 0:
+		return events.ClassMutating
+	case sc.add > 0 || sc.outputs:
+		return events.ClassAdditive
+	}
+	return events.ClassNoChanges
+}
+
+func classifyScenario(t *testing.T, sc planScenario) (*Stack, error) {
+	t.Helper()
+	f, err := os.Open(sc.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A stable display path, independent of where the test runs.
+	return Classify(sc.name, filepath.ToSlash(filepath.Join("testdata/tofu", sc.name, filepath.Base(sc.file))), f)
+}
+
+func TestPlanScenariosMatchHumanPlan(t *testing.T) {
+	for _, sc := range planScenarios(t) {
+		t.Run(sc.name, func(t *testing.T) {
+			s, err := classifyScenario(t, sc)
+			if sc.rc != 0 {
+				if err == nil || s.Class != events.ClassUnclassified {
+					t.Fatalf("failed plan: err %v, class %s; want an error and unclassified", err, s.Class)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := s.Counts
+			if got := c.Create + c.Replace; got != sc.add {
+				t.Errorf("create+replace = %d, plan.txt says %d to add", got, sc.add)
+			}
+			if c.Update != sc.change {
+				t.Errorf("update = %d, plan.txt says %d to change", c.Update, sc.change)
+			}
+			if got := c.Delete + c.Replace; got != sc.destroy {
+				t.Errorf("delete+replace = %d, plan.txt says %d to destroy", got, sc.destroy)
+			}
+			if c.Forget != sc.forget {
+				t.Errorf("forget = %d, plan.txt says %d to forget", c.Forget, sc.forget)
+			}
+			if c != sc.perAction {
+				t.Errorf("counts %+v, plan.txt resource headers give %+v", c, sc.perAction)
+			}
+			if sc.noChanges != (c.Total() == 0 && s.OutputsChanged == 0) {
+				t.Errorf("plan.txt no-changes %v, counts %+v outputs %d", sc.noChanges, c, s.OutputsChanged)
+			}
+			if sc.outputs != (s.OutputsChanged > 0) {
+				t.Errorf("plan.txt output changes %v, outputs changed %d", sc.outputs, s.OutputsChanged)
+			}
+			if want := sc.expectedClass(); s.Class != want {
+				t.Errorf("class %s, want %s", s.Class, want)
+			}
+			if len(s.Destructive) != c.Destructive() {
+				t.Errorf("%d destructive addresses for %d destructive changes", len(s.Destructive), c.Destructive())
+			}
+			raw, err := os.ReadFile(sc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.PlanHash != sha256Hex(raw) {
+				t.Errorf("plan hash %s, want sha256 of the file %s", s.PlanHash, sha256Hex(raw))
+			}
+		})
+	}
+}
+
+// TestPlanReplaceOrder checks both replace orders of the recorded plans.
+func TestPlanReplaceOrder(t *testing.T) {
+	for name, order := range map[string]string{"replace": "delete-then-create", "create-before-destroy": "create-then-delete"} {
+		s, err := ClassifyFile(name, filepath.Join(planTofuDir, name, "plan.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Destructive) != 1 || s.Destructive[0].Action != ActionReplace || s.Destructive[0].Order != order {
+			t.Errorf("%s: destructive %+v, want one replace %s", name, s.Destructive, order)
+		}
+	}
+}
+
+// planRenders renders a report in every form.
+func planRenders(t *testing.T, r *Report) map[string]string {
+	t.Helper()
+	var text, color, js bytes.Buffer
+	if err := Text(&text, r, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := Text(&color, r, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := JSON(&js, r); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{
+		".md": Markdown(r), ".comment.md": Comment(r), ".txt": text.String(), ".color.txt": color.String(), ".json": js.String(),
+	}
+}
+
+const planExecutionURL = "https://tfstackplan.example.com/executions/ex-123"
+
+func TestPlanGolden(t *testing.T) {
+	var all []*Stack
+	for _, sc := range planScenarios(t) {
+		s, _ := classifyScenario(t, sc)
+		all = append(all, s)
+		for ext, got := range planRenders(t, &Report{Stacks: []*Stack{s}, ExecutionURL: planExecutionURL}) {
+			if ext == ".color.txt" {
+				continue
+			}
+			planGolden(t, sc.name+ext, got)
+		}
+	}
+	for ext, got := range planRenders(t, &Report{Stacks: all, ExecutionURL: planExecutionURL}) {
+		planGolden(t, "all"+ext, got)
+	}
+}
+
+func planGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the golden file (go test -update to rewrite, then review):\n%s", path, got)
+	}
+}
+
+func TestPlanSensitiveNeverPrinted(t *testing.T) {
+	s, err := ClassifyFile("sensitive", filepath.Join(planTofuDir, "sensitive", "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(planTofuDir, "sensitive", "plan.json"))
+	if !bytes.Contains(raw, []byte("hunter2")) {
+		t.Fatal("the fixture no longer carries the secret; the test would prove nothing")
+	}
+	r := &Report{Stacks: []*Stack{s}, ExecutionURL: planExecutionURL}
+	for ext, out := range planRenders(t, r) {
+		if strings.Contains(out, "hunter2") {
+			t.Errorf("render %s leaks the secret:\n%s", ext, out)
+		}
+		if !strings.Contains(out, "terraform_data.s") {
+			t.Errorf("render %s does not show the change at all", ext)
+		}
+	}
+	// The unflagged attribute that carries the secret (before.output) is masked, not dropped.
+	for _, c := range s.Changes {
+		for _, a := range c.Attributes {
+			if a.Path == "output" && a.Before != Masked {
+				t.Errorf("output before = %q, want %q", a.Before, Masked)
+			}
+		}
+	}
+}
+
+func TestPlanSensitiveGenerated(t *testing.T) {
+	const secret = "s3cr3t-Pa55word"
+	var buf bytes.Buffer
+	if _, err := writePlan(&buf, genOptions{Changes: 300, Seed: 3, Payload: 600, Secret: secret, Outputs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte(`"rotated from `+secret)) {
+		t.Fatal("generated plan does not carry the unflagged secret")
+	}
+	s, err := Classify("gen", "gen.json", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ext, out := range planRenders(t, &Report{Stacks: []*Stack{s}}) {
+		if strings.Contains(out, secret) {
+			t.Errorf("render %s leaks the secret", ext)
+		}
+		if !strings.Contains(out, Masked) {
+			t.Errorf("render %s masks nothing; the generated secrets should show as %q", ext, Masked)
+		}
+	}
+}
+
+// planWriteTemp writes content to a file in a temp dir and returns its path.
+func planWriteTemp(t *testing.T, name string, content []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPlanBadInput(t *testing.T) {
+	mixed, err := os.ReadFile(filepath.Join(planTofuDir, "mixed", "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	human, err := os.ReadFile(filepath.Join(planTofuDir, "mixed", "plan.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		path     string
+		sentinel error
+		mention  string
+	}{
+		{"truncated", planWriteTemp(t, "plan.json", mixed[:len(mixed)/2]), ErrNotJSON, "truncated"},
+		{"major", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"format_version":"1.2"`), []byte(`"format_version":"2.0"`), 1)), ErrFormatVersion, `"2.0"`},
+		{"human", planWriteTemp(t, "plan.json", human), ErrNotJSON, "human-readable"},
+		{"empty", planWriteTemp(t, "plan.json", nil), ErrEmpty, "empty"},
+		{"blank", planWriteTemp(t, "plan.json", []byte("\n  \n")), ErrEmpty, "empty"},
+		{"directory", t.TempDir(), nil, "directory"},
+		{"missing", filepath.Join(t.TempDir(), "nope.json"), os.ErrNotExist, "no such file"},
+		{"state", planWriteTemp(t, "plan.json", []byte(`{"format_version":"1.0","values":{"root_module":{}}}`)), ErrNotPlan, "state"},
+		{"no version", planWriteTemp(t, "plan.json", []byte(`{"planned_values":{}}`)), ErrNotPlan, "format_version"},
+		{"trailing", planWriteTemp(t, "plan.json", append(bytes.Clone(mixed), []byte("{}")...)), ErrNotJSON, "after the plan"},
+		{"array", planWriteTemp(t, "plan.json", []byte(`[1,2]`)), ErrNotJSON, "object"},
+		{"unknown action", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"actions":["update"]`), []byte(`"actions":["explode"]`), 1)), nil, "explode"},
+		{"errored", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"errored":false`), []byte(`"errored":true`), 1)), nil, "errored"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ClassifyFile("stacks/app", tc.path)
+			if err == nil {
+				t.Fatalf("no error; class %s", s.Class)
+			}
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Stack != "stacks/app" || pe.File != tc.path {
+				t.Errorf("error %v is not an *Error naming the stack and file", err)
+			}
+			for _, want := range []string{"stacks/app", tc.path, tc.mention} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+			if tc.sentinel != nil && !errors.Is(err, tc.sentinel) {
+				t.Errorf("error %v is not %v", err, tc.sentinel)
+			}
+			if s == nil || s.Class != events.ClassUnclassified || s.Error != err.Error() {
+				t.Fatalf("stack %+v: want unclassified carrying the error", s)
+			}
+			r := &Report{Stacks: []*Stack{s}}
+			if r.Class() != events.ClassUnclassified || len(r.GateClasses()) != 1 {
+				t.Errorf("report class %s gates %v: an unreadable plan must never look harmless", r.Class(), r.GateClasses())
+			}
+		})
+	}
+}
+
+func TestPlanClassOf(t *testing.T) {
+	cases := []struct {
+		c       Counts
+		outputs int
+		want    events.Class
+	}{
+		{Counts{}, 0, events.ClassNoChanges},
+		{Counts{}, 1, events.ClassAdditive},
+		{Counts{Create: 1, Import: 1, Read: 1}, 0, events.ClassAdditive},
+		{Counts{Read: 1}, 0, events.ClassAdditive},
+		{Counts{Create: 3, Update: 1}, 0, events.ClassMutating},
+		{Counts{Update: 1, Forget: 1}, 0, events.ClassDestructive},
+		{Counts{Replace: 1}, 0, events.ClassDestructive},
+		{Counts{Delete: 1}, 0, events.ClassDestructive},
+	}
+	for _, tc := range cases {
+		if got := ClassOf(tc.c, tc.outputs); got != tc.want {
+			t.Errorf("ClassOf(%+v, %d) = %s, want %s", tc.c, tc.outputs, got, tc.want)
+		}
+	}
+}
+
+func TestPlanReportAndEvent(t *testing.T) {
+	var stacks []*Stack
+	for _, name := range []string{"create", "update", "mixed", "no-changes"} {
+		s, err := ClassifyFile(name, filepath.Join(planTofuDir, name, "plan.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stacks = append(stacks, s)
+	}
+	r := &Report{Stacks: stacks}
+	if r.Class() != events.ClassDestructive {
+		t.Errorf("report class %s, want destructive", r.Class())
+	}
+	want := Counts{}
+	for _, s := range stacks {
+		want.Add(s.Counts)
+	}
+	if r.Totals() != want || r.Totals().Total() != 4+1+4 {
+		t.Errorf("totals %+v, want %+v with 9 changes", r.Totals(), want)
+	}
+	if got := r.GateClasses(); len(got) != 2 || got[0] != events.ClassDestructive || got[1] != events.ClassMutating {
+		t.Errorf("gate classes %v, want [destructive mutating]", got)
+	}
+	ev := stacks[2].Event()
+	if ev.Stack != "mixed" || ev.Class != events.ClassDestructive || ev.Counts.Replace != 1 || ev.Counts.Delete != 1 ||
+		ev.PlanHash != stacks[2].PlanHash || len(ev.Destructive) != 2 || ev.Destructive[0] != "terraform_data.b" || ev.OutputsChanged != 1 {
+		t.Errorf("event %+v does not carry the classification", ev)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

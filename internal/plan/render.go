@@ -1,0 +1,207 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// Size bounds of the renders.
+const (
+	// MaxSummaryBytes bounds the GitHub step summary (GitHub rejects a larger one).
+	MaxSummaryBytes = 1 << 20
+	// MaxCommentChars bounds a PR comment (GitHub's limit is 65,536 characters; the bound is
+	// applied to bytes, which is stricter).
+	MaxCommentChars = 65536
+)
+
+// minScrub is the shortest secret the final scrub of rendered text replaces; shorter ones
+// (which could collide with counts or words) are only masked where they appear as values.
+const minScrub = 8
+
+// classBadge is a class with a colour-coded marker for markdown.
+func classBadge(c events.Class) string {
+	switch c {
+	case events.ClassNoChanges:
+		return "⚪ no-changes"
+	case events.ClassAdditive:
+		return "🟢 additive"
+	case events.ClassMutating:
+		return "🟡 mutating"
+	case events.ClassDestructive:
+		return "🔴 destructive"
+	}
+	return "⛔ " + string(events.ClassUnclassified)
+}
+
+// countsLine is "+1 create · ~2 update · ..." with every action, joined by sep.
+func countsLine(c Counts, sep string) string {
+	return strings.Join([]string{
+		fmt.Sprintf("+%d create", c.Create),
+		fmt.Sprintf("~%d update", c.Update),
+		fmt.Sprintf("±%d replace", c.Replace),
+		fmt.Sprintf("-%d delete", c.Delete),
+		fmt.Sprintf("%d forget", c.Forget),
+		fmt.Sprintf("%d import", c.Import),
+		fmt.Sprintf("%d read", c.Read),
+	}, sep)
+}
+
+// shortCounts is "+1 ~2 ±0 -1" plus the rarer actions when present.
+func shortCounts(c Counts) string {
+	s := fmt.Sprintf("+%d ~%d ±%d -%d", c.Create, c.Update, c.Replace, c.Delete)
+	for _, x := range []struct {
+		n    int
+		name string
+	}{{c.Forget, "forget"}, {c.Import, "import"}, {c.Read, "read"}} {
+		if x.n > 0 {
+			s += fmt.Sprintf(" %d %s", x.n, x.name)
+		}
+	}
+	return s
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// totalsLine is the report's totals: stacks, counts, outputs and drift.
+func totalsLine(r *Report, sep string) string {
+	return strings.Join([]string{
+		plural(len(r.Stacks), "stack", "stacks"),
+		countsLine(r.Totals(), sep),
+		plural(r.OutputsChanged(), "output changed", "outputs changed"),
+		plural(r.DriftCount(), "drifted resource", "drifted resources"),
+	}, sep)
+}
+
+// changeHead is "± aws_x.y (replace, delete-then-create: replace_because_cannot_update)".
+func changeHead(c Change) string {
+	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), c.Address, actionDetail(c))
+}
+
+// actionDetail is "replace, delete-then-create: replace_because_cannot_update".
+func actionDetail(c Change) string {
+	detail := string(c.Action)
+	if c.Order != "" {
+		detail += ", " + c.Order
+	}
+	if c.Importing && c.Action != ActionImport {
+		detail += ", importing"
+	}
+	if c.Reason != "" {
+		detail += ": " + c.Reason
+	}
+	return detail
+}
+
+// attrLines are the indented attribute diffs of a change with action a: a create shows the
+// new values, a delete the old ones, anything else old -> new. A forget shows none (nothing
+// changes in the infrastructure).
+func attrLines(a Action, diffs []AttrDiff, omitted int, indent string) []string {
+	if a == ActionForget {
+		return nil
+	}
+	var out []string
+	for _, d := range diffs {
+		switch a {
+		case ActionCreate, ActionRead:
+			out = append(out, fmt.Sprintf("%s%s = %s", indent, d.Path, d.After))
+		case ActionDelete:
+			out = append(out, fmt.Sprintf("%s%s = %s", indent, d.Path, d.Before))
+		default:
+			out = append(out, fmt.Sprintf("%s%s: %s -> %s", indent, d.Path, d.Before, d.After))
+		}
+	}
+	if omitted > 0 {
+		out = append(out, fmt.Sprintf("%s… %s not shown", indent, plural(omitted, "more attribute", "more attributes")))
+	}
+	return out
+}
+
+// detailLines are the per-stack detail lines (changes, outputs, drift) shared by the
+// markdown and text renders; attrs includes attribute-level diffs.
+func detailLines(s *Stack, attrs bool) []string {
+	var out []string
+	for _, c := range s.Changes {
+		out = append(out, changeHead(c))
+		if attrs {
+			out = append(out, attrLines(c.Action, c.Attributes, c.AttributesOmitted, "    ")...)
+		}
+	}
+	if s.ChangesOmitted > 0 {
+		out = append(out, fmt.Sprintf("… %s not listed", plural(s.ChangesOmitted, "more change", "more changes")))
+	}
+	if s.OutputsChanged > 0 {
+		out = append(section(out), "Outputs:")
+		for _, o := range s.Outputs {
+			head := fmt.Sprintf("%s output.%s (%s)", o.Action.Symbol(), o.Name, o.Action)
+			if !attrs {
+				out = append(out, head)
+				continue
+			}
+			// A scalar output is one line: "~ output.a (update): "one" -> "uno"".
+			lines := attrLines(o.Action, o.Attributes, 0, "    ")
+			if len(o.Attributes) == 1 && o.Attributes[0].Path == o.Name {
+				_, value, _ := strings.Cut(lines[0], o.Name)
+				out = append(out, head+value)
+				continue
+			}
+			out = append(append(out, head), lines...)
+		}
+	}
+	if s.DriftCount > 0 {
+		out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform, not classified): %d", s.DriftCount))
+		for _, d := range s.Drift {
+			out = append(out, changeHead(d))
+		}
+	}
+	return out
+}
+
+// section separates a new section from lines above it, if any, with a blank line.
+func section(lines []string) []string {
+	if len(lines) == 0 {
+		return lines
+	}
+	return append(lines, "")
+}
+
+// destructiveEntry is one line of the destructive list.
+type destructiveEntry struct {
+	stack  string
+	change Change
+}
+
+func destructiveList(r *Report) (list []destructiveEntry, omitted int) {
+	for _, s := range r.Stacks {
+		for _, c := range s.Destructive {
+			list = append(list, destructiveEntry{s.Name, c})
+		}
+		omitted += s.DestructiveOmitted
+	}
+	return list, omitted
+}
+
+func unclassified(r *Report) []*Stack {
+	var out []*Stack
+	for _, s := range r.Stacks {
+		if s.Class == events.ClassUnclassified {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// gateNames is the comma-separated gate classes of r, "" when none.
+func gateNames(r *Report) string {
+	var names []string
+	for _, c := range r.GateClasses() {
+		names = append(names, string(c))
+	}
+	return strings.Join(names, ", ")
+}

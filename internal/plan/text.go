@@ -1,0 +1,131 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// ANSI styles of the terminal render.
+const (
+	ansiReset  = "\x1b[0m"
+	ansiBold   = "\x1b[1m"
+	ansiRed    = "\x1b[31m"
+	ansiGreen  = "\x1b[32m"
+	ansiYellow = "\x1b[33m"
+	ansiMagent = "\x1b[35m"
+)
+
+type painter bool
+
+func (p painter) paint(style, s string) string {
+	if !p || style == "" {
+		return s
+	}
+	return style + s + ansiReset
+}
+
+func classStyle(c events.Class) string {
+	switch c {
+	case events.ClassAdditive:
+		return ansiGreen
+	case events.ClassMutating:
+		return ansiYellow
+	case events.ClassDestructive:
+		return ansiBold + ansiRed
+	case events.ClassUnclassified:
+		return ansiBold + ansiMagent
+	}
+	return ""
+}
+
+func actionStyle(line string) string {
+	switch {
+	case strings.HasPrefix(line, ActionCreate.Symbol()):
+		return ansiGreen
+	case strings.HasPrefix(line, ActionUpdate.Symbol()):
+		return ansiYellow
+	case strings.HasPrefix(line, ActionReplace.Symbol()), strings.HasPrefix(line, ActionDelete.Symbol()),
+		strings.HasPrefix(line, ActionForget.Symbol()):
+		return ansiRed
+	}
+	return ""
+}
+
+// Text renders r for a terminal; color adds ANSI colours (pass true only for a TTY).
+func Text(w io.Writer, r *Report, color bool) error {
+	p := painter(color)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\n", p.paint(ansiBold, "tfstackplan:"), p.paint(classStyle(r.Class()), string(r.Class())))
+	fmt.Fprintf(&b, "Totals: %s\n", totalsLine(r, ", "))
+	if g := gateNames(r); g != "" {
+		fmt.Fprintf(&b, "Gate needed for: %s\n", g)
+	}
+	if list, omitted := destructiveList(r); len(list)+omitted > 0 {
+		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
+			plural(len(list)+omitted, "destructive change", "destructive changes"))))
+		for _, e := range list {
+			fmt.Fprintf(&b, "  %s: %s\n", e.stack, p.paint(ansiRed, changeHead(e.change)))
+		}
+		if omitted > 0 {
+			fmt.Fprintf(&b, "  … and %d more\n", omitted)
+		}
+	}
+	for _, s := range r.Stacks {
+		fmt.Fprintf(&b, "\n%s  %s  %s\n", p.paint(ansiBold, s.Name), p.paint(classStyle(s.Class), string(s.Class)), shortCounts(s.Counts))
+		if s.Error != "" {
+			fmt.Fprintf(&b, "  %s %s\n", p.paint(ansiBold+ansiMagent, "error:"), s.Error)
+		}
+		if len(s.Why) > 0 {
+			fmt.Fprintf(&b, "  why: %s\n", strings.Join(s.Why, "; "))
+		}
+		for _, line := range detailLines(s, true) {
+			if line == "" {
+				b.WriteString("\n")
+				continue
+			}
+			fmt.Fprintf(&b, "  %s\n", p.paint(actionStyle(line), line))
+		}
+	}
+	if r.ExecutionURL != "" {
+		fmt.Fprintf(&b, "\nExecution: %s\n", r.ExecutionURL)
+	}
+	_, err := io.WriteString(w, r.secrets().scrub(b.String()))
+	return err
+}
+
+// jsonReport is the JSON render's document.
+type jsonReport struct {
+	Class          events.Class   `json:"class"`
+	Totals         Counts         `json:"totals"`
+	GateClasses    []events.Class `json:"gate_classes"`
+	OutputsChanged int            `json:"outputs_changed"`
+	Drift          int            `json:"drift"`
+	ExecutionURL   string         `json:"execution_url,omitempty"`
+	Stacks         []*Stack       `json:"stacks"`
+}
+
+// JSON renders r as an indented JSON document: the execution's class, totals and gate
+// classes, and every stack with its class and counts (all seven actions always present).
+func JSON(w io.Writer, r *Report) error {
+	doc := jsonReport{
+		Class: r.Class(), Totals: r.Totals(), GateClasses: r.GateClasses(),
+		OutputsChanged: r.OutputsChanged(), Drift: r.DriftCount(), ExecutionURL: r.ExecutionURL,
+		Stacks: r.Stacks,
+	}
+	if doc.GateClasses == nil {
+		doc.GateClasses = []events.Class{}
+	}
+	if doc.Stacks == nil {
+		doc.Stacks = []*Stack{}
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, r.secrets().scrub(string(out))+"\n")
+	return err
+}
