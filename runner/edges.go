@@ -1,0 +1,170 @@
+package runner
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// NormalizeEdges maps run-graph edge endpoints onto the listed stack namespace and drops edges
+// touching stacks outside the set. The two commands live in different namespaces: `terramate
+// list` in a tier directory yields tier-relative paths (cluster/a) while `experimental
+// run-graph -l stack.dir` labels nodes project-root-relative with a leading slash
+// (/stacks/nonprod/cluster/a). An exact match wins (with or without the leading slash);
+// otherwise an endpoint matches the unique listed stack it path-suffixes ("…/"+stack). An
+// endpoint that suffixes several listed stacks is ambiguous and, like an unknown one, drops its
+// edges. The result has no duplicates or self-edges, is sorted by (From, To), and is never nil.
+func NormalizeEdges(stacks []string, edges []events.Edge) []events.Edge {
+	listed := make(map[string]bool, len(stacks))
+	for _, s := range stacks {
+		if s != "" {
+			listed[s] = true
+		}
+	}
+	memo := make(map[string]string, 2*len(stacks))
+	resolve := func(e string) string {
+		if s, ok := memo[e]; ok {
+			return s
+		}
+		s := matchStack(listed, e)
+		memo[e] = s
+		return s
+	}
+	out := make([]events.Edge, 0, len(edges))
+	for _, e := range edges {
+		from, to := resolve(e.From), resolve(e.To)
+		if from == "" || to == "" || from == to {
+			continue
+		}
+		out = append(out, events.Edge{From: from, To: to})
+	}
+	slices.SortFunc(out, compareEdges)
+	return slices.Compact(out)
+}
+
+// matchStack resolves one endpoint: "" when it is unknown or ambiguous.
+func matchStack(listed map[string]bool, e string) string {
+	if listed[e] {
+		return e
+	}
+	trimmed := strings.TrimPrefix(e, "/")
+	if listed[trimmed] {
+		return trimmed
+	}
+	match := ""
+	for i := 0; i < len(trimmed); i++ {
+		if trimmed[i] != '/' {
+			continue
+		}
+		if cand := trimmed[i+1:]; listed[cand] {
+			if match != "" {
+				return ""
+			}
+			match = cand
+		}
+	}
+	return match
+}
+
+func compareEdges(a, b events.Edge) int {
+	if c := strings.Compare(a.From, b.From); c != 0 {
+		return c
+	}
+	return strings.Compare(a.To, b.To)
+}
+
+// cycleStacks returns the stacks that lie on a dependency cycle (members of a strongly
+// connected component with more than one node, or with a self-edge), sorted; nil when the
+// edges are acyclic. Iterative Tarjan, so deep graphs cannot overflow the stack.
+func cycleStacks(edges []events.Edge) []string {
+	ids := map[string]int{}
+	var names []string
+	id := func(s string) int {
+		if i, ok := ids[s]; ok {
+			return i
+		}
+		ids[s] = len(names)
+		names = append(names, s)
+		return len(names) - 1
+	}
+	var adj [][]int
+	selfLoop := map[int]bool{}
+	for _, e := range edges {
+		f, t := id(e.From), id(e.To)
+		for len(adj) < len(names) {
+			adj = append(adj, nil)
+		}
+		adj[f] = append(adj[f], t)
+		if f == t {
+			selfLoop[f] = true
+		}
+	}
+	n := len(names)
+	index := make([]int, n)
+	low := make([]int, n)
+	onStack := make([]bool, n)
+	for i := range index {
+		index[i] = -1
+	}
+	var stack, out []int
+	next := 0
+	type frame struct{ v, child int }
+	for root := range n {
+		if index[root] >= 0 {
+			continue
+		}
+		call := []frame{{root, 0}}
+		index[root], low[root] = next, next
+		next++
+		stack = append(stack, root)
+		onStack[root] = true
+		for len(call) > 0 {
+			f := &call[len(call)-1]
+			if f.child < len(adj[f.v]) {
+				w := adj[f.v][f.child]
+				f.child++
+				if index[w] < 0 {
+					index[w], low[w] = next, next
+					next++
+					stack = append(stack, w)
+					onStack[w] = true
+					call = append(call, frame{w, 0})
+				} else if onStack[w] {
+					low[f.v] = min(low[f.v], index[w])
+				}
+				continue
+			}
+			v := f.v
+			call = call[:len(call)-1]
+			if len(call) > 0 {
+				p := call[len(call)-1].v
+				low[p] = min(low[p], low[v])
+			}
+			if low[v] != index[v] {
+				continue
+			}
+			start := len(stack) - 1
+			for stack[start] != v {
+				start--
+			}
+			members := stack[start:]
+			if len(members) > 1 || selfLoop[v] {
+				out = append(out, members...)
+			}
+			for _, m := range members {
+				onStack[m] = false
+			}
+			stack = stack[:start]
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	res := make([]string, len(out))
+	for i, v := range out {
+		res[i] = names[v]
+	}
+	slices.Sort(res)
+	return res
+}

@@ -1,0 +1,473 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// Sources of RunGraphResult.
+const (
+	EdgeSourceRunGraph = "run-graph" // `terramate experimental run-graph -l stack.dir`
+	EdgeSourceMetadata = "metadata"  // derived from `terramate debug show metadata`
+)
+
+// RunGraphResult is the stack dependency graph RunGraphDetailed found.
+type RunGraphResult struct {
+	// Edges run From before To; endpoints are root-relative with a leading slash
+	// ("/stacks/nonprod/cluster/a"), sorted, without duplicates. NormalizeEdges maps them onto
+	// the paths List returns.
+	Edges []events.Edge
+	// Approximate is true when run-graph exceeded its budget and the edges were derived from
+	// the stacks' before/after metadata instead.
+	Approximate bool
+	// Source is EdgeSourceRunGraph or EdgeSourceMetadata.
+	Source string
+}
+
+// RunGraph returns the stack dependency edges (From must run before To) from `terramate
+// experimental run-graph -l stack.dir`, or, past RunGraphBudget, derived from `terramate debug
+// show metadata` (see RunGraphDetailed). A cycle is a *StackCycleError naming its stacks.
+func (t *Terramate) RunGraph(ctx context.Context) ([]events.Edge, error) {
+	r, err := t.RunGraphDetailed(ctx)
+	return r.Edges, err
+}
+
+// RunGraphDetailed is RunGraph telling where the edges came from. Real run-graph is
+// exponential on dense graphs, so it runs under RunGraphBudget; past it the edges are derived
+// from the before/after/tags metadata in linear time and marked approximate.
+func (t *Terramate) RunGraphDetailed(ctx context.Context) (RunGraphResult, error) {
+	budget := t.RunGraphBudget
+	if budget <= 0 {
+		budget = DefaultRunGraphBudget
+	}
+	gctx, cancel := context.WithTimeout(withHardKill(ctx), budget)
+	out, err := t.output(gctx, "experimental", "run-graph", "-l", "stack.dir")
+	overBudget := errors.Is(gctx.Err(), context.DeadlineExceeded)
+	cancel()
+	switch {
+	case err == nil:
+		edges, err := runGraphEdges(out)
+		return RunGraphResult{Edges: edges, Source: EdgeSourceRunGraph}, err
+	case ctx.Err() != nil:
+		return RunGraphResult{}, ctx.Err()
+	case !overBudget:
+		return RunGraphResult{}, err
+	}
+	md, err := t.output(ctx, "debug", "show", "metadata")
+	if err != nil {
+		return RunGraphResult{}, err
+	}
+	stacks, err := parseMetadata(md)
+	if err != nil {
+		return RunGraphResult{}, err
+	}
+	edges := metadataEdges(stacks)
+	r := RunGraphResult{Edges: edges, Approximate: true, Source: EdgeSourceMetadata}
+	if cyc := cycleStacks(edges); cyc != nil {
+		return r, &StackCycleError{Stacks: cyc}
+	}
+	return r, nil
+}
+
+type hardKillKey struct{}
+
+// withHardKill asks realExec to kill at once on cancellation rather than interrupt first: an
+// over-budget run-graph has nothing to clean up.
+func withHardKill(ctx context.Context) context.Context {
+	return context.WithValue(ctx, hardKillKey{}, true)
+}
+
+// runGraphEdges turns run-graph's DOT into sorted label edges; red (cycle) edges, or any cycle,
+// are a *StackCycleError.
+func runGraphEdges(dot []byte) ([]events.Edge, error) {
+	g, err := parseDOT(dot)
+	if err != nil {
+		return nil, err
+	}
+	edges := make([]events.Edge, 0, len(g.edges))
+	var red []string
+	for _, e := range g.edges {
+		from, to := g.label(e.from), g.label(e.to)
+		edges = append(edges, events.Edge{From: from, To: to})
+		if e.red {
+			red = append(red, from, to)
+		}
+	}
+	slices.SortFunc(edges, compareEdges)
+	edges = slices.Compact(edges)
+	cyc := append(red, cycleStacks(edges)...)
+	if len(cyc) > 0 {
+		slices.Sort(cyc)
+		return edges, &StackCycleError{Stacks: slices.Compact(cyc)}
+	}
+	return edges, nil
+}
+
+// dotGraph is the part of a DOT digraph run-graph output needs: node labels and edges.
+type dotGraph struct {
+	labels map[string]string
+	edges  []dotEdge
+}
+
+type dotEdge struct {
+	from, to string
+	red      bool
+}
+
+func (g *dotGraph) label(id string) string {
+	if l, ok := g.labels[id]; ok {
+		return l
+	}
+	return id
+}
+
+// parseDOT parses a DOT digraph: node statements with attribute lists, edge chains (a -> b ->
+// c), quoted and HTML strings, comments, graph/node/edge attribute statements and subgraphs.
+func parseDOT(src []byte) (*dotGraph, error) {
+	toks, err := dotTokens(string(src))
+	if err != nil {
+		return nil, err
+	}
+	p := &dotParser{toks: toks, g: &dotGraph{labels: map[string]string{}}}
+	if err := p.graph(); err != nil {
+		return nil, fmt.Errorf("run-graph output is not a DOT digraph: %w", err)
+	}
+	return p.g, nil
+}
+
+type dotTok struct {
+	kind byte // 'i' identifier or string, or the punctuation itself; '>' is "->", '-' is "--"
+	text string
+}
+
+func dotTokens(s string) ([]dotTok, error) {
+	var toks []dotTok
+	lineStart := true
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\n':
+			lineStart = true
+			i++
+			continue
+		case c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v':
+			i++
+			continue
+		case c == '#' && lineStart:
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			continue
+		case strings.HasPrefix(s[i:], "//"):
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			continue
+		case strings.HasPrefix(s[i:], "/*"):
+			end := strings.Index(s[i+2:], "*/")
+			if end < 0 {
+				return nil, errors.New("unterminated /* comment")
+			}
+			i += 2 + end + 2
+			continue
+		}
+		lineStart = false
+		switch {
+		case strings.HasPrefix(s[i:], "->"):
+			toks = append(toks, dotTok{'>', "->"})
+			i += 2
+		case strings.HasPrefix(s[i:], "--"):
+			toks = append(toks, dotTok{'-', "--"})
+			i += 2
+		case strings.IndexByte("{}[]=;,:", c) >= 0:
+			toks = append(toks, dotTok{c, string(c)})
+			i++
+		case c == '"':
+			var b strings.Builder
+			j := i + 1
+			for ; j < len(s) && s[j] != '"'; j++ {
+				if s[j] == '\\' && j+1 < len(s) {
+					switch s[j+1] {
+					case '"', '\\':
+						b.WriteByte(s[j+1])
+						j++
+						continue
+					case '\n':
+						j++
+						continue
+					}
+				}
+				b.WriteByte(s[j])
+			}
+			if j >= len(s) {
+				return nil, fmt.Errorf("unterminated quoted string at byte %d", i)
+			}
+			i = j + 1
+			// "a" + "b" concatenation.
+			if n := len(toks); n > 0 && toks[n-1].kind == '+' {
+				toks[n-2].text += b.String()
+				toks = toks[:n-1]
+				continue
+			}
+			toks = append(toks, dotTok{'i', b.String()})
+		case c == '+':
+			if n := len(toks); n == 0 || toks[n-1].kind != 'i' {
+				return nil, fmt.Errorf("unexpected '+' at byte %d", i)
+			}
+			toks = append(toks, dotTok{'+', "+"})
+			i++
+		case c == '<':
+			depth, j := 0, i
+			for ; j < len(s); j++ {
+				if s[j] == '<' {
+					depth++
+				} else if s[j] == '>' {
+					depth--
+					if depth == 0 {
+						break
+					}
+				}
+			}
+			if j >= len(s) {
+				return nil, fmt.Errorf("unterminated HTML string at byte %d", i)
+			}
+			toks = append(toks, dotTok{'i', s[i+1 : j]})
+			i = j + 1
+		case isDOTIDByte(c):
+			j := i
+			for j < len(s) && isDOTIDByte(s[j]) && !strings.HasPrefix(s[j:], "->") && !strings.HasPrefix(s[j:], "--") {
+				j++
+			}
+			if j == i {
+				return nil, fmt.Errorf("unexpected %q at byte %d", c, i)
+			}
+			toks = append(toks, dotTok{'i', s[i:j]})
+			i = j
+		default:
+			return nil, fmt.Errorf("unexpected %q at byte %d", c, i)
+		}
+	}
+	if n := len(toks); n > 0 && toks[n-1].kind == '+' {
+		return nil, errors.New("dangling '+' at end of input")
+	}
+	return toks, nil
+}
+
+func isDOTIDByte(c byte) bool {
+	return c == '_' || c == '.' || c == '-' || c >= 0x80 ||
+		('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
+}
+
+type dotParser struct {
+	toks  []dotTok
+	pos   int
+	depth int
+	g     *dotGraph
+}
+
+// maxDOTDepth bounds subgraph nesting.
+const maxDOTDepth = 100
+
+func (p *dotParser) peek() dotTok {
+	if p.pos < len(p.toks) {
+		return p.toks[p.pos]
+	}
+	return dotTok{}
+}
+
+func (p *dotParser) next() dotTok {
+	t := p.peek()
+	if p.pos < len(p.toks) {
+		p.pos++
+	}
+	return t
+}
+
+func (p *dotParser) expect(kind byte) error {
+	if t := p.next(); t.kind != kind {
+		if t.kind == 0 {
+			return fmt.Errorf("expected %q, got end of input", kind)
+		}
+		return fmt.Errorf("expected %q, got %q", kind, t.text)
+	}
+	return nil
+}
+
+func (p *dotParser) graph() error {
+	t := p.next()
+	if t.kind == 'i' && strings.EqualFold(t.text, "strict") {
+		t = p.next()
+	}
+	if t.kind != 'i' || !strings.EqualFold(t.text, "digraph") {
+		return fmt.Errorf("expected \"digraph\", got %q", t.text)
+	}
+	if p.peek().kind == 'i' {
+		p.next()
+	}
+	if err := p.expect('{'); err != nil {
+		return err
+	}
+	_, err := p.stmts()
+	return err
+}
+
+// stmts parses statements up to and including the closing brace and returns the node ids
+// they mention (for subgraphs used as edge operands).
+func (p *dotParser) stmts() ([]string, error) {
+	var ids []string
+	for {
+		t := p.peek()
+		switch t.kind {
+		case 0:
+			return nil, errors.New("missing closing '}'")
+		case '}':
+			p.next()
+			return ids, nil
+		case ';', ',':
+			p.next()
+			continue
+		}
+		got, err := p.stmt()
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+}
+
+func (p *dotParser) stmt() ([]string, error) {
+	t := p.peek()
+	if t.kind == 'i' {
+		switch strings.ToLower(t.text) {
+		case "graph", "node", "edge":
+			if p.pos+1 < len(p.toks) && p.toks[p.pos+1].kind == '[' {
+				p.next()
+				_, err := p.attrs()
+				return nil, err
+			}
+		}
+		if p.pos+1 < len(p.toks) && p.toks[p.pos+1].kind == '=' {
+			p.pos += 2
+			if v := p.next(); v.kind != 'i' {
+				return nil, fmt.Errorf("expected a value after %q=", t.text)
+			}
+			return nil, nil
+		}
+	}
+	first, err := p.operand()
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Clone(first)
+	chain := [][]string{first}
+	for k := p.peek().kind; k == '>' || k == '-'; k = p.peek().kind {
+		p.next()
+		op, err := p.operand()
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, op)
+		all = append(all, op...)
+	}
+	attrs := map[string]string{}
+	if p.peek().kind == '[' {
+		if attrs, err = p.attrs(); err != nil {
+			return nil, err
+		}
+	}
+	if len(chain) == 1 {
+		if l, ok := attrs["label"]; ok && len(first) == 1 && first[0] == t.text {
+			p.g.labels[first[0]] = l
+		}
+		return all, nil
+	}
+	red := false
+	for c := range strings.SplitSeq(attrs["color"], ":") {
+		if strings.EqualFold(strings.TrimSpace(c), "red") {
+			red = true
+		}
+	}
+	for i := 1; i < len(chain); i++ {
+		for _, from := range chain[i-1] {
+			for _, to := range chain[i] {
+				p.g.edges = append(p.g.edges, dotEdge{from: from, to: to, red: red})
+			}
+		}
+	}
+	return all, nil
+}
+
+// operand parses a node id (with an optional :port:compass) or a subgraph.
+func (p *dotParser) operand() ([]string, error) {
+	t := p.peek()
+	if t.kind == '{' || (t.kind == 'i' && strings.EqualFold(t.text, "subgraph")) {
+		if t.kind == 'i' {
+			p.next()
+			if p.peek().kind == 'i' {
+				p.next()
+			}
+		}
+		if err := p.expect('{'); err != nil {
+			return nil, err
+		}
+		if p.depth++; p.depth > maxDOTDepth {
+			return nil, errors.New("subgraphs nested too deeply")
+		}
+		defer func() { p.depth-- }()
+		return p.stmts()
+	}
+	if t.kind != 'i' {
+		if t.kind == 0 {
+			return nil, errors.New("unexpected end of input")
+		}
+		return nil, fmt.Errorf("unexpected %q", t.text)
+	}
+	p.next()
+	for range 2 {
+		if p.peek().kind != ':' {
+			break
+		}
+		p.next()
+		if p.next().kind != 'i' {
+			return nil, fmt.Errorf("expected a port after %q:", t.text)
+		}
+	}
+	return []string{t.text}, nil
+}
+
+// attrs parses one or more [k=v, ...] lists.
+func (p *dotParser) attrs() (map[string]string, error) {
+	out := map[string]string{}
+	for p.peek().kind == '[' {
+		p.next()
+		for {
+			t := p.next()
+			switch t.kind {
+			case ']':
+			case ';', ',':
+				continue
+			case 'i':
+				if p.peek().kind == '=' {
+					p.next()
+					v := p.next()
+					if v.kind != 'i' {
+						return nil, fmt.Errorf("expected a value for attribute %q", t.text)
+					}
+					out[t.text] = v.text
+				}
+				continue
+			case 0:
+				return nil, errors.New("missing ']'")
+			default:
+				return nil, fmt.Errorf("unexpected %q in attribute list", t.text)
+			}
+			break
+		}
+	}
+	return out, nil
+}

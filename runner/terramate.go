@@ -1,0 +1,246 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// DefaultRunGraphBudget is how long RunGraph lets `terramate experimental run-graph` run before
+// it derives the edges from `terramate debug show metadata` instead. Real run-graph is
+// exponential on dense graphs: 150 densely linked stacks take about 2 s, 200 take 16 s.
+const DefaultRunGraphBudget = 5 * time.Second
+
+// terramateInterruptGrace is how long a cancelled terramate gets between SIGINT (which it
+// forwards to the running scripts) and SIGKILL.
+const terramateInterruptGrace = 10 * time.Second
+
+// ExecFunc runs one process: name with args in dir, with env as its complete environment (nil:
+// inherit), streaming to stdout and stderr. It returns nil on exit status 0, otherwise an error
+// whose ExitCode() method (as *exec.ExitError has) tells the status when the process ran. When
+// ctx is done the process must be stopped.
+type ExecFunc func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error
+
+// Terramate shells out to the terramate binary. Dir is the process working directory of every
+// invocation (so asdf resolves the project's .tool-versions and terramate works on that tree,
+// whose stacks it lists relative to Dir); no --chdir is used.
+type Terramate struct {
+	Bin string // terramate binary; defaults to "terramate"
+	Dir string // working directory of every invocation; "" is the current directory
+
+	// Env is added to the inherited environment of every invocation (KEY=VALUE).
+	Env []string
+	// RunGraphBudget bounds `experimental run-graph` (0: DefaultRunGraphBudget).
+	RunGraphBudget time.Duration
+	// Exec runs the processes; nil runs them for real (tests substitute it).
+	Exec ExecFunc
+}
+
+// ScriptRunOptions controls `terramate script run`.
+type ScriptRunOptions struct {
+	Script          string   // the terramate script name (e.g. "plan"); words separated by spaces
+	Changed         bool     // --changed: only changed stacks
+	Parallel        int      // --parallel N (0 = terramate default)
+	Base            string   // -B <ref> for change detection
+	ContinueOnError bool     // --continue-on-error: keep running the other stacks after a failure
+	Env             []string // KEY=VALUE added to terramate's (and so the scripts') environment
+
+	// StackFiles names the per-stack files the scripts write (log, plan); when terramate
+	// refuses to run because of untracked files, the error tells which of them to git-ignore.
+	StackFiles []string
+}
+
+func (t *Terramate) bin() string {
+	if t.Bin == "" {
+		return "terramate"
+	}
+	return t.Bin
+}
+
+func (t *Terramate) exec() ExecFunc {
+	if t.Exec != nil {
+		return t.Exec
+	}
+	return realExec
+}
+
+// realExec runs the process for real. Cancellation sends SIGINT first (terramate forwards it to
+// the running scripts and lets them clean up), then SIGKILL after a grace period.
+func realExec(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if hard, _ := ctx.Value(hardKillKey{}).(bool); hard {
+		cmd.WaitDelay = time.Second
+	} else {
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+		cmd.WaitDelay = terramateInterruptGrace
+	}
+	return cmd.Run()
+}
+
+// env returns the environment of an invocation: nil (inherit) unless something is added.
+func (t *Terramate) env(extra []string) []string {
+	if len(t.Env) == 0 && len(extra) == 0 {
+		return nil
+	}
+	env := os.Environ()
+	env = append(env, t.Env...)
+	return append(env, extra...)
+}
+
+// invoke runs terramate with args, streaming stdout to out, and classifies a failure.
+func (t *Terramate) invoke(ctx context.Context, out io.Writer, extraEnv []string, args ...string) error {
+	tail := newTailBuffer(stderrTailLimit)
+	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(extraEnv), out, tail)
+	if err == nil {
+		return nil
+	}
+	return t.newError(args, tail.String(), err)
+}
+
+// output runs terramate with args and returns its stdout.
+func (t *Terramate) output(ctx context.Context, args ...string) ([]byte, error) {
+	var out bytes.Buffer
+	if err := t.invoke(ctx, &out, nil, args...); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// lines splits terramate output into its non-empty lines.
+func lines(b []byte) []string {
+	out := []string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		if l := strings.TrimRight(sc.Text(), "\r"); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// List returns the stacks under Dir, relative to Dir, in terramate's (lexical) order.
+func (t *Terramate) List(ctx context.Context) ([]string, error) {
+	out, err := t.output(ctx, "list")
+	if err != nil {
+		return nil, err
+	}
+	return lines(out), nil
+}
+
+func changedArgs(base string, extra ...string) []string {
+	args := []string{"list", "--changed"}
+	if base != "" {
+		args = append(args, "-B", base)
+	}
+	return append(args, extra...)
+}
+
+// ChangedStacks returns the stacks changed relative to base (empty uses terramate's configured
+// default), relative to Dir.
+func (t *Terramate) ChangedStacks(ctx context.Context, base string) ([]string, error) {
+	out, err := t.output(ctx, changedArgs(base)...)
+	if err != nil {
+		return nil, err
+	}
+	return lines(out), nil
+}
+
+// ScriptRun runs a terramate script across (changed) stacks, streaming terramate's combined
+// output (the commands it echoes and the scripts' own output) to w. It returns terramate's exit
+// error, a *TerramateError, so a failed stack fails the run.
+func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptions) error {
+	words := strings.Fields(o.Script)
+	if len(words) == 0 {
+		return errors.New("terramate script run: no script name given")
+	}
+	if o.Parallel < 0 {
+		return fmt.Errorf("terramate script run: --parallel must not be negative, got %d", o.Parallel)
+	}
+	args := []string{"script", "run"}
+	if o.Changed {
+		args = append(args, "--changed")
+	}
+	if o.Base != "" {
+		args = append(args, "-B", o.Base)
+	}
+	if o.Parallel > 0 {
+		args = append(args, "--parallel", strconv.Itoa(o.Parallel))
+	}
+	if o.ContinueOnError {
+		args = append(args, "--continue-on-error")
+	}
+	args = append(args, words...)
+
+	lw := &lockedWriter{w: w}
+	tail := newTailBuffer(stderrTailLimit)
+	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), lw, io.MultiWriter(lw, tail))
+	if err == nil {
+		return nil
+	}
+	te := t.newError(args, tail.String(), err)
+	if errors.Is(te, ErrUntrackedFiles) {
+		te.Untracked = t.untrackedFiles(ctx)
+		te.StackFiles = o.StackFiles
+	}
+	return te
+}
+
+// untrackedFiles asks git which files are untracked under Dir (best effort, bounded).
+func (t *Terramate) untrackedFiles(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := t.exec()(ctx, "git", []string{"ls-files", "--others", "--exclude-standard"}, t.Dir, nil, &out, io.Discard); err != nil {
+		return nil
+	}
+	files := lines(out.Bytes())
+	if len(files) > maxListedUntracked {
+		files = append(files[:maxListedUntracked:maxListedUntracked], fmt.Sprintf("… %d more", len(files)-maxListedUntracked))
+	}
+	return files
+}
+
+const maxListedUntracked = 10
+
+// lockedWriter serialises the writes of terramate's stdout and stderr copiers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// WhyChanged returns why each changed stack changed relative to base (empty uses terramate's
+// configured default), from `terramate list --changed --why`. Each line is resolved against the
+// changed stacks terramate lists, so stack paths containing spaces or " - " are split right.
+func (t *Terramate) WhyChanged(ctx context.Context, base string) ([]events.ChangeReason, error) {
+	stacks, err := t.ChangedStacks(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	out, err := t.output(ctx, changedArgs(base, "--why")...)
+	if err != nil {
+		return nil, err
+	}
+	return parseWhyLines(lines(out), stacks), nil
+}
