@@ -65,6 +65,9 @@ const (
 	MaxResponseBytes = 1 << 20
 	// MaxRedirects caps same-host redirects.
 	MaxRedirects = 3
+	// MaxInFlight caps concurrent best-effort requests, so a black-holed server sees a handful
+	// of connections before the breaker opens rather than one per waiting event.
+	MaxInFlight = 16
 )
 
 // TokenFunc returns a bearer token for one request.
@@ -133,6 +136,7 @@ type Client struct {
 	token    TokenFunc
 	gated    bool
 	breaker  *breaker
+	inflight chan struct{}
 	warnings io.Writer
 
 	mu       sync.Mutex
@@ -157,6 +161,7 @@ func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
 	c := &Client{
 		token:          token,
 		breaker:        &breaker{threshold: BreakerThreshold, cooldown: BreakerCooldown, maxCooldown: BreakerMaxCooldown, now: time.Now},
+		inflight:       make(chan struct{}, MaxInFlight),
 		warnings:       os.Stderr,
 		callBudget:     CallBudget,
 		attemptTimeout: AttemptTimeout,
@@ -227,7 +232,8 @@ func sameHostRedirects(base *url.URL) func(*http.Request, []*http.Request) error
 			return fmt.Errorf("stopped after %d redirects", MaxRedirects)
 		}
 		if !sameOrigin(base, req.URL) {
-			return fmt.Errorf("refusing redirect to %s://%s: not the configured server", req.URL.Scheme, req.URL.Host)
+			// Not followed: the 3xx itself becomes the answer (a non-2xx, so an error).
+			return http.ErrUseLastResponse
 		}
 		return nil
 	}
@@ -448,6 +454,16 @@ func (c *Client) call(ctx context.Context, op string, idempotent bool, send func
 	defer c.breaker.settle()
 	ctx, cancel := context.WithTimeout(ctx, c.callBudget)
 	defer cancel()
+	select {
+	case c.inflight <- struct{}{}:
+		defer func() { <-c.inflight }()
+	case <-ctx.Done():
+		return nil, &TransportError{Op: op, Err: fmt.Errorf("waiting for a free connection: %w", ctx.Err())}
+	}
+	// The breaker may have opened while this call waited for a slot.
+	if !c.breaker.allowWaiting() {
+		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
+	}
 	attempts := 1
 	if idempotent {
 		attempts = MaxAttempts
@@ -639,6 +655,14 @@ func (b *breaker) allow() bool {
 	}
 	b.probing = true
 	return true
+}
+
+// allowWaiting re-checks a call admitted earlier: it fails once the breaker has opened,
+// unless that call is the probe itself.
+func (b *breaker) allowWaiting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failures < b.threshold || b.probing
 }
 
 // failure records a transport failure and reports whether the breaker is (now) open.

@@ -37,6 +37,13 @@ func IDTokenFunc(audience string) (TokenFunc, error) {
 		// The context given to NewTokenSource is kept for later token refreshes, so it must
 		// not be the bounded discovery context.
 		ts, err := idtoken.NewTokenSource(context.Background(), audience)
+		if err == nil {
+			// Mint one token now: credentials that cannot produce a token (a metadata server
+			// that is not there, a revoked key) are as unavailable as missing ones, and the
+			// caller decides at start-up, not on every request.
+			ts = oauth2.ReuseTokenSource(nil, ts)
+			_, err = ts.Token()
+		}
 		done <- result{ts, err}
 	}()
 	var r result
@@ -48,7 +55,7 @@ func IDTokenFunc(audience string) (TokenFunc, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("%w for audience %q: %v", ErrNoCredentials, audience, r.err)
 	}
-	return FromTokenSource(oauth2.ReuseTokenSource(nil, r.ts)), nil
+	return FromTokenSource(r.ts), nil
 }
 
 // FromTokenSource adapts an oauth2.TokenSource (whose Token has no context) to a TokenFunc
