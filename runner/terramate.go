@@ -109,7 +109,7 @@ func (t *Terramate) invoke(ctx context.Context, out io.Writer, extraEnv []string
 	if err == nil {
 		return nil
 	}
-	return t.newError(args, tail.String(), err)
+	return t.newError(ctx, args, tail.String(), err)
 }
 
 // output runs terramate with args and returns its stdout.
@@ -193,7 +193,7 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 	if err == nil {
 		return nil
 	}
-	te := t.newError(args, tail.String(), err)
+	te := t.newError(ctx, args, tail.String(), err)
 	if errors.Is(te, ErrUntrackedFiles) {
 		te.Untracked = t.untrackedFiles(ctx)
 		te.StackFiles = o.StackFiles

@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -133,12 +135,20 @@ func (e *TerramateError) Unwrap() []error {
 	return errs
 }
 
+// maxMessageLine bounds the stderr line quoted in an error message.
+const maxMessageLine = 300
+
+// lastLine is the last non-empty stderr line, without terramate's "> " detail prefix, bounded.
 func lastLine(s string) string {
 	l := lines([]byte(s))
 	if len(l) == 0 {
 		return ""
 	}
-	return strings.TrimSpace(strings.TrimPrefix(l[len(l)-1], "> "))
+	last := strings.TrimSpace(strings.TrimPrefix(l[len(l)-1], "> "))
+	if len(last) > maxMessageLine {
+		last = "…" + strings.ToValidUTF8(last[len(last)-maxMessageLine:], "")
+	}
+	return last
 }
 
 var (
@@ -149,13 +159,20 @@ var (
 )
 
 // newError builds the TerramateError of a failed invocation.
-func (t *Terramate) newError(args []string, stderr string, err error) *TerramateError {
+func (t *Terramate) newError(ctx context.Context, args []string, stderr string, err error) *TerramateError {
 	e := &TerramateError{Args: append([]string(nil), args...), ExitCode: -1, Stderr: stderr, Err: err}
 	var coder interface{ ExitCode() int }
 	if errors.As(err, &coder) {
 		e.ExitCode = coder.ExitCode()
 	}
-	if errors.Is(err, exec.ErrNotFound) {
+	if ctx.Err() != nil {
+		// Stopped by the caller (or a budget): errors.Is(err, context.Canceled) must hold.
+		e.Err = fmt.Errorf("%w: %w", err, context.Cause(ctx))
+		return e
+	}
+	var pe *fs.PathError
+	if errors.Is(err, exec.ErrNotFound) ||
+		(e.ExitCode < 0 && errors.Is(err, fs.ErrNotExist) && !(errors.As(err, &pe) && pe.Op == "chdir")) {
 		e.Cause = ErrTerramateNotInstalled
 		return e
 	}
