@@ -70,10 +70,10 @@ func (g *genState) value(v any) {
 // resourceValues are realistic compute-instance-like attributes of about o.Payload bytes.
 func (g *genState) resourceValues(i int, version string) map[string]any {
 	labels := map[string]any{}
-	for j := range 8 {
+	for j := range 2 {
 		labels[fmt.Sprintf("label_%d", j)] = fmt.Sprintf("value-%d-%d", i%97, j)
 	}
-	script := strings.Repeat(fmt.Sprintf("echo step %d; ", i%13), max(1, (g.o.Payload-450)/14))
+	script := strings.Repeat(fmt.Sprintf("echo step %d; ", i%13), max(0, (g.o.Payload-450)/14))
 	v := map[string]any{
 		"id":           fmt.Sprintf("projects/p/zones/europe-west1-b/instances/vm-%d", i),
 		"name":         fmt.Sprintf("vm-%d", i),
@@ -85,10 +85,12 @@ func (g *genState) resourceValues(i int, version string) map[string]any {
 			"network": "default", "network_ip": fmt.Sprintf("10.0.%d.%d", i/250%250, i%250),
 			"access_config": []any{map[string]any{"nat_ip": nil, "network_tier": "PREMIUM"}},
 		}},
-		"boot_disk":               []any{map[string]any{"auto_delete": true, "device_name": "persistent-disk-0", "size": 10 + i%90}},
-		"metadata_startup_script": script,
-		"deletion_protection":     false,
-		"metadata":                map[string]any{"db_password": "not-secret-" + version},
+		"boot_disk":           []any{map[string]any{"auto_delete": true, "device_name": "persistent-disk-0", "size": 10 + i%90}},
+		"deletion_protection": false,
+		"metadata":            map[string]any{"db_password": "not-secret-" + version},
+	}
+	if script != "" {
+		v["metadata_startup_script"] = script
 	}
 	return v
 }

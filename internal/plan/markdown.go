@@ -67,12 +67,16 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 	if len(list) > 0 || omitted > 0 {
 		fmt.Fprintf(&b, "> [!CAUTION]\n> **%s** — these delete, replace or forget existing resources:\n>\n",
 			plural(len(list)+omitted, "destructive change", "destructive changes"))
-		for i, e := range list {
-			if keepDestructive >= 0 && i == keepDestructive {
-				omitted += len(list) - i
-				break
+		if keepDestructive >= 0 && keepDestructive < len(list) {
+			omitted += len(list) - keepDestructive
+			list = list[:keepDestructive]
+		}
+		if level < mdNoTable {
+			for _, e := range list {
+				fmt.Fprintf(&b, "> - %s: %s\n", code(e.stack), mdChange(e.change))
 			}
-			fmt.Fprintf(&b, "> - %s: %s\n", code(e.stack), mdChange(e.change))
+		} else {
+			compactDestructive(&b, list)
 		}
 		if omitted > 0 {
 			fmt.Fprintf(&b, "> - … and %d more (see the execution page)\n", omitted)
@@ -125,6 +129,24 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 		fmt.Fprintf(&b, "[Execution details and logs](%s)\n", r.ExecutionURL)
 	}
 	return b.String()
+}
+
+// compactDestructive writes the destructive list one line per stack, addresses only.
+func compactDestructive(b *strings.Builder, list []destructiveEntry) {
+	for i, e := range list {
+		switch {
+		case i == 0:
+			fmt.Fprintf(b, "> - %s: ", code(e.stack))
+		case e.stack != list[i-1].stack:
+			fmt.Fprintf(b, "\n> - %s: ", code(e.stack))
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(b, "%s %s", e.change.Action.Symbol(), code(e.change.Address))
+	}
+	if len(list) > 0 {
+		b.WriteString("\n")
+	}
 }
 
 func mdChange(c Change) string {

@@ -1,0 +1,134 @@
+package plan
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// planGenerated classifies a generated plan and returns what the generator wrote.
+func planGenerated(t testing.TB, name string, o genOptions) (*Stack, genResult) {
+	t.Helper()
+	var buf bytes.Buffer
+	res, err := writePlan(&buf, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Classify(name, name+".json", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, res
+}
+
+func TestPlanPropertyCountsSumToChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(42, 1))
+	for i := range 25 {
+		o := genOptions{Changes: rng.IntN(400), Seed: uint64(i), Payload: 500, Drift: rng.IntN(3), Outputs: rng.IntN(3)}
+		if i%3 == 0 {
+			o.Secret = "generated-secret-" + strconv.Itoa(i)
+		}
+		s, res := planGenerated(t, fmt.Sprintf("gen-%d", i), o)
+		if s.Counts != res.Counts {
+			t.Errorf("seed %d: counts %+v, generator wrote %+v", i, s.Counts, res.Counts)
+		}
+		if s.Counts.Total() != res.Changes {
+			t.Errorf("seed %d: counts sum to %d, the plan has %d changes", i, s.Counts.Total(), res.Changes)
+		}
+		if got := len(s.Changes) + s.ChangesOmitted; got != res.Changes {
+			t.Errorf("seed %d: %d listed+omitted changes, want %d", i, got, res.Changes)
+		}
+		if got := len(s.Destructive) + s.DestructiveOmitted; got != s.Counts.Destructive() {
+			t.Errorf("seed %d: %d destructive entries, want %d", i, got, s.Counts.Destructive())
+		}
+		if s.DriftCount != o.Drift || s.OutputsChanged != o.Outputs+min(1, len(o.Secret)) {
+			t.Errorf("seed %d: drift %d outputs %d, want %d and %d", i, s.DriftCount, s.OutputsChanged, o.Drift, o.Outputs)
+		}
+	}
+}
+
+var planAddrRE = regexp.MustCompile("`google_compute_instance\\.vm\\[\\d+\\]`")
+
+// planCommentDestructive counts the destructive addresses shown in a comment's caution block
+// and the "… and N more" it admits to.
+func planCommentDestructive(t *testing.T, comment string) (shown, more int) {
+	t.Helper()
+	for _, line := range strings.Split(comment, "\n") {
+		if !strings.HasPrefix(line, "> ") {
+			continue
+		}
+		shown += len(planAddrRE.FindAllString(line, -1))
+		if m := regexp.MustCompile(`… and (\d+) more`).FindStringSubmatch(line); m != nil {
+			more, _ = strconv.Atoi(m[1])
+		}
+	}
+	return shown, more
+}
+
+func TestPlanPropertyCommentBound(t *testing.T) {
+	cases := []struct {
+		name   string
+		stacks int
+		o      genOptions
+	}{
+		{"mixed 10000", 1, genOptions{Changes: 10000, Seed: 1, Payload: 500, Outputs: 5, Drift: 20}},
+		{"deletes 10000", 1, genOptions{Changes: 10000, Seed: 2, Payload: 200, OnlyOf: ActionDelete}},
+		{"10 stacks x 1000 replaces", 10, genOptions{Changes: 1000, Seed: 3, Payload: 200, OnlyOf: ActionReplace, NoOpEvery: 7}},
+		{"100 stacks x 30 updates", 100, genOptions{Changes: 30, Seed: 4, Payload: 200, OnlyOf: ActionUpdate}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Report{ExecutionURL: planExecutionURL}
+			changes := 0
+			for i := range tc.stacks {
+				o := tc.o
+				o.Seed += uint64(i)
+				s, res := planGenerated(t, fmt.Sprintf("stacks/env/app-%03d", i), o)
+				r.Stacks = append(r.Stacks, s)
+				changes += res.Changes
+			}
+			if r.Totals().Total() != changes {
+				t.Fatalf("totals %d, want %d", r.Totals().Total(), changes)
+			}
+			comment := Comment(r)
+			if n := len([]rune(comment)); n > MaxCommentChars {
+				t.Fatalf("comment has %d characters, limit %d", n, MaxCommentChars)
+			}
+			if !strings.Contains(comment, totalsLine(r, " · ")) {
+				t.Error("comment lost the totals")
+			}
+			if !strings.Contains(comment, "("+planExecutionURL+")") {
+				t.Error("comment lost the execution link")
+			}
+			destructive := r.Totals().Destructive()
+			if destructive > 0 {
+				if !strings.Contains(comment, plural(destructive, "destructive change", "destructive changes")) {
+					t.Errorf("comment does not announce %d destructive changes", destructive)
+				}
+				shown, more := planCommentDestructive(t, comment)
+				if shown+more != destructive {
+					t.Errorf("comment shows %d destructive addresses and %d more, want %d in all", shown, more, destructive)
+				}
+				kept := 0
+				for _, s := range r.Stacks {
+					kept += len(s.Destructive)
+				}
+				if len(comment) < MaxCommentChars-2000 && shown != kept {
+					t.Errorf("comment has room but shows %d of %d destructive addresses", shown, kept)
+				}
+			}
+			if summary := Markdown(r); len(summary) > MaxSummaryBytes {
+				t.Errorf("step summary has %d bytes, limit %d", len(summary), MaxSummaryBytes)
+			}
+			if r.Class() == events.ClassNoChanges {
+				t.Error("a generated plan with changes classified as no-changes")
+			}
+		})
+	}
+}
