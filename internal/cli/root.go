@@ -64,6 +64,7 @@ func NewRootCmd(ios *IO) *cobra.Command {
 	root.CompletionOptions.DisableDefaultCmd = true
 
 	root.AddCommand(newVersionCmd(ios))
+	root.AddCommand(newRenderCmd(ios))
 	// Later verbs register here, one line each.
 
 	// Unknown sub-commands of a command group are usage errors, not silent help.
