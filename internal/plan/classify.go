@@ -465,14 +465,24 @@ func (c *classifier) module() error {
 	})
 }
 
-// configuration reads which root variables are sensitive.
+// configModule is the part of a configuration module this package reads: which variables
+// are sensitive (and their defaults), and the modules it calls.
+type configModule struct {
+	Variables map[string]struct {
+		Sensitive bool            `json:"sensitive"`
+		Default   json.RawMessage `json:"default"`
+	} `json:"variables"`
+	ModuleCalls map[string]struct {
+		Module configModule `json:"module"`
+	} `json:"module_calls"`
+}
+
+// configuration reads which root variables are sensitive, and collects the defaults of
+// sensitive variables of every module (a module's variable values are not in the plan's
+// variables, but its default may still reach an unflagged attribute).
 func (c *classifier) configuration() error {
 	var cfg struct {
-		RootModule struct {
-			Variables map[string]struct {
-				Sensitive bool `json:"sensitive"`
-			} `json:"variables"`
-		} `json:"root_module"`
+		RootModule configModule `json:"root_module"`
 	}
 	if err := c.dec.Decode(&cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -480,6 +490,28 @@ func (c *classifier) configuration() error {
 	c.sensitiveVars = map[string]bool{}
 	for name, v := range cfg.RootModule.Variables {
 		c.sensitiveVars[name] = v.Sensitive
+	}
+	return c.collectDefaults(&cfg.RootModule, 0)
+}
+
+// maxModuleDepth bounds the module_calls recursion of a configuration.
+const maxModuleDepth = 64
+
+func (c *classifier) collectDefaults(m *configModule, depth int) error {
+	if depth > maxModuleDepth {
+		return fmt.Errorf("configuration: module calls nested deeper than %d", maxModuleDepth)
+	}
+	for name, v := range m.Variables {
+		if v.Sensitive {
+			if err := c.secrets.collectRaw(v.Default, json.RawMessage("true")); err != nil {
+				return fmt.Errorf("configuration: variable %s: %w", strconv.Quote(name), err)
+			}
+		}
+	}
+	for _, call := range m.ModuleCalls {
+		if err := c.collectDefaults(&call.Module, depth+1); err != nil {
+			return err
+		}
 	}
 	return nil
 }

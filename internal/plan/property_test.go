@@ -132,3 +132,37 @@ func TestPlanPropertyCommentBound(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanMarkdownDegradesInOrder checks that the size bound drops attribute detail first,
+// then per-stack detail, then the stack table, and cuts the destructive list last.
+func TestPlanMarkdownDegradesInOrder(t *testing.T) {
+	r := &Report{ExecutionURL: planExecutionURL}
+	for i := range 3 {
+		s, _ := planGenerated(t, fmt.Sprintf("stacks/app-%d", i), genOptions{Changes: 150, Seed: uint64(10 + i), Payload: 200, Secret: "degrade-secret"})
+		r.Stacks = append(r.Stacks, s)
+	}
+	sec := r.secrets()
+	prev := len(sec.scrub(markdown(r, mdFull, -1))) + 1
+	for level := mdFull; level < mdTrimDestroy; level++ {
+		want := sec.scrub(markdown(r, level, -1))
+		if len(want) > prev || (level <= mdNoDetail && len(want) == prev) {
+			t.Fatalf("level %d does not drop detail (%d bytes, %d before)", level, len(want), prev)
+		}
+		prev = len(want)
+		if got := fitMarkdown(r, len(want)); got != want {
+			t.Errorf("limit %d: fitMarkdown did not pick detail level %d", len(want), level)
+		}
+	}
+	limit := prev - 500
+	got := fitMarkdown(r, limit)
+	if len(got) > limit || !strings.Contains(got, totalsLine(r, " · ")) || !strings.Contains(got, planExecutionURL) {
+		t.Fatalf("trimmed render (%d bytes, limit %d) lost its bound, totals or link:\n%s", len(got), limit, got)
+	}
+	shown, more := planCommentDestructive(t, got)
+	if more == 0 || shown+more != r.Totals().Destructive() {
+		t.Errorf("trimmed destructive list shows %d and %d more, want %d in all with some cut", shown, more, r.Totals().Destructive())
+	}
+	if strings.Contains(got, "degrade-secret") {
+		t.Error("render leaks the secret")
+	}
+}

@@ -1,0 +1,59 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+)
+
+// planSecretsJSON is a hand-written plan with secrets in every kind of sensitive position,
+// each also reaching an attribute the plan does not flag.
+const planSecretsJSON = `{
+  "format_version": "1.2",
+  "variables": {"token": {"value": "root-var-secret"}, "region": {"value": "europe-west1"}},
+  "planned_values": {"outputs": {"dsn": {"sensitive": true, "value": "planned-output-secret"}}, "root_module": {}},
+  "resource_changes": [
+    {"address": "x.a", "change": {"actions": ["update"],
+      "before": {"hint": "module-default-secret", "copy": "prior-state-secret", "region": "europe-west1", "n": 1},
+      "after": {"hint": "root-var-secret", "copy": "a prefix planned-output-secret suffix", "region": "europe-west4", "n": 2},
+      "after_unknown": {}, "before_sensitive": {}, "after_sensitive": {}}},
+    {"address": "x.b", "change": {"actions": ["create"], "before": null,
+      "after": {"password": "flagged-after-secret", "list": ["flagged-list-secret", "visible"]},
+      "after_unknown": {}, "before_sensitive": false, "after_sensitive": {"password": true, "list": [true, false]}}},
+    {"address": "x.c", "change": {"actions": ["update"],
+      "before": {"echo": "flagged-after-secret", "other": "flagged-list-secret"},
+      "after": {"echo": "flagged-after-secret-2", "other": "ok"},
+      "after_unknown": {}, "before_sensitive": {}, "after_sensitive": {}}}
+  ],
+  "output_changes": {"out": {"actions": ["update"], "before": "output-before-secret", "after": "output-before-secret!", "before_sensitive": true, "after_sensitive": false}},
+  "prior_state": {"values": {"root_module": {"resources": [
+    {"address": "x.a", "values": {"key": "prior-state-secret"}, "sensitive_values": {"key": true}}],
+    "child_modules": [{"resources": [{"address": "module.m.x.d", "values": {"k": ["deep-child-secret"]}, "sensitive_values": {"k": [true]}}]}]}}},
+  "configuration": {"root_module": {
+    "variables": {"token": {"sensitive": true}, "region": {}},
+    "module_calls": {"db": {"module": {"variables": {"pw": {"sensitive": true, "default": "module-default-secret"}}}}}}}
+}`
+
+func TestPlanSecretsInEveryPosition(t *testing.T) {
+	s, err := Classify("secrets", "plan.json", strings.NewReader(planSecretsJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"root-var-secret", "planned-output-secret", "flagged-after-secret", "flagged-list-secret",
+		"module-default-secret", "prior-state-secret", "output-before-secret", "deep-child-secret"}
+	for ext, out := range planRenders(t, &Report{Stacks: []*Stack{s}}) {
+		for _, sec := range secrets {
+			if strings.Contains(out, sec) {
+				t.Errorf("render %s shows %q:\n%s", ext, sec, out)
+			}
+		}
+		// Values that are not secrets stay visible: masking must not hide the plan.
+		for _, visible := range []string{`"europe-west1"`, `"visible"`, `"ok"`} {
+			if ext != ".json" && !strings.Contains(out, visible) && !strings.Contains(out, strings.Trim(visible, `"`)) {
+				t.Errorf("render %s hides the non-secret %s", ext, visible)
+			}
+		}
+	}
+	if s.Class != "mutating" || s.Counts.Update != 2 || s.Counts.Create != 1 {
+		t.Errorf("class %s counts %+v", s.Class, s.Counts)
+	}
+}
