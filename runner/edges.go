@@ -78,8 +78,8 @@ func compareEdges(a, b events.Edge) int {
 // connected component with more than one node, or with a self-edge), sorted; nil when the
 // edges are acyclic. Iterative Tarjan, so deep graphs cannot overflow the stack.
 func cycleStacks(edges []events.Edge) []string {
-	ids := map[string]int{}
-	var names []string
+	ids := make(map[string]int, len(edges))
+	names := make([]string, 0, len(edges))
 	id := func(s string) int {
 		if i, ok := ids[s]; ok {
 			return i
@@ -88,15 +88,26 @@ func cycleStacks(edges []events.Edge) []string {
 		names = append(names, s)
 		return len(names) - 1
 	}
-	var adj [][]int
+	// Adjacency in compressed rows: adj[start[v]:start[v+1]] are v's successors.
+	from := make([]int, len(edges))
+	to := make([]int, len(edges))
+	for i, e := range edges {
+		from[i], to[i] = id(e.From), id(e.To)
+	}
+	start := make([]int, len(names)+1)
+	for _, f := range from {
+		start[f+1]++
+	}
+	for v := range names {
+		start[v+1] += start[v]
+	}
+	adj := make([]int, len(edges))
+	fill := slices.Clone(start[:len(names)])
 	selfLoop := map[int]bool{}
-	for _, e := range edges {
-		f, t := id(e.From), id(e.To)
-		for len(adj) < len(names) {
-			adj = append(adj, nil)
-		}
-		adj[f] = append(adj[f], t)
-		if f == t {
+	for i, f := range from {
+		adj[fill[f]] = to[i]
+		fill[f]++
+		if f == to[i] {
 			selfLoop[f] = true
 		}
 	}
@@ -121,8 +132,8 @@ func cycleStacks(edges []events.Edge) []string {
 		onStack[root] = true
 		for len(call) > 0 {
 			f := &call[len(call)-1]
-			if f.child < len(adj[f.v]) {
-				w := adj[f.v][f.child]
+			if succ := adj[start[f.v]:start[f.v+1]]; f.child < len(succ) {
+				w := succ[f.child]
 				f.child++
 				if index[w] < 0 {
 					index[w], low[w] = next, next

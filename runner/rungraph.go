@@ -146,7 +146,7 @@ type dotTok struct {
 }
 
 func dotTokens(s string) ([]dotTok, error) {
-	var toks []dotTok
+	toks := make([]dotTok, 0, len(s)/3+8)
 	lineStart := true
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -188,6 +188,17 @@ func dotTokens(s string) ([]dotTok, error) {
 			toks = append(toks, dotTok{c, string(c)})
 			i++
 		case c == '"':
+			if end := strings.IndexByte(s[i+1:], '"'); end >= 0 && strings.IndexByte(s[i+1:i+1+end], '\\') < 0 {
+				// No escapes: the token is a substring, no copy.
+				if n := len(toks); n > 0 && toks[n-1].kind == '+' {
+					toks[n-2].text += s[i+1 : i+1+end]
+					toks = toks[:n-1]
+				} else {
+					toks = append(toks, dotTok{'i', s[i+1 : i+1+end]})
+				}
+				i += end + 2
+				continue
+			}
 			var b strings.Builder
 			j := i + 1
 			for ; j < len(s) && s[j] != '"'; j++ {
@@ -359,12 +370,13 @@ func (p *dotParser) stmt() ([]string, error) {
 			return nil, nil
 		}
 	}
+	var buf [2]dotOperand
+	chain := buf[:0]
 	first, err := p.operand()
 	if err != nil {
 		return nil, err
 	}
-	all := slices.Clone(first)
-	chain := [][]string{first}
+	chain = append(chain, first)
 	for k := p.peek().kind; k == '>' || k == '-'; k = p.peek().kind {
 		p.next()
 		op, err := p.operand()
@@ -372,17 +384,22 @@ func (p *dotParser) stmt() ([]string, error) {
 			return nil, err
 		}
 		chain = append(chain, op)
-		all = append(all, op...)
 	}
-	attrs := map[string]string{}
+	var attrs map[string]string
 	if p.peek().kind == '[' {
 		if attrs, err = p.attrs(); err != nil {
 			return nil, err
 		}
 	}
+	var all []string
+	if p.depth > 0 { // only subgraph operands need the ids their statements mention
+		for _, op := range chain {
+			all = append(all, op.ids()...)
+		}
+	}
 	if len(chain) == 1 {
-		if l, ok := attrs["label"]; ok && len(first) == 1 && first[0] == t.text {
-			p.g.labels[first[0]] = l
+		if l, ok := attrs["label"]; ok && !first.isSub {
+			p.g.labels[first.id] = l
 		}
 		return all, nil
 	}
@@ -393,8 +410,12 @@ func (p *dotParser) stmt() ([]string, error) {
 		}
 	}
 	for i := 1; i < len(chain); i++ {
-		for _, from := range chain[i-1] {
-			for _, to := range chain[i] {
+		if !chain[i-1].isSub && !chain[i].isSub {
+			p.g.edges = append(p.g.edges, dotEdge{from: chain[i-1].id, to: chain[i].id, red: red})
+			continue
+		}
+		for _, from := range chain[i-1].ids() {
+			for _, to := range chain[i].ids() {
 				p.g.edges = append(p.g.edges, dotEdge{from: from, to: to, red: red})
 			}
 		}
@@ -402,8 +423,22 @@ func (p *dotParser) stmt() ([]string, error) {
 	return all, nil
 }
 
+// dotOperand is one side of an edge: a node id or the nodes of a subgraph.
+type dotOperand struct {
+	id    string
+	sub   []string
+	isSub bool
+}
+
+func (o dotOperand) ids() []string {
+	if o.isSub {
+		return o.sub
+	}
+	return []string{o.id}
+}
+
 // operand parses a node id (with an optional :port:compass) or a subgraph.
-func (p *dotParser) operand() ([]string, error) {
+func (p *dotParser) operand() (dotOperand, error) {
 	t := p.peek()
 	if t.kind == '{' || (t.kind == 'i' && strings.EqualFold(t.text, "subgraph")) {
 		if t.kind == 'i' {
@@ -413,19 +448,20 @@ func (p *dotParser) operand() ([]string, error) {
 			}
 		}
 		if err := p.expect('{'); err != nil {
-			return nil, err
+			return dotOperand{}, err
 		}
 		if p.depth++; p.depth > maxDOTDepth {
-			return nil, errors.New("subgraphs nested too deeply")
+			return dotOperand{}, errors.New("subgraphs nested too deeply")
 		}
 		defer func() { p.depth-- }()
-		return p.stmts()
+		ids, err := p.stmts()
+		return dotOperand{sub: ids, isSub: true}, err
 	}
 	if t.kind != 'i' {
 		if t.kind == 0 {
-			return nil, errors.New("unexpected end of input")
+			return dotOperand{}, errors.New("unexpected end of input")
 		}
-		return nil, fmt.Errorf("unexpected %q", t.text)
+		return dotOperand{}, fmt.Errorf("unexpected %q", t.text)
 	}
 	p.next()
 	for range 2 {
@@ -434,10 +470,10 @@ func (p *dotParser) operand() ([]string, error) {
 		}
 		p.next()
 		if p.next().kind != 'i' {
-			return nil, fmt.Errorf("expected a port after %q:", t.text)
+			return dotOperand{}, fmt.Errorf("expected a port after %q:", t.text)
 		}
 	}
-	return []string{t.text}, nil
+	return dotOperand{id: t.text}, nil
 }
 
 // attrs parses one or more [k=v, ...] lists.

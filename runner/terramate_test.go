@@ -32,13 +32,9 @@ func tmFixture(t *testing.T, caseName string, edit func(*tmScenario)) (tmp, proj
 }
 
 // tmRecordedLines returns the stdout lines of a recorded case.
-func tmRecordedLines(t *testing.T, name string) []string {
+func tmRecordedLines(t testing.TB, name string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(tmFixtureDir, "cases", name+".stdout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lines(b)
+	return tmReadLines(t, filepath.Join(tmFixtureDir, "cases", name+".stdout"))
 }
 
 func TestTerramateDiscoveryOnFixture(t *testing.T) {
@@ -560,7 +556,7 @@ func TestRunGraphBudgetFallback(t *testing.T) {
 	}
 }
 
-func tmRecordedBytes(t *testing.T, name string) []byte {
+func tmRecordedBytes(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(tmFixtureDir, "cases", name+".stdout"))
 	if err != nil {
