@@ -167,7 +167,7 @@ func tmApplyCase(t testing.TB, proj, name string, sc *tmScenario) {
 	case strings.HasPrefix(kind, "space-"):
 		addOdd()
 	case strings.HasPrefix(kind, "parse-error-"):
-		tmWriteFile(t, proj, "stacks/nonprod/network/stack.tm.hcl", "stack {\n  name =\n}\n")
+		tmWriteFile(t, proj, "stacks/nonprod/network/stack.tm.hcl", "stack {\n  name = \n}\n")
 		sc.ParseError = &tmParseError{
 			File:    "stacks/nonprod/network/stack.tm.hcl",
 			Range:   "2,10-3,1",
