@@ -67,32 +67,58 @@ func (g *genState) value(v any) {
 	g.raw(string(b))
 }
 
-// resourceValues are realistic compute-instance-like attributes of about o.Payload bytes.
-func (g *genState) resourceValues(i int, version string) map[string]any {
-	labels := map[string]any{}
-	for j := range 2 {
-		labels[fmt.Sprintf("label_%d", j)] = fmt.Sprintf("value-%d-%d", i%97, j)
+// genValues are realistic compute-instance-like attributes (a struct, not a map, so that
+// generating 100 MB stays quick).
+type genValues struct {
+	ID                    string            `json:"id"`
+	Name                  string            `json:"name"`
+	MachineType           string            `json:"machine_type"`
+	Zone                  string            `json:"zone"`
+	Description           string            `json:"description,omitempty"`
+	Labels                map[string]string `json:"labels"`
+	Tags                  []string          `json:"tags"`
+	NetworkInterface      []genNIC          `json:"network_interface"`
+	BootDisk              []genDisk         `json:"boot_disk"`
+	DeletionProtection    bool              `json:"deletion_protection"`
+	Metadata              map[string]string `json:"metadata"`
+	MetadataStartupScript string            `json:"metadata_startup_script,omitempty"`
+}
+
+type genNIC struct {
+	Network      string `json:"network"`
+	NetworkIP    string `json:"network_ip"`
+	AccessConfig []struct {
+		NatIP       *string `json:"nat_ip"`
+		NetworkTier string  `json:"network_tier"`
+	} `json:"access_config"`
+}
+
+type genDisk struct {
+	AutoDelete bool   `json:"auto_delete"`
+	DeviceName string `json:"device_name"`
+	Size       int    `json:"size"`
+}
+
+// resourceValues are the attributes of resource i, of about o.Payload bytes.
+func (g *genState) resourceValues(i int, version string) *genValues {
+	nic := genNIC{Network: "default", NetworkIP: fmt.Sprintf("10.0.%d.%d", i/250%250, i%250)}
+	nic.AccessConfig = make([]struct {
+		NatIP       *string `json:"nat_ip"`
+		NetworkTier string  `json:"network_tier"`
+	}, 1)
+	nic.AccessConfig[0].NetworkTier = "PREMIUM"
+	return &genValues{
+		ID:                    fmt.Sprintf("projects/p/zones/europe-west1-b/instances/vm-%d", i),
+		Name:                  fmt.Sprintf("vm-%d", i),
+		MachineType:           "e2-standard-" + version,
+		Zone:                  "europe-west1-b",
+		Labels:                map[string]string{"team": fmt.Sprintf("team-%d", i%7), "env": "prod"},
+		Tags:                  []string{"web", "ssh", fmt.Sprintf("tier-%d", i%5)},
+		NetworkInterface:      []genNIC{nic},
+		BootDisk:              []genDisk{{AutoDelete: true, DeviceName: "persistent-disk-0", Size: 10 + i%90}},
+		Metadata:              map[string]string{"db_password": "not-secret-" + version},
+		MetadataStartupScript: strings.Repeat(fmt.Sprintf("echo step %d; ", i%13), max(0, (g.o.Payload-450)/14)),
 	}
-	script := strings.Repeat(fmt.Sprintf("echo step %d; ", i%13), max(0, (g.o.Payload-450)/14))
-	v := map[string]any{
-		"id":           fmt.Sprintf("projects/p/zones/europe-west1-b/instances/vm-%d", i),
-		"name":         fmt.Sprintf("vm-%d", i),
-		"machine_type": "e2-standard-" + version,
-		"zone":         "europe-west1-b",
-		"labels":       labels,
-		"tags":         []any{"web", "ssh", fmt.Sprintf("tier-%d", i%5)},
-		"network_interface": []any{map[string]any{
-			"network": "default", "network_ip": fmt.Sprintf("10.0.%d.%d", i/250%250, i%250),
-			"access_config": []any{map[string]any{"nat_ip": nil, "network_tier": "PREMIUM"}},
-		}},
-		"boot_disk":           []any{map[string]any{"auto_delete": true, "device_name": "persistent-disk-0", "size": 10 + i%90}},
-		"deletion_protection": false,
-		"metadata":            map[string]any{"db_password": "not-secret-" + version},
-	}
-	if script != "" {
-		v["metadata_startup_script"] = script
-	}
-	return v
 }
 
 func (g *genState) pick(i int) (Action, []string, bool) {
@@ -131,7 +157,7 @@ func writePlan(out io.Writer, o genOptions) (genResult, error) {
 		action        Action
 		actions       []string
 		importing     bool
-		before, after map[string]any
+		before, after *genValues
 		sensitive     bool
 	}
 	changes := make([]rc, o.Changes)
@@ -144,16 +170,16 @@ func writePlan(out io.Writer, o genOptions) (genResult, error) {
 		if a != ActionDelete && a != ActionForget {
 			c.after = g.resourceValues(i, "2")
 			if a == ActionUpdate || a == ActionReplace {
-				c.after["machine_type"] = "e2-standard-4"
+				c.after.MachineType = "e2-standard-4"
 			}
 		}
 		if c.sensitive {
 			if c.after != nil {
-				c.after["metadata"] = map[string]any{"db_password": o.Secret}
+				c.after.Metadata = map[string]string{"db_password": o.Secret}
 			}
 			if c.before != nil {
-				c.before["metadata"] = map[string]any{"db_password": o.Secret + "-old"}
-				c.before["description"] = "rotated from " + o.Secret + "-old"
+				c.before.Metadata = map[string]string{"db_password": o.Secret + "-old"}
+				c.before.Description = "rotated from " + o.Secret + "-old"
 			}
 		}
 		changes[i] = c
@@ -162,7 +188,7 @@ func writePlan(out io.Writer, o genOptions) (genResult, error) {
 		}
 		res.Counts.inc(a)
 	}
-	sensMask := func(c rc, v map[string]any) any {
+	sensMask := func(c rc, v *genValues) any {
 		if !c.sensitive || v == nil {
 			return map[string]any{}
 		}

@@ -166,13 +166,17 @@ func code(s string) string {
 
 // htmlCode is s as an HTML code element (markdown is not parsed inside <summary>).
 func htmlCode(s string) string {
-	r := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\n", " ")
-	return "<code>" + r.Replace(s) + "</code>"
+	return "<code>" + htmlEscaper.Replace(s) + "</code>"
 }
+
+var (
+	htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\n", " ")
+	cellEscaper = strings.NewReplacer("|", "\\|", "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;")
+)
 
 // cell makes s safe inside a table cell or a single markdown line.
 func cell(s string) string {
-	return strings.NewReplacer("|", "\\|", "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+	return cellEscaper.Replace(s)
 }
 
 // fence is content in a fenced code block longer than any backtick run inside it.

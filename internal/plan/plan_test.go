@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	tfjson "github.com/hashicorp/terraform-json"
+
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
@@ -438,4 +440,34 @@ func TestPlanReportAndEvent(t *testing.T) {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+func TestPlanActionOf(t *testing.T) {
+	cases := []struct {
+		actions   tfjson.Actions
+		importing bool
+		want      Action
+		order     string
+	}{
+		{tfjson.Actions{"no-op"}, false, ActionNoOp, ""},
+		{tfjson.Actions{"no-op"}, true, ActionImport, ""},
+		{tfjson.Actions{"update"}, true, ActionUpdate, ""},
+		{tfjson.Actions{"create"}, false, ActionCreate, ""},
+		{tfjson.Actions{"read"}, false, ActionRead, ""},
+		{tfjson.Actions{"delete"}, false, ActionDelete, ""},
+		{tfjson.Actions{"forget"}, false, ActionForget, ""},
+		{tfjson.Actions{"delete", "create"}, false, ActionReplace, "delete-then-create"},
+		{tfjson.Actions{"create", "delete"}, false, ActionReplace, "create-then-delete"},
+	}
+	for _, tc := range cases {
+		got, order, err := actionOf(tc.actions, tc.importing)
+		if err != nil || got != tc.want || order != tc.order {
+			t.Errorf("actionOf(%v, %v) = %s %q %v, want %s %q", tc.actions, tc.importing, got, order, err, tc.want, tc.order)
+		}
+	}
+	for _, bad := range []tfjson.Actions{nil, {"create", "create"}, {"explode"}} {
+		if a, _, err := actionOf(bad, false); err == nil {
+			t.Errorf("actionOf(%v) = %s, want an error", bad, a)
+		}
+	}
 }
