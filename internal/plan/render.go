@@ -81,7 +81,17 @@ func totalsLine(r *Report, sep string) string {
 
 // changeHead is "± aws_x.y (replace, delete-then-create: replace_because_cannot_update)".
 func changeHead(c Change) string {
-	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), c.Address, actionDetail(c))
+	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), printable(c.Address), actionDetail(c))
+}
+
+// printable replaces control characters, so that text from a plan cannot drive a terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // actionDetail is "replace, delete-then-create: replace_because_cannot_update".
@@ -94,7 +104,7 @@ func actionDetail(c Change) string {
 		detail += ", importing"
 	}
 	if c.Reason != "" {
-		detail += ": " + c.Reason
+		detail += ": " + printable(c.Reason)
 	}
 	return detail
 }
@@ -139,7 +149,7 @@ func detailLines(s *Stack, attrs bool) []string {
 	if s.OutputsChanged > 0 {
 		out = append(section(out), "Outputs:")
 		for _, o := range s.Outputs {
-			head := fmt.Sprintf("%s output.%s (%s)", o.Action.Symbol(), o.Name, o.Action)
+			head := fmt.Sprintf("%s output.%s (%s)", o.Action.Symbol(), printable(o.Name), o.Action)
 			if !attrs {
 				out = append(out, head)
 				continue

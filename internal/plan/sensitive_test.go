@@ -57,3 +57,24 @@ func TestPlanSecretsInEveryPosition(t *testing.T) {
 		t.Errorf("class %s counts %+v", s.Class, s.Counts)
 	}
 }
+
+func TestPlanTextHasNoControlCharactersFromThePlan(t *testing.T) {
+	const p = `{"format_version":"1.2","planned_values":{},"resource_changes":[
+	  {"address":"x.a[\"\u001b]0;pwned\u0007\"]","change":{"actions":["create"],"after":{"v":"\u001b[2J"}},"action_reason":"\u001b[31m"}],
+	  "output_changes":{"o\u001bx":{"actions":["create"],"after":"\u001b[1m"}}}`
+	s, err := Classify("stacks/\u001b[5mblink", "plan.json", strings.NewReader(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Why = []string{"changed\u001b[0m"}
+	var out strings.Builder
+	if err := Text(&out, &Report{Stacks: []*Stack{s}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(out.String(), "\x1b\x07") {
+		t.Errorf("plan text drives the terminal: %q", out.String())
+	}
+	if !strings.Contains(out.String(), "x.a[") {
+		t.Errorf("the change is not shown: %q", out.String())
+	}
+}

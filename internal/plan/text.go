@@ -68,19 +68,19 @@ func Text(w io.Writer, r *Report, color bool) error {
 		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
 			plural(len(list)+omitted, "destructive change", "destructive changes"))))
 		for _, e := range list {
-			fmt.Fprintf(&b, "  %s: %s\n", e.stack, p.paint(ansiRed, changeHead(e.change)))
+			fmt.Fprintf(&b, "  %s: %s\n", printable(e.stack), p.paint(ansiRed, changeHead(e.change)))
 		}
 		if omitted > 0 {
 			fmt.Fprintf(&b, "  … and %d more\n", omitted)
 		}
 	}
 	for _, s := range r.Stacks {
-		fmt.Fprintf(&b, "\n%s  %s  %s\n", p.paint(ansiBold, s.Name), p.paint(classStyle(s.Class), string(s.Class)), shortCounts(s.Counts))
+		fmt.Fprintf(&b, "\n%s  %s  %s\n", p.paint(ansiBold, printable(s.Name)), p.paint(classStyle(s.Class), string(s.Class)), shortCounts(s.Counts))
 		if s.Error != "" {
-			fmt.Fprintf(&b, "  %s %s\n", p.paint(ansiBold+ansiMagent, "error:"), s.Error)
+			fmt.Fprintf(&b, "  %s %s\n", p.paint(ansiBold+ansiMagent, "error:"), printable(s.Error))
 		}
 		if len(s.Why) > 0 {
-			fmt.Fprintf(&b, "  why: %s\n", strings.Join(s.Why, "; "))
+			fmt.Fprintf(&b, "  why: %s\n", printable(strings.Join(s.Why, "; ")))
 		}
 		for _, line := range detailLines(s, true) {
 			if line == "" {
