@@ -117,7 +117,7 @@ func FuzzNormalizeEdges(f *testing.F) {
 // BenchmarkRunGraph1000 parses and normalises the run graph of 1000 stacks with 3000 edges
 // under a tier directory, listed tier-relative.
 func BenchmarkRunGraph1000(b *testing.B) {
-	dot, stacks := benchRunGraph(1000, 3)
+	dot, stacks := tmBenchRunGraph(1000, 3)
 	b.SetBytes(int64(len(dot)))
 	b.ReportAllocs()
 	var n int
@@ -136,7 +136,7 @@ func BenchmarkRunGraph1000(b *testing.B) {
 // benchRunGraph renders, in terramate's format, an acyclic run-graph DOT of n stacks under
 // /stacks/nonprod with deps*n distinct edges (each stack runs before the stacks 7, 14, 21 places
 // later or, near the end, after those 10, 17, 24 places earlier), and the tier-relative listing.
-func benchRunGraph(n, deps int) ([]byte, []string) {
+func tmBenchRunGraph(n, deps int) ([]byte, []string) {
 	var b strings.Builder
 	b.WriteString("digraph  {\n\t\n")
 	stacks := make([]string, n)

@@ -148,7 +148,7 @@ func selectStacks(paths []string, tags map[string][]string, self, entry string) 
 	for _, d := range dirs {
 		i, _ := slices.BinarySearch(paths, d)
 		for ; i < len(paths) && strings.HasPrefix(paths[i], d); i++ {
-			if paths[i] != self && pathWithin(paths[i], d) {
+			if paths[i] != self && tmPathWithin(paths[i], d) {
 				out = append(out, paths[i])
 			}
 		}
@@ -158,7 +158,7 @@ func selectStacks(paths []string, tags map[string][]string, self, entry string) 
 }
 
 // pathWithin reports whether p is dir or below it.
-func pathWithin(p, dir string) bool {
+func tmPathWithin(p, dir string) bool {
 	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
 }
 

@@ -76,7 +76,7 @@ func (t *Terramate) RunGraphDetailed(ctx context.Context) (RunGraphResult, error
 
 type hardKillKey struct{}
 
-// withHardKill asks realExec to kill at once on cancellation rather than interrupt first: an
+// withHardKill asks tmRealExec to kill at once on cancellation rather than interrupt first: an
 // over-budget run-graph has nothing to clean up.
 func withHardKill(ctx context.Context) context.Context {
 	return context.WithValue(ctx, hardKillKey{}, true)

@@ -73,12 +73,12 @@ func (t *Terramate) exec() ExecFunc {
 	if t.Exec != nil {
 		return t.Exec
 	}
-	return realExec
+	return tmRealExec
 }
 
-// realExec runs the process for real. Cancellation sends SIGINT first (terramate forwards it to
+// tmRealExec runs the process for real. Cancellation sends SIGINT first (terramate forwards it to
 // the running scripts and lets them clean up), then SIGKILL after a grace period.
-func realExec(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+func tmRealExec(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -104,7 +104,7 @@ func (t *Terramate) env(extra []string) []string {
 
 // invoke runs terramate with args, streaming stdout to out, and classifies a failure.
 func (t *Terramate) invoke(ctx context.Context, out io.Writer, extraEnv []string, args ...string) error {
-	tail := newTailBuffer(stderrTailLimit)
+	tail := newTMTailBuffer(stderrTailLimit)
 	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(extraEnv), out, tail)
 	if err == nil {
 		return nil
@@ -122,7 +122,7 @@ func (t *Terramate) output(ctx context.Context, args ...string) ([]byte, error) 
 }
 
 // lines splits terramate output into its non-empty lines.
-func lines(b []byte) []string {
+func tmLines(b []byte) []string {
 	out := []string{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
@@ -140,10 +140,10 @@ func (t *Terramate) List(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return lines(out), nil
+	return tmLines(out), nil
 }
 
-func changedArgs(base string, extra ...string) []string {
+func tmChangedArgs(base string, extra ...string) []string {
 	args := []string{"list", "--changed"}
 	if base != "" {
 		args = append(args, "-B", base)
@@ -154,11 +154,11 @@ func changedArgs(base string, extra ...string) []string {
 // ChangedStacks returns the stacks changed relative to base (empty uses terramate's configured
 // default), relative to Dir.
 func (t *Terramate) ChangedStacks(ctx context.Context, base string) ([]string, error) {
-	out, err := t.output(ctx, changedArgs(base)...)
+	out, err := t.output(ctx, tmChangedArgs(base)...)
 	if err != nil {
 		return nil, err
 	}
-	return lines(out), nil
+	return tmLines(out), nil
 }
 
 // ScriptRun runs a terramate script across (changed) stacks, streaming terramate's combined
@@ -187,8 +187,8 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 	}
 	args = append(args, words...)
 
-	lw := &lockedWriter{w: w}
-	tail := newTailBuffer(stderrTailLimit)
+	lw := &tmLockedWriter{w: w}
+	tail := newTMTailBuffer(stderrTailLimit)
 	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), lw, io.MultiWriter(lw, tail))
 	if err == nil {
 		return nil
@@ -209,7 +209,7 @@ func (t *Terramate) untrackedFiles(ctx context.Context) []string {
 	if err := t.exec()(ctx, "git", []string{"ls-files", "--others", "--exclude-standard"}, t.Dir, nil, &out, io.Discard); err != nil {
 		return nil
 	}
-	files := lines(out.Bytes())
+	files := tmLines(out.Bytes())
 	if len(files) > maxListedUntracked {
 		files = append(files[:maxListedUntracked:maxListedUntracked], fmt.Sprintf("… %d more", len(files)-maxListedUntracked))
 	}
@@ -218,13 +218,13 @@ func (t *Terramate) untrackedFiles(ctx context.Context) []string {
 
 const maxListedUntracked = 10
 
-// lockedWriter serialises the writes of terramate's stdout and stderr copiers.
-type lockedWriter struct {
+// tmLockedWriter serialises the writes of terramate's stdout and stderr copiers.
+type tmLockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
+func (l *tmLockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
@@ -238,9 +238,9 @@ func (t *Terramate) WhyChanged(ctx context.Context, base string) ([]events.Chang
 	if err != nil {
 		return nil, err
 	}
-	out, err := t.output(ctx, changedArgs(base, "--why")...)
+	out, err := t.output(ctx, tmChangedArgs(base, "--why")...)
 	if err != nil {
 		return nil, err
 	}
-	return parseWhyLines(lines(out), stacks), nil
+	return parseWhyLines(tmLines(out), stacks), nil
 }

@@ -77,7 +77,7 @@ func (e *TerramateError) Error() string {
 		} else {
 			b.WriteString(e.Err.Error())
 		}
-		if last := lastLine(e.Stderr); last != "" {
+		if last := tmLastLine(e.Stderr); last != "" {
 			b.WriteString(": ")
 			b.WriteString(last)
 		}
@@ -91,7 +91,7 @@ func (e *TerramateError) Error() string {
 		if e.Location != "" {
 			b.WriteString(" at " + e.Location)
 		}
-		if m := lastLine(e.Stderr); m != "" {
+		if m := tmLastLine(e.Stderr); m != "" {
 			b.WriteString(": " + m)
 		}
 	case ErrUnknownScript:
@@ -139,8 +139,8 @@ func (e *TerramateError) Unwrap() []error {
 const maxMessageLine = 300
 
 // lastLine is the last non-empty stderr line, without terramate's "> " detail prefix, bounded.
-func lastLine(s string) string {
-	l := lines([]byte(s))
+func tmLastLine(s string) string {
+	l := tmLines([]byte(s))
 	if len(l) == 0 {
 		return ""
 	}
@@ -217,15 +217,15 @@ func (e *TerramateError) classify(dir string) {
 	}
 }
 
-// tailBuffer keeps the last limit bytes written to it.
-type tailBuffer struct {
+// tmTailBuffer keeps the last limit bytes written to it.
+type tmTailBuffer struct {
 	limit int
 	buf   []byte
 }
 
-func newTailBuffer(limit int) *tailBuffer { return &tailBuffer{limit: limit} }
+func newTMTailBuffer(limit int) *tmTailBuffer { return &tmTailBuffer{limit: limit} }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+func (t *tmTailBuffer) Write(p []byte) (int, error) {
 	n := len(p)
 	if len(p) >= t.limit {
 		t.buf = append(t.buf[:0], p[len(p)-t.limit:]...)
@@ -238,4 +238,4 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-func (t *tailBuffer) String() string { return string(t.buf) }
+func (t *tmTailBuffer) String() string { return string(t.buf) }

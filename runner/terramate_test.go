@@ -295,7 +295,7 @@ func TestTerramateScriptRunParallelHonoursDAG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := lines(b)
+	seen := tmLines(b)
 	at := func(ev string) int {
 		i := slices.Index(seen, ev)
 		if i < 0 {

@@ -140,5 +140,5 @@ func tmReadLines(t testing.TB, file string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lines(b)
+	return tmLines(b)
 }
