@@ -15,6 +15,12 @@
 //
 // `script run` really executes each stack's commands in the stack directory with the scenario's
 // run environment, so per-stack log files get written and anything the scripts call really runs.
+// It refuses to run when git reports untracked files (other than the scenario file), like
+// terramate; git-ignore what the scripts write.
+//
+// testdata/terramate/scenario.json is the scenario of the fixture project that
+// testdata/terramate/make-project.sh lays out; package runner's tests (tmFixture, tmApplyCase)
+// show how to build on it.
 //
 // Dense graphs: real `experimental run-graph` validates the DAG by enumerating paths, which is
 // exponential on dense graphs (fixtures README: 200 stacks with 3 dependencies each take 16.6 s,
