@@ -1,0 +1,995 @@
+package runner
+
+// This file is the LogPump: it tails every stack's log file and streams the appended bytes to
+// the control plane.
+//
+// Offsets. A chunk's Offset is the offset in the ORIGINAL file (of its current generation) of
+// the first byte the chunk covers; the chunk covers the file bytes up to the next chunk's (or
+// gap's) Offset, and its Data is the masked rendition of exactly those bytes. Without masking
+// len(Data) equals the number of file bytes covered; with masking it may differ, so a reader
+// must not derive the next offset from len(Data). Offsets therefore stay stable whatever is
+// masked, and a retry resends the very same chunk (same offset, same bytes), which is what makes
+// the server's (execution, stack, generation, offset) dedup an exactly-once effect.
+//
+// Generations. The first file seen is generation 0. A truncation (the size shrinks, or the bytes
+// the pump already read changed: `tee` without -a truncates at every command) or a new file at
+// the path (deleted and recreated, renamed over) starts the next generation at offset 0. A
+// rewrite that reproduces the first bytes and the bytes just before the read position of the
+// previous generation, before the pump looked again, cannot be told from an append.
+//
+// Memory. The file is the buffer: the pump reads a stack's next chunk only when the previous
+// one was acknowledged and a global byte budget allows it, so a slow or dead server costs at
+// most MaxBuffered bytes plus a small hold-back per stack, and writers are never blocked. Bytes
+// are lost only when the file is truncated or replaced before the pump read them; such a range
+// becomes a gap {stack, generation, from, to}, posted to the server in order (when it answers
+// again) and listed in the DrainReport with what was still unsent when Drain gave up.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// LogPoster is the narrow interface the pump posts through; *Client satisfies it.
+type LogPoster interface {
+	LogChunk(ctx context.Context, lc events.LogChunk) error
+}
+
+// PumpOptions tunes a LogPump. Zero fields take the defaults documented on each field.
+type PumpOptions struct {
+	// MaxChunk bounds the file bytes one chunk covers (default 64 KiB). Masking can make Data
+	// longer only when a secret is shorter than "***".
+	MaxChunk int
+	// Coalesce is how long newly appended bytes may wait for more before they are posted
+	// (default 50 ms). A full chunk is posted at once.
+	Coalesce time.Duration
+	// MaxInFlight bounds concurrent posts across all stacks (default 8).
+	MaxInFlight int
+	// MaxBuffered bounds the bytes read from files and not yet acknowledged, across all stacks
+	// (default 16 MiB). Each stack also holds back at most 2*MaxSecretLength bytes for masking.
+	MaxBuffered int64
+	// Poll forces polling instead of fsnotify directory watches.
+	Poll bool
+	// PollInterval is how often polled stacks are looked at (default 100 ms). A stack is polled
+	// when its directory cannot be watched (missing, watches exhausted) or fsnotify failed.
+	PollInterval time.Duration
+	// SafetyPoll is how often every watched stack is looked at anyway, in case an event was
+	// lost (default 2 s).
+	SafetyPoll time.Duration
+	// PostTimeout bounds one post attempt (default 10 s).
+	PostTimeout time.Duration
+	// RetryMin and RetryMax bound the exponential backoff between attempts at the same chunk
+	// (defaults 50 ms and 2 s).
+	RetryMin, RetryMax time.Duration
+	// Masker masks secrets; nil means a fresh one (see LogPump.Masker).
+	Masker *Masker
+	// Permanent reports whether a post error means the server will never accept more (default:
+	// errors.Is(err, ErrCancelRequested)). Posting then stops; what is left is reported unsent.
+	Permanent func(error) bool
+}
+
+func (o PumpOptions) withDefaults() PumpOptions {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if o.MaxChunk <= 0 {
+		o.MaxChunk = 64 << 10
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 8
+	}
+	if o.MaxBuffered <= 0 {
+		o.MaxBuffered = 16 << 20
+	}
+	o.MaxBuffered = max(o.MaxBuffered, int64(o.MaxChunk))
+	def(&o.Coalesce, 50*time.Millisecond)
+	def(&o.PollInterval, 100*time.Millisecond)
+	def(&o.SafetyPoll, 2*time.Second)
+	def(&o.PostTimeout, 10*time.Second)
+	def(&o.RetryMin, 50*time.Millisecond)
+	def(&o.RetryMax, 2*time.Second)
+	if o.Masker == nil {
+		o.Masker = NewMasker()
+	}
+	if o.Permanent == nil {
+		o.Permanent = func(err error) bool { return errors.Is(err, ErrCancelRequested) }
+	}
+	return o
+}
+
+// StackGap is a range [From, To) of one generation of a stack's log that the server does not
+// have (as far as the pump knows).
+type StackGap struct {
+	Stack      string
+	Generation int64
+	From, To   int64
+	// Unsent: the bytes were there but the pump did not get them acknowledged before Drain
+	// ended (a post may still have landed). Otherwise they were lost: the file was truncated or
+	// replaced before the pump read them.
+	Unsent bool
+	// Reported: the server acknowledged a gap record for this range.
+	Reported bool
+}
+
+// DrainReport says what a LogPump delivered and what it did not.
+type DrainReport struct {
+	Stacks int   // stacks tailed
+	Chunks int64 // data chunks acknowledged
+	Bytes  int64 // file bytes covered by acknowledged chunks
+	// Gaps lists, per stack in order, every range the server may lack: lost ranges and ranges
+	// left unsent.
+	Gaps []StackGap
+	// Complete is true when every stack was read to its end and everything was acknowledged.
+	Complete bool
+	// Stopped is the error that stopped posting for good (see PumpOptions.Permanent), if any.
+	Stopped error
+	// Errors are per-stack problems, e.g. a log file refused because it links outside the root.
+	Errors []string
+}
+
+// LostBytes returns the number of bytes in gaps (lost or unsent).
+func (r DrainReport) LostBytes() int64 {
+	var n int64
+	for _, g := range r.Gaps {
+		n += g.To - g.From
+	}
+	return n
+}
+
+// LogPump tails each stack's log file (<root>/<stack>/<file>) and posts newly appended bytes
+// through a LogPoster, masked, in order per stack, in parallel across stacks. All posting is
+// best-effort; see the comment at the top of pump.go for offsets, generations and memory.
+type LogPump struct {
+	poster LogPoster
+	root   string
+	file   string
+	execID string
+	opts   PumpOptions
+
+	mu       sync.Mutex
+	stacks   []*stackTail
+	byName   map[string]*stackTail
+	byDir    map[string][]*stackTail
+	started  bool
+	draining bool
+	runCtx   context.Context
+	watcher  *fsnotify.Watcher
+	wg       sync.WaitGroup // stack goroutines
+	bg       sync.WaitGroup // dispatcher and poller
+
+	sem        chan struct{}
+	budget     *byteBudget
+	drainCh    chan struct{} // closed when Drain begins
+	drainCtx   context.Context
+	stopBg     chan struct{}
+	postCtx    context.Context // cancelled when posting must end
+	cancelPost context.CancelFunc
+	watchBroke atomic.Bool
+	stopped    atomic.Pointer[error]
+}
+
+// NewLogPump builds a pump that posts via p, reading the file named file in each stack
+// directory under root and tagging chunks with execID. Add stacks with AddStack, then Start;
+// end with Drain. A nil p, or one with an Enabled method reporting false (a disabled *Client),
+// makes a pump that reads nothing.
+func NewLogPump(p LogPoster, root, file, execID string) *LogPump {
+	postCtx, cancel := context.WithCancel(context.Background())
+	lp := &LogPump{
+		poster: p, root: root, file: file, execID: execID,
+		opts:   PumpOptions{}.withDefaults(),
+		byName: map[string]*stackTail{}, byDir: map[string][]*stackTail{},
+		drainCh: make(chan struct{}), stopBg: make(chan struct{}),
+		postCtx: postCtx, cancelPost: cancel,
+	}
+	return lp
+}
+
+// SetOptions replaces the pump's options; it must be called before Start.
+func (p *LogPump) SetOptions(o PumpOptions) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return errors.New("log pump: SetOptions after Start")
+	}
+	p.opts = o.withDefaults()
+	return nil
+}
+
+// Masker returns the masker applied to every byte before it is posted; add configured secret
+// values to it (values announced with `::add-mask::` in a log are added automatically).
+func (p *LogPump) Masker() *Masker { return p.opts.Masker }
+
+// enabled reports whether there is anywhere to post to.
+func (p *LogPump) enabled() bool {
+	if p.poster == nil {
+		return false
+	}
+	if e, ok := p.poster.(interface{ Enabled() bool }); ok {
+		return e.Enabled()
+	}
+	return true
+}
+
+// AddStack starts tailing stack's log (now, or at Start). The stack path is resolved under the
+// root and refused when it escapes it ("..", absolute, a symbolic link pointing outside); the
+// log file itself is checked the same way every time it is opened.
+func (p *LogPump) AddStack(stack string) error {
+	dir, err := ResolveStackPath(p.root, stack)
+	if err != nil {
+		return fmt.Errorf("log pump: %w", err)
+	}
+	path, err := ResolveStackFile(p.root, stack, p.file)
+	if err != nil && !errors.Is(err, ErrPathEscapes) {
+		return fmt.Errorf("log pump: %w", err)
+	}
+	if err != nil {
+		// The file is a link pointing outside (or dangling) right now; refuse the stack.
+		return fmt.Errorf("log pump: stack %q: %w", stack, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.draining {
+		return fmt.Errorf("log pump: stack %q added after Drain", stack)
+	}
+	if _, dup := p.byName[stack]; dup {
+		return fmt.Errorf("log pump: stack %q added twice", stack)
+	}
+	s := &stackTail{p: p, name: stack, dir: dir, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), gen: -1}
+	p.stacks = append(p.stacks, s)
+	p.byName[stack] = s
+	if p.started {
+		p.launch(s)
+	}
+	return nil
+}
+
+// Start begins tailing; ctx ends the pump abruptly (Drain is the orderly end). Stacks added
+// later start at once.
+func (p *LogPump) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return errors.New("log pump: started twice")
+	}
+	p.started = true
+	p.runCtx = ctx
+	if !p.enabled() {
+		return nil
+	}
+	p.sem = make(chan struct{}, p.opts.MaxInFlight)
+	p.budget = newByteBudget(p.opts.MaxBuffered)
+	context.AfterFunc(ctx, p.cancelPost)
+	if !p.opts.Poll {
+		if w, err := fsnotify.NewWatcher(); err == nil {
+			p.watcher = w
+			p.bg.Add(1)
+			go p.dispatch(w)
+		}
+	}
+	p.bg.Add(1)
+	go p.poll()
+	for _, s := range p.stacks {
+		p.launch(s)
+	}
+	return nil
+}
+
+// launch watches s's directory (or marks it polled) and starts its goroutine. p.mu is held.
+func (p *LogPump) launch(s *stackTail) {
+	if !p.enabled() {
+		return
+	}
+	s.ms = maskStream{m: p.opts.Masker, lineStart: true}
+	s.polled.Store(true)
+	if p.watcher != nil && !p.watchBroke.Load() {
+		if err := p.watcher.Add(s.watchDir); err == nil {
+			s.polled.Store(false)
+			p.byDir[s.watchDir] = append(p.byDir[s.watchDir], s)
+		}
+	}
+	p.wg.Add(1)
+	go s.run(p.runCtx)
+}
+
+// dispatch turns fsnotify events on stack directories into wake-ups of the stacks concerned.
+func (p *LogPump) dispatch(w *fsnotify.Watcher) {
+	defer p.bg.Done()
+	base := filepath.Base(p.file)
+	for {
+		select {
+		case <-p.stopBg:
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			p.mu.Lock()
+			inDir := p.byDir[filepath.Dir(ev.Name)]
+			self := p.byDir[ev.Name]
+			p.mu.Unlock()
+			if filepath.Base(ev.Name) == base {
+				for _, s := range inDir {
+					s.poke()
+				}
+			}
+			for _, s := range self {
+				// The directory itself went away: its watch is gone, fall back to polling.
+				if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+					s.polled.Store(true)
+				}
+				s.poke()
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				// fsnotify failed: poll everything from now on.
+				p.watchBroke.Store(true)
+				p.mu.Lock()
+				for _, s := range p.stacks {
+					s.polled.Store(true)
+				}
+				p.mu.Unlock()
+			}
+			p.pokeAll()
+		}
+	}
+}
+
+// poll wakes polled stacks every PollInterval and every stack every SafetyPoll.
+func (p *LogPump) poll() {
+	defer p.bg.Done()
+	t := time.NewTicker(p.opts.PollInterval)
+	defer t.Stop()
+	every := max(1, int(p.opts.SafetyPoll/p.opts.PollInterval))
+	for tick := 1; ; tick++ {
+		select {
+		case <-p.stopBg:
+			return
+		case <-t.C:
+		}
+		all := tick%every == 0
+		p.mu.Lock()
+		for _, s := range p.stacks {
+			if all || s.polled.Load() {
+				s.poke()
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *LogPump) pokeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.stacks {
+		s.poke()
+	}
+}
+
+// Drain posts everything left (reading every log to its current end and flushing held-back
+// bytes), bounded by ctx, stops the pump and reports what was delivered and what was not.
+// Call it once, after the writers are done.
+func (p *LogPump) Drain(ctx context.Context) DrainReport {
+	p.mu.Lock()
+	if !p.started {
+		p.mu.Unlock()
+		_ = p.Start(ctx)
+		p.mu.Lock()
+	}
+	if p.draining {
+		p.mu.Unlock()
+		return DrainReport{Errors: []string{"log pump: Drain called twice"}}
+	}
+	p.draining = true
+	p.drainCtx = ctx
+	close(p.drainCh)
+	p.mu.Unlock()
+
+	stopPosts := context.AfterFunc(ctx, p.cancelPost)
+	p.wg.Wait()
+	stopPosts()
+	p.cancelPost()
+	close(p.stopBg)
+	if p.watcher != nil {
+		_ = p.watcher.Close()
+	}
+	p.bg.Wait()
+	return p.report()
+}
+
+// report assembles the DrainReport once every stack goroutine has ended.
+func (p *LogPump) report() DrainReport {
+	r := DrainReport{Stacks: len(p.stacks), Complete: true}
+	if e := p.stopped.Load(); e != nil {
+		r.Stopped = *e
+		r.Complete = false
+	}
+	for _, s := range p.stacks {
+		r.Chunks += s.sentChunks
+		r.Bytes += s.sentBytes
+		r.Errors = append(r.Errors, s.errs...)
+		gaps := append([]StackGap(nil), s.gaps...)
+		for _, it := range s.queue {
+			if it.lc.GapLength == 0 {
+				gaps = append(gaps, StackGap{Stack: s.name, Generation: it.lc.Generation, From: it.lc.Offset, To: it.lc.Offset + it.rawLen, Unsent: true})
+			}
+		}
+		if s.f != nil && s.seen > s.emitOff {
+			gaps = append(gaps, StackGap{Stack: s.name, Generation: s.gen, From: s.emitOff, To: s.seen, Unsent: true})
+		}
+		if s.f != nil {
+			_ = s.f.Close()
+		}
+		sort.SliceStable(gaps, func(i, j int) bool {
+			if gaps[i].Generation != gaps[j].Generation {
+				return gaps[i].Generation < gaps[j].Generation
+			}
+			return gaps[i].From < gaps[j].From
+		})
+		for _, g := range gaps {
+			if g.Unsent || !g.Reported {
+				r.Complete = false
+			}
+		}
+		r.Gaps = append(r.Gaps, gaps...)
+	}
+	return r
+}
+
+// pumpItem is one queued post: a data chunk or a gap record.
+type pumpItem struct {
+	lc     events.LogChunk
+	rawLen int64 // file bytes a data chunk covers
+	cost   int64 // budget bytes held while queued
+	gapIdx int   // index into stackTail.gaps for a gap record
+}
+
+// maxQueuedGaps bounds the gap records waiting to be posted per stack; older ones stay in the
+// DrainReport as unreported.
+const maxQueuedGaps = 1024
+
+// headLen and anchorLen are how many bytes at the start of a generation, and just before the
+// read position, are compared on every look to recognise a rewritten file.
+const (
+	headLen   = 32
+	anchorLen = 32
+)
+
+// stackTail is the state of one stack. Fields after the first block are owned by its
+// goroutine and read by report only after it ended.
+type stackTail struct {
+	p        *LogPump
+	name     string
+	dir      string
+	path     string // the log file as last resolved (owned by the goroutine once started)
+	watchDir string
+	wake     chan struct{}
+	polled   atomic.Bool
+	obsGen   atomic.Int64 // generation and size last observed (for tests and diagnostics)
+	obsSize  atomic.Int64
+
+	f        *os.File
+	fi       os.FileInfo
+	gen      int64 // -1 until a file was seen
+	readOff  int64 // next file byte to read
+	emitOff  int64 // first file byte not yet in a chunk (the hold-back starts here)
+	seen     int64 // largest size observed in this generation
+	head     []byte
+	anchor   []byte // the bytes just before readOff
+	ms       maskStream
+	noticed  time.Time // when unread bytes were first noticed (coalescing)
+	queue    []*pumpItem
+	inflight bool
+	attempts int
+	retryAt  time.Time
+	waiter   *budgetWaiter
+	granted  bool // a budget grant of MaxChunk bytes is held for the next read
+
+	gaps       []StackGap
+	sentChunks int64
+	sentBytes  int64
+	errs       []string
+	refused    bool
+}
+
+// poke wakes the stack's goroutine without blocking.
+func (s *stackTail) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// observed returns the generation and size last observed (for tests).
+func (s *stackTail) observed() (int64, int64) { return s.obsGen.Load(), s.obsSize.Load() }
+
+func (s *stackTail) run(ctx context.Context) {
+	p := s.p
+	defer p.wg.Done()
+	defer s.releaseBudget()
+	done := make(chan error, 1)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	drainCh := p.drainCh
+	var drainDone <-chan struct{}
+	draining := false
+	for {
+		if drainCh == nil && !draining {
+			draining = true
+			drainDone = p.drainCtx.Done()
+		}
+		s.observe()
+		if p.stopped.Load() != nil {
+			if !s.inflight {
+				return
+			}
+		} else {
+			s.fill(draining)
+			if !s.inflight && len(s.queue) > 0 && !time.Now().Before(s.retryAt) {
+				s.post(done)
+			}
+		}
+		if draining && !s.inflight && len(s.queue) == 0 && (s.f == nil || (s.readOff >= s.seen && len(s.ms.hold) == 0)) {
+			return
+		}
+		var budgetCh <-chan struct{}
+		if s.waiter != nil {
+			budgetCh = s.waiter.ch
+		}
+		timer.Reset(s.nextTimer(draining))
+		select {
+		case <-ctx.Done():
+			return
+		case <-drainDone:
+			return
+		case <-drainCh:
+			drainCh = nil
+		case <-s.wake:
+		case <-timer.C:
+		case <-budgetCh:
+			s.waiter, s.granted = nil, true
+		case err := <-done:
+			s.inflight = false
+			s.posted(err)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// nextTimer is how long to sleep before the next look when nothing else happens.
+func (s *stackTail) nextTimer(draining bool) time.Duration {
+	d := time.Hour
+	now := time.Now()
+	if !s.inflight && len(s.queue) > 0 {
+		d = min(d, s.retryAt.Sub(now))
+	}
+	if !s.noticed.IsZero() && !draining && !s.hasData() {
+		d = min(d, s.noticed.Add(s.p.opts.Coalesce).Sub(now))
+	}
+	return max(d, time.Millisecond)
+}
+
+// pread reads exactly len(b) bytes at off, or reports false.
+func (s *stackTail) pread(b []byte, off int64) bool {
+	n, err := s.f.ReadAt(b, off)
+	return n == len(b) && (err == nil || errors.Is(err, io.EOF))
+}
+
+// sameBytesAt reports whether the file still holds want at off.
+func (s *stackTail) sameBytesAt(want []byte, off int64) bool {
+	if len(want) == 0 {
+		return true
+	}
+	got := make([]byte, len(want))
+	return s.pread(got, off) && bytes.Equal(got, want)
+}
+
+// unchanged reports whether the bytes of this generation the pump already looked at are still
+// there: the head of the file and the bytes just before the read position.
+func (s *stackTail) unchanged() bool {
+	return s.sameBytesAt(s.head, 0) && s.sameBytesAt(s.anchor, s.readOff-int64(len(s.anchor)))
+}
+
+// observe looks at the file: it opens it when it appears, detects a new generation
+// (truncation, rewrite, replacement) and records the size.
+func (s *stackTail) observe() {
+	defer func() {
+		s.obsGen.Store(s.gen)
+		s.obsSize.Store(s.seen)
+	}()
+	if s.f != nil {
+		// Fast path: the file the pump has open is still at the path it was resolved to.
+		if li, err := os.Lstat(s.path); err == nil && os.SameFile(s.fi, li) {
+			s.checkSize(li.Size())
+			return
+		}
+	}
+	// Absent, replaced or never opened: resolve the path again before opening anything.
+	path, err := ResolveStackFile(s.p.root, s.name, s.p.file)
+	if err != nil {
+		if errors.Is(err, ErrPathEscapes) && !s.refused {
+			s.refused = true
+			s.errs = append(s.errs, fmt.Sprintf("stack %q: log file refused: %v", s.name, err))
+		}
+		s.statOpen()
+		return
+	}
+	li, err := os.Lstat(path)
+	if err != nil {
+		s.statOpen()
+		return
+	}
+	s.path = path
+	if s.f == nil || !os.SameFile(s.fi, li) {
+		f, fi, err := openResolved(path)
+		if err != nil {
+			if errors.Is(err, ErrPathEscapes) && !s.refused {
+				s.refused = true
+				s.errs = append(s.errs, fmt.Sprintf("stack %q: log file refused: %v", s.name, err))
+			}
+			s.statOpen()
+			return
+		}
+		if s.f != nil {
+			// Replaced: the old inode is still readable, and its size is exact.
+			lost := s.seen
+			if oi, err := s.f.Stat(); err == nil {
+				lost = max(lost, oi.Size())
+			}
+			_ = s.f.Close()
+			s.endGeneration(lost)
+		} else {
+			s.gen = 0
+		}
+		s.f, s.fi = f, fi
+		s.seen = fi.Size()
+		s.captureHead()
+		return
+	}
+	s.checkSize(li.Size())
+}
+
+// statOpen updates the size from the open file when the path is gone or unusable (a deleted
+// file can still be read through its descriptor).
+func (s *stackTail) statOpen() {
+	if s.f == nil {
+		return
+	}
+	if fi, err := s.f.Stat(); err == nil {
+		s.checkSize(fi.Size())
+	}
+}
+
+// checkSize records size, starting a new generation when the file was truncated or rewritten.
+func (s *stackTail) checkSize(size int64) {
+	if size < s.seen || size < s.readOff || !s.unchanged() {
+		s.endGeneration(s.seen)
+		// size was taken before the content check; the new generation may already be larger
+		// or smaller.
+		size = 0
+		if fi, err := s.f.Stat(); err == nil {
+			size = fi.Size()
+		}
+	}
+	s.seen = max(s.seen, size)
+	s.captureHead()
+}
+
+// captureHead remembers the first bytes of the generation once they exist.
+func (s *stackTail) captureHead() {
+	if len(s.head) >= headLen || s.seen <= int64(len(s.head)) {
+		return
+	}
+	h := make([]byte, min(int64(headLen), s.seen))
+	if !s.pread(h, 0) || !bytes.Equal(h[:len(s.head)], s.head) {
+		return
+	}
+	s.head = h
+}
+
+// endGeneration closes the current generation: held-back bytes are flushed as its last chunk
+// (or counted lost when the stack is already behind), bytes up to lostTo that were never read
+// become a gap, and the next generation starts at offset 0.
+func (s *stackTail) endGeneration(lostTo int64) {
+	from := s.readOff
+	if len(s.ms.hold) > 0 {
+		if s.hasData() {
+			from = s.emitOff
+		} else {
+			// Small (bounded by the hold-back), so it is not charged to the budget.
+			c, out := s.ms.cut(s.ms.window(0), true)
+			s.enqueueData(out, c, 0)
+		}
+	}
+	if lostTo > from {
+		s.addGap(from, lostTo)
+	}
+	s.ms.reset()
+	s.gen++
+	s.readOff, s.emitOff, s.seen = 0, 0, 0
+	s.head, s.anchor, s.noticed = nil, nil, time.Time{}
+}
+
+// addGap records a lost range and queues its gap record.
+func (s *stackTail) addGap(from, to int64) {
+	s.gaps = append(s.gaps, StackGap{Stack: s.name, Generation: s.gen, From: from, To: to})
+	queued, oldest := 0, -1
+	for i, it := range s.queue {
+		if it.lc.GapLength > 0 {
+			queued++
+			if oldest < 0 && !(i == 0 && s.inflight) {
+				oldest = i
+			}
+		}
+	}
+	if queued >= maxQueuedGaps && oldest >= 0 {
+		// The oldest record is not posted; it stays in the DrainReport as unreported.
+		s.queue = append(s.queue[:oldest], s.queue[oldest+1:]...)
+	}
+	s.queue = append(s.queue, &pumpItem{
+		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: from, GapLength: to - from},
+		gapIdx: len(s.gaps) - 1,
+	})
+}
+
+func (s *stackTail) hasData() bool {
+	for _, it := range s.queue {
+		if it.lc.GapLength == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *stackTail) enqueueData(out []byte, rawLen int, cost int64) {
+	s.queue = append(s.queue, &pumpItem{
+		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: s.emitOff, Data: out},
+		rawLen: int64(rawLen),
+		cost:   cost,
+	})
+	s.emitOff += int64(rawLen)
+}
+
+// fill reads the next chunk when none is queued, the coalescing delay has passed (or the chunk
+// is full, or the pump drains) and the byte budget allows it.
+func (s *stackTail) fill(draining bool) {
+	if s.f == nil {
+		return
+	}
+	maxChunk := s.p.opts.MaxChunk
+	avail := s.seen - s.readOff
+	now := time.Now()
+	if avail <= 0 {
+		s.noticed = time.Time{}
+	} else if s.noticed.IsZero() {
+		s.noticed = now
+	}
+	if s.hasData() {
+		return
+	}
+	if avail <= 0 {
+		if draining && len(s.ms.hold) > 0 {
+			c, out := s.ms.cut(s.ms.window(0), true)
+			s.enqueueData(out, c, 0)
+		}
+		return
+	}
+	if !draining && avail+int64(len(s.ms.hold)) < int64(maxChunk) && now.Before(s.noticed.Add(s.p.opts.Coalesce)) {
+		return
+	}
+	if !s.granted {
+		if s.waiter != nil {
+			return
+		}
+		ok, w := s.p.budget.acquire(int64(maxChunk))
+		if !ok {
+			s.waiter = w
+			return
+		}
+		s.granted = true
+	}
+	n := int(min(avail, int64(max(maxChunk-len(s.ms.hold), 512))))
+	w := s.ms.window(n)
+	if !s.pread(w[len(w)-n:], s.readOff) || !s.unchanged() {
+		// Truncated or rewritten under us: what was read may belong to the next generation.
+		s.endGeneration(s.seen)
+		return
+	}
+	s.readOff += int64(n)
+	s.anchor = bytes.Clone(w[max(0, len(w)-anchorLen):])
+	if len(s.anchor) > int(s.readOff) {
+		s.anchor = s.anchor[len(s.anchor)-int(s.readOff):]
+	}
+	if s.readOff >= s.seen {
+		s.noticed = time.Time{}
+	}
+	c, out := s.ms.cut(w, draining && s.readOff >= s.seen)
+	s.granted = false
+	if c == 0 {
+		s.p.budget.release(int64(maxChunk))
+		return
+	}
+	// Keep the grant sized to what is actually held.
+	cost := int64(len(out))
+	s.p.budget.adjust(int64(maxChunk), cost)
+	s.enqueueData(out, c, cost)
+}
+
+// post sends the head of the queue in the background.
+func (s *stackTail) post(done chan<- error) {
+	p := s.p
+	lc := s.queue[0].lc
+	s.inflight = true
+	go func() {
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.postCtx.Done():
+			done <- p.postCtx.Err()
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.postCtx, p.opts.PostTimeout)
+		err := p.poster.LogChunk(ctx, lc)
+		cancel()
+		<-p.sem
+		done <- err
+	}()
+}
+
+// posted handles the outcome of the post of the head of the queue.
+func (s *stackTail) posted(err error) {
+	p := s.p
+	if err != nil {
+		if p.opts.Permanent(err) {
+			p.stopped.CompareAndSwap(nil, &err)
+			p.pokeAllAsync()
+			return
+		}
+		s.attempts++
+		back := p.opts.RetryMin << min(s.attempts-1, 20)
+		back = min(back, p.opts.RetryMax)
+		back = back/2 + rand.N(back/2+1)
+		s.retryAt = time.Now().Add(back)
+		return
+	}
+	it := s.queue[0]
+	s.queue = s.queue[1:]
+	s.attempts, s.retryAt = 0, time.Time{}
+	if it.lc.GapLength > 0 {
+		s.gaps[it.gapIdx].Reported = true
+		return
+	}
+	s.sentChunks++
+	s.sentBytes += it.rawLen
+	if it.cost > 0 {
+		p.budget.release(it.cost)
+	}
+}
+
+// pokeAllAsync wakes every stack from a stack goroutine (which must not wait on p.mu while
+// holding nothing else, but may run concurrently with AddStack).
+func (p *LogPump) pokeAllAsync() { go p.pokeAll() }
+
+// releaseBudget gives back what the stack still holds when its goroutine ends.
+func (s *stackTail) releaseBudget() {
+	b := s.p.budget
+	if s.waiter != nil {
+		b.cancel(s.waiter)
+		s.waiter = nil
+	}
+	if s.granted {
+		b.release(int64(s.p.opts.MaxChunk))
+		s.granted = false
+	}
+	for _, it := range s.queue {
+		if it.cost > 0 {
+			b.release(it.cost)
+			it.cost = 0
+		}
+	}
+}
+
+// byteBudget is a counting semaphore in bytes with first-come, first-served waiters, so a
+// stack waiting for memory is not starved by busier ones.
+type byteBudget struct {
+	mu      sync.Mutex
+	avail   int64
+	waiters []*budgetWaiter
+}
+
+// budgetWaiter is a queued request; ch is closed once the bytes were granted to it.
+type budgetWaiter struct {
+	n       int64
+	ch      chan struct{}
+	granted bool
+}
+
+func newByteBudget(n int64) *byteBudget { return &byteBudget{avail: n} }
+
+// acquire takes n bytes now, or queues a waiter whose channel closes when they are granted.
+func (b *byteBudget) acquire(n int64) (bool, *budgetWaiter) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.waiters) == 0 && b.avail >= n {
+		b.avail -= n
+		return true, nil
+	}
+	w := &budgetWaiter{n: n, ch: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	return false, w
+}
+
+// release returns n bytes and grants waiters in order.
+func (b *byteBudget) release(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.avail += n
+	b.grant()
+}
+
+// adjust changes a holding from old to new bytes without waiting (a masked chunk can be a
+// little larger than what was read).
+func (b *byteBudget) adjust(old, new int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.avail += old - new
+	b.grant()
+}
+
+func (b *byteBudget) grant() {
+	for len(b.waiters) > 0 && b.avail >= b.waiters[0].n {
+		w := b.waiters[0]
+		b.waiters = b.waiters[1:]
+		b.avail -= w.n
+		w.granted = true
+		close(w.ch)
+	}
+}
+
+// cancel withdraws a waiter, returning its bytes if they were granted meanwhile.
+func (b *byteBudget) cancel(w *budgetWaiter) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.granted {
+		b.avail += w.n
+		b.grant()
+		return
+	}
+	for i, x := range b.waiters {
+		if x == w {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// budgetUsed returns the bytes currently charged to the read budget (for tests and benchmarks).
+func (p *LogPump) budgetUsed() int64 {
+	if p.budget == nil {
+		return 0
+	}
+	p.budget.mu.Lock()
+	defer p.budget.mu.Unlock()
+	return p.opts.MaxBuffered - p.budget.avail
+}
