@@ -284,12 +284,18 @@ func (s *DB) Write(ctx context.Context, fn func(store.Tx) error) error {
 		return s.writeDirect(ctx, fn)
 	}
 	j := &job{ctx: ctx, fn: fn, err: make(chan error, 1)}
+	closed := fmt.Errorf("%w: store closed", store.ErrUnavailable)
+	select {
+	case <-s.stop:
+		return closed
+	default:
+	}
 	select {
 	case s.jobs <- j:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stop:
-		return fmt.Errorf("%w: store closed", store.ErrUnavailable)
+		return closed
 	}
 	select {
 	case err := <-j.err:
@@ -297,6 +303,13 @@ func (s *DB) Write(ctx context.Context, fn func(store.Tx) error) error {
 	case <-ctx.Done():
 		// The write may still commit; the caller retries idempotently.
 		return ctx.Err()
+	case <-s.done:
+		select {
+		case err := <-j.err:
+			return err
+		default:
+			return closed
+		}
 	}
 }
 

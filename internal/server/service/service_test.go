@@ -1,0 +1,508 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+const testPolicy = `
+claim_ttl = "24h"
+environment "prod" {
+  requester = "deployer@proj.iam.gserviceaccount.com"
+  lease_ttl = "1h"
+  gate {
+    classes = ["destructive"]
+    stacks  = ["**"]
+  }
+}
+environment "dev" {
+  requester = "dev-deployer@proj.iam.gserviceaccount.com"
+}
+`
+
+var ctx = context.Background()
+
+type fixture struct {
+	*Service
+	t   *testing.T
+	now time.Time
+}
+
+// forEachStore runs fn against a fresh service on every store backend.
+func forEachStore(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			p, err := ParsePolicy("policy.hcl", []byte(testPolicy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &fixture{Service: New(b.Open(t), p), t: t, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+			f.Now = func() time.Time { return f.now }
+			fn(t, f)
+		})
+	}
+}
+
+func (f *fixture) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// plan records a finalized plan of pr in env whose stacks have the given class and hash h-<stack>.
+func (f *fixture) plan(id, env string, pr int, sha string, classes map[string]api.Class) {
+	f.t.Helper()
+	var stacks []string
+	var results []api.StackResult
+	for s, c := range classes {
+		stacks = append(stacks, s)
+		results = append(results, api.StackResult{Stack: s, Status: "succeeded", Class: c, PlanHash: "h-" + s})
+	}
+	f.now = f.now.Add(time.Second)
+	_, err := f.Init(ctx, &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
+	f.must(err)
+	_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
+	f.must(err)
+}
+
+func wantErr(t *testing.T, err, sentinel error, contains string) {
+	t.Helper()
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("err = %v, want %v", err, sentinel)
+	}
+	if contains != "" && !strings.Contains(err.Error(), contains) {
+		t.Fatalf("err %q does not mention %q", err, contains)
+	}
+}
+
+func TestInitIdempotentAndUnknownExecution(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		in := &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", PR: 3, Stacks: []string{"a", "b"},
+			Reasons: []api.ChangeReason{{Stack: "a", Kind: "watched-file", Detail: "main.tf"}}}
+		_, err := f.Init(ctx, in)
+		f.must(err)
+		again := *in
+		again.Repo = "changed"
+		_, err = f.Init(ctx, &again)
+		f.must(err)
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		if x.Repo != "" || len(x.Stacks) != 2 || x.Stacks[0].Status != "pending" || len(x.Stacks[0].Reasons) != 1 {
+			t.Fatalf("execution %+v", x)
+		}
+		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "nope", Stack: "a", Phase: "init"})
+		wantErr(t, err, store.ErrNotFound, "nope")
+		_, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "nope", Stack: "a", Data: []byte("x")})
+		wantErr(t, err, store.ErrNotFound, "")
+		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "nope", Status: "succeeded"})
+		wantErr(t, err, store.ErrNotFound, "")
+		_, err = f.Init(ctx, &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
+		wantErr(t, err, store.ErrInvalid, "op")
+	})
+}
+
+func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 20})
+		f.must(err)
+		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "init", Seq: 10})
+		f.must(err)
+		_, err = f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 2, Status: "succeeded", Class: "mutating", PlanHash: "new"})
+		f.must(err)
+		_, err = f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 1, Status: "running", PlanHash: "old"})
+		f.must(err)
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		st := x.Stacks[0]
+		if st.Phase != "plan" || st.Status != "succeeded" || st.PlanHash != "new" || st.Class != "mutating" {
+			t.Fatalf("stack %+v", st)
+		}
+	})
+}
+
+func TestLogsDedupGenerationsAndGaps(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		post := func(c api.LogChunk) {
+			c.ExecutionID, c.Stack = "e1", "a"
+			_, err := f.LogChunk(ctx, &c)
+			f.must(err)
+		}
+		post(api.LogChunk{Generation: 0, Offset: 0, Data: []byte("gen zero")})
+		post(api.LogChunk{Generation: 1, Offset: 0, Data: []byte("abc")})
+		post(api.LogChunk{Generation: 1, Offset: 0, Data: []byte("abc")}) // retry
+		post(api.LogChunk{Generation: 1, Offset: 3, Data: []byte("def")})
+		post(api.LogChunk{Generation: 1, Offset: 6, GapLength: 4})
+		post(api.LogChunk{Generation: 1, Offset: 10, Data: []byte("xyz")})
+		post(api.LogChunk{Generation: 1, Offset: 20, Data: []byte("later")}) // bytes 13..20 not received yet
+
+		sl, err := f.LogRead(ctx, "e1", "a", 0, true, 0, 1<<20)
+		f.must(err)
+		if sl.Generation != 1 || string(sl.Data) != "abcdef" || sl.NextOffset != 6 {
+			t.Fatalf("first read %+v %q", sl, sl.Data)
+		}
+		sl, err = f.LogRead(ctx, "e1", "a", 1, false, sl.NextOffset, 1<<20)
+		f.must(err)
+		if string(sl.Data) != "xyz" || sl.NextOffset != 13 || len(sl.Gaps) != 1 || sl.Gaps[0].From != 6 || sl.Gaps[0].To != 10 {
+			t.Fatalf("read past gap %+v %q", sl, sl.Data)
+		}
+		sl, err = f.LogRead(ctx, "e1", "a", 1, false, 13, 1<<20)
+		f.must(err)
+		if len(sl.Data) != 0 || sl.NextOffset != 13 {
+			t.Fatalf("read at hole %+v", sl)
+		}
+		sl, err = f.LogRead(ctx, "e1", "a", 1, false, 1, 2)
+		f.must(err)
+		if string(sl.Data) != "bc" || sl.NextOffset != 3 {
+			t.Fatalf("bounded read %+v %q", sl, sl.Data)
+		}
+		sl, err = f.LogRead(ctx, "e1", "a", 0, false, 0, 100)
+		f.must(err)
+		if string(sl.Data) != "gen zero" {
+			t.Fatalf("generation 0 %q", sl.Data)
+		}
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		if st := x.Stacks[0]; st.LogGeneration != 1 || st.LogBytes != 25 || len(st.Gaps) != 1 {
+			t.Fatalf("stack log summary %+v", st)
+		}
+		_, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Data: []byte("x"), GapLength: 3})
+		wantErr(t, err, store.ErrInvalid, "not both")
+	})
+}
+
+func TestFinalizeFirstWinsClaimsGatesAndCheck(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive", "b": "no-changes", "c": "additive"})
+		// A second finalize does not change anything.
+		_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: "p1", Status: "failed"})
+		f.must(err)
+		x, err := f.Execution(ctx, "p1")
+		f.must(err)
+		if x.Status != "succeeded" || x.Class != "destructive" {
+			t.Fatalf("execution %+v", x)
+		}
+		claims, err := f.Claims(ctx, "prod")
+		f.must(err)
+		if len(claims) != 2 || claims[0].Stack != "a" || claims[1].Stack != "c" || claims[0].PR != 1 {
+			t.Fatalf("claims %+v", claims)
+		}
+		if !claims[0].ExpiresAt.Equal(f.now.Add(24 * time.Hour)) {
+			t.Errorf("claim expiry %v", claims[0].ExpiresAt)
+		}
+		gates, err := f.Gates(ctx, "prod", 1)
+		f.must(err)
+		if len(gates) != 1 || gates[0].Class != "destructive" || gates[0].Target != "**" || gates[0].Satisfied || fmt.Sprint(gates[0].Stacks) != "[a]" {
+			t.Fatalf("gates %+v", gates)
+		}
+		checks, err := f.Checks(ctx, "prod", 1)
+		f.must(err)
+		if len(checks) != 1 || checks[0].Conclusion != "success" || checks[0].Check != "tfstackplan/plan" {
+			t.Fatalf("checks %+v", checks)
+		}
+		// A newer plan without changes to c releases PR 1's claim on c.
+		f.plan("p2", "prod", 1, "s2", map[string]api.Class{"a": "destructive", "c": "no-changes"})
+		claims, _ = f.Claims(ctx, "prod")
+		if len(claims) != 1 || claims[0].Stack != "a" || claims[0].ExecutionID != "p2" {
+			t.Fatalf("claims after replan %+v", claims)
+		}
+	})
+}
+
+func TestGateCheckVerdicts(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		check := func(id string, pr int, sha string, stacks ...string) (api.GateLease, error) {
+			var sp []api.StackPlan
+			for _, s := range stacks {
+				h := "h-" + s
+				if strings.HasSuffix(s, "!") {
+					s, h = strings.TrimSuffix(s, "!"), "tampered"
+				}
+				sp = append(sp, api.StackPlan{Stack: s, PlanHash: h})
+			}
+			return f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: id, Environment: "prod", PR: pr, SHA: sha, Stacks: sp})
+		}
+		_, err := check("ap0", 1, "s1", "a")
+		wantErr(t, err, store.ErrPrecondition, "no plan")
+
+		_, err = f.Init(ctx, &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		f.must(err)
+		_, err = check("ap0", 1, "s1", "a")
+		wantErr(t, err, store.ErrPrecondition, "not finalized")
+
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive", "m": "mutating"})
+		_, err = check("ap1", 1, "other-sha", "a")
+		wantErr(t, err, store.ErrPrecondition, "at commit other-sha")
+		_, err = check("ap1", 1, "s1", "a!")
+		wantErr(t, err, store.ErrDenied, "stale plan")
+		_, err = check("ap1", 1, "s1", "zzz")
+		wantErr(t, err, store.ErrDenied, "not in plan")
+		_, err = check("ap1", 1, "s1", "a", "m")
+		wantErr(t, err, store.ErrDenied, "destructive on **")
+		// The mutating stack alone needs no grant.
+		lease, err := check("ap-m", 1, "s1", "m")
+		f.must(err)
+		if lease.Requester != "deployer@proj.iam.gserviceaccount.com" || !lease.ExpiresAt.Equal(f.now.Add(time.Hour)) {
+			t.Fatalf("lease %+v", lease)
+		}
+
+		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
+		f.must(err)
+		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
+		f.must(err)
+		grants, _ := f.Grants(ctx, "prod", 1)
+		if len(grants) != 1 || grants[0].Principal != "alice" {
+			t.Fatalf("grants after two satisfies %+v", grants)
+		}
+		lease, err = check("ap1", 1, "s1", "a", "m")
+		f.must(err)
+		f.now = f.now.Add(time.Minute)
+		again, err := check("ap1", 1, "s1", "a", "m")
+		f.must(err)
+		if again != lease {
+			t.Fatalf("repeat lease %+v, first %+v", again, lease)
+		}
+
+		// Another PR's apply on a claimed stack names the holder.
+		f.plan("p9", "prod", 9, "s9", map[string]api.Class{"a": "mutating"})
+		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap9", Environment: "prod", PR: 9, SHA: "s9",
+			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
+		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
+
+		// Revoking with success releases PR 1's claims; revoked leases are not reused.
+		_, err = f.GateRevoke(ctx, "runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		f.must(err)
+		_, err = f.GateRevoke(ctx, "runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		f.must(err)
+		claims, _ := f.Claims(ctx, "prod")
+		for _, c := range claims {
+			if c.PR == 1 {
+				t.Fatalf("PR 1 still claims %+v", c)
+			}
+		}
+		_, err = check("ap1", 1, "s1", "a", "m")
+		wantErr(t, err, store.ErrDenied, "revoked")
+
+		// Releasing the grant denies again.
+		_, err = f.ReleaseGrant(ctx, "alice", &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "oops"})
+		f.must(err)
+		_, err = check("ap2", 1, "s1", "a")
+		wantErr(t, err, store.ErrDenied, "no active grant")
+
+		entries, err := f.Audit(ctx, 100, 0)
+		f.must(err)
+		var allowed, denied, admin int
+		for _, e := range entries {
+			switch {
+			case e.Action == "gate.check" && e.Outcome == "allowed":
+				allowed++
+			case e.Action == "gate.check" && e.Outcome == "denied":
+				denied++
+			case e.Action == "gates.satisfy" || e.Action == "grants.release":
+				admin++
+				if e.Principal != "alice" || e.Reason == "" {
+					t.Errorf("admin audit entry %+v", e)
+				}
+			}
+		}
+		if allowed != 2 || denied < 7 || admin != 2 {
+			t.Fatalf("audit: %d allowed, %d denied, %d admin entries: %+v", allowed, denied, admin, entries)
+		}
+	})
+}
+
+func TestClaimsExpireAndRelease(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "additive", "b": "additive"})
+		f.plan("p2", "prod", 2, "s2", map[string]api.Class{"a": "additive"})
+		claims, _ := f.Claims(ctx, "prod")
+		if len(claims) != 2 || claims[0].PR != 1 {
+			t.Fatalf("claims %+v", claims)
+		}
+		_, err := f.ReleaseClaims(ctx, "bob", &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b"})
+		f.must(err)
+		claims, _ = f.Claims(ctx, "prod")
+		if len(claims) != 1 || claims[0].Stack != "a" {
+			t.Fatalf("after one-stack release %+v", claims)
+		}
+		f.now = f.now.Add(25 * time.Hour)
+		claims, _ = f.Claims(ctx, "prod")
+		if len(claims) != 0 {
+			t.Fatalf("expired claims still listed %+v", claims)
+		}
+		// PR 2's replan can now claim a.
+		f.plan("p3", "prod", 2, "s3", map[string]api.Class{"a": "additive"})
+		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 2, SHA: "s3"})
+		f.must(err)
+	})
+}
+
+func TestChecksOverrideAndCancel(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
+		f.must(err)
+		ack, err := f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "e1", Reason: "wrong branch"})
+		f.must(err)
+		if !ack.Cancel {
+			t.Fatalf("cancel ack %+v", ack)
+		}
+		ack, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Data: []byte("still stored")})
+		f.must(err)
+		if !ack.Cancel || ack.Reason != "wrong branch" {
+			t.Fatalf("event ack after cancel %+v", ack)
+		}
+		sl, err := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
+		f.must(err)
+		if string(sl.Data) != "still stored" {
+			t.Fatalf("event after cancel not stored: %q", sl.Data)
+		}
+		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "e1", Status: "cancelled"})
+		f.must(err)
+		checks, _ := f.Checks(ctx, "dev", 4)
+		if len(checks) != 1 || checks[0].Conclusion != "cancelled" {
+			t.Fatalf("checks %+v", checks)
+		}
+		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
+		f.must(err)
+		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
+		f.must(err)
+		checks, _ = f.Checks(ctx, "dev", 4)
+		if len(checks) != 1 || checks[0].Conclusion != "success" || !checks[0].Overridden || checks[0].Reason != "flaky runner" {
+			t.Fatalf("overridden checks %+v", checks)
+		}
+		entries, _ := f.Audit(ctx, 100, 0)
+		if len(entries) != 2 || entries[0].Action != "checks.override" || entries[1].Action != "executions.cancel" {
+			t.Fatalf("audit %+v", entries)
+		}
+		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "nope", Reason: "x"})
+		wantErr(t, err, store.ErrNotFound, "")
+		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "c", Conclusion: "success", Reason: " "})
+		wantErr(t, err, store.ErrInvalid, "reason")
+	})
+}
+
+func TestGrantExpiry(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
+		_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
+			Reason: "ok for ten minutes", ExpiresAt: f.now.Add(10 * time.Minute)})
+		f.must(err)
+		gates, _ := f.Gates(ctx, "prod", 1)
+		if len(gates) != 1 || !gates[0].Satisfied {
+			t.Fatalf("gates %+v", gates)
+		}
+		f.now = f.now.Add(11 * time.Minute)
+		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1"})
+		wantErr(t, err, store.ErrDenied, "no active grant")
+		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
+			Reason: "late", ExpiresAt: f.now.Add(-time.Minute)})
+		wantErr(t, err, store.ErrInvalid, "in the past")
+	})
+}
+
+func TestConcurrentDecisionsStayConsistent(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		// Two PRs finalize plans touching the same stack at once: exactly one holds the claim.
+		for _, pr := range []int{1, 2} {
+			_, err := f.Init(ctx, &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
+			f.must(err)
+		}
+		var wg sync.WaitGroup
+		for _, pr := range []int{1, 2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: fmt.Sprint("p", pr), Status: "succeeded",
+					Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "additive", PlanHash: "h-a"}}})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		claims, _ := f.Claims(ctx, "prod")
+		if len(claims) != 1 {
+			t.Fatalf("claims %+v", claims)
+		}
+		holder := claims[0].PR
+		// Both PRs check their gates concurrently, many times: only the holder is ever allowed,
+		// and repeats of one execution id share one lease.
+		results := make(chan string, 40)
+		for i := 0; i < 20; i++ {
+			for _, pr := range []int{1, 2} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: fmt.Sprint("apply-", pr), Environment: "prod", PR: pr, SHA: "s",
+						Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
+					switch {
+					case err == nil:
+						results <- fmt.Sprintf("allowed %d %s", pr, l.ExpiresAt)
+					case errors.Is(err, store.ErrDenied):
+						results <- fmt.Sprintf("denied %d", pr)
+					default:
+						results <- "error " + err.Error()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(results)
+		seen := map[string]int{}
+		for r := range results {
+			seen[r]++
+		}
+		if len(seen) != 2 || seen[fmt.Sprintf("denied %d", 3-holder)] != 20 {
+			t.Fatalf("outcomes %v (holder PR %d)", seen, holder)
+		}
+	})
+}
+
+func TestStoreFailureIsUnavailable(t *testing.T) {
+	s := storetest.OpenSQLite(t)
+	svc := New(s, nil)
+	_ = s.Close()
+	_, err := svc.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1})
+	wantErr(t, err, store.ErrUnavailable, "")
+}
+
+func TestPolicyParsing(t *testing.T) {
+	bad := map[string]string{
+		"environment \"p\" {\n gate {\n classes = [\"scary\"]\n stacks = [\"**\"]\n }\n}":        "unknown class",
+		"environment \"p\" {\n gate {\n classes = [\"destructive\"]\n stacks = [\"a**\"]\n }\n}": "whole path segment",
+		`claim_ttl = "soon"`: "positive duration",
+		`environment "p" {}
+environment "p" {}`: "defined twice",
+		`bogus = 1`: "bogus",
+	}
+	for src, want := range bad {
+		if _, err := ParsePolicy("p.hcl", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("policy %q: err %v, want mention of %q", src, err, want)
+		}
+	}
+	for glob, cases := range map[string]map[string]bool{
+		"**":        {"a": true, "a/b/c": true},
+		"prod/**":   {"prod": true, "prod/x/y": true, "dev/x": false},
+		"prod/*/db": {"prod/eu/db": true, "prod/eu/x/db": false},
+		"a?c":       {"abc": true, "ac": false},
+	} {
+		for name, want := range cases {
+			if got := MatchGlob(glob, name); got != want {
+				t.Errorf("MatchGlob(%q, %q) = %v, want %v", glob, name, got, want)
+			}
+		}
+	}
+}
