@@ -1,0 +1,224 @@
+package server
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// handlers implements the generated strict server interface over the service.
+type handlers struct {
+	svc     *service.Service
+	metrics *metrics
+}
+
+var _ api.StrictServerInterface = (*handlers)(nil)
+
+func principal(ctx context.Context) string {
+	p, _ := auth.From(ctx)
+	return p.Name
+}
+
+type queryKey struct{}
+
+func queryOf(ctx context.Context) url.Values {
+	q, _ := ctx.Value(queryKey{}).(url.Values)
+	return q
+}
+
+func (h *handlers) event(kind string, err error) {
+	if err == nil {
+		h.metrics.events.WithLabelValues(kind).Inc()
+	}
+}
+
+func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
+	ack, err := h.svc.Init(ctx, r.Body)
+	h.event("init", err)
+	if err != nil {
+		return api.InitdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.Init200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) Phase(ctx context.Context, r api.PhaseRequestObject) (api.PhaseResponseObject, error) {
+	ack, err := h.svc.Phase(ctx, r.Body)
+	h.event("phase", err)
+	if err != nil {
+		return api.PhasedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.Phase200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.UpdateResponseObject, error) {
+	ack, err := h.svc.Update(ctx, r.Body)
+	h.event("update", err)
+	if err != nil {
+		return api.UpdatedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.Update200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
+	ack, err := h.svc.LogChunk(ctx, r.Body)
+	if err == nil {
+		h.metrics.chunks.Inc()
+		h.metrics.logBytes.Add(float64(len(r.Body.Data)))
+	}
+	if err != nil {
+		return api.LogChunkdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.LogChunk200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) Finalize(ctx context.Context, r api.FinalizeRequestObject) (api.FinalizeResponseObject, error) {
+	ack, err := h.svc.Finalize(ctx, r.Body)
+	h.event("finalize", err)
+	if err != nil {
+		return api.FinalizedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.Finalize200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) GateCheck(ctx context.Context, r api.GateCheckRequestObject) (api.GateCheckResponseObject, error) {
+	lease, err := h.svc.GateCheck(ctx, principal(ctx), r.Body)
+	h.metrics.gates.WithLabelValues(codeNames[codeOf(err)]).Inc()
+	if err != nil {
+		return api.GateCheckdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.GateCheck200JSONResponse(lease), nil
+}
+
+func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject) (api.GateRevokeResponseObject, error) {
+	ack, err := h.svc.GateRevoke(ctx, principal(ctx), r.Body)
+	if err != nil {
+		return api.GateRevokedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.GateRevoke200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) (api.GatesListResponseObject, error) {
+	out, err := h.svc.Gates(ctx, r.Params.Environment, r.Params.Pr)
+	if err != nil {
+		return api.GatesListdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.GatesList200JSONResponse(nonNil(out)), nil
+}
+
+func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject) (api.GrantsListResponseObject, error) {
+	out, err := h.svc.Grants(ctx, r.Params.Environment, r.Params.Pr)
+	if err != nil {
+		return api.GrantsListdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.GrantsList200JSONResponse(nonNil(out)), nil
+}
+
+func (h *handlers) ClaimsList(ctx context.Context, r api.ClaimsListRequestObject) (api.ClaimsListResponseObject, error) {
+	out, err := h.svc.Claims(ctx, r.Params.Environment)
+	if err != nil {
+		return api.ClaimsListdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.ClaimsList200JSONResponse(nonNil(out)), nil
+}
+
+func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequestObject) (api.ClaimsReleaseResponseObject, error) {
+	ack, err := h.svc.ReleaseClaims(ctx, principal(ctx), r.Body)
+	if err != nil {
+		return api.ClaimsReleasedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.ClaimsRelease200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject) (api.ChecksListResponseObject, error) {
+	out, err := h.svc.Checks(ctx, r.Params.Environment, r.Params.Pr)
+	if err != nil {
+		return api.ChecksListdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.ChecksList200JSONResponse(nonNil(out)), nil
+}
+
+func (h *handlers) AdminChecksOverride(ctx context.Context, r api.AdminChecksOverrideRequestObject) (api.AdminChecksOverrideResponseObject, error) {
+	ack, err := h.svc.OverrideCheck(ctx, principal(ctx), r.Body)
+	if err != nil {
+		return api.AdminChecksOverridedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.AdminChecksOverride200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) AdminExecutionsCancel(ctx context.Context, r api.AdminExecutionsCancelRequestObject) (api.AdminExecutionsCancelResponseObject, error) {
+	ack, err := h.svc.CancelExecution(ctx, principal(ctx), r.Body)
+	if err != nil {
+		return api.AdminExecutionsCanceldefaultJSONResponse(errResp(err)), nil
+	}
+	return api.AdminExecutionsCancel200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) AdminGatesSatisfy(ctx context.Context, r api.AdminGatesSatisfyRequestObject) (api.AdminGatesSatisfyResponseObject, error) {
+	ack, err := h.svc.SatisfyGate(ctx, principal(ctx), r.Body)
+	if err != nil {
+		return api.AdminGatesSatisfydefaultJSONResponse(errResp(err)), nil
+	}
+	return api.AdminGatesSatisfy200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) AdminGrantsRelease(ctx context.Context, r api.AdminGrantsReleaseRequestObject) (api.AdminGrantsReleaseResponseObject, error) {
+	ack, err := h.svc.ReleaseGrant(ctx, principal(ctx), r.Body)
+	if err != nil {
+		return api.AdminGrantsReleasedefaultJSONResponse(errResp(err)), nil
+	}
+	return api.AdminGrantsRelease200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListRequestObject) (api.ExecutionsListResponseObject, error) {
+	out, err := h.svc.Executions(ctx, store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr,
+		Limit: r.Params.Limit, Before: r.Params.Before})
+	if err != nil {
+		return api.ExecutionsListdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.ExecutionsList200JSONResponse(nonNil(out)), nil
+}
+
+func (h *handlers) ExecutionGet(ctx context.Context, r api.ExecutionGetRequestObject) (api.ExecutionGetResponseObject, error) {
+	out, err := h.svc.Execution(ctx, r.Id)
+	if err != nil {
+		return api.ExecutionGetdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.ExecutionGet200JSONResponse(*out), nil
+}
+
+func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api.LogReadResponseObject, error) {
+	latest := !queryOf(ctx).Has("generation")
+	out, err := h.svc.LogRead(ctx, r.Id, r.Params.Stack, r.Params.Generation, latest, r.Params.Offset, r.Params.Limit)
+	if err != nil {
+		return api.LogReaddefaultJSONResponse(errResp(err)), nil
+	}
+	return api.LogRead200JSONResponse(*out), nil
+}
+
+func (h *handlers) AuditList(ctx context.Context, r api.AuditListRequestObject) (api.AuditListResponseObject, error) {
+	out, err := h.svc.Audit(ctx, r.Params.Limit, r.Params.Before)
+	if err != nil {
+		return api.AuditListdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.AuditList200JSONResponse(nonNil(out)), nil
+}
+
+func (h *handlers) Health(ctx context.Context, _ api.HealthRequestObject) (api.HealthResponseObject, error) {
+	if err := h.svc.Ping(ctx); err != nil {
+		return api.HealthdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.Health200JSONResponse{Status: "ok", Version: buildinfo.Version(), Store: h.svc.Store.Kind()}, nil
+}
+
+// nonNil makes empty lists encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

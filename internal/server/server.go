@@ -1,0 +1,305 @@
+// Package server is the control plane's HTTP face: the generated strict server interface over
+// the service, authentication and authorization, request limits, Prometheus metrics, health
+// endpoints and the web pages.
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/web"
+)
+
+// BasePath is where the API is served (the contract's server URL).
+const BasePath = "/api/v1"
+
+// Body limits: a log chunk carries up to 1.5 MB of data, base64-encoded in JSON.
+const (
+	MaxLogBody   = 4 << 20
+	MaxEventBody = 1 << 20
+)
+
+// Config configures a Server.
+type Config struct {
+	Service *service.Service
+	Auth    *auth.Authenticator
+	// RateLimit is requests per second per principal (0: DefaultRateLimit); Burst defaults to
+	// twice it.
+	RateLimit float64
+	Burst     int
+	Logger    *slog.Logger
+}
+
+// DefaultRateLimit is the per-principal request rate when Config.RateLimit is zero.
+const DefaultRateLimit = 1000
+
+// Server is the control plane's HTTP handler.
+type Server struct {
+	cfg      Config
+	mux      *http.ServeMux
+	metrics  *metrics
+	registry *prometheus.Registry
+
+	limMu    sync.Mutex
+	limiters map[string]*rate.Limiter
+}
+
+// route describes one API operation: who may call it and what its body is.
+type route struct {
+	op    string
+	role  auth.Role // empty: no authentication (health)
+	body  func() any
+	limit int64
+}
+
+func body[T any]() any { return new(T) }
+
+var routes = map[string]route{
+	"POST /events/init":             {"Init", auth.RoleRunner, body[api.Init], MaxEventBody},
+	"POST /events/phase":            {"Phase", auth.RoleRunner, body[api.PhaseEvent], MaxEventBody},
+	"POST /events/update":           {"Update", auth.RoleRunner, body[api.Update], MaxEventBody},
+	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
+	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxEventBody},
+	"POST /gates/check":             {"GateCheck", auth.RoleRunner, body[api.GateCheck], MaxEventBody},
+	"POST /gates/revoke":            {"GateRevoke", auth.RoleRunner, body[api.GateRevoke], MaxEventBody},
+	"GET /gates":                    {"GatesList", auth.RoleViewer, nil, 0},
+	"GET /grants":                   {"GrantsList", auth.RoleViewer, nil, 0},
+	"GET /claims":                   {"ClaimsList", auth.RoleViewer, nil, 0},
+	"POST /claims/release":          {"ClaimsRelease", auth.RoleRunner, body[api.ClaimsRelease], MaxEventBody},
+	"GET /checks":                   {"ChecksList", auth.RoleViewer, nil, 0},
+	"POST /admin/checks/override":   {"AdminChecksOverride", auth.RoleAdmin, body[api.ChecksOverride], MaxEventBody},
+	"POST /admin/executions/cancel": {"AdminExecutionsCancel", auth.RoleAdmin, body[api.ExecutionsCancel], MaxEventBody},
+	"POST /admin/gates/satisfy":     {"AdminGatesSatisfy", auth.RoleAdmin, body[api.GatesSatisfy], MaxEventBody},
+	"POST /admin/grants/release":    {"AdminGrantsRelease", auth.RoleAdmin, body[api.GrantsRelease], MaxEventBody},
+	"GET /executions":               {"ExecutionsList", auth.RoleViewer, nil, 0},
+	"GET /executions/{id}":          {"ExecutionGet", auth.RoleViewer, nil, 0},
+	"GET /executions/{id}/log":      {"LogRead", auth.RoleViewer, nil, 0},
+	"GET /audit":                    {"AuditList", auth.RoleViewer, nil, 0},
+	"GET /health":                   {"Health", "", nil, 0},
+}
+
+// Routes returns "METHOD /path" → required role for every API operation (tests build their
+// authorization matrix from it).
+func Routes() map[string]auth.Role {
+	out := map[string]auth.Role{}
+	for k, r := range routes {
+		out[k] = r.role
+	}
+	return out
+}
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	events   *prometheus.CounterVec
+	gates    *prometheus.CounterVec
+	chunks   prometheus.Counter
+	logBytes prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_http_requests_total", Help: "API requests by operation and answer code."}, []string{"operation", "code"}),
+		latency:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tfstackplan_http_request_seconds", Help: "API request latency by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"operation"}),
+		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_events_total", Help: "Runner events accepted, by kind."}, []string{"kind"}),
+		gates:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_gate_checks_total", Help: "Gate checks by verdict code."}, []string{"code"}),
+		chunks:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_chunks_total", Help: "Log chunks accepted."}),
+		logBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_bytes_total", Help: "Log bytes accepted."}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.events, m.gates, m.chunks, m.logBytes,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// New builds the server's handler tree.
+func New(cfg Config) (*Server, error) {
+	if cfg.Service == nil || cfg.Auth == nil {
+		return nil, errors.New("server: Service and Auth are required")
+	}
+	if cfg.RateLimit <= 0 {
+		cfg.RateLimit = DefaultRateLimit
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = int(2 * cfg.RateLimit)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	reg := prometheus.NewRegistry()
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg), limiters: map[string]*rate.Limiter{}}
+	h := &handlers{svc: cfg.Service, metrics: s.metrics}
+	strict := api.NewStrictHandlerWithOptions(h, nil, api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
+		},
+		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			cfg.Logger.Error("response", "path", r.URL.Path, "err", err)
+			writeError(w, err)
+		},
+	})
+	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
+		BaseURL:     BasePath,
+		BaseRouter:  s.mux,
+		Middlewares: []api.MiddlewareFunc{s.guard},
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
+		},
+	})
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := cfg.Service.Ping(ctx); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ui := &web.UI{Service: cfg.Service, Auth: cfg.Auth}
+	ui.Register(s.mux, s.webGuard)
+	return s, nil
+}
+
+// errInvalidBody marks a request the contract rejects as INVALID_ARGUMENT.
+var errInvalidBody = store.ErrInvalid
+
+// ServeHTTP serves every route.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) limiter(name string) *rate.Limiter {
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	l, ok := s.limiters[name]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(s.cfg.RateLimit), s.cfg.Burst)
+		s.limiters[name] = l
+	}
+	return l
+}
+
+// authorize authenticates r, checks role and the principal's rate, and returns r carrying the
+// principal.
+func (s *Server) authorize(r *http.Request, role auth.Role) (*http.Request, error) {
+	if role == "" {
+		return r, nil
+	}
+	p, err := s.cfg.Auth.Authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	if !p.Has(role) {
+		return nil, fmt.Errorf("%w: %s lacks the %s role", auth.ErrNoRoles, p.Name, role)
+	}
+	if !s.limiter(p.Name).Allow() {
+		return nil, errRateLimited
+	}
+	return r.WithContext(auth.With(r.Context(), p)), nil
+}
+
+// guard wraps every API operation: authentication, authorization, rate limit, body size limit,
+// strict body decoding (unknown fields rejected) and metrics.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rt, ok := routes[strings.Replace(r.Pattern, " "+BasePath, " ", 1)]
+		if !ok {
+			rt = route{op: "unknown", role: auth.RoleAdmin}
+		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			s.metrics.requests.WithLabelValues(rt.op, fmt.Sprint(rec.status)).Inc()
+			s.metrics.latency.WithLabelValues(rt.op).Observe(time.Since(start).Seconds())
+		}()
+		r, err := s.authorize(r, rt.role)
+		if err != nil {
+			writeError(rec, err)
+			return
+		}
+		if rt.body != nil {
+			if err := strictBody(r, rt); err != nil {
+				writeError(rec, err)
+				return
+			}
+		}
+		ctx := context.WithValue(r.Context(), queryKey{}, r.URL.Query())
+		next.ServeHTTP(rec, r.WithContext(ctx))
+	})
+}
+
+// strictBody reads the body within the route's limit, rejects unknown fields and trailing data,
+// and puts the bytes back for the generated decoder.
+func strictBody(r *http.Request, rt route) error {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, rt.limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("%w: the limit for %s is %d bytes", errTooLarge, rt.op, rt.limit)
+		}
+		return fmt.Errorf("%w: reading body: %v", errInvalidBody, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(rt.body()); err != nil {
+		return fmt.Errorf("%w: %s body: %v", errInvalidBody, rt.op, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: %s body: data after the JSON object", errInvalidBody, rt.op)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	return nil
+}
+
+// webGuard authenticates web pages: viewers may read them.
+func (s *Server) webGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2, err := s.authorize(r, auth.RoleViewer)
+		if err != nil {
+			if r.Header.Get("Accept") == "text/event-stream" {
+				writeError(w, err)
+				return
+			}
+			web.LoginPage(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r2)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Flush lets streaming responses through.
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

@@ -1,0 +1,448 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/api/idtoken"
+	"google.golang.org/api/option"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+const testTokens = `
+token "viewer" {
+  secret = "viewer-secret-0123456789"
+  roles  = ["viewer"]
+}
+token "runner" {
+  secret    = "runner-secret-0123456789"
+  principal = "ci-runner"
+  roles     = ["runner"]
+}
+token "admin" {
+  secret    = "admin-secret-0123456789"
+  principal = "alice"
+  roles     = ["admin"]
+}
+identity "deployer@proj.iam.gserviceaccount.com" {
+  roles = ["runner"]
+}
+`
+
+var tokenOf = map[string]string{
+	"viewer": "viewer-secret-0123456789",
+	"runner": "runner-secret-0123456789",
+	"admin":  "admin-secret-0123456789",
+}
+
+const serverPolicy = `
+environment "prod" {
+  requester = "deployer@proj.iam.gserviceaccount.com"
+  gate {
+    classes = ["destructive"]
+    stacks  = ["**"]
+  }
+}
+`
+
+type testServer struct {
+	*httptest.Server
+	svc   *service.Service
+	store store.Store
+}
+
+func newTestServer(t *testing.T, s store.Store, tweak func(*Config)) *testServer {
+	t.Helper()
+	a := &auth.Authenticator{}
+	if err := a.ParseTokens("tokens.hcl", []byte(testTokens)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := service.ParsePolicy("policy.hcl", []byte(serverPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := service.New(s, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = svc.Run(ctx) }()
+	cfg := Config{Service: svc, Auth: a}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() { ts.Close(); cancel() })
+	return &testServer{Server: ts, svc: svc, store: s}
+}
+
+// call sends a JSON request as role ("" for none) and returns status and decoded body.
+func (ts *testServer) call(t *testing.T, role, method, path string, body any) (int, map[string]any, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, _ := json.Marshal(b)
+		rd = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequest(method, ts.URL+BasePath+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	if role != "" {
+		req.Header.Set("Authorization", "Bearer "+tokenOf[role])
+	}
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := map[string]any{}
+	_ = json.Unmarshal(raw, &out)
+	if len(out) == 0 && len(raw) > 0 && raw[0] == '[' {
+		var list []any
+		_ = json.Unmarshal(raw, &list)
+		out["list"] = list
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+func TestAuthorizationMatrix(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	rank := map[string]int{"": 0, "viewer": 1, "runner": 2, "admin": 3}
+	need := map[auth.Role]int{"": 0, auth.RoleViewer: 1, auth.RoleRunner: 2, auth.RoleAdmin: 3}
+	for key, role := range Routes() {
+		method, path, _ := strings.Cut(key, " ")
+		path = strings.ReplaceAll(path, "{id}", "some-execution")
+		if strings.HasSuffix(path, "/log") {
+			path += "?stack=a"
+		}
+		for _, who := range []string{"", "viewer", "runner", "admin"} {
+			t.Run(fmt.Sprintf("%s as %q", key, who), func(t *testing.T) {
+				var body any
+				if method == http.MethodPost {
+					body = "{}"
+				}
+				status, out, _ := ts.call(t, who, method, path, body)
+				allowed := rank[who] >= need[role]
+				switch {
+				case allowed && (status == 401 || status == 403):
+					t.Fatalf("%s may call %s but got %d %v", who, key, status, out)
+				case !allowed && who == "" && (status != 401 || out["code"] != "UNAUTHENTICATED"):
+					t.Fatalf("anonymous %s: got %d %v, want 401 UNAUTHENTICATED", key, status, out)
+				case !allowed && who != "" && (status != 403 || out["code"] != "PERMISSION_DENIED"):
+					t.Fatalf("%s calling %s: got %d %v, want 403 PERMISSION_DENIED", who, key, status, out)
+				}
+			})
+		}
+	}
+}
+
+func TestRequestValidation(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	cases := []struct {
+		name, path, body, want string
+	}{
+		{"unknown field", "/events/init", `{"execution_id":"e","environment":"prod","op":"plan","bogus":1}`, "bogus"},
+		{"trailing data", "/events/init", `{"execution_id":"e","environment":"prod","op":"plan"} {}`, "after the JSON"},
+		{"wrong type", "/events/init", `{"execution_id":5}`, "execution_id"},
+		{"bad enum", "/events/init", `{"execution_id":"e","environment":"prod","op":"destroy"}`, "op"},
+		{"too large", "/events/phase", `{"execution_id":"` + strings.Repeat("x", MaxEventBody) + `"}`, "limit"},
+		{"not JSON", "/events/log", `nope`, "invalid"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, out, _ := ts.call(t, "runner", "POST", tc.path, tc.body)
+			if status != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(fmt.Sprint(out["message"]), tc.want) {
+				t.Fatalf("got %d %v, want 400 INVALID_ARGUMENT mentioning %q", status, out, tc.want)
+			}
+		})
+	}
+	status, out, _ := ts.call(t, "runner", "POST", "/events/phase", map[string]any{"execution_id": "missing", "stack": "a", "phase": "init"})
+	if status != 404 || out["code"] != "NOT_FOUND" {
+		t.Fatalf("unknown execution: %d %v", status, out)
+	}
+}
+
+func TestRateLimitPerPrincipal(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) { c.RateLimit, c.Burst = 0.001, 2 })
+	for i := 0; i < 2; i++ {
+		if status, out, _ := ts.call(t, "viewer", "GET", "/claims", nil); status != 200 {
+			t.Fatalf("request %d: %d %v", i, status, out)
+		}
+	}
+	status, out, hdr := ts.call(t, "viewer", "GET", "/claims", nil)
+	if status != 429 || out["code"] != "RESOURCE_EXHAUSTED" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("third request: %d %v %v", status, out, hdr)
+	}
+	// Another principal has its own budget.
+	if status, _, _ := ts.call(t, "runner", "GET", "/claims", nil); status != 200 {
+		t.Fatalf("other principal limited too: %d", status)
+	}
+}
+
+func TestIdempotentEventsAndCancelOverHTTP(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			init := map[string]any{"execution_id": "e1", "environment": "prod", "op": "plan", "pr": 5, "stacks": []string{"a"}}
+			chunk := map[string]any{"execution_id": "e1", "stack": "a", "generation": 1, "offset": 0, "data": base64.StdEncoding.EncodeToString([]byte("hello\n"))}
+			for i := 0; i < 2; i++ {
+				for path, body := range map[string]any{"/events/init": init} {
+					if status, out, _ := ts.call(t, "runner", "POST", path, body); status != 200 {
+						t.Fatalf("%s: %d %v", path, status, out)
+					}
+				}
+				if status, out, _ := ts.call(t, "runner", "POST", "/events/log", chunk); status != 200 || len(out) != 0 {
+					t.Fatalf("log: %d %v", status, out)
+				}
+			}
+			_, out, _ := ts.call(t, "viewer", "GET", "/executions/e1/log?stack=a", nil)
+			data, _ := base64.StdEncoding.DecodeString(fmt.Sprint(out["data"]))
+			if string(data) != "hello\n" || out["next_offset"] != float64(6) {
+				t.Fatalf("log read %v (%q)", out, data)
+			}
+			status, out, _ := ts.call(t, "admin", "POST", "/admin/executions/cancel", map[string]any{"execution_id": "e1", "reason": "stop it"})
+			if status != 200 || out["cancel"] != true {
+				t.Fatalf("cancel: %d %v", status, out)
+			}
+			chunk["offset"] = 6
+			status, out, _ = ts.call(t, "runner", "POST", "/events/log", chunk)
+			if status != 200 || out["cancel"] != true || out["reason"] != "stop it" {
+				t.Fatalf("event after cancel: %d %v", status, out)
+			}
+			_, out, _ = ts.call(t, "viewer", "GET", "/executions/e1", nil)
+			if out["status"] != "cancelled" || out["cancel_reason"] != "stop it" {
+				t.Fatalf("execution after cancel %v", out)
+			}
+			_, out, _ = ts.call(t, "viewer", "GET", "/audit", nil)
+			list, _ := out["list"].([]any)
+			if len(list) != 1 || list[0].(map[string]any)["principal"] != "alice" {
+				t.Fatalf("audit %v", out)
+			}
+		})
+	}
+}
+
+func TestGateVerdictCodesOverHTTP(t *testing.T) {
+	s := storetest.OpenSQLite(t)
+	ts := newTestServer(t, s, nil)
+	client, err := api.NewClientWithResponses(ts.URL+BasePath, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer "+tokenOf["runner"])
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := api.GateCheck{ExecutionID: "apply-1", Environment: "prod", PR: 1, SHA: "s1",
+		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h"}}}
+	verdict := func(want int, code string) {
+		t.Helper()
+		resp, err := client.GateCheckWithResponse(ctx, check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode() != want {
+			t.Fatalf("status %d (%s), want %d", resp.StatusCode(), resp.Body, want)
+		}
+		if code != "" && (resp.JSONDefault == nil || resp.JSONDefault.Code != code) {
+			t.Fatalf("body %s, want code %s", resp.Body, code)
+		}
+	}
+	verdict(412, "FAILED_PRECONDITION")
+	if _, err := client.InitWithResponse(ctx, api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.FinalizeWithResponse(ctx, api.Finalize{ExecutionID: "p1", Status: "succeeded",
+		Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "destructive", PlanHash: "h"}}}); err != nil {
+		t.Fatal(err)
+	}
+	verdict(403, "PERMISSION_DENIED")
+	status, out, _ := ts.call(t, "admin", "POST", "/admin/gates/satisfy", map[string]any{"pr": 1, "environment": "prod", "class": "destructive", "target": "**", "reason": "approved in review"})
+	if status != 200 {
+		t.Fatalf("satisfy %d %v", status, out)
+	}
+	resp, err := client.GateCheckWithResponse(ctx, check)
+	if err != nil || resp.JSON200 == nil || resp.JSON200.Requester != "deployer@proj.iam.gserviceaccount.com" {
+		t.Fatalf("allowed check: %v %s", err, resp.Body)
+	}
+	check.ExecutionID = "apply-2"
+	_ = s.Close()
+	verdict(503, "UNAVAILABLE")
+}
+
+func TestHealthMetricsAndReadiness(t *testing.T) {
+	s := storetest.OpenSQLite(t)
+	ts := newTestServer(t, s, nil)
+	status, out, _ := ts.call(t, "", "GET", "/health", nil)
+	if status != 200 || out["status"] != "ok" || out["store"] != "sqlite" {
+		t.Fatalf("health %d %v", status, out)
+	}
+	get := func(path string) (int, string) {
+		resp, err := ts.Client().Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, `tfstackplan_http_requests_total{code="200",operation="Health"} 1`) {
+		t.Fatalf("metrics %d %s", code, body)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	_ = s.Close()
+	if code, _ := get("/readyz"); code != 503 {
+		t.Fatalf("readyz with a closed store: %d", code)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+}
+
+// googleKeys serves a JWKS on 127.0.0.1 and signs ID tokens with its key.
+type googleKeys struct {
+	key *rsa.PrivateKey
+	srv *httptest.Server
+}
+
+func newGoogleKeys(t *testing.T) *googleKeys {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &googleKeys{key: key}
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{
+			"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "k1",
+			"n": base64.RawURLEncoding.EncodeToString(key.N.Bytes()),
+			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(key.E)).Bytes()),
+		}}})
+	}))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+func (g *googleKeys) sign(t *testing.T, claims map[string]any) string {
+	t.Helper()
+	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
+	head := enc(map[string]string{"alg": "RS256", "kid": "k1", "typ": "JWT"}) + "." + enc(claims)
+	sum := sha256.Sum256([]byte(head))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, g.key, crypto.SHA256, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// loopbackTransport sends every request to the local key server, whatever its URL.
+type loopbackTransport struct{ target *url.URL }
+
+func (l loopbackTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host = l.target.Scheme, l.target.Host
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestGoogleIDTokens(t *testing.T) {
+	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
+	t.Setenv("GCE_METADATA_IP", "127.0.0.1:1")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "none.json"))
+	keys := newGoogleKeys(t)
+	target, _ := url.Parse(keys.srv.URL)
+	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: loopbackTransport{target}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const aud = "https://tfstackplan.example.com"
+	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) { c.Auth.Audience, c.Auth.Validator = aud, v })
+	now := time.Now().Unix()
+	base := func() map[string]any {
+		return map[string]any{"iss": "https://accounts.google.com", "aud": aud, "iat": now, "exp": now + 600,
+			"sub": "1234", "email": "deployer@proj.iam.gserviceaccount.com", "email_verified": true}
+	}
+	cases := []struct {
+		name   string
+		mutate func(map[string]any)
+		status int
+	}{
+		{"valid runner identity", func(map[string]any) {}, 200},
+		{"wrong audience", func(c map[string]any) { c["aud"] = "https://other" }, 401},
+		{"expired", func(c map[string]any) { c["exp"] = now - 10 }, 401},
+		{"not Google", func(c map[string]any) { c["iss"] = "https://evil.example" }, 401},
+		{"unlisted identity", func(c map[string]any) { c["email"] = "someone@else.com" }, 403},
+		{"unverified email", func(c map[string]any) { c["email_verified"] = false }, 401},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := base()
+			tc.mutate(claims)
+			req, _ := http.NewRequest("GET", ts.URL+BasePath+"/claims", nil)
+			req.Header.Set("Authorization", "Bearer "+keys.sign(t, claims))
+			resp, err := ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d (%s), want %d", resp.StatusCode, b, tc.status)
+			}
+		})
+	}
+	// A forged signature does not verify.
+	tok := keys.sign(t, base())
+	forged := tok[:strings.LastIndex(tok, ".")+1] + base64.RawURLEncoding.EncodeToString(make([]byte, 256))
+	req, _ := http.NewRequest("GET", ts.URL+BasePath+"/claims", nil)
+	req.Header.Set("Authorization", "Bearer "+forged)
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("forged token: %d", resp.StatusCode)
+	}
+}
+
+func TestTokensFileErrors(t *testing.T) {
+	for src, want := range map[string]string{
+		"token \"a\" {\n secret = \"short\"\n roles = [\"runner\"]\n}":           "at least 16",
+		"token \"a\" {\n secret = \"0123456789abcdefg\"\n roles = [\"root\"]\n}": "unknown role",
+		"identity \"x@y\" {\n roles = []\n}":                                     "roles is empty",
+		"token \"a\" {\n secret = \"0123456789abcdefg\"\n}":                      "roles",
+	} {
+		a := &auth.Authenticator{}
+		if err := a.ParseTokens("t.hcl", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want mention of %q", src, err, want)
+		}
+	}
+}
