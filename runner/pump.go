@@ -56,7 +56,7 @@ type PumpOptions struct {
 	// Coalesce is how long newly appended bytes may wait for more before they are posted
 	// (default 50 ms). A full chunk is posted at once.
 	Coalesce time.Duration
-	// MaxInFlight bounds concurrent posts across all stacks (default 8).
+	// MaxInFlight bounds concurrent posts across all stacks (default 16).
 	MaxInFlight int
 	// MaxBuffered bounds the bytes read from files and not yet acknowledged, across all stacks
 	// (default 16 MiB). Each stack also holds back at most 2*MaxSecretLength bytes for masking.
@@ -91,7 +91,7 @@ func (o PumpOptions) withDefaults() PumpOptions {
 		o.MaxChunk = 64 << 10
 	}
 	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 8
+		o.MaxInFlight = 16
 	}
 	if o.MaxBuffered <= 0 {
 		o.MaxBuffered = 16 << 20
@@ -530,21 +530,35 @@ func (s *stackTail) run(ctx context.Context) {
 	drainCh := p.drainCh
 	var drainDone <-chan struct{}
 	draining := false
+	// A post-slot token is taken BEFORE the next chunk is read, so a chunk that waited for a
+	// slot still carries everything appended meanwhile.
+	haveToken := false
+	defer func() {
+		if haveToken {
+			<-p.sem
+		}
+	}()
 	for {
 		if drainCh == nil && !draining {
 			draining = true
 			drainDone = p.drainCtx.Done()
 		}
 		s.observe()
-		if p.stopped.Load() != nil {
-			if !s.inflight {
-				return
+		s.notice()
+		stopped := p.stopped.Load() != nil
+		if stopped && !s.inflight {
+			return
+		}
+		if haveToken && !s.inflight {
+			if !stopped && !s.hasData() && s.readyToRead(draining) {
+				s.fill(draining)
 			}
-		} else {
-			s.fill(draining)
-			if !s.inflight && len(s.queue) > 0 && !time.Now().Before(s.retryAt) {
-				s.post(done)
+			if !stopped && len(s.queue) > 0 && !time.Now().Before(s.retryAt) {
+				s.post(done) // the post releases the token
+			} else {
+				<-p.sem
 			}
+			haveToken = false
 		}
 		if draining && !s.inflight && len(s.queue) == 0 && (s.f == nil || (s.readOff >= s.seen && len(s.ms.hold) == 0)) {
 			return
@@ -553,8 +567,14 @@ func (s *stackTail) run(ctx context.Context) {
 		if s.waiter != nil {
 			budgetCh = s.waiter.ch
 		}
+		var semCh chan<- struct{}
+		if !stopped && !s.inflight && s.wantsToPost(draining) {
+			semCh = p.sem
+		}
 		timer.Reset(s.nextTimer(draining))
 		select {
+		case semCh <- struct{}{}:
+			haveToken = true
 		case <-ctx.Done():
 			return
 		case <-drainDone:
@@ -578,6 +598,40 @@ func (s *stackTail) run(ctx context.Context) {
 	}
 }
 
+// notice keeps the time unread bytes were first seen, for coalescing.
+func (s *stackTail) notice() {
+	switch {
+	case s.f == nil || s.seen <= s.readOff:
+		s.noticed = time.Time{}
+	case s.noticed.IsZero():
+		s.noticed = time.Now()
+	}
+}
+
+// readyToRead reports whether the next chunk should be read now: the coalescing delay has
+// passed, a full chunk is waiting, or the pump drains.
+func (s *stackTail) readyToRead(draining bool) bool {
+	if s.f == nil {
+		return false
+	}
+	avail := s.seen - s.readOff
+	if avail <= 0 {
+		return draining && len(s.ms.hold) > 0
+	}
+	if draining || avail+int64(len(s.ms.hold)) >= int64(s.p.opts.MaxChunk) {
+		return true
+	}
+	return !time.Now().Before(s.noticed.Add(s.p.opts.Coalesce))
+}
+
+// wantsToPost reports whether the stack has something to post now (and so needs a slot).
+func (s *stackTail) wantsToPost(draining bool) bool {
+	if len(s.queue) > 0 {
+		return !time.Now().Before(s.retryAt)
+	}
+	return s.waiter == nil && s.readyToRead(draining)
+}
+
 // nextTimer is how long to sleep before the next look when nothing else happens.
 func (s *stackTail) nextTimer(draining bool) time.Duration {
 	d := time.Hour
@@ -585,7 +639,7 @@ func (s *stackTail) nextTimer(draining bool) time.Duration {
 	if !s.inflight && len(s.queue) > 0 {
 		d = min(d, s.retryAt.Sub(now))
 	}
-	if !s.noticed.IsZero() && !draining && !s.hasData() {
+	if !s.noticed.IsZero() && !draining && !s.hasData() && s.waiter == nil {
 		d = min(d, s.noticed.Add(s.p.opts.Coalesce).Sub(now))
 	}
 	return max(d, time.Millisecond)
@@ -607,9 +661,12 @@ func (s *stackTail) sameBytesAt(want []byte, off int64) bool {
 }
 
 // unchanged reports whether the bytes of this generation the pump already looked at are still
-// there: the head of the file and the bytes just before the read position.
+// there: the bytes just before the read position, or the head of the file before any was read.
 func (s *stackTail) unchanged() bool {
-	return s.sameBytesAt(s.head, 0) && s.sameBytesAt(s.anchor, s.readOff-int64(len(s.anchor)))
+	if len(s.anchor) > 0 {
+		return s.sameBytesAt(s.anchor, s.readOff-int64(len(s.anchor)))
+	}
+	return s.sameBytesAt(s.head, 0)
 }
 
 // observe looks at the file: it opens it when it appears, detects a new generation
@@ -772,31 +829,14 @@ func (s *stackTail) enqueueData(out []byte, rawLen int, cost int64) {
 	s.emitOff += int64(rawLen)
 }
 
-// fill reads the next chunk when none is queued, the coalescing delay has passed (or the chunk
-// is full, or the pump drains) and the byte budget allows it.
+// fill reads the next chunk (readyToRead said so, none is queued) if the byte budget allows.
 func (s *stackTail) fill(draining bool) {
-	if s.f == nil {
-		return
-	}
 	maxChunk := s.p.opts.MaxChunk
 	avail := s.seen - s.readOff
-	now := time.Now()
 	if avail <= 0 {
-		s.noticed = time.Time{}
-	} else if s.noticed.IsZero() {
-		s.noticed = now
-	}
-	if s.hasData() {
-		return
-	}
-	if avail <= 0 {
-		if draining && len(s.ms.hold) > 0 {
-			c, out := s.ms.cut(s.ms.window(0), true)
-			s.enqueueData(out, c, 0)
-		}
-		return
-	}
-	if !draining && avail+int64(len(s.ms.hold)) < int64(maxChunk) && now.Before(s.noticed.Add(s.p.opts.Coalesce)) {
+		// Draining: flush the held-back bytes (small, bounded by the hold-back, uncharged).
+		c, out := s.ms.cut(s.ms.window(0), true)
+		s.enqueueData(out, c, 0)
 		return
 	}
 	if !s.granted {
@@ -843,12 +883,6 @@ func (s *stackTail) post(done chan<- error) {
 	lc := s.queue[0].lc
 	s.inflight = true
 	go func() {
-		select {
-		case p.sem <- struct{}{}:
-		case <-p.postCtx.Done():
-			done <- p.postCtx.Err()
-			return
-		}
 		ctx, cancel := context.WithTimeout(p.postCtx, p.opts.PostTimeout)
 		err := p.poster.LogChunk(ctx, lc)
 		cancel()
