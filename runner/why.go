@@ -63,7 +63,8 @@ func parseReason(reason string) events.ChangeReason {
 	case strings.HasPrefix(reason, whyTriggered):
 		r.Kind = events.ReasonTrigger
 		r.Detail = strings.TrimPrefix(reason, whyTriggered)
-	case strings.HasPrefix(reason, whyWatched) && strings.HasSuffix(reason, whyWatchedEnd):
+	case len(reason) >= len(whyWatched)+len(whyWatchedEnd) &&
+		strings.HasPrefix(reason, whyWatched) && strings.HasSuffix(reason, whyWatchedEnd):
 		q := reason[len(whyWatched) : len(reason)-len(whyWatchedEnd)]
 		if file, ok := unquoteWhole(q); ok {
 			r.Kind = events.ReasonWatchedFile

@@ -42,6 +42,9 @@ func TestParseLine(t *testing.T) {
 			events.ChangeReason{Stack: "stacks/x", Kind: events.ReasonOther, Raw: "stack changed because the moon is full"}},
 		{`stacks/x - stack changed because "unterminated`,
 			events.ChangeReason{Stack: "stacks/x", Kind: events.ReasonOther, Raw: `stack changed because "unterminated`}},
+		// Found by FuzzParseLine: the watched-file prefix and suffix overlap.
+		{"0 - stack changed because watched file changed",
+			events.ChangeReason{Stack: "0", Kind: events.ReasonOther, Raw: "stack changed because watched file changed"}},
 		{"stack has unmerged changes", events.ChangeReason{Kind: events.ReasonUnmerged}},
 		{"something else entirely", events.ChangeReason{Kind: events.ReasonOther, Raw: "something else entirely"}},
 		{"", events.ChangeReason{Kind: events.ReasonOther}},
