@@ -65,6 +65,7 @@ func NewRootCmd(ios *IO) *cobra.Command {
 
 	root.AddCommand(newVersionCmd(ios))
 	root.AddCommand(newRenderCmd(ios))
+	root.AddCommand(newServeCmd(ios))
 	// Later verbs register here, one line each.
 
 	// Unknown sub-commands of a command group are usage errors, not silent help.

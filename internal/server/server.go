@@ -59,7 +59,13 @@ type Server struct {
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter
+
+	streamsDone chan struct{}
+	closeOnce   sync.Once
 }
+
+// CloseStreams ends every live (SSE) stream; call it when shutdown starts.
+func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.streamsDone) }) }
 
 // route describes one API operation: who may call it and what its body is.
 type route struct {
@@ -143,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	reg := prometheus.NewRegistry()
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg), limiters: map[string]*rate.Limiter{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg), limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
 	h := &handlers{svc: cfg.Service, metrics: s.metrics}
 	strict := api.NewStrictHandlerWithOptions(h, nil, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -177,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ui := &web.UI{Service: cfg.Service, Auth: cfg.Auth}
+	ui := &web.UI{Service: cfg.Service, Done: s.streamsDone}
 	ui.Register(s.mux, s.webGuard)
 	return s, nil
 }

@@ -5,14 +5,14 @@ package web
 import (
 	"net/http"
 
-	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 )
 
 // UI serves the pages.
 type UI struct {
 	Service *service.Service
-	Auth    *auth.Authenticator
+	// Done ends live streams (server shutdown).
+	Done <-chan struct{}
 }
 
 // Register adds the pages to mux; guard authenticates each.

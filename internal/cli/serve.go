@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/api/idtoken"
+
+	"github.com/tfstackplan/tfstackplan/internal/server"
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
+)
+
+// ServeOptions are the options of `tfstackplan serve`.
+type ServeOptions struct {
+	IO              *IO
+	Listen          string
+	DB              string
+	Policy          string
+	Tokens          string
+	Audience        string
+	InsecureNoAuth  bool
+	RateLimit       float64
+	LogRetention    time.Duration
+	ShutdownTimeout time.Duration
+	// Ready, when set, is called with the bound address once the server accepts connections.
+	Ready func(addr string)
+	// Validator replaces Google's ID token validator (tests use a loopback key server).
+	Validator auth.IDTokenValidator
+}
+
+func newServeCmd(ios *IO) *cobra.Command {
+	opts := &ServeOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the control plane: API, live web pages, metrics",
+		Long: "serve runs the tfstackplan control plane. It stores executions, logs, claims, gates, grants,\n" +
+			"checks and an audit log in SQLite (default) or PostgreSQL (several replicas may share one).",
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8080", "address to listen on")
+	f.StringVar(&opts.DB, "db", "sqlite:./tfstackplan.db", "store: sqlite:PATH or postgres://URL")
+	f.StringVar(&opts.Policy, "policy", "", "HCL policy file: gates per environment and the service account a satisfied gate leases")
+	f.StringVar(&opts.Tokens, "tokens", "", "HCL tokens file: static bearer tokens and Google identities with their roles")
+	f.StringVar(&opts.Audience, "audience", "", "accept Google ID tokens issued for this audience")
+	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "accept every request as an administrator (only on a loopback --listen)")
+	f.Float64Var(&opts.RateLimit, "rate-limit", server.DefaultRateLimit, "requests per second allowed per principal")
+	f.DurationVar(&opts.LogRetention, "log-retention", 30*24*time.Hour, "delete logs of executions started longer ago than this (0 keeps them)")
+	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
+	return cmd
+}
+
+// isLoopbackListen reports whether addr only accepts local connections.
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// OpenStore opens the store a --db value names.
+func OpenStore(ctx context.Context, db string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(db, "sqlite:"):
+		return sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
+	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
+		return postgres.Open(ctx, db, postgres.Options{})
+	default:
+		return nil, Usagef("--db %q: want sqlite:PATH or postgres://URL", db)
+	}
+}
+
+func (o *ServeOptions) authenticator(ctx context.Context) (*auth.Authenticator, error) {
+	a := &auth.Authenticator{Insecure: o.InsecureNoAuth, Audience: o.Audience, Validator: o.Validator}
+	if o.InsecureNoAuth {
+		if !isLoopbackListen(o.Listen) {
+			return nil, Usagef("--insecure-no-auth is only allowed when --listen is a loopback address (got %q)", o.Listen)
+		}
+		return a, nil
+	}
+	if o.Tokens == "" && o.Audience == "" {
+		return nil, Usagef("no authentication configured: give --tokens FILE and/or --audience AUD (or --insecure-no-auth on loopback)")
+	}
+	if o.Tokens != "" {
+		if err := a.LoadTokens(o.Tokens); err != nil {
+			return nil, &UsageError{Err: err}
+		}
+	}
+	if o.Audience != "" && a.Validator == nil {
+		v, err := idtoken.NewValidator(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("google ID token validator: %w", err)
+		}
+		a.Validator = v
+	}
+	return a, nil
+}
+
+func runServe(ctx context.Context, o *ServeOptions) error {
+	logger := slog.New(slog.NewTextHandler(o.IO.ErrOut, nil))
+	a, err := o.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	policy, err := service.LoadPolicy(o.Policy)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	st, err := OpenStore(ctx, o.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	svc := service.New(st, policy)
+	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	go func() { _ = svc.Run(bg) }()
+	if o.LogRetention > 0 {
+		go prune(bg, st, o.LogRetention, logger)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Live pages hold SSE streams open: end them when shutdown starts so it only waits for API calls.
+	hs.RegisterOnShutdown(srv.CloseStreams)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	logger.Info("serving", "addr", ln.Addr().String(), "store", st.Kind(), "insecure_no_auth", o.InsecureNoAuth)
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// prune deletes old logs at start and then hourly.
+func prune(ctx context.Context, st store.Store, retention time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := st.PruneLogs(ctx, time.Now().Add(-retention))
+		if err != nil {
+			logger.Warn("log retention", "err", err)
+		} else if n > 0 {
+			logger.Info("log retention", "deleted_chunks", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
