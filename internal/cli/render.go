@@ -72,7 +72,7 @@ func runRender(opts *RenderOptions) error {
 	}
 	stack := opts.Stack
 	if stack == "" {
-		stack = filepath.ToSlash(filepath.Dir(opts.Plan))
+		stack = defaultStackName(opts.Plan)
 	}
 	s, classifyErr := plan.ClassifyFile(stack, opts.Plan)
 	r := &plan.Report{Stacks: []*plan.Stack{s}, ExecutionURL: opts.ExecutionURL}
@@ -96,6 +96,18 @@ func runRender(opts *RenderOptions) error {
 		return classifyErr
 	}
 	return err
+}
+
+// defaultStackName names a stack after its plan file's directory ("stacks/app" for
+// stacks/app/plan.json; the working directory's name for a plan in it).
+func defaultStackName(planPath string) string {
+	dir := filepath.Dir(planPath)
+	if dir == "." {
+		if abs, err := filepath.Abs(dir); err == nil {
+			return filepath.Base(abs)
+		}
+	}
+	return filepath.ToSlash(dir)
 }
 
 // isTerminal reports whether w is a character device (a TTY).
