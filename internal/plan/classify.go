@@ -257,6 +257,7 @@ func (c *classifier) delim(want json.Delim) error {
 // skipValue consumes a value without copying it.
 type skipValue struct{}
 
+// UnmarshalJSON discards the value.
 func (*skipValue) UnmarshalJSON([]byte) error { return nil }
 
 func (c *classifier) skip() error { return c.dec.Decode(&skipValue{}) }

@@ -244,10 +244,12 @@ type Error struct {
 	Err   error
 }
 
+// Error says which stack and file could not be classified, and why.
 func (e *Error) Error() string {
 	return fmt.Sprintf("stack %q: plan file %q: %v", e.Stack, e.File, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is (ErrEmpty, ErrNotJSON, ...).
 func (e *Error) Unwrap() error { return e.Err }
 
 // Sentinel causes of an Error, for errors.Is.
