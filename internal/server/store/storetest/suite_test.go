@@ -11,6 +11,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
 )
 
@@ -366,5 +367,45 @@ func TestSQLiteReopenKeepsDataAndMigratesOnce(t *testing.T) {
 	defer s.Close()
 	if err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.Execution("keep"); return err }); err != nil {
 		t.Fatalf("after reopen: %v", err)
+	}
+}
+
+// TestPostgresReplicasSeeEachOther opens two stores (two replicas) on one schema: a write
+// through one is visible to, and notified on, the other.
+func TestPostgresReplicasSeeEachOther(t *testing.T) {
+	u, channel := PostgresURL(t)
+	a, err := postgres.Open(ctx, u, postgres.Options{Channel: channel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := postgres.Open(ctx, u, postgres.Options{Channel: channel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan string, 64)
+	go func() { _ = b.Listen(lctx, func(id string) { got <- id }) }()
+	deadline := time.After(15 * time.Second)
+	for i := 0; ; i++ {
+		id := fmt.Sprint("r", i)
+		write(t, a, func(tx store.Tx) error {
+			if _, err := tx.CreateExecution(exec1(id, t0)); err != nil {
+				return err
+			}
+			return tx.Notify(id)
+		})
+		select {
+		case n := <-got:
+			if err := b.Read(ctx, func(tx store.Tx) error { _, err := tx.Execution(n); return err }); err != nil {
+				t.Fatalf("replica b was notified of %s but cannot read it: %v", n, err)
+			}
+			return
+		case <-time.After(200 * time.Millisecond): // the LISTEN may not be up yet
+		case <-deadline:
+			t.Fatal("replica b heard nothing from replica a within 15s")
+		}
 	}
 }
