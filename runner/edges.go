@@ -76,7 +76,7 @@ func compareEdges(a, b events.Edge) int {
 
 // cycleStacks returns the stacks that lie on a dependency cycle (members of a strongly
 // connected component with more than one node, or with a self-edge), sorted; nil when the
-// edges are acyclic. Iterative Tarjan, so deep graphs cannot overflow the stack.
+// edges are acyclic.
 func cycleStacks(edges []events.Edge) []string {
 	ids := make(map[string]int, len(edges))
 	names := make([]string, 0, len(edges))
@@ -88,21 +88,36 @@ func cycleStacks(edges []events.Edge) []string {
 		names = append(names, s)
 		return len(names) - 1
 	}
-	// Adjacency in compressed rows: adj[start[v]:start[v+1]] are v's successors.
 	from := make([]int, len(edges))
 	to := make([]int, len(edges))
 	for i, e := range edges {
 		from[i], to[i] = id(e.From), id(e.To)
 	}
-	start := make([]int, len(names)+1)
+	cyc := cycleNodes(len(names), from, to)
+	if len(cyc) == 0 {
+		return nil
+	}
+	res := make([]string, len(cyc))
+	for i, v := range cyc {
+		res[i] = names[v]
+	}
+	slices.Sort(res)
+	return res
+}
+
+// cycleNodes returns the nodes (0..n-1) on a cycle of the graph with edges from[i]->to[i].
+// Iterative Tarjan, so deep graphs cannot overflow the stack.
+func cycleNodes(n int, from, to []int) []int {
+	// Adjacency in compressed rows: adj[start[v]:start[v+1]] are v's successors.
+	start := make([]int, n+1)
 	for _, f := range from {
 		start[f+1]++
 	}
-	for v := range names {
+	for v := range n {
 		start[v+1] += start[v]
 	}
-	adj := make([]int, len(edges))
-	fill := slices.Clone(start[:len(names)])
+	adj := make([]int, len(from))
+	fill := slices.Clone(start[:n])
 	selfLoop := map[int]bool{}
 	for i, f := range from {
 		adj[fill[f]] = to[i]
@@ -111,7 +126,6 @@ func cycleStacks(edges []events.Edge) []string {
 			selfLoop[f] = true
 		}
 	}
-	n := len(names)
 	index := make([]int, n)
 	low := make([]int, n)
 	onStack := make([]bool, n)
@@ -169,13 +183,5 @@ func cycleStacks(edges []events.Edge) []string {
 			stack = stack[:start]
 		}
 	}
-	if len(out) == 0 {
-		return nil
-	}
-	res := make([]string, len(out))
-	for i, v := range out {
-		res[i] = names[v]
-	}
-	slices.Sort(res)
-	return res
+	return out
 }

@@ -83,24 +83,72 @@ func withHardKill(ctx context.Context) context.Context {
 }
 
 // runGraphEdges turns run-graph's DOT into sorted label edges; red (cycle) edges, or any cycle,
-// are a *StackCycleError.
+// are a *StackCycleError. It works on node indices and sorts by label rank, so a 1000-stack
+// graph costs a few milliseconds.
 func runGraphEdges(dot []byte) ([]events.Edge, error) {
 	g, err := parseDOT(dot)
 	if err != nil {
 		return nil, err
 	}
-	edges := make([]events.Edge, 0, len(g.edges))
-	var red []string
-	for _, e := range g.edges {
-		from, to := g.label(e.from), g.label(e.to)
-		edges = append(edges, events.Edge{From: from, To: to})
+	// Intern node ids, then rank their labels.
+	index := make(map[string]int, len(g.labels))
+	var labels []string
+	intern := func(id string) int {
+		if i, ok := index[id]; ok {
+			return i
+		}
+		index[id] = len(labels)
+		labels = append(labels, g.label(id))
+		return len(labels) - 1
+	}
+	type pair struct{ from, to int }
+	pairs := make([]pair, len(g.edges))
+	redNodes := map[int]bool{}
+	for i, e := range g.edges {
+		pairs[i] = pair{intern(e.from), intern(e.to)}
 		if e.red {
-			red = append(red, from, to)
+			redNodes[pairs[i].from], redNodes[pairs[i].to] = true, true
 		}
 	}
-	slices.SortFunc(edges, compareEdges)
-	edges = slices.Compact(edges)
-	cyc := append(red, cycleStacks(edges)...)
+	order := make([]int, len(labels))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(labels[a], labels[b]) })
+	rank := make([]int, len(labels))
+	for r, v := range order {
+		rank[v] = r
+	}
+	// Nodes with equal labels share the rank of the first, so their edges compact together.
+	for r := 1; r < len(order); r++ {
+		if labels[order[r]] == labels[order[r-1]] {
+			rank[order[r]] = rank[order[r-1]]
+		}
+	}
+	for i, p := range pairs {
+		pairs[i] = pair{rank[p.from], rank[p.to]}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int {
+		if a.from != b.from {
+			return a.from - b.from
+		}
+		return a.to - b.to
+	})
+	pairs = slices.Compact(pairs)
+	edges := make([]events.Edge, len(pairs))
+	from := make([]int, len(pairs))
+	to := make([]int, len(pairs))
+	for i, p := range pairs {
+		edges[i] = events.Edge{From: labels[order[p.from]], To: labels[order[p.to]]}
+		from[i], to[i] = p.from, p.to
+	}
+	var cyc []string
+	for v := range redNodes {
+		cyc = append(cyc, labels[v])
+	}
+	for _, r := range cycleNodes(len(labels), from, to) {
+		cyc = append(cyc, labels[order[r]])
+	}
 	if len(cyc) > 0 {
 		slices.Sort(cyc)
 		return edges, &StackCycleError{Stacks: slices.Compact(cyc)}
@@ -133,7 +181,7 @@ func parseDOT(src []byte) (*dotGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &dotParser{toks: toks, g: &dotGraph{labels: map[string]string{}}}
+	p := &dotParser{toks: toks, g: &dotGraph{labels: make(map[string]string, len(src)/64)}}
 	if err := p.graph(); err != nil {
 		return nil, fmt.Errorf("run-graph output is not a DOT digraph: %w", err)
 	}
@@ -251,7 +299,10 @@ func dotTokens(s string) ([]dotTok, error) {
 			i = j + 1
 		case isDOTIDByte(c):
 			j := i
-			for j < len(s) && isDOTIDByte(s[j]) && !strings.HasPrefix(s[j:], "->") && !strings.HasPrefix(s[j:], "--") {
+			for j < len(s) && isDOTIDByte(s[j]) {
+				if s[j] == '-' && j+1 < len(s) && (s[j+1] == '>' || s[j+1] == '-') {
+					break
+				}
 				j++
 			}
 			if j == i {
@@ -385,7 +436,7 @@ func (p *dotParser) stmt() ([]string, error) {
 		}
 		chain = append(chain, op)
 	}
-	var attrs map[string]string
+	var attrs dotAttrs
 	if p.peek().kind == '[' {
 		if attrs, err = p.attrs(); err != nil {
 			return nil, err
@@ -398,13 +449,13 @@ func (p *dotParser) stmt() ([]string, error) {
 		}
 	}
 	if len(chain) == 1 {
-		if l, ok := attrs["label"]; ok && !first.isSub {
-			p.g.labels[first.id] = l
+		if attrs.hasLabel && !first.isSub {
+			p.g.labels[first.id] = attrs.label
 		}
 		return all, nil
 	}
 	red := false
-	for c := range strings.SplitSeq(attrs["color"], ":") {
+	for c := range strings.SplitSeq(attrs.color, ":") {
 		if strings.EqualFold(strings.TrimSpace(c), "red") {
 			red = true
 		}
@@ -476,9 +527,15 @@ func (p *dotParser) operand() (dotOperand, error) {
 	return dotOperand{id: t.text}, nil
 }
 
+// dotAttrs are the attributes run-graph output uses.
+type dotAttrs struct {
+	label, color string
+	hasLabel     bool
+}
+
 // attrs parses one or more [k=v, ...] lists.
-func (p *dotParser) attrs() (map[string]string, error) {
-	out := map[string]string{}
+func (p *dotParser) attrs() (dotAttrs, error) {
+	var out dotAttrs
 	for p.peek().kind == '[' {
 		p.next()
 		for {
@@ -492,15 +549,20 @@ func (p *dotParser) attrs() (map[string]string, error) {
 					p.next()
 					v := p.next()
 					if v.kind != 'i' {
-						return nil, fmt.Errorf("expected a value for attribute %q", t.text)
+						return dotAttrs{}, fmt.Errorf("expected a value for attribute %q", t.text)
 					}
-					out[t.text] = v.text
+					switch t.text {
+					case "label":
+						out.label, out.hasLabel = v.text, true
+					case "color":
+						out.color = v.text
+					}
 				}
 				continue
 			case 0:
-				return nil, errors.New("missing ']'")
+				return dotAttrs{}, errors.New("missing ']'")
 			default:
-				return nil, fmt.Errorf("unexpected %q in attribute list", t.text)
+				return dotAttrs{}, fmt.Errorf("unexpected %q in attribute list", t.text)
 			}
 			break
 		}
