@@ -324,6 +324,9 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 			p.mu.Unlock()
 			if filepath.Base(ev.Name) == base {
 				for _, s := range inDir {
+					if !ev.Has(fsnotify.Write) {
+						s.pathChanged.Store(true)
+					}
 					s.poke()
 				}
 			}
@@ -332,6 +335,7 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 				if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 					s.polled.Store(true)
 				}
+				s.pathChanged.Store(true)
 				s.poke()
 			}
 		case err, ok := <-w.Errors:
@@ -368,6 +372,7 @@ func (p *LogPump) poll() {
 		p.mu.Lock()
 		for _, s := range p.stacks {
 			if all || s.polled.Load() {
+				s.pathChanged.Store(true)
 				s.poke()
 			}
 		}
@@ -379,6 +384,7 @@ func (p *LogPump) pokeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.stacks {
+		s.pathChanged.Store(true)
 		s.poke()
 	}
 }
@@ -482,8 +488,11 @@ type stackTail struct {
 	watchDir string
 	wake     chan struct{}
 	polled   atomic.Bool
-	obsGen   atomic.Int64 // generation and size last observed (for tests and diagnostics)
-	obsSize  atomic.Int64
+	// pathChanged is set when the path may name another file now (any event but a write, a
+	// poll, an overflow); until then a watched stack only needs to fstat what it has open.
+	pathChanged atomic.Bool
+	obsGen      atomic.Int64 // generation and size last observed (for tests and diagnostics)
+	obsSize     atomic.Int64
 
 	f        *os.File
 	fi       os.FileInfo
@@ -542,6 +551,8 @@ func (s *stackTail) run(ctx context.Context) {
 		if drainCh == nil && !draining {
 			draining = true
 			drainDone = p.drainCtx.Done()
+			// Events may still be on their way: look at the path itself, not just the open file.
+			s.pathChanged.Store(true)
 		}
 		s.observe()
 		s.notice()
@@ -676,8 +687,15 @@ func (s *stackTail) observe() {
 		s.obsGen.Store(s.gen)
 		s.obsSize.Store(s.seen)
 	}()
+	if s.f != nil && !s.pathChanged.Swap(false) && !s.polled.Load() {
+		// Watched, and only writes happened: the open file is still the one at the path.
+		if fi, err := s.f.Stat(); err == nil {
+			s.checkSize(fi.Size())
+			return
+		}
+	}
 	if s.f != nil {
-		// Fast path: the file the pump has open is still at the path it was resolved to.
+		// The file the pump has open is still at the path it was resolved to.
 		if li, err := os.Lstat(s.path); err == nil && os.SameFile(s.fi, li) {
 			s.checkSize(li.Size())
 			return
