@@ -316,6 +316,7 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 			return
 		case ev, ok := <-w.Events:
 			if !ok {
+				p.pollEverything()
 				return
 			}
 			p.mu.Lock()
@@ -340,19 +341,27 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
+				p.pollEverything()
 				return
 			}
 			if !errors.Is(err, fsnotify.ErrEventOverflow) {
-				// fsnotify failed: poll everything from now on.
-				p.watchBroke.Store(true)
-				p.mu.Lock()
-				for _, s := range p.stacks {
-					s.polled.Store(true)
-				}
-				p.mu.Unlock()
+				p.pollEverything()
 			}
 			p.pokeAll()
 		}
+	}
+}
+
+// pollEverything is the fallback when fsnotify fails or its watcher goes away: every stack
+// is polled from now on.
+func (p *LogPump) pollEverything() {
+	p.watchBroke.Store(true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.stacks {
+		s.polled.Store(true)
+		s.pathChanged.Store(true)
+		s.poke()
 	}
 }
 

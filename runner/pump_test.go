@@ -765,3 +765,111 @@ func TestPumpDisabledPosterReadsNothing(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+func TestPumpRandomizedMasking(t *testing.T) {
+	secrets := []string{"hunter2-v1", "hunter2", "s3cr3t-token", "ab"}
+	for run := range 200 {
+		rng := rand.New(rand.NewPCG(uint64(run), 9))
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		coll := newPumpCollector(uint64(run))
+		coll.setFailure(0.1, 0.1, 0, false)
+		pump := pumpSimple(t, root, coll, PumpOptions{
+			MaxChunk: 64 + rng.IntN(200), Coalesce: time.Duration(rng.IntN(2)) * time.Millisecond,
+			Poll: run%2 == 0, PollInterval: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond,
+		}, "a")
+		for _, v := range secrets {
+			if err := pump.Masker().Add(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f, err := os.Create(filepath.Join(root, "a", "tfstackplan.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var written []byte
+		for range 5 + rng.IntN(30) {
+			var piece []byte
+			for range rng.IntN(6) {
+				piece = append(piece, "plain text a b\n"[:1+rng.IntN(15)]...)
+				piece = append(piece, secrets[rng.IntN(len(secrets))]...)
+			}
+			// Writes split anywhere, secrets included.
+			for len(piece) > 0 {
+				n := 1 + rng.IntN(len(piece))
+				if _, err := f.Write(piece[:n]); err != nil {
+					t.Fatal(err)
+				}
+				written = append(written, piece[:n]...)
+				piece = piece[n:]
+				if rng.IntN(4) == 0 {
+					time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+				}
+			}
+		}
+		f.Close()
+		coll.setFailure(0.1, 0.1, 0, false)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		rep := pump.Drain(ctx)
+		cancel()
+		if !rep.Complete || rep.Bytes != int64(len(written)) {
+			t.Fatalf("run %d: report %+v, wrote %d", run, rep, len(written))
+		}
+		got := pumpCollected(coll, "a", 0)
+		if want := NewMasker(secrets...).Mask(written); !bytes.Equal(got, want) {
+			t.Fatalf("run %d: streamed masking differs from masking the whole log:\n got %q\nwant %q", run, got, want)
+		}
+		for _, v := range secrets[:3] {
+			if bytes.Contains(got, []byte(v)) {
+				t.Fatalf("run %d: %q leaked", run, v)
+			}
+		}
+	}
+}
+
+func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
+	root := t.TempDir()
+	coll := newPumpCollector(5)
+	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond}, "later/stack")
+	pump.mu.Lock()
+	polled := pump.byName["later/stack"].polled.Load()
+	pump.mu.Unlock()
+	if !polled {
+		t.Fatal("a stack whose directory does not exist yet is not polled")
+	}
+	if err := os.MkdirAll(filepath.Join(root, "later", "stack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "later", "stack", "tfstackplan.log"), []byte("late\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pumpWaitObserved(t, pump, "later/stack", 0, 5)
+	rep := pump.Drain(context.Background())
+	if got := pumpCollected(coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
+		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
+
+func TestPumpFallsBackToPollingWhenFsnotifyFails(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	coll := newPumpCollector(6)
+	// A safety poll longer than the test: only the fallback can find the bytes in time.
+	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a")
+	if pump.watcher == nil {
+		t.Skip("fsnotify is not available here")
+	}
+	_ = pump.watcher.Close() // the watcher dies
+	if err := os.WriteFile(filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pumpWaitObserved(t, pump, "a", 0, 11)
+	rep := pump.Drain(context.Background())
+	if got := pumpCollected(coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
+		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
