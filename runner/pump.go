@@ -3,13 +3,15 @@ package runner
 // This file is the LogPump: it tails every stack's log file and streams the appended bytes to
 // the control plane.
 //
-// Offsets. A chunk's Offset is the offset in the ORIGINAL file (of its current generation) of
-// the first byte the chunk covers; the chunk covers the file bytes up to the next chunk's (or
-// gap's) Offset, and its Data is the masked rendition of exactly those bytes. Without masking
-// len(Data) equals the number of file bytes covered; with masking it may differ, so a reader
-// must not derive the next offset from len(Data). Offsets therefore stay stable whatever is
-// masked, and a retry resends the very same chunk (same offset, same bytes), which is what makes
-// the server's (execution, stack, generation, offset) dedup an exactly-once effect.
+// Offsets. Offsets count bytes of the log AS POSTED, i.e. after masking, within a generation:
+// every chunk starts where the previous chunk's Data (or the previous gap's GapLength) ended, so
+// the server can tile a generation with offset+len(data) and offset+gap_length alone. A secret
+// replaced by "***" changes lengths, so after the first such replacement the posted offsets
+// differ from file offsets by the accumulated difference (a gap's length is always counted in
+// file bytes, which were never read and so never masked). Without masking, offsets are file
+// offsets. A chunk is built once and kept until acknowledged; a retry resends the very same
+// chunk (same offset, same bytes), which is what makes the server's (execution, stack,
+// generation, offset) dedup an exactly-once effect.
 //
 // Generations. The first file seen is generation 0. A truncation (the size shrinks, or the bytes
 // the pump already read changed: `tee` without -a truncates at every command) or a new file at
@@ -113,7 +115,8 @@ func (o PumpOptions) withDefaults() PumpOptions {
 }
 
 // StackGap is a range [From, To) of one generation of a stack's log that the server does not
-// have (as far as the pump knows).
+// have (as far as the pump knows), in posted offsets (see pump.go: file offsets unless masking
+// changed a length earlier in the generation).
 type StackGap struct {
 	Stack      string
 	Generation int64
@@ -443,11 +446,11 @@ func (p *LogPump) report() DrainReport {
 		gaps := append([]StackGap(nil), s.gaps...)
 		for _, it := range s.queue {
 			if it.lc.GapLength == 0 {
-				gaps = append(gaps, StackGap{Stack: s.name, Generation: it.lc.Generation, From: it.lc.Offset, To: it.lc.Offset + it.rawLen, Unsent: true})
+				gaps = append(gaps, StackGap{Stack: s.name, Generation: it.lc.Generation, From: it.lc.Offset, To: it.lc.Offset + int64(len(it.lc.Data)), Unsent: true})
 			}
 		}
 		if s.f != nil && s.seen > s.emitOff {
-			gaps = append(gaps, StackGap{Stack: s.name, Generation: s.gen, From: s.emitOff, To: s.seen, Unsent: true})
+			gaps = append(gaps, StackGap{Stack: s.name, Generation: s.gen, From: s.sendOff, To: s.sendOff + s.seen - s.emitOff, Unsent: true})
 		}
 		if s.f != nil {
 			_ = s.f.Close()
@@ -508,6 +511,7 @@ type stackTail struct {
 	gen      int64 // -1 until a file was seen
 	readOff  int64 // next file byte to read
 	emitOff  int64 // first file byte not yet in a chunk (the hold-back starts here)
+	sendOff  int64 // posted offset of emitOff (after masking)
 	seen     int64 // largest size observed in this generation
 	head     []byte
 	anchor   []byte // the bytes just before readOff
@@ -812,13 +816,16 @@ func (s *stackTail) endGeneration(lostTo int64) {
 	}
 	s.ms.reset()
 	s.gen++
-	s.readOff, s.emitOff, s.seen = 0, 0, 0
+	s.readOff, s.emitOff, s.sendOff, s.seen = 0, 0, 0, 0
 	s.head, s.anchor, s.noticed = nil, nil, time.Time{}
 }
 
-// addGap records a lost range and queues its gap record.
+// addGap records the loss of file bytes [from, to), which start at emitOff (held-back bytes
+// were flushed or are part of the loss), and queues its gap record.
 func (s *stackTail) addGap(from, to int64) {
-	s.gaps = append(s.gaps, StackGap{Stack: s.name, Generation: s.gen, From: from, To: to})
+	at := s.sendOff
+	s.sendOff += to - from
+	s.gaps = append(s.gaps, StackGap{Stack: s.name, Generation: s.gen, From: at, To: s.sendOff})
 	queued, oldest := 0, -1
 	for i, it := range s.queue {
 		if it.lc.GapLength > 0 {
@@ -833,7 +840,7 @@ func (s *stackTail) addGap(from, to int64) {
 		s.queue = append(s.queue[:oldest], s.queue[oldest+1:]...)
 	}
 	s.queue = append(s.queue, &pumpItem{
-		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: from, GapLength: to - from},
+		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: at, GapLength: to - from},
 		gapIdx: len(s.gaps) - 1,
 	})
 }
@@ -849,11 +856,12 @@ func (s *stackTail) hasData() bool {
 
 func (s *stackTail) enqueueData(out []byte, rawLen int, cost int64) {
 	s.queue = append(s.queue, &pumpItem{
-		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: s.emitOff, Data: out},
+		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: s.sendOff, Data: out},
 		rawLen: int64(rawLen),
 		cost:   cost,
 	})
 	s.emitOff += int64(rawLen)
+	s.sendOff += int64(len(out))
 }
 
 // fill reads the next chunk (readyToRead said so, none is queued) if the byte budget allows.

@@ -533,8 +533,10 @@ func pumpSimple(t *testing.T, root string, p LogPoster, o PumpOptions, stacks ..
 	return pump
 }
 
-// pumpCollected concatenates a generation's data chunks in offset order.
-func pumpCollected(c *pumpCollector, stack string, gen int64) []byte {
+// pumpCollected concatenates a generation's data chunks in offset order, checking that they
+// tile it (each starts where the previous one's data ended) as the server assumes.
+func pumpCollected(t *testing.T, c *pumpCollector, stack string, gen int64) []byte {
+	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.data[pumpKey{stack, gen}]
@@ -545,6 +547,9 @@ func pumpCollected(c *pumpCollector, stack string, gen int64) []byte {
 	slices.Sort(offs)
 	var out []byte
 	for _, o := range offs {
+		if o != int64(len(out)) {
+			t.Fatalf("%s generation %d: chunk at %d, previous data ends at %d", stack, gen, o, len(out))
+		}
 		out = append(out, m[o]...)
 	}
 	return out
@@ -581,7 +586,7 @@ func TestPumpMasksSecretsAcrossChunks(t *testing.T) {
 		write("-v1 again; tail ends with hunter2-v")
 		f.Close()
 		rep := pump.Drain(context.Background())
-		got := pumpCollected(coll, "a", 0)
+		got := pumpCollected(t, coll, "a", 0)
 		want := strings.Repeat("x", 508) + "*** and\n::add-mask::***\nnow *** and *** again; tail ends with hunter2-v"
 		if string(got) != want {
 			t.Fatalf("poll=%v masked stream:\n got %q\nwant %q", poll, got, want)
@@ -646,7 +651,7 @@ func TestPumpDeadServerBoundsMemoryAndReportsGaps(t *testing.T) {
 		t.Fatalf("lost %d + sent %d bytes != written", lost, rep.Bytes)
 	}
 	for _, s := range stacks {
-		if got := pumpCollected(coll, s, 1); string(got) != "second generation\n" {
+		if got := pumpCollected(t, coll, s, 1); string(got) != "second generation\n" {
 			t.Fatalf("stack %s generation 1 = %q", s, got)
 		}
 	}
@@ -817,7 +822,7 @@ func TestPumpRandomizedMasking(t *testing.T) {
 		if !rep.Complete || rep.Bytes != int64(len(written)) {
 			t.Fatalf("run %d: report %+v, wrote %d", run, rep, len(written))
 		}
-		got := pumpCollected(coll, "a", 0)
+		got := pumpCollected(t, coll, "a", 0)
 		if want := NewMasker(secrets...).Mask(written); !bytes.Equal(got, want) {
 			t.Fatalf("run %d: streamed masking differs from masking the whole log:\n got %q\nwant %q", run, got, want)
 		}
@@ -847,7 +852,7 @@ func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
 	}
 	pumpWaitObserved(t, pump, "later/stack", 0, 5)
 	rep := pump.Drain(context.Background())
-	if got := pumpCollected(coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
+	if got := pumpCollected(t, coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
 		t.Fatalf("got %q, report %+v", got, rep)
 	}
 }
@@ -869,7 +874,7 @@ func TestPumpFallsBackToPollingWhenFsnotifyFails(t *testing.T) {
 	}
 	pumpWaitObserved(t, pump, "a", 0, 11)
 	rep := pump.Drain(context.Background())
-	if got := pumpCollected(coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
+	if got := pumpCollected(t, coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
 		t.Fatalf("got %q, report %+v", got, rep)
 	}
 }
