@@ -144,7 +144,7 @@ func (h *pumpHTTPPoster) LogChunk(ctx context.Context, lc events.LogChunk) error
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/events/log", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/api/v1/events/log", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -161,12 +161,12 @@ func (h *pumpHTTPPoster) LogChunk(ctx context.Context, lc events.LogChunk) error
 	return nil
 }
 
-// pumpHTTPServer serves /events/log over loopback, decoding events.LogChunk JSON into c. A
+// pumpHTTPServer serves /api/v1/events/log over loopback, decoding events.LogChunk JSON into c. A
 // collector failure becomes a 503.
 func pumpHTTPServer(t testing.TB, c LogPoster) (*httptest.Server, *pumpHTTPPoster) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/events/log" {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/events/log" {
 			http.Error(w, `{"code":"NOT_FOUND","message":"no such endpoint"}`, http.StatusNotFound)
 			return
 		}
@@ -876,5 +876,64 @@ func TestPumpFallsBackToPollingWhenFsnotifyFails(t *testing.T) {
 	rep := pump.Drain(context.Background())
 	if got := pumpCollected(t, coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
 		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
+
+// *Client is the production LogPoster.
+var _ LogPoster = (*Client)(nil)
+
+func TestPumpThroughClientOverLoopback(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	coll := newPumpCollector(7)
+	var cancelled atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var lc events.LogChunk
+		if err := json.NewDecoder(r.Body).Decode(&lc); err != nil || r.URL.Path != "/api/v1/events/log" {
+			http.Error(w, `{"code":"INVALID_ARGUMENT","message":"bad chunk"}`, http.StatusBadRequest)
+			return
+		}
+		_ = coll.LogChunk(r.Context(), lc)
+		w.Header().Set("Content-Type", "application/json")
+		if cancelled.Load() {
+			_, _ = w.Write([]byte(`{"cancel":true,"reason":"stopped by an admin"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	client, err := NewClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pump := pumpSimple(t, root, client, PumpOptions{Coalesce: time.Millisecond}, "a")
+	path := filepath.Join(root, "a", "tfstackplan.log")
+	if err := os.WriteFile(path, []byte("before the cancel\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pumpWaitObserved(t, pump, "a", 0, 18)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pumpCollected(t, coll, "a", 0)) < 18 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancelled.Store(true)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("after the cancel\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep := pump.Drain(ctx)
+	if !errors.Is(rep.Stopped, ErrCancelRequested) {
+		t.Fatalf("the pump did not stop on the server's cancel: %+v", rep)
+	}
+	if got := pumpCollected(t, coll, "a", 0); !bytes.HasPrefix(got, []byte("before the cancel\n")) {
+		t.Fatalf("collected %q", got)
 	}
 }
