@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -528,7 +529,7 @@ type stackTail struct {
 	sentChunks int64
 	sentBytes  int64
 	errs       []string
-	refused    bool
+	refused    bool // a problem with the log file was already recorded
 }
 
 // poke wakes the stack's goroutine without blocking.
@@ -717,10 +718,7 @@ func (s *stackTail) observe() {
 	// Absent, replaced or never opened: resolve the path again before opening anything.
 	path, err := ResolveStackFile(s.p.root, s.name, s.p.file)
 	if err != nil {
-		if errors.Is(err, ErrPathEscapes) && !s.refused {
-			s.refused = true
-			s.errs = append(s.errs, fmt.Sprintf("stack %q: log file refused: %v", s.name, err))
-		}
+		s.complain(err)
 		s.statOpen()
 		return
 	}
@@ -733,10 +731,7 @@ func (s *stackTail) observe() {
 	if s.f == nil || !os.SameFile(s.fi, li) {
 		f, fi, err := openResolved(path)
 		if err != nil {
-			if errors.Is(err, ErrPathEscapes) && !s.refused {
-				s.refused = true
-				s.errs = append(s.errs, fmt.Sprintf("stack %q: log file refused: %v", s.name, err))
-			}
+			s.complain(err)
 			s.statOpen()
 			return
 		}
@@ -757,6 +752,20 @@ func (s *stackTail) observe() {
 		return
 	}
 	s.checkSize(li.Size())
+}
+
+// complain records, once per stack, why its log file cannot be used (a missing file is not a
+// problem: it may appear later).
+func (s *stackTail) complain(err error) {
+	if s.refused || errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	s.refused = true
+	if errors.Is(err, ErrPathEscapes) {
+		s.errs = append(s.errs, fmt.Sprintf("stack %q: log file refused: %v", s.name, err))
+		return
+	}
+	s.errs = append(s.errs, fmt.Sprintf("stack %q: log file unreadable: %v", s.name, err))
 }
 
 // statOpen updates the size from the open file when the path is gone or unusable (a deleted
