@@ -17,7 +17,15 @@ package runner
 // the pump already read changed: `tee` without -a truncates at every command) or a new file at
 // the path (deleted and recreated, renamed over) starts the next generation at offset 0. A
 // rewrite that reproduces the first bytes and the bytes just before the read position of the
-// previous generation, before the pump looked again, cannot be told from an append.
+// previous generation, before the pump looked again, cannot be told from an append; bytes
+// appended and then truncated away before the pump looked at all leave no trace to report.
+//
+// Watching. fsnotify watches each stack's DIRECTORY (one watch per directory, not per file);
+// a write event makes the stack fstat the file it has open, any other event (create, remove,
+// rename) makes it resolve the path again. A stack whose directory cannot be watched (missing,
+// watches exhausted), or every stack once fsnotify fails, is polled every PollInterval; watched
+// stacks are also polled every SafetyPoll in case an event was lost. Both ways run the same
+// code on the same observations, so they yield the same result.
 //
 // Memory. The file is the buffer: the pump reads a stack's next chunk only when the previous
 // one was acknowledged and a global byte budget allows it, so a slow or dead server costs at
@@ -181,6 +189,7 @@ type LogPump struct {
 	drainCh    chan struct{} // closed when Drain begins
 	drainCtx   context.Context
 	stopBg     chan struct{}
+	stopOnce   sync.Once
 	postCtx    context.Context // cancelled when posting must end
 	cancelPost context.CancelFunc
 	watchBroke atomic.Bool
@@ -203,12 +212,16 @@ func NewLogPump(p LogPoster, root, file, execID string) *LogPump {
 	return lp
 }
 
-// SetOptions replaces the pump's options; it must be called before Start.
+// SetOptions replaces the pump's options; it must be called before Start. A nil Masker keeps
+// the current one (and the secrets already added to it).
 func (p *LogPump) SetOptions(o PumpOptions) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.started {
 		return errors.New("log pump: SetOptions after Start")
+	}
+	if o.Masker == nil {
+		o.Masker = p.opts.Masker
 	}
 	p.opts = o.withDefaults()
 	return nil
@@ -233,8 +246,7 @@ func (p *LogPump) enabled() bool {
 // root and refused when it escapes it ("..", absolute, a symbolic link pointing outside); the
 // log file itself is checked the same way every time it is opened.
 func (p *LogPump) AddStack(stack string) error {
-	dir, err := ResolveStackPath(p.root, stack)
-	if err != nil {
+	if _, err := ResolveStackPath(p.root, stack); err != nil {
 		return fmt.Errorf("log pump: %w", err)
 	}
 	path, err := ResolveStackFile(p.root, stack, p.file)
@@ -253,7 +265,7 @@ func (p *LogPump) AddStack(stack string) error {
 	if _, dup := p.byName[stack]; dup {
 		return fmt.Errorf("log pump: stack %q added twice", stack)
 	}
-	s := &stackTail{p: p, name: stack, dir: dir, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), gen: -1}
+	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), gen: -1}
 	p.stacks = append(p.stacks, s)
 	p.byName[stack] = s
 	if p.started {
@@ -262,8 +274,8 @@ func (p *LogPump) AddStack(stack string) error {
 	return nil
 }
 
-// Start begins tailing; ctx ends the pump abruptly (Drain is the orderly end). Stacks added
-// later start at once.
+// Start begins tailing; the end of ctx stops the pump abruptly (Drain is the orderly end, and
+// still reports afterwards). Stacks added later start at once.
 func (p *LogPump) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -277,7 +289,6 @@ func (p *LogPump) Start(ctx context.Context) error {
 	}
 	p.sem = make(chan struct{}, p.opts.MaxInFlight)
 	p.budget = newByteBudget(p.opts.MaxBuffered)
-	context.AfterFunc(ctx, p.cancelPost)
 	if !p.opts.Poll {
 		if w, err := fsnotify.NewWatcher(); err == nil {
 			p.watcher = w
@@ -290,6 +301,10 @@ func (p *LogPump) Start(ctx context.Context) error {
 	for _, s := range p.stacks {
 		p.launch(s)
 	}
+	context.AfterFunc(ctx, func() {
+		p.cancelPost()
+		p.stopBackground()
+	})
 	return nil
 }
 
@@ -393,6 +408,7 @@ func (p *LogPump) poll() {
 	}
 }
 
+// pokeAll wakes every stack and makes it look at its path again.
 func (p *LogPump) pokeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -425,12 +441,19 @@ func (p *LogPump) Drain(ctx context.Context) DrainReport {
 	p.wg.Wait()
 	stopPosts()
 	p.cancelPost()
-	close(p.stopBg)
-	if p.watcher != nil {
-		_ = p.watcher.Close()
-	}
+	p.stopBackground()
 	p.bg.Wait()
 	return p.report()
+}
+
+// stopBackground ends the dispatcher and the poller (once: Drain or the end of Start's ctx).
+func (p *LogPump) stopBackground() {
+	p.stopOnce.Do(func() {
+		close(p.stopBg)
+		if p.watcher != nil {
+			_ = p.watcher.Close()
+		}
+	})
 }
 
 // report assembles the DrainReport once every stack goroutine has ended.
@@ -496,7 +519,6 @@ const (
 type stackTail struct {
 	p        *LogPump
 	name     string
-	dir      string
 	path     string // the log file as last resolved (owned by the goroutine once started)
 	watchDir string
 	wake     chan struct{}

@@ -937,3 +937,43 @@ func TestPumpThroughClientOverLoopback(t *testing.T) {
 		t.Fatalf("collected %q", got)
 	}
 }
+
+func TestPumpStartContextStopsEverything(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "a", "tfstackplan.log"), []byte("never acknowledged\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	block := make(chan struct{})
+	defer close(block)
+	poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
+		select { // a server that never answers
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-block:
+			return nil
+		}
+	})
+	pump := NewLogPump(poster, root, "tfstackplan.log", "exec-1")
+	if err := pump.AddStack("a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := pump.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pumpWaitObserved(t, pump, "a", 0, 19)
+	cancel()
+	done := make(chan DrainReport)
+	go func() { done <- pump.Drain(context.Background()) }()
+	select {
+	case rep := <-done:
+		if rep.Complete || rep.Bytes != 0 || len(rep.Gaps) != 1 || !rep.Gaps[0].Unsent {
+			t.Fatalf("report %+v", rep)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain hung after Start's context ended")
+	}
+}
