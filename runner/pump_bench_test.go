@@ -77,15 +77,7 @@ func BenchmarkPumpLatency(b *testing.B) {
 		}))
 		tr := &http.Transport{MaxIdleConnsPerHost: 64}
 		poster := &pumpHTTPPoster{url: srv.URL, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
-		pump := NewLogPump(poster, root, "tfstackplan.log", "bench")
-		for _, s := range stacks {
-			if err := pump.AddStack(s); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := pump.Start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
+		pump := pumpSimple(b, root, poster, PumpOptions{}, stacks...)
 		type write struct {
 			end int64
 			at  time.Time
@@ -214,15 +206,7 @@ func BenchmarkPumpDeadServer(b *testing.B) {
 				}
 			}
 		})
-		pump := NewLogPump(dead, root, "tfstackplan.log", "bench")
-		for _, s := range stacks {
-			if err := pump.AddStack(s); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := pump.Start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
+		pump := pumpSimple(b, root, dead, PumpOptions{}, stacks...)
 		buf := make([]byte, writeSz)
 		for i := range buf {
 			buf[i] = "0123456789abcdef\n"[i%17]

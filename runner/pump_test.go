@@ -347,9 +347,7 @@ func pumpRandomRun(t *testing.T, cfg pumpRunConfig) {
 	writers := make([]*pumpWriter, cfg.stacks)
 	for i := range writers {
 		stack := fmt.Sprintf("stacks/s%d", i)
-		if err := os.MkdirAll(filepath.Join(root, stack), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		pumpStackDir(t, root, stack)
 		writers[i] = &pumpWriter{t: t, pump: pump, stack: stack, path: filepath.Join(root, stack, "tfstackplan.log"),
 			rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)))}
 		if rng.IntN(2) == 0 {
@@ -516,7 +514,7 @@ func TestPumpRandomizedOverLoopbackHTTP(t *testing.T) {
 }
 
 // pumpSimple starts a pump over root with the given collector and options.
-func pumpSimple(t *testing.T, root string, p LogPoster, o PumpOptions, stacks ...string) *LogPump {
+func pumpSimple(t testing.TB, root string, p LogPoster, o PumpOptions, stacks ...string) *LogPump {
 	t.Helper()
 	pump := NewLogPump(p, root, "tfstackplan.log", "exec-1")
 	if err := pump.SetOptions(o); err != nil {
@@ -558,9 +556,7 @@ func pumpCollected(t *testing.T, c *pumpCollector, stack string, gen int64) []by
 func TestPumpMasksSecretsAcrossChunks(t *testing.T) {
 	for _, poll := range []bool{false, true} {
 		root := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		pumpStackDir(t, root, "a")
 		coll := newPumpCollector(1)
 		pump := pumpSimple(t, root, coll, PumpOptions{MaxChunk: 512, Coalesce: time.Millisecond, Poll: poll, PollInterval: time.Millisecond}, "a")
 		if err := pump.Masker().Add("hunter2-v1"); err != nil {
@@ -604,17 +600,13 @@ func TestPumpDeadServerBoundsMemoryAndReportsGaps(t *testing.T) {
 	var stacks []string
 	for i := range 20 {
 		stacks = append(stacks, fmt.Sprintf("s%d", i))
-		if err := os.MkdirAll(filepath.Join(root, stacks[i]), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		pumpStackDir(t, root, stacks[i])
 	}
 	opts := PumpOptions{MaxChunk: 4096, MaxBuffered: 8 * 4096, Coalesce: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond}
 	pump := pumpSimple(t, root, coll, opts, stacks...)
 	block := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	for _, s := range stacks {
-		if err := os.WriteFile(filepath.Join(root, s, "tfstackplan.log"), block, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		pumpWriteLog(t, filepath.Join(root, s, "tfstackplan.log"), block)
 	}
 	// Let the pump fill its budget and retry against the dead server for a while.
 	deadline := time.Now().Add(5 * time.Second)
@@ -628,9 +620,7 @@ func TestPumpDeadServerBoundsMemoryAndReportsGaps(t *testing.T) {
 	// Every log is rewritten while the server is down: what was not read is lost, and said so.
 	for _, s := range stacks {
 		pumpWaitObserved(t, pump, s, 0, int64(len(block)))
-		if err := os.WriteFile(filepath.Join(root, s, "tfstackplan.log"), []byte("second generation\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		pumpWriteLog(t, filepath.Join(root, s, "tfstackplan.log"), []byte("second generation\n"))
 	}
 	for _, s := range stacks {
 		pumpWaitObserved(t, pump, s, 1, -1)
@@ -659,12 +649,7 @@ func TestPumpDeadServerBoundsMemoryAndReportsGaps(t *testing.T) {
 
 func TestPumpDrainGivesUpOnDeadServer(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "a", "tfstackplan.log"), []byte("hello, nobody\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("hello, nobody\n"))
 	coll := newPumpCollector(3)
 	coll.setFailure(0, 0, 0, true)
 	pump := pumpSimple(t, root, coll, PumpOptions{}, "a")
@@ -682,12 +667,7 @@ func TestPumpDrainGivesUpOnDeadServer(t *testing.T) {
 
 func TestPumpStopsOnCancelledExecution(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "a", "tfstackplan.log"), []byte("cancelled\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("cancelled\n"))
 	var calls atomic.Int64
 	poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
 		calls.Add(1)
@@ -714,9 +694,7 @@ func TestPumpRefusesEscapingStacks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(outside, "tfstackplan.log"), []byte("TOP SECRET\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, filepath.Join(outside, "tfstackplan.log"), []byte("TOP SECRET\n"))
 	if err := os.Symlink(outside, filepath.Join(root, "linkdir")); err != nil {
 		t.Fatal(err)
 	}
@@ -776,9 +754,7 @@ func TestPumpRandomizedMasking(t *testing.T) {
 	for run := range 200 {
 		rng := rand.New(rand.NewPCG(uint64(run), 9))
 		root := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		pumpStackDir(t, root, "a")
 		coll := newPumpCollector(uint64(run))
 		coll.setFailure(0.1, 0.1, 0, false)
 		pump := pumpSimple(t, root, coll, PumpOptions{
@@ -844,12 +820,7 @@ func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
 	if !polled {
 		t.Fatal("a stack whose directory does not exist yet is not polled")
 	}
-	if err := os.MkdirAll(filepath.Join(root, "later", "stack"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "later", "stack", "tfstackplan.log"), []byte("late\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, pumpStackDir(t, root, "later", "stack"), []byte("late\n"))
 	pumpWaitObserved(t, pump, "later/stack", 0, 5)
 	rep := pump.Drain(context.Background())
 	if got := pumpCollected(t, coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
@@ -859,9 +830,7 @@ func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
 
 func TestPumpFallsBackToPollingWhenFsnotifyFails(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	pumpStackDir(t, root, "a")
 	coll := newPumpCollector(6)
 	// A safety poll longer than the test: only the fallback can find the bytes in time.
 	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a")
@@ -869,9 +838,7 @@ func TestPumpFallsBackToPollingWhenFsnotifyFails(t *testing.T) {
 		t.Skip("fsnotify is not available here")
 	}
 	_ = pump.watcher.Close() // the watcher dies
-	if err := os.WriteFile(filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"))
 	pumpWaitObserved(t, pump, "a", 0, 11)
 	rep := pump.Drain(context.Background())
 	if got := pumpCollected(t, coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
@@ -884,9 +851,7 @@ var _ LogPoster = (*Client)(nil)
 
 func TestPumpThroughClientOverLoopback(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	pumpStackDir(t, root, "a")
 	coll := newPumpCollector(7)
 	var cancelled atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -910,9 +875,7 @@ func TestPumpThroughClientOverLoopback(t *testing.T) {
 	}
 	pump := pumpSimple(t, root, client, PumpOptions{Coalesce: time.Millisecond}, "a")
 	path := filepath.Join(root, "a", "tfstackplan.log")
-	if err := os.WriteFile(path, []byte("before the cancel\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, path, []byte("before the cancel\n"))
 	pumpWaitObserved(t, pump, "a", 0, 18)
 	deadline := time.Now().Add(10 * time.Second)
 	for len(pumpCollected(t, coll, "a", 0)) < 18 && time.Now().Before(deadline) {
@@ -940,12 +903,7 @@ func TestPumpThroughClientOverLoopback(t *testing.T) {
 
 func TestPumpStartContextStopsEverything(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "a", "tfstackplan.log"), []byte("never acknowledged\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("never acknowledged\n"))
 	block := make(chan struct{})
 	defer close(block)
 	poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
@@ -975,5 +933,23 @@ func TestPumpStartContextStopsEverything(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Drain hung after Start's context ended")
+	}
+}
+
+// pumpStackDir creates a stack directory under root and returns its log file's path.
+func pumpStackDir(t testing.TB, root string, stack ...string) string {
+	t.Helper()
+	dir := filepath.Join(append([]string{root}, stack...)...)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "tfstackplan.log")
+}
+
+// pumpWriteLog (re)writes a log file, truncating it as `tee` without -a does.
+func pumpWriteLog(t testing.TB, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
