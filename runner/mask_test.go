@@ -127,3 +127,33 @@ func TestMaskAddRefusesOverlongAndIgnoresBlank(t *testing.T) {
 		t.Errorf("multi-line secret: len %d err %v", m.Len(), err)
 	}
 }
+
+// FuzzMaskStreamMatchesWhole: however a log is cut into reads, streaming masking emits exactly
+// what masking the whole log emits, and never a configured secret.
+func FuzzMaskStreamMatchesWhole(f *testing.F) {
+	f.Add([]byte("pw=hunter2-v1\nhunter2"), "hunter2", "hunter2-v1", uint64(1))
+	f.Add([]byte("abcabcab"), "abc", "cab", uint64(7))
+	f.Fuzz(func(t *testing.T, data []byte, s1, s2 string, seed uint64) {
+		if bytes.Contains(data, []byte(addMaskCommand)) {
+			t.Skip("announced secrets apply from their announcement on, not to the whole log")
+		}
+		m := NewMasker(s1, s2)
+		rng := rand.New(rand.NewPCG(seed, seed))
+		var pieces []int
+		for range rng.IntN(8) {
+			pieces = append(pieces, rng.IntN(len(data)+1))
+		}
+		want := m.Mask(data)
+		if got := maskStreamAll(t, m, data, pieces); !bytes.Equal(got, want) {
+			t.Fatalf("pieces %v: got %q want %q", pieces, got, want)
+		}
+		for _, s := range []string{s1, s2} {
+			if v := []byte(s); len(bytes.TrimSpace(v)) > 0 && !bytes.ContainsAny(v, "\r\n") && len(v) >= len(MaskReplacement) && !bytes.Contains([]byte(MaskReplacement), v) && bytes.Contains(want, v) {
+				// Replacements can only recreate a secret made of '*' and neighbouring bytes.
+				if !bytes.Contains(v, []byte("*")) {
+					t.Fatalf("secret %q survives in %q", v, want)
+				}
+			}
+		}
+	})
+}
