@@ -583,14 +583,21 @@ func (s *stackTail) run(ctx context.Context) {
 			<-p.sem
 		}
 	}()
+	// look: whether the file may have changed since the last observation or a read is about to
+	// happen (a post's outcome or a timer alone do not need a new look).
+	look := true
 	for {
 		if drainCh == nil && !draining {
 			draining = true
 			drainDone = p.drainCtx.Done()
 			// Events may still be on their way: look at the path itself, not just the open file.
 			s.pathChanged.Store(true)
+			look = true
 		}
-		s.observe()
+		if look {
+			s.observe()
+			look = false
+		}
 		s.notice()
 		stopped := p.stopped.Load() != nil
 		if stopped && !s.inflight {
@@ -621,7 +628,7 @@ func (s *stackTail) run(ctx context.Context) {
 		timer.Reset(s.nextTimer(draining))
 		select {
 		case semCh <- struct{}{}:
-			haveToken = true
+			haveToken, look = true, true
 		case <-ctx.Done():
 			return
 		case <-drainDone:
@@ -629,9 +636,10 @@ func (s *stackTail) run(ctx context.Context) {
 		case <-drainCh:
 			drainCh = nil
 		case <-s.wake:
+			look = true
 		case <-timer.C:
 		case <-budgetCh:
-			s.waiter, s.granted = nil, true
+			s.waiter, s.granted, look = nil, true, true
 		case err := <-done:
 			s.inflight = false
 			s.posted(err)
