@@ -27,12 +27,16 @@ package runner
 // stacks are also polled every SafetyPoll in case an event was lost. Both ways run the same
 // code on the same observations, so they yield the same result.
 //
-// Memory. The file is the buffer: the pump reads a stack's next chunk only when the previous
-// one was acknowledged and a global byte budget allows it, so a slow or dead server costs at
-// most MaxBuffered bytes plus a small hold-back per stack, and writers are never blocked. Bytes
-// are lost only when the file is truncated or replaced before the pump read them; such a range
-// becomes a gap {stack, generation, from, to}, posted to the server in order (when it answers
-// again) and listed in the DrainReport with what was still unsent when Drain gave up.
+// Reading and memory. Appended bytes are read as soon as the pump sees them (so that a
+// truncation right after them, the next command's `tee`, loses nothing) into the stack's open
+// chunk, which is posted once it is full or Coalesce after its first byte. A stack holds at
+// most one chunk being posted and one open chunk, and every byte held is charged to a global
+// budget (MaxBuffered): when a slow or dead server has used it up, the pump stops reading and
+// the file itself is the buffer. Memory is thus bounded by MaxBuffered plus a small hold-back
+// per stack whatever the log sizes, and writers are never blocked. Bytes are lost only when
+// the file is truncated or replaced before the pump read them; such a range becomes a gap
+// {stack, generation, from, to}, posted to the server in order (when it answers again) and
+// listed in the DrainReport with what was still unsent when Drain gave up.
 
 import (
 	"bytes"
@@ -64,8 +68,8 @@ type PumpOptions struct {
 	// MaxChunk bounds the file bytes one chunk covers (default 64 KiB). Masking can make Data
 	// longer only when a secret is shorter than "***".
 	MaxChunk int
-	// Coalesce is how long newly appended bytes may wait for more before they are posted
-	// (default 50 ms). A full chunk is posted at once.
+	// Coalesce is how long bytes read may wait for more before they are posted (default
+	// 50 ms). A full chunk is posted at once.
 	Coalesce time.Duration
 	// MaxInFlight bounds concurrent posts across all stacks (default 16).
 	MaxInFlight int
@@ -146,7 +150,8 @@ type DrainReport struct {
 	// Gaps lists, per stack in order, every range the server may lack: lost ranges and ranges
 	// left unsent.
 	Gaps []StackGap
-	// Complete is true when every stack was read to its end and everything was acknowledged.
+	// Complete is true when every stack was read to its end, every byte read was acknowledged
+	// and every gap was reported to the server (lost bytes may still be listed in Gaps).
 	Complete bool
 	// Stopped is the error that stopped posting for good (see PumpOptions.Permanent), if any.
 	Stopped error
@@ -495,12 +500,16 @@ func (p *LogPump) report() DrainReport {
 	return r
 }
 
-// pumpItem is one queued post: a data chunk or a gap record.
+// pumpItem is one queued post: a data chunk or a gap record. The last data item of a stack
+// may be open: bytes read are appended to it until it is sealed, when it is first posted
+// (after the coalescing delay, or full) or its generation ends.
 type pumpItem struct {
 	lc     events.LogChunk
 	rawLen int64 // file bytes a data chunk covers
 	cost   int64 // budget bytes held while queued
 	gapIdx int   // index into stackTail.gaps for a gap record
+	open   bool
+	opened time.Time // when an open item got its first bytes
 }
 
 // maxQueuedGaps bounds the gap records waiting to be posted per stack; older ones stay in the
@@ -528,6 +537,7 @@ type stackTail struct {
 	pathChanged atomic.Bool
 	obsGen      atomic.Int64 // generation and size last observed (for tests and diagnostics)
 	obsSize     atomic.Int64
+	obsRead     atomic.Int64 // bytes of the generation read into memory
 
 	f        *os.File
 	fi       os.FileInfo
@@ -539,13 +549,12 @@ type stackTail struct {
 	head     []byte
 	anchor   []byte // the bytes just before readOff
 	ms       maskStream
-	noticed  time.Time // when unread bytes were first noticed (coalescing)
 	queue    []*pumpItem
 	inflight bool
 	attempts int
 	retryAt  time.Time
 	waiter   *budgetWaiter
-	granted  bool // a budget grant of MaxChunk bytes is held for the next read
+	granted  int64 // budget bytes granted for the next read
 
 	gaps       []StackGap
 	sentChunks int64
@@ -598,15 +607,16 @@ func (s *stackTail) run(ctx context.Context) {
 			s.observe()
 			look = false
 		}
-		s.notice()
 		stopped := p.stopped.Load() != nil
 		if stopped && !s.inflight {
 			return
 		}
+		if !stopped {
+			// Read eagerly, post lazily: bytes in memory survive a truncation that follows.
+			s.fill(draining)
+			s.obsRead.Store(s.readOff)
+		}
 		if haveToken && !s.inflight {
-			if !stopped && !s.hasData() && s.readyToRead(draining) {
-				s.fill(draining)
-			}
 			if !stopped && len(s.queue) > 0 && !time.Now().Before(s.retryAt) {
 				s.post(done) // the post releases the token
 			} else {
@@ -639,7 +649,7 @@ func (s *stackTail) run(ctx context.Context) {
 			look = true
 		case <-timer.C:
 		case <-budgetCh:
-			s.waiter, s.granted, look = nil, true, true
+			s.granted, s.waiter, look = s.waiter.n, nil, true
 		case err := <-done:
 			s.inflight = false
 			s.posted(err)
@@ -653,49 +663,41 @@ func (s *stackTail) run(ctx context.Context) {
 	}
 }
 
-// notice keeps the time unread bytes were first seen, for coalescing.
-func (s *stackTail) notice() {
-	switch {
-	case s.f == nil || s.seen <= s.readOff:
-		s.noticed = time.Time{}
-	case s.noticed.IsZero():
-		s.noticed = time.Now()
-	}
-}
-
-// readyToRead reports whether the next chunk should be read now: the coalescing delay has
-// passed, a full chunk is waiting, or the pump drains.
-func (s *stackTail) readyToRead(draining bool) bool {
-	if s.f == nil {
+// dueToPost reports whether the head of the queue may be posted now: a gap record or a sealed
+// chunk once its backoff passed; the open chunk once it is full, its coalescing delay passed,
+// or the pump drains.
+func (s *stackTail) dueToPost(draining bool) bool {
+	if len(s.queue) == 0 {
 		return false
 	}
-	avail := s.seen - s.readOff
-	if avail <= 0 {
-		return draining && len(s.ms.hold) > 0
+	now := time.Now()
+	if now.Before(s.retryAt) {
+		return false
 	}
-	if draining || avail+int64(len(s.ms.hold)) >= int64(s.p.opts.MaxChunk) {
+	head := s.queue[0]
+	if !head.open {
 		return true
 	}
-	return !time.Now().Before(s.noticed.Add(s.p.opts.Coalesce))
+	return draining || s.full(head) || !now.Before(head.opened.Add(s.p.opts.Coalesce))
 }
 
-// wantsToPost reports whether the stack has something to post now (and so needs a slot).
-func (s *stackTail) wantsToPost(draining bool) bool {
-	if len(s.queue) > 0 {
-		return !time.Now().Before(s.retryAt)
-	}
-	return s.waiter == nil && s.readyToRead(draining)
+// full reports whether an open chunk has no room left for another read.
+func (s *stackTail) full(it *pumpItem) bool {
+	return it.rawLen+int64(len(s.ms.hold)) >= int64(s.p.opts.MaxChunk)
 }
+
+// wantsToPost reports whether the stack needs a post slot now.
+func (s *stackTail) wantsToPost(draining bool) bool { return s.dueToPost(draining) }
 
 // nextTimer is how long to sleep before the next look when nothing else happens.
 func (s *stackTail) nextTimer(draining bool) time.Duration {
 	d := time.Hour
-	now := time.Now()
 	if !s.inflight && len(s.queue) > 0 {
+		now := time.Now()
 		d = min(d, s.retryAt.Sub(now))
-	}
-	if !s.noticed.IsZero() && !draining && !s.hasData() && s.waiter == nil {
-		d = min(d, s.noticed.Add(s.p.opts.Coalesce).Sub(now))
+		if head := s.queue[0]; head.open && !draining {
+			d = max(d, head.opened.Add(s.p.opts.Coalesce).Sub(now))
+		}
 	}
 	return max(d, time.Millisecond)
 }
@@ -842,21 +844,22 @@ func (s *stackTail) captureHead() {
 func (s *stackTail) endGeneration(lostTo int64) {
 	from := s.readOff
 	if len(s.ms.hold) > 0 {
-		if s.hasData() {
-			from = s.emitOff
+		if s.openItem() == nil && s.dataItems() >= 2 {
+			from = s.emitOff // already behind: the held-back bytes go with the loss
 		} else {
 			// Small (bounded by the hold-back), so it is not charged to the budget.
 			c, out := s.ms.cut(s.ms.window(0), true)
 			s.enqueueData(out, c, 0)
 		}
 	}
+	s.seal()
 	if lostTo > from {
 		s.addGap(from, lostTo)
 	}
 	s.ms.reset()
 	s.gen++
 	s.readOff, s.emitOff, s.sendOff, s.seen = 0, 0, 0, 0
-	s.head, s.anchor, s.noticed = nil, nil, time.Time{}
+	s.head, s.anchor = nil, nil
 }
 
 // addGap records the loss of file bytes [from, to), which start at emitOff (held-back bytes
@@ -884,76 +887,124 @@ func (s *stackTail) addGap(from, to int64) {
 	})
 }
 
-func (s *stackTail) hasData() bool {
+// dataItems counts the data chunks queued.
+func (s *stackTail) dataItems() int {
+	n := 0
 	for _, it := range s.queue {
 		if it.lc.GapLength == 0 {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
+// openItem returns the open chunk at the tail of the queue, if any.
+func (s *stackTail) openItem() *pumpItem {
+	if n := len(s.queue); n > 0 && s.queue[n-1].open {
+		return s.queue[n-1]
+	}
+	return nil
+}
+
+// seal closes the open chunk: it is posted as it is from now on.
+func (s *stackTail) seal() {
+	if it := s.openItem(); it != nil {
+		it.open = false
+	}
+}
+
+// enqueueData appends masked bytes covering rawLen file bytes to the open chunk, opening one
+// when there is none.
 func (s *stackTail) enqueueData(out []byte, rawLen int, cost int64) {
-	s.queue = append(s.queue, &pumpItem{
-		lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: s.sendOff, Data: out},
-		rawLen: int64(rawLen),
-		cost:   cost,
-	})
+	it := s.openItem()
+	if it == nil {
+		it = &pumpItem{
+			lc:     events.LogChunk{ExecutionID: s.p.execID, Stack: s.name, Generation: s.gen, Offset: s.sendOff},
+			open:   true,
+			opened: time.Now(),
+		}
+		s.queue = append(s.queue, it)
+	}
+	if it.lc.Data == nil {
+		it.lc.Data = out
+	} else {
+		it.lc.Data = append(it.lc.Data, out...)
+	}
+	it.rawLen += int64(rawLen)
+	it.cost += cost
 	s.emitOff += int64(rawLen)
 	s.sendOff += int64(len(out))
 }
 
-// fill reads the next chunk (readyToRead said so, none is queued) if the byte budget allows.
+// fill reads what was appended into the open chunk (opening one if at most one sealed chunk
+// waits), as far as the chunk size and the byte budget allow; draining, it also flushes the
+// held-back bytes at the end of the file.
 func (s *stackTail) fill(draining bool) {
-	maxChunk := s.p.opts.MaxChunk
-	avail := s.seen - s.readOff
-	if avail <= 0 {
-		// Draining: flush the held-back bytes (small, bounded by the hold-back, uncharged).
-		c, out := s.ms.cut(s.ms.window(0), true)
-		s.enqueueData(out, c, 0)
+	if s.f == nil {
 		return
 	}
-	if !s.granted {
+	open := s.openItem()
+	if open == nil && s.dataItems() >= 2 {
+		return
+	}
+	avail := s.seen - s.readOff
+	if avail <= 0 {
+		if draining && len(s.ms.hold) > 0 {
+			// Small (bounded by the hold-back), so it is not charged to the budget.
+			c, out := s.ms.cut(s.ms.window(0), true)
+			s.enqueueData(out, c, 0)
+		}
+		return
+	}
+	room := int64(s.p.opts.MaxChunk - len(s.ms.hold))
+	if open != nil {
+		room -= open.rawLen
+		if room <= 0 {
+			return
+		}
+	} else {
+		room = max(room, 512) // a long hold-back must not stall the stream
+	}
+	n := min(avail, room)
+	if s.granted == 0 {
 		if s.waiter != nil {
 			return
 		}
-		ok, w := s.p.budget.acquire(int64(maxChunk))
+		ok, w := s.p.budget.acquire(n)
 		if !ok {
 			s.waiter = w
 			return
 		}
-		s.granted = true
+		s.granted = n
 	}
-	n := int(min(avail, int64(max(maxChunk-len(s.ms.hold), 512))))
-	w := s.ms.window(n)
-	if !s.pread(w[len(w)-n:], s.readOff) || !s.unchanged() {
+	n = min(n, s.granted)
+	w := s.ms.window(int(n))
+	if !s.pread(w[len(w)-int(n):], s.readOff) || !s.unchanged() {
 		// Truncated or rewritten under us: what was read may belong to the next generation.
 		s.endGeneration(s.seen)
 		return
 	}
-	s.readOff += int64(n)
+	s.readOff += n
 	s.anchor = bytes.Clone(w[max(0, len(w)-anchorLen):])
 	if len(s.anchor) > int(s.readOff) {
 		s.anchor = s.anchor[len(s.anchor)-int(s.readOff):]
 	}
-	if s.readOff >= s.seen {
-		s.noticed = time.Time{}
-	}
 	c, out := s.ms.cut(w, draining && s.readOff >= s.seen)
-	s.granted = false
+	granted := s.granted
+	s.granted = 0
 	if c == 0 {
-		s.p.budget.release(int64(maxChunk))
+		s.p.budget.release(granted)
 		return
 	}
-	// Keep the grant sized to what is actually held.
 	cost := int64(len(out))
-	s.p.budget.adjust(int64(maxChunk), cost)
+	s.p.budget.adjust(granted, cost) // a masked chunk can be a little larger than what was read
 	s.enqueueData(out, c, cost)
 }
 
 // post sends the head of the queue in the background.
 func (s *stackTail) post(done chan<- error) {
 	p := s.p
+	s.queue[0].open = false
 	lc := s.queue[0].lc
 	s.inflight = true
 	go func() {
@@ -1006,9 +1057,9 @@ func (s *stackTail) releaseBudget() {
 		b.cancel(s.waiter)
 		s.waiter = nil
 	}
-	if s.granted {
-		b.release(int64(s.p.opts.MaxChunk))
-		s.granted = false
+	if s.granted > 0 {
+		b.release(s.granted)
+		s.granted = 0
 	}
 	for _, it := range s.queue {
 		if it.cost > 0 {

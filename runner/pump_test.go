@@ -953,3 +953,35 @@ func pumpWriteLog(t testing.TB, path string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+func TestPumpReadsBeforeCoalescingSoTruncationLosesNothing(t *testing.T) {
+	root := t.TempDir()
+	path := pumpStackDir(t, root, "a")
+	coll := newPumpCollector(8)
+	// A long coalescing delay: the next command truncates the log before the pump posts.
+	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: 300 * time.Millisecond}, "a")
+	last := []byte("Plan: 1 to add, 0 to change, 0 to destroy.\n")
+	pumpWriteLog(t, path, last)
+	pump.mu.Lock()
+	st := pump.byName["a"]
+	pump.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.obsRead.Load() < int64(len(last)) || st.obsGen.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pump did not read the appended bytes")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	pumpWriteLog(t, path, []byte("next command\n")) // tee without -a
+	pumpWaitObserved(t, pump, "a", 1, -1)
+	rep := pump.Drain(context.Background())
+	if len(rep.Gaps) != 0 || !rep.Complete {
+		t.Fatalf("bytes read before the truncation were lost: %+v", rep)
+	}
+	if got := pumpCollected(t, coll, "a", 0); !bytes.Equal(got, last) {
+		t.Fatalf("generation 0 = %q", got)
+	}
+	if got := pumpCollected(t, coll, "a", 1); string(got) != "next command\n" {
+		t.Fatalf("generation 1 = %q", got)
+	}
+}
