@@ -617,7 +617,7 @@ func (s *stackTail) run(ctx context.Context) {
 			s.obsRead.Store(s.readOff)
 		}
 		if haveToken && !s.inflight {
-			if !stopped && len(s.queue) > 0 && !time.Now().Before(s.retryAt) {
+			if !stopped && s.dueToPost(draining) {
 				s.post(done) // the post releases the token
 			} else {
 				<-p.sem
@@ -632,7 +632,7 @@ func (s *stackTail) run(ctx context.Context) {
 			budgetCh = s.waiter.ch
 		}
 		var semCh chan<- struct{}
-		if !stopped && !s.inflight && s.wantsToPost(draining) {
+		if !stopped && !s.inflight && s.dueToPost(draining) {
 			semCh = p.sem
 		}
 		timer.Reset(s.nextTimer(draining))
@@ -685,9 +685,6 @@ func (s *stackTail) dueToPost(draining bool) bool {
 func (s *stackTail) full(it *pumpItem) bool {
 	return it.rawLen+int64(len(s.ms.hold)) >= int64(s.p.opts.MaxChunk)
 }
-
-// wantsToPost reports whether the stack needs a post slot now.
-func (s *stackTail) wantsToPost(draining bool) bool { return s.dueToPost(draining) }
 
 // nextTimer is how long to sleep before the next look when nothing else happens.
 func (s *stackTail) nextTimer(draining bool) time.Duration {
