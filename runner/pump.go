@@ -89,7 +89,7 @@ type PumpOptions struct {
 	// RetryMin and RetryMax bound the exponential backoff between attempts at the same chunk
 	// (defaults 50 ms and 2 s).
 	RetryMin, RetryMax time.Duration
-	// Masker masks secrets; nil means a fresh one (see LogPump.Masker).
+	// Masker masks secrets; nil keeps the pump's current one (see LogPump.Masker).
 	Masker *Masker
 	// Permanent reports whether a post error means the server will never accept more (default:
 	// errors.Is(err, ErrCancelRequested)). Posting then stops; what is left is reported unsent.
