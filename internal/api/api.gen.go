@@ -451,6 +451,11 @@ type LogChunk struct {
 	Stack       string `json:"stack"`
 }
 
+// LogChunks defines model for LogChunks.
+type LogChunks struct {
+	Chunks []LogChunk `json:"chunks"`
+}
+
 // LogGap defines model for LogGap.
 type LogGap struct {
 	From       int64 `json:"from"`
@@ -633,6 +638,9 @@ type InitJSONRequestBody = Init
 
 // LogChunkJSONRequestBody defines body for LogChunk for application/json ContentType.
 type LogChunkJSONRequestBody = LogChunk
+
+// LogChunksJSONRequestBody defines body for LogChunks for application/json ContentType.
+type LogChunksJSONRequestBody = LogChunks
 
 // PhaseJSONRequestBody defines body for Phase for application/json ContentType.
 type PhaseJSONRequestBody = PhaseEvent
@@ -878,6 +886,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /events/log (the `LogChunk` operationId).
 	LogChunk(ctx context.Context, body LogChunkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LogChunksWithBody Append several chunks of one execution's logs (one or more stacks) in one request.
+	//
+	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+	// all. Every chunk must name the same execution.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /events/logs (the `LogChunks` operationId).
+	LogChunksWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
+	//
+	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+	// all. Every chunk must name the same execution.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /events/logs (the `LogChunks` operationId).
+	LogChunks(ctx context.Context, body LogChunksJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PhaseWithBody Report that one stack entered a phase (sent by `run tick`).
 	//
@@ -1327,6 +1357,48 @@ func (c *Client) LogChunkWithBody(ctx context.Context, contentType string, body 
 // Corresponds with POST /events/log (the `LogChunk` operationId).
 func (c *Client) LogChunk(ctx context.Context, body LogChunkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewLogChunkRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LogChunksWithBody Append several chunks of one execution's logs (one or more stacks) in one request.
+//
+// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+// all. Every chunk must name the same execution.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /events/logs (the `LogChunks` operationId).
+func (c *Client) LogChunksWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLogChunksRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
+//
+// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+// all. Every chunk must name the same execution.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /events/logs (the `LogChunks` operationId).
+func (c *Client) LogChunks(ctx context.Context, body LogChunksJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLogChunksRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2071,6 +2143,46 @@ func NewLogChunkRequestWithBody(server string, contentType string, body io.Reade
 	return req, nil
 }
 
+// NewLogChunksRequest calls the generic LogChunks builder with application/json body
+func NewLogChunksRequest(server string, body LogChunksJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewLogChunksRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewLogChunksRequestWithBody constructs an http.Request for the LogChunks method, with any body, and a specified content type
+func NewLogChunksRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/logs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPhaseRequest calls the generic Phase builder with application/json body
 func NewPhaseRequest(server string, body PhaseJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2772,6 +2884,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /events/log (the `LogChunk` operationId).
 	LogChunkWithResponse(ctx context.Context, body LogChunkJSONRequestBody, reqEditors ...RequestEditorFn) (*LogChunkResponse, error)
 
+	// LogChunksWithBodyWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
+	//
+	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+	// all. Every chunk must name the same execution.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/logs (the `LogChunks` operationId).
+	LogChunksWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*LogChunksResponse, error)
+
+	// LogChunksWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
+	//
+	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+	// all. Every chunk must name the same execution.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/logs (the `LogChunks` operationId).
+	LogChunksWithResponse(ctx context.Context, body LogChunksJSONRequestBody, reqEditors ...RequestEditorFn) (*LogChunksResponse, error)
+
 	// PhaseWithBodyWithResponse Report that one stack entered a phase (sent by `run tick`).
 	//
 	// Idempotency key (`execution_id`, `stack`, `phase`, `seq`).
@@ -3415,6 +3549,54 @@ func (r LogChunkResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r LogChunkResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type LogChunksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Ack
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LogChunksResponse) GetJSON200() *Ack {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r LogChunksResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r LogChunksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LogChunksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LogChunksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LogChunksResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4180,6 +4362,40 @@ func (c *ClientWithResponses) LogChunkWithResponse(ctx context.Context, body Log
 	return ParseLogChunkResponse(rsp)
 }
 
+// LogChunksWithBodyWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
+//
+// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+// all. Every chunk must name the same execution.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/logs (the `LogChunks` operationId).
+func (c *ClientWithResponses) LogChunksWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*LogChunksResponse, error) {
+	rsp, err := c.LogChunksWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLogChunksResponse(rsp)
+}
+
+// LogChunksWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
+//
+// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
+// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
+// all. Every chunk must name the same execution.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/logs (the `LogChunks` operationId).
+func (c *ClientWithResponses) LogChunksWithResponse(ctx context.Context, body LogChunksJSONRequestBody, reqEditors ...RequestEditorFn) (*LogChunksResponse, error) {
+	rsp, err := c.LogChunks(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLogChunksResponse(rsp)
+}
+
 // PhaseWithBodyWithResponse Report that one stack entered a phase (sent by `run tick`).
 //
 // Idempotency key (`execution_id`, `stack`, `phase`, `seq`).
@@ -4747,6 +4963,39 @@ func ParseLogChunkResponse(rsp *http.Response) (*LogChunkResponse, error) {
 	return response, nil
 }
 
+// ParseLogChunksResponse parses an HTTP response from a LogChunksWithResponse call
+func ParseLogChunksResponse(rsp *http.Response) (*LogChunksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LogChunksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Ack
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePhaseResponse parses an HTTP response from a PhaseWithResponse call
 func ParsePhaseResponse(rsp *http.Response) (*PhaseResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5112,6 +5361,9 @@ type ServerInterface interface {
 	// LogChunk Append bytes of one stack's log, or record a gap.
 	// (POST /events/log)
 	LogChunk(w http.ResponseWriter, r *http.Request)
+	// LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
+	// (POST /events/logs)
+	LogChunks(w http.ResponseWriter, r *http.Request)
 	// Phase Report that one stack entered a phase (sent by `run tick`).
 	// (POST /events/phase)
 	Phase(w http.ResponseWriter, r *http.Request)
@@ -5381,6 +5633,20 @@ func (siw *ServerInterfaceWrapper) LogChunk(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.LogChunk(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// LogChunks operation middleware
+func (siw *ServerInterfaceWrapper) LogChunks(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.LogChunks(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5855,6 +6121,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/phase", wrapper.Phase)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/update", wrapper.Update)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/log", wrapper.LogChunk)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/logs", wrapper.LogChunks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/finalize", wrapper.Finalize)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/gates/check", wrapper.GateCheck)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/gates/revoke", wrapper.GateRevoke)
@@ -6309,6 +6576,45 @@ func (response LogChunkdefaultJSONResponse) VisitLogChunkResponse(w http.Respons
 	return err
 }
 
+type LogChunksRequestObject struct {
+	Body *LogChunksJSONRequestBody
+}
+
+type LogChunksResponseObject interface {
+	VisitLogChunksResponse(w http.ResponseWriter) error
+}
+
+type LogChunks200JSONResponse struct{ AckJSONResponse }
+
+func (response LogChunks200JSONResponse) VisitLogChunksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LogChunksdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response LogChunksdefaultJSONResponse) VisitLogChunksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PhaseRequestObject struct {
 	Body *PhaseJSONRequestBody
 }
@@ -6734,6 +7040,9 @@ type StrictServerInterface interface {
 	// LogChunk Append bytes of one stack's log, or record a gap.
 	// (POST /events/log)
 	LogChunk(ctx context.Context, request LogChunkRequestObject) (LogChunkResponseObject, error)
+	// LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
+	// (POST /events/logs)
+	LogChunks(ctx context.Context, request LogChunksRequestObject) (LogChunksResponseObject, error)
 	// Phase Report that one stack entered a phase (sent by `run tick`).
 	// (POST /events/phase)
 	Phase(ctx context.Context, request PhaseRequestObject) (PhaseResponseObject, error)
@@ -7131,6 +7440,37 @@ func (sh *strictHandler) LogChunk(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// LogChunks operation middleware
+func (sh *strictHandler) LogChunks(w http.ResponseWriter, r *http.Request) {
+	var request LogChunksRequestObject
+
+	var body LogChunksJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.LogChunks(ctx, request.(LogChunksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "LogChunks")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(LogChunksResponseObject); ok {
+		if err := validResponse.VisitLogChunksResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // Phase operation middleware
 func (sh *strictHandler) Phase(w http.ResponseWriter, r *http.Request) {
 	var request PhaseRequestObject
@@ -7415,85 +7755,88 @@ func (sh *strictHandler) Health(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"3Hzdctu4kvCrdPH7qiLv0rIzk8zuOleexPG4ypN47eTMRZSyYLJF4pgEOABoRZvKu2+hwV+JlETZyrpO",
-	"bmKRYAPobvR/47sXyDSTAoXR3sl3L2OKpWhQ0a8z8cCVFCkK8985qoV9xoV34v1Nv3xPsBS9Ew/rcZ7v",
-	"6SDGlNmxZpHZ19ooLiLvxw/fO/uGQW64FFfMxBW4zP6ooPHQ8z2Ff+dcYeidGJXjeqBX12tXl6muRXFh",
-	"MELl/bAQFOpMCo2069Pg3v4XSGHshk6+eyzLEh4wu+6jf2op7LMa4P9XOPNOvP93VKPyyL3VRxYWzRCi",
-	"DhTPLAjvxLsxUmEII6mAJQpZuABNjw7GnsWSUlI92RoctI5VnApA+25MWCyGNzDAwpDboSy5UjJDZbhF",
-	"0IwlGn0vazz67gVMBJjYv9pTfIoRsKQ5zJkGNzLBEO4WwASwMOWCa6OYkeoNmBhB5UKgAh3LPAktYrKx",
-	"55d0u5MyQSY8ohorELHKE8UTefdPDIwdfJqH3JwJ4/hkwNZY4PayMovvMaLMTKrU/uWFzOCh4SnWq63H",
-	"hmgYTzrB8LAFhgvz26saRMmovvftMJKHBVNfvLNfytwE0v7ugJopLgKese45e3Hne4apCE03Wutj+cWd",
-	"U2ZPfD2VX6LrawcJ3sZMRHhdzbyWCG0++itegEGlWMoMQiCF5iEqDQy0YcE9BATaniiBME24NnB4WD48",
-	"PJzHiykkXODB2Fth3Zhxscq576WCVIZ5guBwpX1AFsQw8Uq4dxiwXOPEA20wAzYzqIiBZ1xpY2fiBlPd",
-	"jWT3gCnFFm32WD1AM56gXy5Gy1wFCFKBUTyKUIHlCDpNdHZoreMuDrznIlyd4KNAkDPIRYoqwtCHOTNB",
-	"jOFhc1a/nMx3VIhULsxh+U6aGFXnlIrNu7fklgkGvxlgukFay0oGQ+CmEyBRezNrumHFlrtZEYfLuPKb",
-	"lVUFUgRJrvvERFM9dr2XD6gUD0Nsft6Qc5nq0FttcXB1veFQ55mVTuHt9iJrCaWkRduK3iGktf1eXOuP",
-	"bpO4J6SjyFOifB4EqLXnezPGk1zZjQnMjSLhVCkfaxHc8yyjv5zIuq12+9UfTsMdaJRycYkisnbQy6fB",
-	"fgW9kwwJ4+lQ7NtvBnHNZkxV5sCt03vtAW2UVeaiU3f4LeMK9aDlbE0YHbNNy7n543SAEFqyiguRlKl+",
-	"6uhrTJDpoWfkyXiz2tiqiqBXbwDTzCxAuWVqYElilYdVPFfXLzQQv2jggh411jXeKF/a2OrHktarCxSy",
-	"0PUaJvnx8a8BOOw9YPk7zQ0zXETl7xC1UXlgh7yBXAQWLp9xDGEeo1t9ljABAZmgQhq4I6UVjukcOllT",
-	"T2uFSDGj53vlZB5ZMeU8nu81J+qUMm9lXjhiA2yjayxsghIH1rAmkfYGGCjMEmZfEmiQIkDfqtzieYc9",
-	"pJAZ7PKU7MQJ9r2bySWzsfGOp5lUPe8sVvve0BK7XzqF1unQdTDOWRjhQLS+VzKFNNfG+iNwhzOpED7J",
-	"VYTNlEy7bTy5WUjQxzS0i98rR3CIzJZOyS75ehBJGSU4jmTCRDSWKjqKVBYc2eGabEgfcByN4ers+s+L",
-	"m5uLjx9u3519uDh712mIpag1i3DzBmk59fjOXZZSfrhnJlUn5u8KIbpqNJABcLvGUApKEbPOpXZyiIyQ",
-	"8sCuHe5GWQ0WRm7tlWew1nO3XNvhLBCUW5ZlSn7jafsYNOzGPWrimfXZ44GWgcyalpqVr1ZuZlmy6BSG",
-	"A0yqTHY7ubm4zVWyaW/Xufh8fbmDDbA9JW/s8BtjSdVBT22YMgORqQ0z+WYOKsl244avaN0mCyxbmDLz",
-	"qnnWntubai0lcVUuhMMdGeQYkqFtTXL6o7bDuwhfwdVvq7DSEHNod7bezThfQuIaG/w9Fyzh/4PDzfB9",
-	"yqRSyfyfC4hdDtU16jwxPafq6U/ImuNwXgjiXQj7M72o7d0BZrgmW7VTvXRQa2OYa9vY4oo3UCrmCkQf",
-	"BXaJ7AxF9mo8i7TYC92IdfNw1W56GrL0qrtdtNfqVtw7MNJtCubcxOQQxUzHqEt/z6pvTX8Vw8hTyjW2",
-	"4p4bj+9V4pipzShDtFSPq2h54XIXZ3qHGINdK2qDqgejqB54gMACEs0WtTzNUGkpmEGYSQUm5tohcrOn",
-	"XM/Wt+9rfJD3uOdDMIC1G2mKNnb+kPMGC6EIMYRRZTH44AwGv04aHViXtojx1WGIpfjD2HucNdkg5gDF",
-	"30cMfUNidLGraljlJ+fnA42gvUeKCQOBfEClYUReXCPwcDDeLUy3x1jblnZWU1/0CCqIEnm3goTxTuHs",
-	"toJZa8id28l+orIfTgtCx0D7a/dE5NaU3zkrWRz2cKBgLj66Wzw+1bmjTWLpsGNgd3eO2edJ3OvB+gNZ",
-	"4ipDBuCptvQ7XAqpukNBVk7wvvKBpWRin8l/IbjZf9Bqj0GjjmoNOwzmqBBCVPwBQ5gpmRbSNkXDQmaY",
-	"TzFxelHlbl9oipRGimVxd8HGPk2MvcWWKPe/NfZbNQ4dVHgmsaqNjtrwkNTAyFLXcbqU0ds4F/cDI/W/",
-	"LwyS9ewMSCNBlhmrFxoSGVEFBTADUzmbaTRT4AKmEQpUVFA1hREDo3Lh6qtAqolQSIkQ+jkrqjoSgqqM",
-	"BgYC51BDsMAdbDg+GMNf1meaRiy7TUikTkGj8S2UiQjsDiFgSnHUICTY8wRMhKAwkCq0Jh0zcEeb+uKA",
-	"+gXwf69BHrgzmkhtxhOxkpSwQFuUs/A830vZt0rKvz62//wnPYf1AjtNiZQLntozeux35HRqfG5jh9hT",
-	"T1jZYaZtU7grwR/K4TbWWa2hh5/PWTZQQZTppC22PxhfLiO1ceASFlrbXZ+wupTRTcKDoYZOH7euWrUs",
-	"214WF+jvkG6DESfwm7ldw22DWHNndlzHf+01dtHmKmYazx5wsOMyqPpjd9HRn1L0vSzuM440/t1RsaCo",
-	"OpC+ooiVrEsYptZIMTy4n0JeBg/mLEkgSGRwbzWDYEJqDKQIyZF8BP2aQejl7DLioYXsFgluXOG8F8rX",
-	"B3lfxkAOxkM1blVwQqjrYog6ADeMH6x1dRszHffteAgv18B6l1iE+J9TzmQ3FGybk6iyhR35iBJva7yS",
-	"RrLxOeGsWQszyBbtT1A9kTpIZHRL9taW4tqOH6xC+kXYemZ6ag/kSZnzCQpLhzB0O8ls7X2nVbZON9dl",
-	"n11e4eeqpmhP2vGnHrClAqAwVKitwnNFXKFfloCFIBXMpIqkMShgdCdz60cdDCxgV3zWU+G1lwSzzE2W",
-	"G31bFON3z9w6WW186Jj98vo3GMX47aD08EqXkUr/rLvXXYPuLI4nMgt21QM92r73FNHCg1xxs7ix4B3z",
-	"3iFTXWmrUzincjG4eAdG3qOAeSw1AstDjiJA4M5w0qgeUL3QvuUhasYwPCi+cNGhxqDyeYFY2iVFiNwi",
-	"qiXHxmSuX4mLmewOU825oj4Qo1hg4A7NHIu6TTMjXBANi06iEdl89snUd/YfRYbKH2QM+hNhTzUzUkEg",
-	"05SJUB+QW26B0kwyIRgIo2lzEtre9GA8ERPxKebaBQpKBHERNbo2ZmBUbuITencuIUg4ChcZAMsdgSmw",
-	"BZaN1IwFWK5hIqZojXc9BYsnDUxhGYEog3TcwGiasvv6RbGut1LYb7kU+mQiDuHsAdXCdX/ZlU6/T6hQ",
-	"b+KdFBWyG6sFaRj6MCntdvrWG4/HE+/HdFxPUpXeBtbI5hp4iGkmDQozhjMWxODwzqWAUAZ5avcI3DQG",
-	"Bgu4x0VRzYrMTARUR5alaF9awCy4F3KeYBhhSFhzPXVU80oLunbs4NAIo+mR++vo36aW0nqOCqa/HB/D",
-	"aXA/HcNfMYqVDrVG/xrRBOqUvw/T0+B+7AZMiQFU7shHL5win4JmCw3zeOGYgJZAnXHa8CQp1uzbzyz0",
-	"Zj+ckZmG0UyqOVOhhpuL809n13+CkXUM1odZUWKkodlsd0D7P3U0YBHjQhu7t1xYlIlG3YLDg4bpq+NX",
-	"8OHjp9v3Hz9/eDe1yL+T4cIFp7im+O8DSzitcmbZyGhwggtGJdgZxyTUwEWQ5FalNKEfw8WHf5xeXry7",
-	"Pb0+//zn2YdPUxfIMtwkVgw0z1jr/HmN4L33cnw8PnYRYBQs496J9+v4ePyrdS2YiUnKHREJj6hjQh/J",
-	"RidKJnVHdvGizXgwmmbKCotGENP+JHj0R9WCQSLF0Zn0Z8XaFyHp4JSLpXaYKuH8uwwXT9bzuTTJj7b2",
-	"sHy53PX6y/FxH9BqnGtntYbGjBUe2frxZeuptcvSlKmF9c2LRQEDQuALDTX+YESkct4ui7TVdPTE+2qh",
-	"FISsuFUf1Y2n25Fy2tSb0x4SrRQg7odIK9M8JzK5JVmR62zrhogoaNRq1k2QKWHFdqmINAj8Zpx4e6Gt",
-	"SF1P04gZ1Ee6rpV43NG0NrT9w+UcpwdvSJKTbVxUChQyLMwd+TDsYYZWDcd+GKE1xXNiAkpeAwNLnJLs",
-	"vqsIY2UPp9VvMnPOUkIt3VSusNhAbkqLH6k6L/7U9HagLefOGyqrYIHyV9UB3036Vu5+T7RvzfGciH8m",
-	"wpVDs0k856FLiBelAks4tW8vuabyicZFE1+6721IeMrb90lU23l5fEypLJfheUlZrCrh87IrobHa00YF",
-	"Z4aScI6hBfAQEjmnJm4mXE3eKGMRF5FzhjsW6fqCWqvcnF752k3SrflpqzhQ48KD1frK1bsg7OgSIeNH",
-	"844Dl8jIB4Fz1KbuiS/5hvq+HNs4w6yXb5wx0804XUurhxyt3GBiOWHDN+V1Ij+HTK5eeQsKOSw8njQE",
-	"p2FyachQwdU1CfLlls0OWlGJZT+t6PUT0ernEID6orchQFFc+mgC5EpZn49iEIeUdGrUrZYYJ7OqhfMB",
-	"ytLA3QIEM7nCPkUYYxJuVoPttuQ9+SqtOZ6TBizW1ConIVrAyJVDaTQHFPlyfdBsuQvaIrbnRDXpW4Qh",
-	"Zo3uoF28mTf15SNVGADmXOhVulaNSPshaQX+GdozFcreAHORXlL/ZfO0iVFUFDS6bIewwjHCIjBVbojs",
-	"Yr2JrLwoEtzJQYXTIuZV92FQyIuHyxGvJvWLwFcgs0UPA1Dl4n6IT6CfE+FvDFOGLttSeMiEkLkI8KDF",
-	"C5tomMhoiI/SoqEPU2Ii+0ej5syvqtE6IkVVJdx+SFSBf05kOqUCvqLwrVmz4Yr4KMXgSuTII8020axK",
-	"uD6aagSJnuDfXdSiypo9kapRtfO8VGMmlXHR4IpQ1n9AK3hYUdUy0oUtUudZDjaRrb7Y4dF0I3K9qVN7",
-	"lJ8qUjNUsOn62ngUWw+FhoNGFKsULjLD+yFxAfwZkrd5BF1m0YfyCpOiVtYqRtKiMdNxP22rUGev51BH",
-	"Q3++p+cPjkC8bgYgXu8af6i2XJZ8lfeMUOzB8BQfFYBYV4TxU3yr+maPLfyrmgFgZI0dmVv5glwVNtjB",
-	"412veoqt4hKNPMN3Hv7YzLrnuAPjtq5EfTRdtiTHKvpbV3U+HtUfRevmT2u8LpnT1GmyHeZL+6sT+5cy",
-	"urZfPhLxPTKgLKwYcCFtV71CIqNGu4DTSYn1Hoy7cYrd6cJD7FpEq+B3SKSxZ1NVzXCHZDv2hxXTr+73",
-	"T6nL/gUjQaHJlejb2dog76v/fP0fvzXk7KuX//Xq1+NXG2TtPk9QVd/ec4DcrikFVnZuMA0zpuiWyxgX",
-	"VLVhl8KjXOZPEE2yrL/a72IXwESxhp4zRs5r76minNS/aMz1vPMenlWKnjv3/tFZNAumDhrcLarojDOd",
-	"dJFSm8doYlTumlmuobp/Yx0Bj6obMneJL8DIdN1ecXBS1doU51fXoQeKiY0n4v3pxeXZu9ur67O3Hz+8",
-	"u/h08fFDfXve1bU1CEHIpb3Wtx00AmOkDgKZpty8mYiVC8gc1MrIRA0hn81Q+cAE3T3bCLvBXSJJwbjz",
-	"UNSllbifiFbulxUXAH7+cPqP04vL098vz+odFHVYAROUJsaAh+gKVFYPytviLs59JYeLJMHWDsKTTXxZ",
-	"x2RXhV1UOFMNPn2CGECyIJPVNT4cBonURaDNlYvQBRDlhO55eRklVFc39Poh7sio6n6M3cKs9D0XEZg5",
-	"D7ZIJjfu5NgfjxQTPLeIKxk6FEVnDSpCcT0BjNyt2SSBfJACkIoGM2bi/kiBKx7oV130+l9Vd9HNE9so",
-	"L8LC+GlqQDSMijoAlyUs68M7tFJcdfB3Eqdo8N+j3Cpm6ECJe7PYGSdF/bR38uVrE0OX/AEFal3XnBbB",
-	"ki4MteHUFdhfvlr+cUrHsSp1g3tHLONHDy+9H19//G8AAAD//w==",
+	"3Hxbc9u4kvBf6eL3VUXepWVnJjO76zx5Eo/HVZ7EaydnHqKUBZMtEsckwAFAy9pU/vsWGrxKpCTKVtZ1",
+	"8hKLBBtA32/ANy+QaSYFCqO9k29exhRL0aCiX2figSspUhTmv3NUC/uMC+/E+5t++Z5gKXonHtbjPN/T",
+	"QYwps2PNIrOvtVFcRN7377539ohBbrgUV8zEFbjM/qig8dDzPYV/51xh6J0YleN6oFfXa1eXqa5FcWEw",
+	"QuV9txAU6kwKjbTr0+De/hdIYeyGTr55LMsSHjC77qN/ainssxrg/1c48068/3dUo/LIvdVHFhbNEKIO",
+	"FM8sCO/EuzFSYQgjqYAlClm4AE2PDsaexZJSUj3bGhy0jlWcCkD7bkxYLIY3MMDCkNuhLLlSMkNluEXQ",
+	"jCUafS9rPPrmBUwEmNi/2lN8ihGwpDnMmQY3MsEQ7hbABLAw5YJro5iR6i2YGEHlQqACHcs8CS1isrHn",
+	"l3S7kzJBJjyiGisQscoTxRN5908MjB18mofcnAnj+GTA1ljg9rIyi+8xosxMqtT+5YXM4KHhKdarrceG",
+	"aBhPOsHwsAWGC/PrmxpEyai+93gYycOCqS/e2y9lbgJpf3dAzRQXAc9Y95y9uPM9w1SEphuttVh+cXLK",
+	"rMTXU/klur52kOBdzESE19XMa4nQ5qO/4gUYVIqlzCAEUmgeotLAQBsW3ENAoK1ECYRpwrWBw8Py4eHh",
+	"PF5MIeECD8beCuvGjItVzv1dKkhlmCcIDlfaB2RBDBOvhHuHAcs1TjzQBjNgM4OKGHjGlTZ2Jm4w1d1I",
+	"dg+YUmzRZo9VAZrxBP1yMVrmKkCQCoziUYQKLEeQNJHs0FrHXRx4z0W4OsFHgSBnkIsUVYShD3NmghjD",
+	"w+asfjmZ76gQqVyYw/KdNDGqzikVm3dvyS0TDD4aYLpBWstKBkPgphMgUXsza7phxZa7WRGH67jym5VV",
+	"BVIESa771ETTPHa9lw+oFA9DbH7e0HOZ6rBbbXVwdb1BqPPMaqfwdnuVtYRSsqJtQ+8Q0tp+L671R7dJ",
+	"3BPSUeQpUT4PAtTa870Z40mu7MYE5kaRcqqMj/UI7nmW0V9OZd1Wu/3qD6fhDjRKubhEEVk/6PXzYL+C",
+	"3kmGhPF0KPbtN4O4ZjOmKnfg1tm99oA2yip30Zk7fMy4Qj1oOVsTRsds03Ju/jgdoISWvOJCJWWqnzr6",
+	"GhNkeqiMPBtvVhtbNRH06i1gmpkFKLdMDSxJrPGwhufq+pUG4hcNXNCjxrrGG/VLG1v9WNJ6dYFCFrZe",
+	"wyQ/Pv45AIe9Byx/p7lhhouo/B2iNioP7JC3kIvAwuUzjiHMY3SrzxImICAXVEgDd2S0wjHJodM19bRW",
+	"iRQzer5XTuaRF1PO4/lec6JOLfNO5kUgNsA3usbCJyhxYB1rUmlvgYHCLGH2JYEGKQL0rcktnnf4QwqZ",
+	"wa5IyU6cYN+7mVxyGxvveJpJ1fPOYrXvDS2x+6UzaJ0BXQfjnIURDkTr70qmkOba2HgE7nAmFcInuYqw",
+	"mZJpt48nNysJ+piGdvF7FQgO0dnSGdmlWA8iKaMEx5FMmIjGUkVHkcqCIztckw/pA46jMVydXf95cXNz",
+	"8fHD7fuzDxdn7zsdsRS1ZhFu3iAtpx7fuctSyw+PzKTqxPxdoURXnQZyAG7XOEpBqWLWhdROD5ETUgrs",
+	"2uFulLVgYeTWXkUGayN3y7UdwQJBuWVZpuQjT9ti0PAb92iJZzZmjwd6BjJrempWv1q9mWXJolMZDnCp",
+	"Mtkd5ObiNlfJpr1d5+Lz9eUOPsD2lLyxw2+MJVUHPbVhygxEpjbM5Js5qCTbjRu+YnWbLLDsYcrMq+ZZ",
+	"K7c31VpK4qpcCIc7csgxJEfbuuT0R+2HdxG+gqvfVWmlIe7Q7my9m3O+hMQ1PvjvXLCE/w8Od8P3qZNK",
+	"I/N/riB2Eapr1HlieqTq+SVkjTicF4p4F8L+yChq+3CAGa7JV+00Lx3U2pjm2ja3uBINlIa5AtFHgV0y",
+	"O0ORvZrPIiv2Sjdy3Txc9Zuehyy95m4X67W6FfcOjHSbgjk3MQVEMdMx6jLes+Zb01/FMIqUco2tvOdG",
+	"8b1KHDO1GWWIleoJFS0vXO4STO+QY7BrRW1Q9WAU1QMPEFhAqtmilqcZKi0FMwgzqcDEXDtEbo6U69n6",
+	"9n2ND/Ie9ywEA1i7UaZoY+cPOW+wEIoQQxhVHoMPzmHw66LRgQ1pixxfnYZYyj+Mvad5kw1iDjD8fcTQ",
+	"N6RGF7uahlV+cnE+0Ajae6SYMBDIB1QaRhTFNRIPB+Pd0nR7zLVt6Wc17UWPooIokXcrSBjvlM5uG5i1",
+	"jty5newHGvvhtCB0DPS/di9Ebk35nauShbCHAxVz8dHd4umlzh19EkuHHRO7u3PMPiVxr4L1B7LEdYYM",
+	"wFPt6XeEFFJ1p4KsnuB97QNLxcQ+l/9CcLP/pNUek0Yd3Rp2GMxRIYSo+AOGMFMyLbRtioaFzDCfcuL0",
+	"oqrdvtKUKY0Uy+Luho19uhh7yy1R7X9r7Ld6HDqo8EJyVRsDteEpqYGZpS5xupTRuzgX9wMz9b8tDJL3",
+	"7BxII0GWFatXGhIZUQcFMANTOZtpNFPgAqYRClTUUDWFEQOjcuH6q0CqiVBIhRD6OSu6OhKCqowGBgLn",
+	"UEOwwB1sOD4Yw182ZppGLLtNSKVOQaPxLZSJCOwOIWBKcdQgJFh5AiZCUBhIFVqXjhm4o019cUD9Avi/",
+	"1yAPnIwmUpvxRKwUJSzQFuUsPM/3UvZYaflfju0//1nlsF5gpyuRcsFTK6PHfkdNp8bnNn6IlXrCyg4z",
+	"bVvCXUn+UA23sc5qDev4WQ9ueig/2krnVGLzneh74b55TbRNuSh/bwiyi0l79nHOsoGbKMtiW5BxMN1d",
+	"ZW3jwKUdtsi2vvB2KaObhAdDHbY+qVv1zlk2iL4W/R1aejDiBD6a2zVSM0jEdhardXLUXmMXba5ipvHs",
+	"AQcHYIO6WHZXgf2lUd/L4j4nT+PfHZ0Xiroc6SvKvMm6FWNqnS3Dg/sp5GUSZM6SBIJEBvfWwgkmpMZA",
+	"ipAC4ifQr5lMX66SIx5ayG6R4MYVSYjCifBB3pe5nIPxUM+hapwh1HUxRJ1IHMYP1ku8jZmO+3Y8hJdr",
+	"YL1LLEoVL6n2sxsKtq2tVFXPjrpKibc10VWjaPqScNbs6RnkU/cX2p7JHCQyuiW/cUt1bccPNiH9Kmw9",
+	"Mz13JPWszPkMDbJDGLpdLLdxi7MqW5fN6/bVruj2c9UbtSfr+EMFbKmRKQwVamvwXDNa6JetbCFIBTOp",
+	"ImkMChjdydzGgwcDG/EVn/V0qu2lUC5zk+VG3xaHCrpnbklWGx86Zj/98iuMYnw8KCPVMvSlFkYbtnb3",
+	"0juP45ncgl3tQI+175UiWniQK24WNxa8Y947ZKqr/HYK59T2Bhfvwch7FDCPpUZgechRBAjcOU4a1QOq",
+	"V9q3PESHSgwPii9clqsxqHxeIJZ2SZkut4hqybExmTt3xcVMdqfb5lzReRajWGDgDs0ci/5TMyNcEA2L",
+	"E1Ej8vnsk6nv/D/KcJU/yBn0J8JKNTNSQSDTlIlQH1B6wQKlmWRCMBBG0+YktL3pwXgiJuJTzLVLeJQI",
+	"4iJqnD6ZgVG5iU/o3bmEIOEoXIYDLHcEpsAWWDZSMxZguYaJmKJ13vUULJ40MIVlJqVMNnIDo2nK7usX",
+	"xbreSWG/5VLok4k4hLMHVAt3is2udPptQg2HE++k6PTd2PVIw9CHSem307feeDyeeN+n43qSqoU4sE42",
+	"18BDTDNpUJgxnLEgBod3LgWEMshTu0fgpjEwWMA9LoquXGRmIqASWZaifWkBs+BeyHmCYYQhYc2dDaTe",
+	"XVrQtWMHh0YYTY/cX0f/NrWU1nNUMP3p+BhOg/vpGP6KUayctGucwyOaQN264MP0NLgfuwFTYgCVO/LR",
+	"C2fIp6DZQsM8XjgmoCXQCT9teJIUa/btZxZ681yfkZmG0UyqOVOhhpuL809n13+CkXUu2YdZ0SqloXlo",
+	"8ID2f+powCLGhTZ2b7mwKBON/guHBw3TN8dv4MPHT7e/f/z84f3UIv9OhguXZOOa8tgPLOG0ypllI6PB",
+	"KS4YlWBnHJNQAxdBkluT0oR+DBcf/nF6efH+9vT6/POfZx8+TV1CznCTWDXQlLGW/HmNIoT3enw8PnaZ",
+	"bBQs496J9/P4ePyzDS2YiUnLHREJj+jkhz6SjRM1mdQdVdKLNuPBaJopqywayVj7k+DRH9VRElIpjs5k",
+	"PyvWvgjJBqdcLB3rqQrnv8lw8WxnV5cm+d62HpYvl0/v/nR83Ae0GueO5VpHY8aKiGz9+PIIrfXL0pSp",
+	"hY3Ni0UBA0LgKw01/mBEpHLRLou0tXT0xPtqoRSErLhVH9UHaLcj5bRpN6c9JFpppNwPkVameUlkckuy",
+	"Ktf51g0VUdCodeg4QaaEVdulIdIg8NE49fZKW5W6nqYRM6iPdN3z8TTRtD60/cPVTqcHb0mTk29cdDwU",
+	"OizMHfkw7GGGVi/KfhihNcVLYgIqwgMDS5yS7L7rbGPlWVRr32TmgqWEjqZT28ViA7mpvH+k6vr+c9Pb",
+	"gbacO2+YrIIFyl/VSf5u0rd6EPZE+9YcL4n4ZyJcEZpN6jkPXWG/aHlYwql9e8k1tYE0Lsz40n3/RMJT",
+	"3r4Xo9rOayrRsEdXqaoqNsXProLG6tk8apwzVEx0DC2Ah5DIOR1GZ8L1Fo4yFnERuWC4Y5HufFNrlZvL",
+	"K1+7Sbo1P22VB2pc3LDaJ7p6p4UdXSJk/GTeceASGfkgcI7a1Gf7S76h82uObZxj1ss3zpnpZpyupdVD",
+	"jlZuYrGcsOGb8lqUH0Mm13e9BYUcFp5OGoLTcLk0ZKjg6poU+fLR0w5aUatoP63o9TPR6scQgM53b0OA",
+	"okn2yQTIlbIxH+UgDqno1Oi/LTFOblUL5wOMpYG7BQhmcoV9hjDGJNxsBtvHq/cUq7TmeEkWsFhTqy2G",
+	"aAEj19al0RxQ5sud52bLp7ktYnskqknfIg0xa5xy2iWaeVtfolKlAWDOhV6la3Wgaj8krcC/QH+mQtlb",
+	"YC7TS+a/PARuYhQVBY0uj3VY5RhhkZgqN0R+sd5EVl40O+4UoMJpkfOqz5NQyouHyxmvJvWLxFcgs0UP",
+	"A1AH5n6IT6BfEuFvDFOGLg1TeMiEkLkI8KDFC5tomMhoSIzSoqEPU2Ii+0ejd86vuuo6MkVVa9J+SFR3",
+	"Pr0gMp1SI2LRwNfs2XDNiFRicK1+FJFmW9BM9xPttzy5B2rAkDMo8UGJzLtcL+yEukhPu8bDe8RMVwNf",
+	"rWSnJ2Iw2Z3Euv4xyuYXYmtkhCZGZTdM5tlMbGw9LhLqbj10w4INQmqdUHMz5VG7OUrvmaX0S+QpjQ+o",
+	"WFLiumCuCl+OwbS7BY3uL1Pleb4Da8bt4wJnm5iuqvI/WVUQJHqCf3epCGrn2hMxG61iL8sfy6QyrgRR",
+	"aQcbtKIVG1a0Uo104QDXxb2DTWSrb0V5Mt2IXG/rejIVRYt6IHU7u0OhPIptWEzDQSOKVQoX7Qj7IXEB",
+	"/AWSt6n3XTnbh/L+n6LR3Hpj5LrFTMf9tK3y673hap2C//HpBX9w2uuXZtbrl12TXtWWyz7D8pIeSngZ",
+	"nuKTsl7rOn9+SEBfX4uzRVBfMwCMrIctc6tfkKtS/z893q+n2CoZ1ihufePh982se447MG7rPuEn02VL",
+	"cqyiv3XP7dNR/VG0rs21EdNSDEfHtLbDfOn0d2L/UkbX9ssnIr5HB5TdPANuc+5qkklk1Dhr42xSYkNW",
+	"465rY3e6SEt0LaLVZT4kvd2zqapRvUOzHfvDTqKs7vdPqcvDP0aCQpMr0beztZWFN//5y3/82tCzb17/",
+	"15ufj99s0LX7lKDqUEWPALldU921PPbENMyYoitiY1xQcGGXwqNc5s+QwrSsv3pYzC6AiWINPTJGGZNe",
+	"qaJC6L9oov+88xKrVYqeu5zSk0u3FkydqbpbVClB5zrpoo47j12sSXc0cw3V5TXrCHhUXS+7S1ILRqbr",
+	"6peDk6rBq5BfXce2lIgdT8TvpxeXZ+9vr67P3n388P7i08XHD/XVk1fX1iEEIZf2Wl8V0sjGkjkIZJpy",
+	"83YiVm7vc1ArJxM1hHw2Q+UDE3RxcyPXC3eJJAPj5KFohixxPxGthgNW3J75+cPpP04vLk9/uzyrd1A0",
+	"/wVMUG8CBjzErmi+vrFnfx0JRWVq6wDh2Sa+rAsBq8ouKoKpBp8+Q5IgWZDL6k7bHAaJ1EV21/Uo0e0p",
+	"5YTueXmTK1T3nvTGIU5kVHW5zG65ffqeiwjMnAdbdDA0LrTZH48UE7y0ND85OlS6YQ0qQnG3B4zclfOk",
+	"gXyQApASaxkzcX+mwHWs9Jsuev2varvo2pZtjBdhYfw8jUcaRkXziStNl4cSOqxSXF1/0Umc4naMPeqt",
+	"YoYOlLg3i51xUjTteydfvjYxdMkfUKDWdaNzkSzpwlAbTt32/+Wr5R9ndByr0lUK3hHL+NHDa+/71+//",
+	"GwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

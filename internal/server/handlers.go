@@ -66,14 +66,24 @@ func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.U
 
 func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
 	ack, err := h.svc.LogChunk(ctx, r.Body)
-	if err == nil {
-		h.metrics.chunks.Inc()
-		h.metrics.logBytes.Add(float64(len(r.Body.Data)))
-	}
 	if err != nil {
 		return api.LogChunkdefaultJSONResponse(errResp(err)), nil
 	}
+	h.metrics.chunks.Inc()
+	h.metrics.logBytes.Add(float64(len(r.Body.Data)))
 	return api.LogChunk200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
+func (h *handlers) LogChunks(ctx context.Context, r api.LogChunksRequestObject) (api.LogChunksResponseObject, error) {
+	ack, err := h.svc.LogChunks(ctx, r.Body.Chunks)
+	if err != nil {
+		return api.LogChunksdefaultJSONResponse(errResp(err)), nil
+	}
+	h.metrics.chunks.Add(float64(len(r.Body.Chunks)))
+	for _, c := range r.Body.Chunks {
+		h.metrics.logBytes.Add(float64(len(c.Data)))
+	}
+	return api.LogChunks200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
 func (h *handlers) Finalize(ctx context.Context, r api.FinalizeRequestObject) (api.FinalizeResponseObject, error) {

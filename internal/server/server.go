@@ -34,6 +34,7 @@ const BasePath = "/api/v1"
 const (
 	MaxLogBody   = 4 << 20
 	MaxEventBody = 1 << 20
+	MaxLogsBody  = 12 << 20 // service.MaxBatchData of data, base64-encoded, plus JSON
 )
 
 // Config configures a Server.
@@ -82,6 +83,7 @@ var routes = map[string]route{
 	"POST /events/phase":            {"Phase", auth.RoleRunner, body[api.PhaseEvent], MaxEventBody},
 	"POST /events/update":           {"Update", auth.RoleRunner, body[api.Update], MaxEventBody},
 	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
+	"POST /events/logs":             {"LogChunks", auth.RoleRunner, body[api.LogChunks], MaxLogsBody},
 	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxEventBody},
 	"POST /gates/check":             {"GateCheck", auth.RoleRunner, body[api.GateCheck], MaxEventBody},
 	"POST /gates/revoke":            {"GateRevoke", auth.RoleRunner, body[api.GateRevoke], MaxEventBody},

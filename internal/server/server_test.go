@@ -72,7 +72,7 @@ type testServer struct {
 	store store.Store
 }
 
-func newTestServer(t *testing.T, s store.Store, tweak func(*Config)) *testServer {
+func newTestServer(t testing.TB, s store.Store, tweak func(*Config)) *testServer {
 	t.Helper()
 	a := &auth.Authenticator{}
 	if err := a.ParseTokens("tokens.hcl", []byte(testTokens)); err != nil {
@@ -221,7 +221,17 @@ func TestIdempotentEventsAndCancelOverHTTP(t *testing.T) {
 					t.Fatalf("log: %d %v", status, out)
 				}
 			}
-			_, out, _ := ts.call(t, "viewer", "GET", "/executions/e1/log?stack=a", nil)
+			batch := map[string]any{"chunks": []any{chunk, map[string]any{"execution_id": "e1", "stack": "b", "generation": 1, "offset": 0, "data": b64("bee\n")}}}
+			for i := 0; i < 2; i++ {
+				if status, out, _ := ts.call(t, "runner", "POST", "/events/logs", batch); status != 200 || len(out) != 0 {
+					t.Fatalf("logs batch: %d %v", status, out)
+				}
+			}
+			_, out, _ := ts.call(t, "viewer", "GET", "/executions/e1/log?stack=b", nil)
+			if data, _ := base64.StdEncoding.DecodeString(fmt.Sprint(out["data"])); string(data) != "bee\n" {
+				t.Fatalf("batched chunk read %v", out)
+			}
+			_, out, _ = ts.call(t, "viewer", "GET", "/executions/e1/log?stack=a", nil)
 			data, _ := base64.StdEncoding.DecodeString(fmt.Sprint(out["data"]))
 			if string(data) != "hello\n" || out["next_offset"] != float64(6) {
 				t.Fatalf("log read %v (%q)", out, data)

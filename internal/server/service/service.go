@@ -94,15 +94,22 @@ func (s *Service) ttl(env string, lease bool) time.Duration {
 	return DefaultClaimTTL
 }
 
-func ackOf(e *store.Execution) api.Ack {
-	if e.Cancelled {
-		reason := e.CancelReason
-		if reason == "" {
-			reason = "cancelled by an administrator"
-		}
-		return api.Ack{Cancel: true, Reason: reason}
+func ackOf(e *store.Execution) api.Ack { return cancelAck(e.Cancelled, e.CancelReason) }
+
+func cancelAck(cancelled bool, reason string) api.Ack {
+	if !cancelled {
+		return api.Ack{}
 	}
-	return api.Ack{}
+	if reason == "" {
+		reason = "cancelled by an administrator"
+	}
+	return api.Ack{Cancel: true, Reason: reason}
+}
+
+// eventAck is the Ack of a runner event on execID: whether the runner must stop.
+func eventAck(tx store.Tx, execID string) (api.Ack, error) {
+	cancelled, reason, err := tx.ExecutionCancel(execID)
+	return cancelAck(cancelled, reason), err
 }
 
 func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome, detail string) error {
@@ -198,11 +205,10 @@ func (s *Service) Phase(ctx context.Context, in *api.PhaseEvent) (api.Ack, error
 	}
 	var ack api.Ack
 	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		e, err := tx.Execution(in.ExecutionID)
-		if err != nil {
+		var err error
+		if ack, err = eventAck(tx, in.ExecutionID); err != nil {
 			return err
 		}
-		ack = ackOf(e)
 		added, err := tx.AddPhase(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
 			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at})
 		if err != nil || !added {
@@ -247,11 +253,10 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 	now := s.Now()
 	var ack api.Ack
 	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		e, err := tx.Execution(in.ExecutionID)
-		if err != nil {
+		var err error
+		if ack, err = eventAck(tx, in.ExecutionID); err != nil {
 			return err
 		}
-		ack = ackOf(e)
 		st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
 		if err != nil {
 			return err
@@ -273,41 +278,77 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 	return ack, err
 }
 
-// LogChunk stores log bytes (or a gap) once per (execution, stack, generation, offset).
-func (s *Service) LogChunk(ctx context.Context, in *api.LogChunk) (api.Ack, error) {
+func checkChunk(in *api.LogChunk) error {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
-		return api.Ack{}, err
+		return err
 	}
 	if err := checkName("stack", in.Stack); err != nil {
-		return api.Ack{}, err
+		return err
 	}
 	switch {
 	case in.Generation < 0:
-		return api.Ack{}, invalid("generation %d is negative", in.Generation)
+		return invalid("generation %d is negative", in.Generation)
 	case in.Offset < 0:
-		return api.Ack{}, invalid("offset %d is negative", in.Offset)
+		return invalid("offset %d is negative", in.Offset)
 	case in.GapLength < 0:
-		return api.Ack{}, invalid("gap_length %d is negative", in.GapLength)
+		return invalid("gap_length %d is negative", in.GapLength)
 	case in.GapLength > 0 && len(in.Data) > 0:
-		return api.Ack{}, invalid("a chunk carries data or records a gap, not both")
+		return invalid("a chunk carries data or records a gap, not both")
 	case len(in.Data) > MaxLogChunk:
-		return api.Ack{}, invalid("chunk of %d bytes exceeds %d", len(in.Data), MaxLogChunk)
+		return invalid("chunk of %d bytes exceeds %d", len(in.Data), MaxLogChunk)
 	case in.GapLength == 0 && len(in.Data) == 0:
-		return api.Ack{}, invalid("chunk has neither data nor gap_length")
+		return invalid("chunk has neither data nor gap_length")
 	}
+	return nil
+}
+
+// LogChunk stores log bytes (or a gap) once per (execution, stack, generation, offset).
+func (s *Service) LogChunk(ctx context.Context, in *api.LogChunk) (api.Ack, error) {
+	return s.LogChunks(ctx, []api.LogChunk{*in})
+}
+
+// MaxBatchData bounds the log bytes one LogChunks call carries.
+const MaxBatchData = 8 << 20
+
+// LogChunks stores several chunks of one execution in one transaction, each once per
+// (execution, stack, generation, offset).
+func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack, error) {
+	if len(chunks) == 0 {
+		return api.Ack{}, invalid("chunks is empty")
+	}
+	total := 0
+	for i := range chunks {
+		if err := checkChunk(&chunks[i]); err != nil {
+			return api.Ack{}, err
+		}
+		if chunks[i].ExecutionID != chunks[0].ExecutionID {
+			return api.Ack{}, invalid("chunks name executions %q and %q; one request carries one execution", chunks[0].ExecutionID, chunks[i].ExecutionID)
+		}
+		total += len(chunks[i].Data)
+	}
+	if total > MaxBatchData {
+		return api.Ack{}, invalid("chunks carry %d bytes, more than %d", total, MaxBatchData)
+	}
+	execID := chunks[0].ExecutionID
 	var ack api.Ack
 	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		e, err := tx.Execution(in.ExecutionID)
-		if err != nil {
+		var err error
+		if ack, err = eventAck(tx, execID); err != nil {
 			return err
 		}
-		ack = ackOf(e)
-		added, err := tx.AddLogChunk(store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
-			Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength})
-		if err != nil || !added {
-			return err
+		changed := false
+		for _, in := range chunks {
+			added, err := tx.AddLogChunk(store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
+				Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength})
+			if err != nil {
+				return err
+			}
+			changed = changed || added
 		}
-		return tx.Notify(in.ExecutionID)
+		if !changed {
+			return nil
+		}
+		return tx.Notify(execID)
 	})
 	return ack, err
 }

@@ -506,3 +506,44 @@ environment "p" {}`: "defined twice",
 		}
 	}
 }
+
+func TestLogChunksBatch(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		f.must(err)
+		batch := []api.LogChunk{
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("a0 ")},
+			{ExecutionID: "e1", Stack: "b", Generation: 1, Offset: 0, Data: []byte("b0 ")},
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("a1 ")},
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("XX ")}, // duplicate key: first wins
+		}
+		_, err = f.LogChunks(ctx, batch)
+		f.must(err)
+		_, err = f.LogChunks(ctx, batch) // a retry of the whole batch
+		f.must(err)
+		for stack, want := range map[string]string{"a": "a0 a1 ", "b": "b0 "} {
+			sl, err := f.LogRead(ctx, "e1", stack, 0, true, 0, 100)
+			f.must(err)
+			if string(sl.Data) != want {
+				t.Errorf("stack %s: %q, want %q", stack, sl.Data, want)
+			}
+		}
+		// A batch with one bad chunk stores nothing.
+		_, err = f.LogChunks(ctx, []api.LogChunk{
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 6, Data: []byte("a2 ")},
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: -1, Data: []byte("bad")},
+		})
+		wantErr(t, err, store.ErrInvalid, "negative")
+		_, err = f.LogChunks(ctx, []api.LogChunk{
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 6, Data: []byte("a2 ")},
+			{ExecutionID: "other", Stack: "a", Generation: 1, Offset: 0, Data: []byte("x")},
+		})
+		wantErr(t, err, store.ErrInvalid, "one execution")
+		_, err = f.LogChunks(ctx, []api.LogChunk{{ExecutionID: "missing", Stack: "a", Generation: 1, Data: []byte("x")}})
+		wantErr(t, err, store.ErrNotFound, "")
+		sl, _ := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
+		if string(sl.Data) != "a0 a1 " {
+			t.Fatalf("rejected batch stored something: %q", sl.Data)
+		}
+	})
+}

@@ -109,6 +109,9 @@ type Tx interface {
 	CreateExecution(e *Execution) (created bool, err error)
 	// Execution returns one execution or ErrNotFound.
 	Execution(id string) (*Execution, error)
+	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound: the
+	// cheap check every runner event makes.
+	ExecutionCancel(id string) (cancelled bool, reason string, err error)
 	// SaveExecution writes the mutable fields of an existing execution.
 	SaveExecution(e *Execution) error
 	// Executions lists executions newest first.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -26,7 +27,9 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	// in the OS page cache before it is acknowledged; only an OS crash can lose the last ones.
 	pragmas := url.Values{"_pragma": {"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)"}}
 	dsn := "file:" + path + "?" + pragmas.Encode()
-	wdb, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
+	// The writer never checkpoints inside a commit (that stalls every queued write); a
+	// background goroutine checkpoints passively instead.
+	wdb, err := sql.Open("sqlite", dsn+"&_txlock=immediate&_pragma=wal_autocheckpoint(0)")
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +53,25 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 		_ = rdb.Close()
 		return nil, err
 	}
+	go checkpoint(s, rdb)
 	return s, nil
+}
+
+// CheckpointEvery is how often the WAL is copied back into the database file.
+const CheckpointEvery = 500 * time.Millisecond
+
+func checkpoint(s *sqlstore.DB, rdb *sql.DB) {
+	t := time.NewTicker(CheckpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.Closed():
+			return
+		case <-t.C:
+			// PASSIVE never blocks the writer; what it cannot copy now it copies next time.
+			_, _ = rdb.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		}
+	}
 }
 
 var dialect = sqlstore.Dialect{
@@ -58,6 +79,7 @@ var dialect = sqlstore.Dialect{
 	IDType:      "INTEGER PRIMARY KEY AUTOINCREMENT",
 	BlobType:    "BLOB",
 	GroupCommit: true,
+	Prepare:     true,
 	MapError:    mapError,
 }
 

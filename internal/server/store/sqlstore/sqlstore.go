@@ -38,6 +38,8 @@ type Dialect struct {
 	NotifySQL string
 	// Channel is the notification channel name.
 	Channel string
+	// Prepare caches prepared statements (for drivers that do not cache them themselves).
+	Prepare bool
 	// GroupCommit batches concurrent writes into one transaction (savepoint per write) on a
 	// single writer goroutine; for backends with one writer (SQLite).
 	GroupCommit bool
@@ -52,13 +54,14 @@ type Dialect struct {
 
 // DB is a store.Store over a database/sql handle.
 type DB struct {
-	d      Dialect
-	wdb    *sql.DB
-	rdb    *sql.DB
-	jobs   chan *job
-	stop   chan struct{}
-	done   chan struct{}
-	closed sync.Once
+	d       Dialect
+	wdb     *sql.DB
+	rdb     *sql.DB
+	jobs    chan *job
+	stop    chan struct{}
+	done    chan struct{}
+	closed  sync.Once
+	closing chan struct{}
 
 	mu        sync.Mutex
 	listeners map[int]func(string)
@@ -66,23 +69,53 @@ type DB struct {
 
 	qmu    sync.RWMutex
 	qcache map[string]string
+
+	smu    sync.Mutex
+	stmts  map[string]*sql.Stmt
+	wanted map[string]bool
 }
+
+// prepared returns the cached prepared statement of query on the writer connection, or nil
+// after noting it for the writer to prepare between batches (the single writer connection is
+// busy inside the current transaction).
+func (s *DB) prepared(query string) *sql.Stmt {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	st, ok := s.stmts[query]
+	if !ok {
+		s.wanted[query] = true
+	}
+	return st
+}
+
+// prepareWanted prepares noted statements; the writer calls it with no transaction open.
+func (s *DB) prepareWanted() {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	for q := range s.wanted {
+		if st, err := s.wdb.Prepare(q); err == nil {
+			s.stmts[q] = st
+		}
+		delete(s.wanted, q)
+	}
+}
+
+// Linger is how long the writer waits to grow a batch after its first write.
+var Linger = 300 * time.Microsecond
 
 // MaxBatch bounds how many writes one group commit holds.
 const MaxBatch = 512
 
 type job struct {
-	ctx  context.Context
-	fn   func(store.Tx) error
-	err  chan error
-	ids  []string
-	done bool
+	ctx context.Context
+	fn  func(store.Tx) error
+	err chan error
 }
 
 // Open migrates the database and returns the store. wdb receives writes; rdb (which may be wdb)
 // receives reads. With GroupCommit, wdb must allow exactly one connection.
 func Open(ctx context.Context, d Dialect, wdb, rdb *sql.DB) (*DB, error) {
-	s := &DB{d: d, wdb: wdb, rdb: rdb, listeners: map[int]func(string){}, qcache: map[string]string{}}
+	s := &DB{d: d, wdb: wdb, rdb: rdb, closing: make(chan struct{}), listeners: map[int]func(string){}, qcache: map[string]string{}, stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}}
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -95,6 +128,9 @@ func Open(ctx context.Context, d Dialect, wdb, rdb *sql.DB) (*DB, error) {
 	return s, nil
 }
 
+// Closed is closed when Close starts.
+func (s *DB) Closed() <-chan struct{} { return s.closing }
+
 // Kind names the backend.
 func (s *DB) Kind() string { return s.d.Name }
 
@@ -102,10 +138,16 @@ func (s *DB) Kind() string { return s.d.Name }
 func (s *DB) Close() error {
 	var err error
 	s.closed.Do(func() {
+		close(s.closing)
 		if s.stop != nil {
 			close(s.stop)
 			<-s.done
 		}
+		s.smu.Lock()
+		for _, st := range s.stmts {
+			_ = st.Close()
+		}
+		s.smu.Unlock()
 		err = s.wdb.Close()
 		if s.rdb != s.wdb {
 			if e := s.rdb.Close(); err == nil {
@@ -275,7 +317,7 @@ func (s *DB) Read(ctx context.Context, fn func(store.Tx) error) error {
 		return s.mapErr(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	return s.mapErr(fn(&sqlTx{s: s, ctx: ctx, tx: tx}))
+	return s.mapErr(fn(&sqlTx{s: s, ctx: ctx, tx: tx, db: s.rdb}))
 }
 
 // Write runs fn in a read-write transaction (grouped with concurrent writes under GroupCommit).
@@ -336,7 +378,7 @@ func (s *DB) writeOnce(ctx context.Context, fn func(store.Tx) error) ([]string, 
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	t := &sqlTx{s: s, ctx: ctx, tx: tx}
+	t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb}
 	if err := callSafely(fn, t); err != nil {
 		return nil, err
 	}
@@ -370,16 +412,22 @@ func (s *DB) writer() {
 			return
 		}
 		batch := []*job{first}
+		// Linger briefly for more writes: one commit for many is what makes SQLite fast.
+		linger := time.NewTimer(Linger)
 	drain:
 		for len(batch) < MaxBatch {
 			select {
 			case j := <-s.jobs:
 				batch = append(batch, j)
-			default:
+			case <-linger.C:
 				break drain
 			}
 		}
+		linger.Stop()
 		s.runBatch(batch)
+		if s.d.Prepare {
+			s.prepareWanted()
+		}
 	}
 }
 
@@ -395,7 +443,6 @@ func (s *DB) failPending() {
 }
 
 func (s *DB) runBatch(batch []*job) {
-	ctx := context.Background()
 	live := batch[:0]
 	for _, j := range batch {
 		if err := j.ctx.Err(); err != nil {
@@ -407,33 +454,14 @@ func (s *DB) runBatch(batch []*job) {
 	if len(live) == 0 {
 		return
 	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	// Optimistic pass: every write in one transaction without savepoints. When one fails, the
+	// whole transaction is rolled back and the batch runs again with a savepoint per write, so
+	// a failed write never takes the others down with it.
+	results, notify, err := s.tryBatch(live, false)
+	if err == errRetryIsolated {
+		results, notify, err = s.tryBatch(live, true)
+	}
 	if err != nil {
-		for _, j := range live {
-			j.err <- s.mapErr(err)
-		}
-		return
-	}
-	results := make([]error, len(live))
-	var notify []string
-	for i, j := range live {
-		t := &sqlTx{s: s, ctx: ctx, tx: tx}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
-			results[i] = err
-			continue
-		}
-		if err := callSafely(j.fn, t); err != nil {
-			results[i] = err
-			_, _ = tx.ExecContext(ctx, "ROLLBACK TO w")
-		} else {
-			notify = append(notify, t.notify...)
-		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil && results[i] == nil {
-			results[i] = err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		_ = tx.Rollback()
 		for _, j := range live {
 			j.err <- s.mapErr(err)
 		}
@@ -443,6 +471,50 @@ func (s *DB) runBatch(batch []*job) {
 		j.err <- s.mapErr(results[i])
 	}
 	s.dispatchLocal(dedup(notify))
+}
+
+var errRetryIsolated = errors.New("a write in the batch failed; retry with savepoints")
+
+// tryBatch runs jobs in one transaction and commits it. Without isolation it gives up with
+// errRetryIsolated at the first failing job.
+func (s *DB) tryBatch(jobs []*job, isolate bool) ([]error, []string, error) {
+	ctx := context.Background()
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	results := make([]error, len(jobs))
+	var notify []string
+	for i, j := range jobs {
+		t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb}
+		if isolate {
+			if _, err := t.exec("SAVEPOINT w"); err != nil {
+				results[i] = err
+				continue
+			}
+		}
+		err := callSafely(j.fn, t)
+		switch {
+		case err != nil && !isolate:
+			_ = tx.Rollback()
+			return nil, nil, errRetryIsolated
+		case err != nil:
+			results[i] = err
+			_, _ = t.exec("ROLLBACK TO w")
+		default:
+			notify = append(notify, t.notify...)
+		}
+		if isolate {
+			if _, err := t.exec("RELEASE w"); err != nil && results[i] == nil {
+				results[i] = err
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		return nil, nil, err
+	}
+	return results, notify, nil
 }
 
 func dedup(ids []string) []string {

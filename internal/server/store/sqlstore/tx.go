@@ -19,7 +19,21 @@ type sqlTx struct {
 	s      *DB
 	ctx    context.Context
 	tx     *sql.Tx
+	db     *sql.DB
 	notify []string
+}
+
+// stmt returns the cached prepared statement for query bound to this write transaction, or nil
+// (run the query text) when the dialect does not cache statements or it is not prepared yet.
+func (t *sqlTx) stmt(query string) (*sql.Stmt, error) {
+	if !t.s.d.Prepare || t.db != t.s.wdb {
+		return nil, nil
+	}
+	st := t.s.prepared(t.s.q(query))
+	if st == nil {
+		return nil, nil
+	}
+	return t.tx.StmtContext(t.ctx, st), nil
 }
 
 func ns(t time.Time) int64 {
@@ -58,7 +72,15 @@ func fromJSON(s string, v any) {
 }
 
 func (t *sqlTx) exec(query string, args ...any) (int64, error) {
-	res, err := t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+	var res sql.Result
+	st, err := t.stmt(query)
+	switch {
+	case err != nil:
+	case st != nil:
+		res, err = st.ExecContext(t.ctx, args...)
+	default:
+		res, err = t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+	}
 	if err != nil {
 		return 0, t.s.mapErr(err)
 	}
@@ -67,7 +89,15 @@ func (t *sqlTx) exec(query string, args ...any) (int64, error) {
 }
 
 func (t *sqlTx) query(query string, args ...any) (*sql.Rows, error) {
-	rows, err := t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+	var rows *sql.Rows
+	st, err := t.stmt(query)
+	switch {
+	case err != nil:
+	case st != nil:
+		rows, err = st.QueryContext(t.ctx, args...)
+	default:
+		rows, err = t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+	}
 	if err != nil {
 		return nil, t.s.mapErr(err)
 	}
@@ -75,6 +105,9 @@ func (t *sqlTx) query(query string, args ...any) (*sql.Rows, error) {
 }
 
 func (t *sqlTx) row(query string, args ...any) *sql.Row {
+	if st, err := t.stmt(query); err == nil && st != nil {
+		return st.QueryRowContext(t.ctx, args...)
+	}
 	return t.tx.QueryRowContext(t.ctx, t.s.q(query), args...)
 }
 
@@ -150,6 +183,16 @@ func (t *sqlTx) Execution(id string) (*store.Execution, error) {
 		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
 	return e, t.s.mapErr(err)
+}
+
+func (t *sqlTx) ExecutionCancel(id string) (bool, string, error) {
+	var cancelled int64
+	var reason string
+	err := t.row("SELECT cancelled, cancel_reason FROM executions WHERE id = ?", id).Scan(&cancelled, &reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, "", fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	return cancelled != 0, reason, t.s.mapErr(err)
 }
 
 func (t *sqlTx) SaveExecution(e *store.Execution) error {

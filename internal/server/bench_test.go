@@ -1,0 +1,147 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// Benchmark shape: benchClients concurrent runner clients over loopback HTTP. Half stream one
+// stack's log each in chunks of benchChunk bytes, one chunk per request (POST /events/log) or
+// benchBatch per request (POST /events/logs); the other half post events (phase and update,
+// alternating) as fast as they are answered. b.N counts requests of both kinds.
+const (
+	benchChunk      = 512
+	benchClients    = 16
+	benchBatch      = 16
+)
+
+// BenchmarkIngest reports chunks/s, events/s and the p99 request latency in ms.
+func BenchmarkIngest(b *testing.B) {
+	for _, be := range storetest.Backends() {
+		b.Run(be.Name, func(b *testing.B) {
+			for _, per := range []int{1, benchBatch} {
+				name := "chunk-per-request"
+				if per > 1 {
+					name = fmt.Sprintf("batches-of-%d", per)
+				}
+				b.Run(name, func(b *testing.B) {
+					ts := newTestServer(b, be.Open(b), func(c *Config) { c.RateLimit = 1e9 })
+					benchIngest(b, ts, per)
+				})
+			}
+		})
+	}
+}
+
+func benchIngest(b *testing.B, ts *testServer, per int) {
+	transport := &http.Transport{MaxIdleConns: benchClients * 2, MaxIdleConnsPerHost: benchClients * 2, MaxConnsPerHost: benchClients * 2}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	defer transport.CloseIdleConnections()
+	post := func(path string, body []byte) error {
+		req, _ := http.NewRequest("POST", ts.URL+BasePath+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tokenOf["runner"])
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: status %d", path, resp.StatusCode)
+		}
+		return nil
+	}
+	stacks := make([]string, benchClients)
+	for i := range stacks {
+		stacks[i] = fmt.Sprintf("stacks/s%02d", i)
+	}
+	init := fmt.Sprintf(`{"execution_id":"bench","environment":"prod","op":"plan","stacks":["%s"]}`, strings.Join(stacks, `","`))
+	if err := post("/events/init", []byte(init)); err != nil {
+		b.Fatal(err)
+	}
+	data := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("terraform output line ...\n"), benchChunk/26+1)[:benchChunk])
+	var next atomic.Int64
+	var chunks, evs atomic.Int64
+	lat := make([][]time.Duration, benchClients)
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := 0; c < benchClients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stack := stacks[c]
+			var off, seq int64
+			var body []byte
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				t0 := time.Now()
+				var err error
+				if c%2 == 1 {
+					seq++
+					if seq%2 == 0 {
+						body = fmt.Appendf(body[:0], `{"execution_id":"bench","stack":%q,"phase":"plan","seq":%d}`, stack, seq)
+						err = post("/events/phase", body)
+					} else {
+						body = fmt.Appendf(body[:0], `{"execution_id":"bench","stack":%q,"seq":%d,"status":"running"}`, stack, seq)
+						err = post("/events/update", body)
+					}
+					evs.Add(1)
+				} else if per == 1 {
+					body = fmt.Appendf(body[:0], `{"execution_id":"bench","stack":%q,"generation":1,"offset":%d,"data":"%s"}`, stack, off, data)
+					err = post("/events/log", body)
+					off += benchChunk
+					chunks.Add(1)
+				} else {
+					body = append(body[:0], `{"chunks":[`...)
+					for k := 0; k < per; k++ {
+						if k > 0 {
+							body = append(body, ',')
+						}
+						body = fmt.Appendf(body, `{"execution_id":"bench","stack":%q,"generation":1,"offset":%d,"data":"%s"}`, stack, off, data)
+						off += benchChunk
+					}
+					body = append(body, "]}"...)
+					err = post("/events/logs", body)
+					chunks.Add(int64(per))
+				}
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	p99 := all[(len(all)*99)/100]
+	b.ReportMetric(float64(chunks.Load())/elapsed.Seconds(), "chunks/s")
+	b.ReportMetric(float64(evs.Load())/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}
