@@ -21,9 +21,9 @@ import (
 // benchBatch per request (POST /events/logs); the other half post events (phase and update,
 // alternating) as fast as they are answered. b.N counts requests of both kinds.
 const (
-	benchChunk      = 512
-	benchClients    = 16
-	benchBatch      = 16
+	benchChunk   = 512
+	benchClients = 16
+	benchBatch   = 16
 )
 
 // BenchmarkIngest reports chunks/s, events/s and the p99 request latency in ms.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
@@ -84,6 +85,12 @@ func TestWebPages(t *testing.T) {
 		if !strings.Contains(body, `name="viewport"`) {
 			t.Errorf("%s has no viewport meta (phones)", path)
 		}
+	}
+	// The page cookie authenticates reads only, never a state change.
+	req, _ := http.NewRequest("POST", ts.URL+BasePath+"/claims/release", strings.NewReader(`{"environment":"prod","pr":1}`))
+	req.Header.Set("Cookie", "tfstackplan_token="+tokenOf["admin"])
+	if resp, err := ts.Client().Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("POST with only a cookie: %v %v", resp, err)
 	}
 	if status, _ := ts.page(t, "/ui/executions/nope", viewer); status != 404 {
 		t.Fatalf("unknown execution page: %d", status)
@@ -206,4 +213,42 @@ func TestBrowserLiveUpdates(t *testing.T) {
 	waitTrue("live status table", `document.querySelector('#state').textContent.includes("additive") && document.querySelector('#state').textContent.includes("+3")`)
 	waitTrue("live execution status", `document.querySelector('#exec-status').textContent.trim().startsWith("succeeded")`)
 	waitTrue("no reload happened", `window.__notReloaded === true`)
+}
+
+// TestReplicasShareLivePages runs two servers on one PostgreSQL schema: a page stream open on
+// one replica receives a log chunk posted to the other.
+func TestReplicasShareLivePages(t *testing.T) {
+	u, channel := storetest.PostgresURL(t)
+	open := func() *testServer {
+		s, err := postgres.Open(context.Background(), u, postgres.Options{Channel: channel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return newTestServer(t, s, nil)
+	}
+	a, b := open(), open()
+	a.seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.URL+"/ui/stream/executions/web-1", nil)
+	req.Header.Set("Authorization", "Bearer "+tokenOf["viewer"])
+	resp, err := b.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	for lines.Scan() && !strings.Contains(lines.Text(), "net says") {
+	}
+	if status, out, _ := a.call(t, "runner", "POST", "/events/log", map[string]any{"execution_id": "web-1", "stack": "app", "generation": 1, "offset": 0, "data": b64("posted to replica a\n")}); status != 200 {
+		t.Fatalf("log to a: %d %v", status, out)
+	}
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), "posted to replica a") {
+			return
+		}
+	}
+	t.Fatalf("replica b's stream never showed replica a's chunk: %v", lines.Err())
 }

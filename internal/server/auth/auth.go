@@ -173,7 +173,8 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 		return Anonymous, nil
 	}
 	token, ok := bearer(r)
-	if !ok {
+	// The page cookie only authenticates reads: a state change always needs the header.
+	if !ok && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		if c, err := r.Cookie(CookieName); err == nil {
 			token, ok = c.Value, c.Value != ""
 		}
