@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -223,6 +224,44 @@ func (h *handlers) Health(ctx context.Context, _ api.HealthRequestObject) (api.H
 		return api.HealthdefaultJSONResponse(errResp(err)), nil
 	}
 	return api.Health200JSONResponse{Status: "ok", Version: buildinfo.Version(), Store: h.svc.Store.Kind()}, nil
+}
+
+// directFunc serves an operation whose body the guard already decoded strictly.
+type directFunc func(ctx context.Context, w http.ResponseWriter, body any) error
+
+// direct returns, for the hot runner events, a path through the same strict-interface methods
+// and generated response visitors that spares the generated code's second JSON decode.
+func (h *handlers) direct() map[string]directFunc {
+	return map[string]directFunc{
+		"LogChunk": func(ctx context.Context, w http.ResponseWriter, body any) error {
+			resp, err := h.LogChunk(ctx, api.LogChunkRequestObject{Body: body.(*api.LogChunk)})
+			if err != nil {
+				return err
+			}
+			return resp.VisitLogChunkResponse(w)
+		},
+		"LogChunks": func(ctx context.Context, w http.ResponseWriter, body any) error {
+			resp, err := h.LogChunks(ctx, api.LogChunksRequestObject{Body: body.(*api.LogChunks)})
+			if err != nil {
+				return err
+			}
+			return resp.VisitLogChunksResponse(w)
+		},
+		"Phase": func(ctx context.Context, w http.ResponseWriter, body any) error {
+			resp, err := h.Phase(ctx, api.PhaseRequestObject{Body: body.(*api.PhaseEvent)})
+			if err != nil {
+				return err
+			}
+			return resp.VisitPhaseResponse(w)
+		},
+		"Update": func(ctx context.Context, w http.ResponseWriter, body any) error {
+			resp, err := h.Update(ctx, api.UpdateRequestObject{Body: body.(*api.Update)})
+			if err != nil {
+				return err
+			}
+			return resp.VisitUpdateResponse(w)
+		},
+	}
 }
 
 // nonNil makes empty lists encode as [] rather than null.

@@ -61,6 +61,7 @@ type Server struct {
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter
 
+	direct      map[string]directFunc
 	streamsDone chan struct{}
 	closeOnce   sync.Once
 }
@@ -153,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg), limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
 	h := &handlers{svc: cfg.Service, metrics: s.metrics}
+	s.direct = h.direct()
 	strict := api.NewStrictHandlerWithOptions(h, nil, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
@@ -246,8 +248,15 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		if rt.body != nil {
-			if err := strictBody(r, rt); err != nil {
+			body, err := strictBody(r, rt)
+			if err != nil {
 				writeError(rec, err)
+				return
+			}
+			if direct := s.direct[rt.op]; direct != nil {
+				if err := direct(r.Context(), rec, body); err != nil {
+					writeError(rec, err)
+				}
 				return
 			}
 		}
@@ -256,27 +265,28 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
-// strictBody reads the body within the route's limit, rejects unknown fields and trailing data,
-// and puts the bytes back for the generated decoder.
-func strictBody(r *http.Request, rt route) error {
+// strictBody reads the body within the route's limit, decodes it rejecting unknown fields and
+// trailing data, and puts the bytes back for the generated decoder.
+func strictBody(r *http.Request, rt route) (any, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, rt.limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("%w: the limit for %s is %d bytes", errTooLarge, rt.op, rt.limit)
+			return nil, fmt.Errorf("%w: the limit for %s is %d bytes", errTooLarge, rt.op, rt.limit)
 		}
-		return fmt.Errorf("%w: reading body: %v", errInvalidBody, err)
+		return nil, fmt.Errorf("%w: reading body: %v", errInvalidBody, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(rt.body()); err != nil {
-		return fmt.Errorf("%w: %s body: %v", errInvalidBody, rt.op, err)
+	body := rt.body()
+	if err := dec.Decode(body); err != nil {
+		return nil, fmt.Errorf("%w: %s body: %v", errInvalidBody, rt.op, err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: %s body: data after the JSON object", errInvalidBody, rt.op)
+		return nil, fmt.Errorf("%w: %s body: data after the JSON object", errInvalidBody, rt.op)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
-	return nil
+	return body, nil
 }
 
 // webGuard authenticates web pages: viewers may read them.

@@ -336,17 +336,14 @@ func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack
 		if ack, err = eventAck(tx, execID); err != nil {
 			return err
 		}
-		changed := false
-		for _, in := range chunks {
-			added, err := tx.AddLogChunk(store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
-				Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength})
-			if err != nil {
-				return err
-			}
-			changed = changed || added
+		rows := make([]store.LogChunk, len(chunks))
+		for i, in := range chunks {
+			rows[i] = store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
+				Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength}
 		}
-		if !changed {
-			return nil
+		added, err := tx.AddLogChunks(rows)
+		if err != nil || added == 0 {
+			return err
 		}
 		return tx.Notify(execID)
 	})

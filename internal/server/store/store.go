@@ -131,6 +131,8 @@ type Tx interface {
 
 	// AddLogChunk stores a chunk once per (execution, stack, generation, offset).
 	AddLogChunk(c LogChunk) (added bool, err error)
+	// AddLogChunks stores several chunks, each once; it returns how many were new.
+	AddLogChunks(cs []LogChunk) (added int64, err error)
 	// LogChunks returns chunks of one generation overlapping [from, ∞), ordered by offset,
 	// stopping after about maxBytes of data.
 	LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]LogChunk, error)

@@ -327,7 +327,7 @@ func (t *sqlTx) AddPhase(p store.Phase) (bool, error) {
 	return n > 0, err
 }
 
-func (t *sqlTx) AddLogChunk(c store.LogChunk) (bool, error) {
+func chunkArgs(c store.LogChunk) []any {
 	size := int64(len(c.Data))
 	if c.GapLength > 0 {
 		size = c.GapLength
@@ -336,10 +336,37 @@ func (t *sqlTx) AddLogChunk(c store.LogChunk) (bool, error) {
 	if data == nil {
 		data = []byte{}
 	}
-	n, err := t.exec("INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) VALUES (?,?,?,?,?,?,?) "+
-		"ON CONFLICT (execution_id, stack, generation, off) DO NOTHING",
-		c.ExecutionID, c.Stack, c.Generation, c.Offset, data, size, c.GapLength)
+	return []any{c.ExecutionID, c.Stack, c.Generation, c.Offset, data, size, c.GapLength}
+}
+
+const chunkInsert = "INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) VALUES "
+const chunkRow = "(?,?,?,?,?,?,?)"
+const chunkConflict = " ON CONFLICT (execution_id, stack, generation, off) DO NOTHING"
+
+func (t *sqlTx) AddLogChunk(c store.LogChunk) (bool, error) {
+	n, err := t.exec(chunkInsert+chunkRow+chunkConflict, chunkArgs(c)...)
 	return n > 0, err
+}
+
+// maxRowsPerInsert keeps multi-row inserts to a few distinct (cacheable) statements.
+const maxRowsPerInsert = 32
+
+func (t *sqlTx) AddLogChunks(cs []store.LogChunk) (int64, error) {
+	var added int64
+	for len(cs) > 0 {
+		k := min(len(cs), maxRowsPerInsert)
+		args := make([]any, 0, 7*k)
+		for _, c := range cs[:k] {
+			args = append(args, chunkArgs(c)...)
+		}
+		n, err := t.exec(chunkInsert+strings.Repeat(chunkRow+",", k-1)+chunkRow+chunkConflict, args...)
+		if err != nil {
+			return added, err
+		}
+		added += n
+		cs = cs[k:]
+	}
+	return added, nil
 }
 
 func (t *sqlTx) LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]store.LogChunk, error) {
