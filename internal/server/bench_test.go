@@ -19,7 +19,8 @@ import (
 // Benchmark shape: benchClients concurrent runner clients over loopback HTTP. Half stream one
 // stack's log each in chunks of benchChunk bytes, one chunk per request (POST /events/log) or
 // benchBatch per request (POST /events/logs); the other half post events (phase and update,
-// alternating) as fast as they are answered. b.N counts requests of both kinds.
+// alternating) as fast as they are answered. b.N counts requests of both kinds. The events-only
+// variant has every client post events.
 const (
 	benchChunk   = 512
 	benchClients = 16
@@ -30,10 +31,13 @@ const (
 func BenchmarkIngest(b *testing.B) {
 	for _, be := range storetest.Backends() {
 		b.Run(be.Name, func(b *testing.B) {
-			for _, per := range []int{1, benchBatch} {
+			for _, per := range []int{1, benchBatch, 0} {
 				name := "chunk-per-request"
-				if per > 1 {
+				switch {
+				case per > 1:
 					name = fmt.Sprintf("batches-of-%d", per)
+				case per == 0:
+					name = "events-only"
 				}
 				b.Run(name, func(b *testing.B) {
 					ts := newTestServer(b, be.Open(b), func(c *Config) { c.RateLimit = 1e9 })
@@ -93,7 +97,7 @@ func benchIngest(b *testing.B, ts *testServer, per int) {
 				}
 				t0 := time.Now()
 				var err error
-				if c%2 == 1 {
+				if c%2 == 1 || per == 0 {
 					seq++
 					if seq%2 == 0 {
 						body = fmt.Appendf(body[:0], `{"execution_id":"bench","stack":%q,"phase":"plan","seq":%d}`, stack, seq)
