@@ -57,6 +57,9 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	return s, nil
 }
 
+// MaxWALFrames is the WAL size (in pages) past which a checkpoint restarts the WAL.
+const MaxWALFrames = 64 << 10
+
 // CheckpointEvery is how often the WAL is copied back into the database file.
 const CheckpointEvery = 500 * time.Millisecond
 
@@ -69,7 +72,15 @@ func checkpoint(s *sqlstore.DB, rdb *sql.DB) {
 			return
 		case <-t.C:
 			// PASSIVE never blocks the writer; what it cannot copy now it copies next time.
-			_, _ = rdb.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+			var busy, frames, done int64
+			if rdb.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done) != nil {
+				continue
+			}
+			// A WAL that readers keep from resetting would grow without bound: past the limit,
+			// restart it (this briefly waits for the writer).
+			if frames > MaxWALFrames {
+				_, _ = rdb.Exec("PRAGMA wal_checkpoint(RESTART)")
+			}
 		}
 	}
 }
