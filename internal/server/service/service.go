@@ -617,15 +617,16 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*store.
 			return nil, nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stack, c.PR, c.ExecutionID, in.Environment)
 		}
 	}
-	gates, err := tx.Gates(in.Environment, in.PR)
-	if err != nil {
-		return nil, nil, err
+	// The gates come from the policy applied to the plan being applied (not from the gates the
+	// PR's latest finalize recorded, which may be another commit's).
+	classes := map[string]events.Class{}
+	for n := range want {
+		if c := byName[n].Class; changed(c) {
+			classes[n] = c
+		}
 	}
 	var missing []string
-	for _, g := range gates {
-		if g.ExecutionID != plan.ExecutionID || !touches(g.Stacks, want) {
-			continue
-		}
+	for _, g := range s.Policy.RequiredGates(in.Environment, classes) {
 		grants, err := tx.Grants(store.GrantFilter{Environment: in.Environment, PR: in.PR, Class: g.Class, Target: g.Target, ActiveAt: now})
 		if err != nil {
 			return nil, nil, err
@@ -639,15 +640,6 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*store.
 	}
 	sort.Strings(names)
 	return plan, names, nil
-}
-
-func touches(stacks []string, want map[string]bool) bool {
-	for _, s := range stacks {
-		if want[s] {
-			return true
-		}
-	}
-	return false
 }
 
 // GateRevoke ends an apply's lease; a successful outcome releases the PR's claims.

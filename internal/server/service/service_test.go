@@ -324,6 +324,17 @@ func TestGateCheckVerdicts(t *testing.T) {
 	})
 }
 
+func TestGateFollowsThePlanBeingApplied(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
+		// A later plan of another commit without changes must not un-gate the first commit.
+		f.plan("p2", "prod", 1, "s2", map[string]api.Class{"a": "no-changes"})
+		_, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
+			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
+		wantErr(t, err, store.ErrDenied, "no active grant for gate destructive on **")
+	})
+}
+
 func TestClaimsExpireAndRelease(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "additive", "b": "additive"})
