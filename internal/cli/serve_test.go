@@ -73,7 +73,7 @@ func TestServeRunsAndShutsDownGracefully(t *testing.T) {
 	done := make(chan error, 1)
 	opts := &ServeOptions{IO: &IO{Out: io.Discard, ErrOut: io.Discard}, Listen: "127.0.0.1:0",
 		DB: "sqlite:" + filepath.Join(dir, "s.db"), Tokens: writeServeTokens(t), RateLimit: 100,
-		LogRetention: time.Hour, ShutdownTimeout: 5 * time.Second, Ready: func(a string) { addr <- a }}
+		LogRetention: time.Hour, ShutdownTimeout: time.Minute, Ready: func(a string) { addr <- a }}
 	go func() { done <- runServe(ctx, opts) }()
 	var base string
 	select {
@@ -102,6 +102,14 @@ func TestServeRunsAndShutsDownGracefully(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Fatalf("unauthenticated claims: %d", resp.StatusCode)
 	}
+	// A live page stream stays open until shutdown, which must end it rather than wait for it.
+	req, _ := http.NewRequest("GET", base+"/ui/stream/executions", nil)
+	req.Header.Set("Authorization", "Bearer serve-test-runner-secret")
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil || stream.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", stream, err)
+	}
+	defer stream.Body.Close()
 	cancel()
 	select {
 	case err := <-done:
@@ -109,7 +117,10 @@ func TestServeRunsAndShutsDownGracefully(t *testing.T) {
 			t.Fatalf("shutdown: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not shut down")
+		t.Fatal("serve did not shut down with a live stream open")
+	}
+	if _, err := io.Copy(io.Discard, stream.Body); err != nil && !strings.Contains(err.Error(), "EOF") {
+		t.Logf("stream ended with %v", err)
 	}
 }
 
