@@ -74,6 +74,16 @@ func checkName(field, v string) error {
 	return nil
 }
 
+// checkNames checks (field, value) pairs with checkName.
+func checkNames(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := checkName(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -120,10 +130,7 @@ func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome
 
 // Init starts (or re-announces) an execution; the first stored copy wins.
 func (s *Service) Init(ctx context.Context, in *api.Init) (api.Ack, error) {
-	if err := checkName("execution_id", in.ExecutionID); err != nil {
-		return api.Ack{}, err
-	}
-	if err := checkName("environment", in.Environment); err != nil {
+	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
 		return api.Ack{}, err
 	}
 	if !in.Op.Valid() {
@@ -135,10 +142,7 @@ func (s *Service) Init(ctx context.Context, in *api.Init) (api.Ack, error) {
 		}
 	}
 	for _, e := range in.Edges {
-		if err := checkName("edge from", e.From); err != nil {
-			return api.Ack{}, err
-		}
-		if err := checkName("edge to", e.To); err != nil {
+		if err := checkNames("edge from", e.From, "edge to", e.To); err != nil {
 			return api.Ack{}, err
 		}
 	}
@@ -193,10 +197,8 @@ func (s *Service) stackOrNew(tx store.Tx, execID, name string) (*store.Stack, er
 
 // Phase records that a stack entered a phase; the stack shows its latest phase by seq.
 func (s *Service) Phase(ctx context.Context, in *api.PhaseEvent) (api.Ack, error) {
-	for field, v := range map[string]string{"execution_id": in.ExecutionID, "stack": in.Stack, "phase": in.Phase} {
-		if err := checkName(field, v); err != nil {
-			return api.Ack{}, err
-		}
+	if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack, "phase", in.Phase); err != nil {
+		return api.Ack{}, err
 	}
 	now := s.Now()
 	at := in.At.UTC()
@@ -238,10 +240,7 @@ func (s *Service) Phase(ctx context.Context, in *api.PhaseEvent) (api.Ack, error
 
 // Update records a stack's status and classification; the highest seq wins.
 func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
-	if err := checkName("execution_id", in.ExecutionID); err != nil {
-		return api.Ack{}, err
-	}
-	if err := checkName("stack", in.Stack); err != nil {
+	if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack); err != nil {
 		return api.Ack{}, err
 	}
 	if !in.Status.Valid() {
@@ -503,10 +502,7 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 // GateCheck decides, fail-closed, whether an apply may proceed, and leases the requester when
 // it may. Every decision is audited.
 func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateCheck) (api.GateLease, error) {
-	if err := checkName("execution_id", in.ExecutionID); err != nil {
-		return api.GateLease{}, err
-	}
-	if err := checkName("environment", in.Environment); err != nil {
+	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
 		return api.GateLease{}, err
 	}
 	if in.PR <= 0 {
@@ -725,10 +721,7 @@ func (s *Service) Checks(ctx context.Context, env string, pr int) ([]api.Check, 
 
 // OverrideCheck sets a check's conclusion by hand until the PR's next execution concludes it.
 func (s *Service) OverrideCheck(ctx context.Context, principal string, in *api.ChecksOverride) (api.Ack, error) {
-	if err := checkName("environment", in.Environment); err != nil {
-		return api.Ack{}, err
-	}
-	if err := checkName("check", in.Check); err != nil {
+	if err := checkNames("environment", in.Environment, "check", in.Check); err != nil {
 		return api.Ack{}, err
 	}
 	if in.PR <= 0 {
