@@ -229,6 +229,27 @@ func TestServeCrashKeepsAcknowledgedEvents(t *testing.T) {
 			}
 		}()
 	}
+	// Phase events on stack "ticks", phase name p<seq>: the stack shows the highest seq stored.
+	var lastPhase atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := int64(1); seq < 1000000; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			code, err := postJSON(client, base+"/api/v1/events/phase", token, map[string]any{
+				"execution_id": "crash", "stack": "ticks", "phase": fmt.Sprint("p", seq), "seq": seq})
+			if err != nil {
+				return
+			}
+			if code == 200 {
+				lastPhase.Store(seq)
+			}
+		}
+	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for n.Load() < 2000 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -268,5 +289,25 @@ func TestServeCrashKeepsAcknowledgedEvents(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("%d of %d acknowledged chunks lost", missing, checked)
 	}
-	t.Logf("%d acknowledged chunks all present after kill -9 and restart", checked)
+	req, _ := http.NewRequest("GET", base+"/api/v1/executions/crash", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x struct {
+		Stacks []struct{ Stack, Phase string }
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&x)
+	resp.Body.Close()
+	var shown int64 = -1
+	for _, st := range x.Stacks {
+		if st.Stack == "ticks" {
+			_, _ = fmt.Sscanf(st.Phase, "p%d", &shown)
+		}
+	}
+	if last := lastPhase.Load(); last > 0 && shown < last {
+		t.Fatalf("last acknowledged phase seq %d, stored state shows %d", last, shown)
+	}
+	t.Logf("%d acknowledged chunks and phase seq %d all present after kill -9 and restart", checked, lastPhase.Load())
 }
