@@ -355,6 +355,16 @@ func (c *Client) LogChunk(ctx context.Context, lc events.LogChunk) error {
 	return c.event(ctx, "LogChunk", func(ctx context.Context) (*http.Response, error) { return c.api.LogChunk(ctx, lc) })
 }
 
+// LogChunks posts several chunks of one execution's logs in one request (best-effort); the
+// server stores them together or not at all.
+func (c *Client) LogChunks(ctx context.Context, chunks []events.LogChunk) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	body := api.LogChunks{Chunks: chunks}
+	return c.event(ctx, "LogChunks", func(ctx context.Context) (*http.Response, error) { return c.api.LogChunks(ctx, body) })
+}
+
 // Finalize ends the execution.
 func (c *Client) Finalize(ctx context.Context, f events.Finalize) error {
 	return c.event(ctx, "Finalize", func(ctx context.Context) (*http.Response, error) { return c.api.Finalize(ctx, f) })

@@ -245,3 +245,14 @@ func (m *memServer) AuditList(context.Context, api.AuditListRequestObject) (api.
 func (m *memServer) Health(context.Context, api.HealthRequestObject) (api.HealthResponseObject, error) {
 	return api.Health200JSONResponse{Status: "ok", Store: "memory"}, nil
 }
+
+func (m *memServer) LogChunks(_ context.Context, r api.LogChunksRequestObject) (api.LogChunksResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.logs = append(m.logs, r.Body.Chunks...)
+	id := ""
+	if len(r.Body.Chunks) > 0 {
+		id = r.Body.Chunks[0].ExecutionID
+	}
+	return api.LogChunks200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(id))}, nil
+}

@@ -18,9 +18,9 @@ func clientRoundTripEvents() (events.Init, events.PhaseEvent, events.Update, eve
 	in := events.Init{
 		ExecutionID: "exec-1", Repo: "acme/infra", PR: 42, SHA: "deadbeef", Base: "main",
 		Environment: "prod", Op: events.OpPlan, Actor: "octocat", RunURL: "https://ci.example/run/1",
-		Stacks:  []string{"network", "cluster/a", "odd - name"},
-		Edges:   []events.Edge{{From: "network", To: "cluster/a"}},
-		Reasons: []events.ChangeReason{{Stack: "network", Kind: events.ReasonUnmerged, Raw: "stack has unmerged changes"}},
+		Stacks:    []string{"network", "cluster/a", "odd - name"},
+		Edges:     []events.Edge{{From: "network", To: "cluster/a"}},
+		Reasons:   []events.ChangeReason{{Stack: "network", Kind: events.ReasonUnmerged, Raw: "stack has unmerged changes"}},
 		StartedAt: at,
 	}
 	ph := events.PhaseEvent{ExecutionID: "exec-1", Stack: "network", Phase: "plan", Status: "started", Seq: 1, At: at}
@@ -56,6 +56,13 @@ func TestClientRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+	batch := []events.LogChunk{
+		{ExecutionID: "exec-1", Stack: "network", Generation: 1, Offset: int64(len(lc.Data)), Data: []byte("more\n")},
+		{ExecutionID: "exec-1", Stack: "cluster/a", Generation: 0, Offset: 0, Data: []byte("a\n")},
+	}
+	if err := c.LogChunks(ctx, batch); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Finalize(ctx, fin); err != nil {
 		t.Fatal(err)
@@ -105,6 +112,7 @@ func TestClientRoundTrip(t *testing.T) {
 	check("Phase", mem.phases[0], ph)
 	check("Update", mem.updates[0], up)
 	check("LogChunk", mem.logs[0], lc)
+	check("LogChunks", mem.logs[1:], batch)
 	check("Finalize", mem.finals[0], fin)
 	check("GateCheck", mem.checks[1], gc)
 	check("GateRevoke", mem.revokes[0], gr)
@@ -171,7 +179,7 @@ func TestDisabledClient(t *testing.T) {
 	ctx := context.Background()
 	in, ph, up, lc, fin := clientRoundTripEvents()
 	errs := []error{
-		c.Init(ctx, in), c.Phase(ctx, ph), c.Update(ctx, up), c.LogChunk(ctx, lc), c.Finalize(ctx, fin),
+		c.Init(ctx, in), c.Phase(ctx, ph), c.Update(ctx, up), c.LogChunk(ctx, lc), c.LogChunks(ctx, []events.LogChunk{lc}), c.Finalize(ctx, fin),
 		c.GateRevoke(ctx, events.GateRevoke{ExecutionID: "x"}), c.ClaimsRelease(ctx, "prod", 1, ""),
 		c.AdminChecksOverride(ctx, 1, "prod", "c", "success", "r"), c.AdminExecutionsCancel(ctx, "x", "r"),
 		c.AdminGatesSatisfy(ctx, 1, "prod", "destructive", "*", "r"), c.AdminGrantsRelease(ctx, 1, "prod", "destructive", "*", "r"),
