@@ -63,6 +63,14 @@ type LogPoster interface {
 	LogChunk(ctx context.Context, lc events.LogChunk) error
 }
 
+// LogBatchPoster is implemented by posters that can send several chunks in one request
+// (*Client does, through the LogChunks operation). The pump then groups the chunks of all
+// stacks that are due together, so a busy run costs a few requests per coalescing period
+// instead of one per stack.
+type LogBatchPoster interface {
+	LogChunks(ctx context.Context, chunks []events.LogChunk) error
+}
+
 // PumpOptions tunes a LogPump. Zero fields take the defaults documented on each field.
 type PumpOptions struct {
 	// MaxChunk bounds the file bytes one chunk covers (default 64 KiB). Masking can make Data
@@ -84,6 +92,16 @@ type PumpOptions struct {
 	// SafetyPoll is how often every watched stack is looked at anyway, in case an event was
 	// lost (default 2 s).
 	SafetyPoll time.Duration
+	// MaxBatch bounds the chunks one batch request carries when the poster batches (default
+	// 128); BatchBytes bounds their data (default 2 MiB). NoBatch posts chunk by chunk even
+	// when the poster could batch.
+	MaxBatch   int
+	BatchBytes int
+	NoBatch    bool
+	// MinReadInterval spaces out the reads a burst of file events triggers (default 20 ms):
+	// the first event after a quiet spell is read at once, later ones in a burst at most this
+	// often. Without it a log written in many small pieces wakes the pump once per write.
+	MinReadInterval time.Duration
 	// PostTimeout bounds one post attempt (default 10 s).
 	PostTimeout time.Duration
 	// RetryMin and RetryMax bound the exponential backoff between attempts at the same chunk
@@ -112,9 +130,16 @@ func (o PumpOptions) withDefaults() PumpOptions {
 		o.MaxBuffered = 16 << 20
 	}
 	o.MaxBuffered = max(o.MaxBuffered, int64(o.MaxChunk))
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = 2 << 20
+	}
 	def(&o.Coalesce, 50*time.Millisecond)
 	def(&o.PollInterval, 100*time.Millisecond)
 	def(&o.SafetyPoll, 2*time.Second)
+	def(&o.MinReadInterval, 20*time.Millisecond)
 	def(&o.PostTimeout, 10*time.Second)
 	def(&o.RetryMin, 50*time.Millisecond)
 	def(&o.RetryMax, 2*time.Second)
@@ -190,6 +215,7 @@ type LogPump struct {
 	bg       sync.WaitGroup // dispatcher and poller
 
 	sem        chan struct{}
+	batchCh    chan pumpBatchReq // nil unless the poster batches
 	budget     *byteBudget
 	drainCh    chan struct{} // closed when Drain begins
 	drainCtx   context.Context
@@ -293,6 +319,11 @@ func (p *LogPump) Start(ctx context.Context) error {
 		return nil
 	}
 	p.sem = make(chan struct{}, p.opts.MaxInFlight)
+	if bp, ok := p.poster.(LogBatchPoster); ok && !p.opts.NoBatch {
+		p.batchCh = make(chan pumpBatchReq, p.opts.MaxInFlight)
+		p.bg.Add(1)
+		go p.batcher(bp)
+	}
 	p.budget = newByteBudget(p.opts.MaxBuffered)
 	if !p.opts.Poll {
 		if w, err := fsnotify.NewWatcher(); err == nil {
@@ -334,10 +365,25 @@ func (p *LogPump) launch(s *stackTail) {
 func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 	defer p.bg.Done()
 	base := filepath.Base(p.file)
+	// Writes are throttled per stack: the first write event after a quiet spell wakes the stack
+	// at once, later ones in a burst are folded into one wake-up per MinReadInterval (the
+	// ticker delivers the trailing one), so a log written in many small pieces does not wake
+	// the pump once per write.
+	flush := time.NewTicker(p.opts.MinReadInterval)
+	defer flush.Stop()
+	var deferred []*stackTail
 	for {
 		select {
 		case <-p.stopBg:
 			return
+		case <-flush.C:
+			now := time.Now().UnixNano()
+			for _, s := range deferred {
+				s.writeDeferred = false
+				s.lastWake = now
+				s.poke()
+			}
+			deferred = deferred[:0]
 		case ev, ok := <-w.Events:
 			if !ok {
 				p.pollEverything()
@@ -348,10 +394,18 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 			self := p.byDir[ev.Name]
 			p.mu.Unlock()
 			if filepath.Base(ev.Name) == base {
+				now := time.Now().UnixNano()
 				for _, s := range inDir {
 					if !ev.Has(fsnotify.Write) {
 						s.pathChanged.Store(true)
+					} else if now-s.lastWake < int64(p.opts.MinReadInterval) {
+						if !s.writeDeferred {
+							s.writeDeferred = true
+							deferred = append(deferred, s)
+						}
+						continue
 					}
+					s.lastWake = now
 					s.poke()
 				}
 			}
@@ -561,6 +615,10 @@ type stackTail struct {
 	sentBytes  int64
 	errs       []string
 	refused    bool // a problem with the log file was already recorded
+
+	// owned by the dispatch goroutine: write-event throttling
+	lastWake      int64 // unix nanoseconds of the last write wake-up
+	writeDeferred bool  // a write event waits for the next flush tick
 }
 
 // poke wakes the stack's goroutine without blocking.
@@ -1004,6 +1062,15 @@ func (s *stackTail) post(done chan<- error) {
 	s.queue[0].open = false
 	lc := s.queue[0].lc
 	s.inflight = true
+	if p.batchCh != nil {
+		select {
+		case p.batchCh <- pumpBatchReq{lc: lc, done: done}:
+		case <-p.postCtx.Done():
+			<-p.sem
+			done <- p.postCtx.Err()
+		}
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(p.postCtx, p.opts.PostTimeout)
 		err := p.poster.LogChunk(ctx, lc)
@@ -1011,6 +1078,68 @@ func (s *stackTail) post(done chan<- error) {
 		<-p.sem
 		done <- err
 	}()
+}
+
+// pumpBatchReq is one stack's chunk waiting for a batch; done gets the batch's outcome.
+type pumpBatchReq struct {
+	lc   events.LogChunk
+	done chan<- error
+}
+
+// batcher groups the chunks posted at about the same time into LogChunks requests. It takes
+// whatever is waiting when it is free, so under light load a chunk goes out alone and at once,
+// and under heavy load requests grow instead of multiplying. Every chunk holds a post slot
+// until its batch is answered, so MaxInFlight still bounds what is in flight.
+func (p *LogPump) batcher(bp LogBatchPoster) {
+	defer p.bg.Done()
+	free := make(chan struct{}, 4) // concurrent batch requests
+	for {
+		var first pumpBatchReq
+		select {
+		case first = <-p.batchCh:
+		case <-p.postCtx.Done():
+			return
+		}
+		batch := []pumpBatchReq{first}
+		size := len(first.lc.Data)
+	collect:
+		for len(batch) < p.opts.MaxBatch {
+			select {
+			case r := <-p.batchCh:
+				batch = append(batch, r)
+				if size += len(r.lc.Data); size >= p.opts.BatchBytes {
+					break collect
+				}
+			default:
+				break collect
+			}
+		}
+		select {
+		case free <- struct{}{}:
+		case <-p.postCtx.Done():
+			p.answer(batch, p.postCtx.Err())
+			return
+		}
+		go func() {
+			defer func() { <-free }()
+			chunks := make([]events.LogChunk, len(batch))
+			for i, r := range batch {
+				chunks[i] = r.lc
+			}
+			ctx, cancel := context.WithTimeout(p.postCtx, p.opts.PostTimeout)
+			err := bp.LogChunks(ctx, chunks)
+			cancel()
+			p.answer(batch, err)
+		}()
+	}
+}
+
+// answer releases the batch's post slots and tells each stack the outcome.
+func (p *LogPump) answer(batch []pumpBatchReq, err error) {
+	for _, r := range batch {
+		<-p.sem
+		r.done <- err
+	}
 }
 
 // posted handles the outcome of the post of the head of the queue.

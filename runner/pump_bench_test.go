@@ -2,9 +2,7 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,19 +62,25 @@ func BenchmarkPumpLatency(b *testing.B) {
 		var mu sync.Mutex
 		recv := map[string][]pumpReceipt{}
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var lc events.LogChunk
-			if err := json.NewDecoder(io.LimitReader(r.Body, 4<<20)).Decode(&lc); err != nil {
+			chunks, err := pumpDecodeChunks(r)
+			if err != nil {
 				http.Error(w, `{"code":"INVALID_ARGUMENT","message":"bad chunk"}`, http.StatusBadRequest)
 				return
 			}
 			at := time.Now()
 			mu.Lock()
-			recv[lc.Stack] = append(recv[lc.Stack], pumpReceipt{lc.Generation, lc.Offset, lc.Offset + int64(len(lc.Data)) + lc.GapLength, at})
+			for _, lc := range chunks {
+				recv[lc.Stack] = append(recv[lc.Stack], pumpReceipt{lc.Generation, lc.Offset, lc.Offset + int64(len(lc.Data)) + lc.GapLength, at})
+			}
 			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{}`))
 		}))
-		tr := &http.Transport{MaxIdleConnsPerHost: 64}
-		poster := &pumpHTTPPoster{url: srv.URL, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+		// The real client: it batches (LogChunks) and keeps its own bounds.
+		poster, err := NewClient(srv.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
 		pump := pumpSimple(b, root, poster, PumpOptions{}, stacks...)
 		type write struct {
 			end int64
@@ -125,7 +129,6 @@ func BenchmarkPumpLatency(b *testing.B) {
 		rep := pump.Drain(ctx)
 		cancel()
 		srv.Close()
-		tr.CloseIdleConnections()
 
 		var lats []time.Duration
 		var total, lost int64

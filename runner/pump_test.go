@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
 )
 
 // pumpKey names one generation of one stack's log.
@@ -55,6 +56,20 @@ func newPumpCollector(seed uint64) *pumpCollector {
 		data: map[pumpKey]map[int64][]byte{}, gaps: map[pumpKey]map[int64]int64{},
 		last: map[string][2]int64{}, recv: map[pumpKey]map[int64]time.Time{},
 	}
+}
+
+// pumpBatchCollector takes batches too, as the real client and server do. A failure part-way
+// leaves earlier chunks stored and reports an error, which is harsher than the server's
+// all-or-nothing batches: the pump must resend exactly the same chunks.
+type pumpBatchCollector struct{ *pumpCollector }
+
+func (b pumpBatchCollector) LogChunks(ctx context.Context, chunks []events.LogChunk) error {
+	for _, lc := range chunks {
+		if err := b.LogChunk(ctx, lc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pumpConnRefused is what a dead server looks like to a poster.
@@ -131,6 +146,21 @@ func (c *pumpCollector) setFailure(failP, lostAckP, outageP float64, dead bool) 
 	if dead || outageP == 0 {
 		c.outage = 0
 	}
+}
+
+// pumpDecodeChunks reads the chunks of a /events/log (one) or /events/logs (a batch) request.
+func pumpDecodeChunks(r *http.Request) ([]events.LogChunk, error) {
+	switch r.URL.Path {
+	case "/api/v1/events/logs":
+		var batch api.LogChunks
+		err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&batch)
+		return batch.Chunks, err
+	case "/api/v1/events/log":
+		var lc events.LogChunk
+		err := json.NewDecoder(io.LimitReader(r.Body, 4<<20)).Decode(&lc)
+		return []events.LogChunk{lc}, err
+	}
+	return nil, fmt.Errorf("no endpoint %s", r.URL.Path)
 }
 
 // pumpHTTPPoster posts chunks as JSON to a collector over real loopback HTTP.
@@ -489,15 +519,19 @@ func TestPumpRandomizedWriters(t *testing.T) {
 					return
 				}
 				r := rand.New(rand.NewPCG(uint64(i), 3))
-				pumpRandomRun(t, pumpRunConfig{
+				cfg := pumpRunConfig{
 					seed: uint64(i), poll: i%2 == 1,
 					stacks: 1 + r.IntN(3), ops: 5 + r.IntN(25), huge: r.IntN(10) == 0,
-				})
+				}
+				if i%3 == 2 {
+					cfg.poster = func(c *pumpCollector) LogPoster { return pumpBatchCollector{c} }
+				}
+				pumpRandomRun(t, cfg)
 			}
 		})
 	}
 	wg.Wait()
-	t.Logf("%d randomized runs (half fsnotify, half polling) in %v", runs, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized runs (half fsnotify, half polling; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
 }
 
 func TestPumpRandomizedOverLoopbackHTTP(t *testing.T) {
@@ -851,12 +885,14 @@ func TestPumpThroughClientOverLoopback(t *testing.T) {
 	coll := newPumpCollector(7)
 	var cancelled atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var lc events.LogChunk
-		if err := json.NewDecoder(r.Body).Decode(&lc); err != nil || r.URL.Path != "/api/v1/events/log" {
+		chunks, err := pumpDecodeChunks(r)
+		if err != nil {
 			http.Error(w, `{"code":"INVALID_ARGUMENT","message":"bad chunk"}`, http.StatusBadRequest)
 			return
 		}
-		_ = coll.LogChunk(r.Context(), lc)
+		for _, lc := range chunks {
+			_ = coll.LogChunk(r.Context(), lc)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if cancelled.Load() {
 			_, _ = w.Write([]byte(`{"cancel":true,"reason":"stopped by an admin"}`))
