@@ -31,24 +31,30 @@ const (
 func BenchmarkIngest(b *testing.B) {
 	for _, be := range storetest.Backends() {
 		b.Run(be.Name, func(b *testing.B) {
-			for _, per := range []int{1, benchBatch, 0} {
-				name := "chunk-per-request"
-				switch {
-				case per > 1:
-					name = fmt.Sprintf("batches-of-%d", per)
-				case per == 0:
-					name = "events-only"
-				}
-				b.Run(name, func(b *testing.B) {
+			variants := []struct {
+				name      string
+				per, pace int
+			}{
+				{"chunk-per-request", 1, 0},
+				{fmt.Sprintf("batches-of-%d", benchBatch), benchBatch, 0},
+				{"events-only", 0, 0},
+				// The runner's pump batches what is due (up to 128 chunks): log traffic held at
+				// 20,000 chunks/s in batches of 64 while the event clients post flat out.
+				{"paced-20k-chunks-batches-of-64", 64, 20000},
+			}
+			for _, v := range variants {
+				b.Run(v.name, func(b *testing.B) {
 					ts := newTestServer(b, be.Open(b), func(c *Config) { c.RateLimit = 1e9 })
-					benchIngest(b, ts, per)
+					benchIngest(b, ts, v.per, v.pace)
 				})
 			}
 		})
 	}
 }
 
-func benchIngest(b *testing.B, ts *testServer, per int) {
+// benchIngest runs the clients; per is chunks per log request (0: events only) and pace, when
+// set, holds the log clients together to that many chunks per second.
+func benchIngest(b *testing.B, ts *testServer, per, pace int) {
 	transport := &http.Transport{MaxIdleConns: benchClients * 2, MaxIdleConnsPerHost: benchClients * 2, MaxConnsPerHost: benchClients * 2}
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	defer transport.CloseIdleConnections()
@@ -90,6 +96,12 @@ func benchIngest(b *testing.B, ts *testServer, per int) {
 			stack := stacks[c]
 			var off, seq int64
 			var body []byte
+			var nextAt time.Time
+			logClients := benchClients / 2
+			interval := time.Duration(0)
+			if pace > 0 {
+				interval = time.Duration(float64(time.Second) * float64(per*logClients) / float64(pace))
+			}
 			for {
 				i := next.Add(1)
 				if i > int64(b.N) {
@@ -113,6 +125,14 @@ func benchIngest(b *testing.B, ts *testServer, per int) {
 					off += benchChunk
 					chunks.Add(1)
 				} else {
+					if interval > 0 {
+						if nextAt.IsZero() {
+							nextAt = time.Now()
+						}
+						time.Sleep(time.Until(nextAt))
+						nextAt = nextAt.Add(interval)
+						t0 = time.Now()
+					}
 					body = append(body[:0], `{"chunks":[`...)
 					for k := 0; k < per; k++ {
 						if k > 0 {
