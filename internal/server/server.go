@@ -6,9 +6,10 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"io"
 	"log/slog"
 	"net/http"
@@ -276,13 +277,14 @@ func strictBody(r *http.Request, rt route) (any, error) {
 		}
 		return nil, fmt.Errorf("%w: reading body: %v", errInvalidBody, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	body := rt.body()
-	if err := dec.Decode(body); err != nil {
+	// json v2 decodes in one pass (v1 scans every byte twice), which matters for log batches;
+	// it also rejects unknown and duplicate members and invalid UTF-8.
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	if err := jsonv2.UnmarshalDecode(dec, body, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", errInvalidBody, rt.op, err)
 	}
-	if dec.More() {
+	if _, err := dec.ReadToken(); err != io.EOF {
 		return nil, fmt.Errorf("%w: %s body: data after the JSON object", errInvalidBody, rt.op)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
