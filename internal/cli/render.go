@@ -55,7 +55,7 @@ func newRenderCmd(ios *IO) *cobra.Command {
 			return runRender(opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Plan, "plan", "", "plan JSON file (`tofu show -json PLANFILE > plan.json`)")
+	cmd.Flags().StringVar(&opts.Plan, "plan", "", "`FILE` with the plan JSON (tofu show -json PLANFILE > plan.json)")
 	cmd.Flags().StringVar(&opts.Stack, "stack", "", "stack name shown in the output (default: the plan file's directory)")
 	cmd.Flags().StringVar(&opts.Format, "format", "text", "output format: "+strings.Join(RenderFormats, ", "))
 	cmd.Flags().StringVar(&opts.ExecutionURL, "execution-url", "", "link to the execution page on the server")
