@@ -86,6 +86,7 @@ var ErrCancelRequested = errors.New("execution cancelled on the server")
 // CancelledError carries the administrator's reason for a cancellation.
 type CancelledError struct{ Reason string }
 
+// Error says the execution was cancelled, with the reason when there is one.
 func (e *CancelledError) Error() string {
 	if e.Reason == "" {
 		return ErrCancelRequested.Error()
@@ -105,6 +106,7 @@ type APIError struct {
 	Message    string     // the server's message, bounded
 }
 
+// Error names the operation, the HTTP status, the code and the server's message.
 func (e *APIError) Error() string {
 	msg := e.Message
 	if msg == "" {
@@ -124,7 +126,10 @@ type TransportError struct {
 	Err error
 }
 
+// Error names the operation and the transport failure.
 func (e *TransportError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the transport failure.
 func (e *TransportError) Unwrap() error { return e.Err }
 
 // Client posts execution lifecycle events to the control plane. It wraps the client generated

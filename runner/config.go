@@ -69,6 +69,7 @@ type ConfigError struct {
 	Diags hcl.Diagnostics
 }
 
+// Error lists each problem as file:line,column: summary: detail.
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	for i, d := range e.Diags {

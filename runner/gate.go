@@ -28,6 +28,7 @@ const (
 
 var verdictNames = [...]string{"satisfied", "not-classified", "not-satisfied", "unconfirmable", "unreachable"}
 
+// String returns the verdict's name, e.g. not-satisfied.
 func (k VerdictKind) String() string {
 	if int(k) >= 0 && int(k) < len(verdictNames) {
 		return verdictNames[k]

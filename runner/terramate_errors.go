@@ -49,6 +49,7 @@ type StackCycleError struct {
 	Stacks []string
 }
 
+// Error names the stacks on the cycle.
 func (e *StackCycleError) Error() string {
 	return "stack ordering has a cycle between " + strings.Join(e.Stacks, ", ") + "; fix the before/after (or tag) ordering of these stacks"
 }
@@ -65,6 +66,7 @@ func cyclePath(s string) []string {
 // Is makes errors.Is(err, ErrStackCycle) true.
 func (e *StackCycleError) Is(target error) bool { return target == ErrStackCycle }
 
+// Error names the command, its exit code, the cause and the stderr tail.
 func (e *TerramateError) Error() string {
 	cmd := "terramate " + strings.Join(e.Args, " ")
 	var b strings.Builder

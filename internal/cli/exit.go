@@ -17,7 +17,10 @@ const (
 // UsageError is a command-line mistake: it exits 2.
 type UsageError struct{ Err error }
 
+// Error returns the underlying message.
 func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
 func (e *UsageError) Unwrap() error { return e.Err }
 
 // Usagef builds a UsageError.
