@@ -182,9 +182,30 @@ func (t *Terramate) newError(ctx context.Context, args []string, stderr string, 
 	return e
 }
 
-// classify recognises the actionable causes in terramate 0.17's stderr.
+// tmDiagnostic returns terramate's own diagnostic: its last line-initial "Error: " line and
+// the "> " detail lines after it. Everything before is the scripts' output (a tofu error that
+// mentions "unable to parse configuration" must not pass for terramate's own), so causes are
+// recognised in this block only. Without such a line the whole text is used.
+func tmDiagnostic(s string) string {
+	idx := strings.LastIndex(s, "\nError: ")
+	switch {
+	case idx >= 0:
+		s = s[idx+1:]
+	case strings.HasPrefix(s, "Error: "):
+	default:
+		return s
+	}
+	lines := strings.SplitAfter(s, "\n")
+	end := 1
+	for end < len(lines) && strings.HasPrefix(lines[end], "> ") {
+		end++
+	}
+	return strings.Join(lines[:end], "")
+}
+
+// classify recognises the actionable causes in terramate 0.17's own diagnostic.
 func (e *TerramateError) classify(dir string) {
-	s := e.Stderr
+	s := tmDiagnostic(e.Stderr)
 	switch {
 	case strings.Contains(s, "unable to detect a project root"):
 		e.Cause = ErrNotTerramateProject
