@@ -39,15 +39,15 @@ var supportedMajor = map[string]bool{"0": true, "1": true}
 func ClassifyFile(stack, path string) (*Stack, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return failed(stack, path, err)
+		return failed(stack, path, err, newSecretSet())
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return failed(stack, path, err)
+		return failed(stack, path, err, newSecretSet())
 	}
 	if fi.IsDir() {
-		return failed(stack, path, errors.New("is a directory, not a plan file"))
+		return failed(stack, path, errors.New("is a directory, not a plan file"), newSecretSet())
 	}
 	return Classify(stack, path, f)
 }
@@ -63,11 +63,14 @@ func Classify(stack, file string, r io.Reader) (*Stack, error) {
 	}
 	c.s.secrets = c.secrets
 	if err := c.run(br); err != nil {
-		return failed(stack, file, err)
+		// The error may quote an address or key holding a secret: mask what was seen so far,
+		// and the variables read so far (all of them, when the configuration was not reached).
+		_ = c.collectVariables()
+		return failed(stack, file, err, c.secrets)
 	}
 	// Hash what the decoder did not need to read (trailing whitespace).
 	if _, err := io.Copy(io.Discard, br); err != nil {
-		return failed(stack, file, err)
+		return failed(stack, file, err, c.secrets)
 	}
 	c.s.PlanHash = hex.EncodeToString(h.Sum(nil))
 	c.s.Class = ClassOf(c.s.Counts, c.s.OutputsChanged)
@@ -75,11 +78,12 @@ func Classify(stack, file string, r io.Reader) (*Stack, error) {
 	return c.s, nil
 }
 
-func failed(stack, file string, err error) (*Stack, error) {
+func failed(stack, file string, err error, sec *secretSet) (*Stack, error) {
 	e := &Error{Stack: stack, File: file, Err: err}
+	e.redacted = sec.redactText(e.Error())
 	return &Stack{
 		Name: stack, File: file, Class: events.ClassUnclassified,
-		Destructive: []Change{}, Changes: []Change{}, Error: e.Error(), secrets: newSecretSet(),
+		Destructive: []Change{}, Changes: []Change{}, Error: e.Error(), secrets: sec,
 	}, e
 }
 

@@ -28,6 +28,7 @@ func Comment(r *Report) string { return fitMarkdown(r, MaxCommentChars) }
 
 func fitMarkdown(r *Report, limit int) string {
 	sec := r.secrets()
+	r = r.redacted(sec)
 	for level := mdFull; level < mdTrimDestroy; level++ {
 		if out := sec.scrub(markdown(r, level, -1)); len(out) <= limit {
 			return out

@@ -242,10 +242,16 @@ type Error struct {
 	Stack string
 	File  string
 	Err   error
+
+	// redacted is the message with the plan's secrets masked, when known.
+	redacted string
 }
 
-// Error says which stack and file could not be classified, and why.
+// Error says which stack and file could not be classified, and why (secrets masked).
 func (e *Error) Error() string {
+	if e.redacted != "" {
+		return e.redacted
+	}
 	return fmt.Sprintf("stack %q: plan file %q: %v", e.Stack, e.File, e.Err)
 }
 

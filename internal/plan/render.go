@@ -16,9 +16,11 @@ const (
 	MaxCommentChars = 65536
 )
 
-// minScrub is the shortest secret the final scrub of rendered text replaces; shorter ones
-// (which could collide with counts or words) are only masked where they appear as values.
-const minScrub = 8
+// minScrub is the shortest secret the final scrub of rendered text replaces: the same bound as
+// the masking of values, so that no secret the model masks can reach a render. Shorter ones
+// (which would collide with counts and words) are masked where they appear as values, keys or
+// index keys only.
+const minScrub = minSecretSubstring
 
 // classBadge is a class with a colour-coded marker for markdown.
 func classBadge(c events.Class) string {

@@ -3,7 +3,9 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -20,8 +22,11 @@ const minSecretSubstring = 4
 // empty string would hide the plan, and they carry no secret.
 type secretSet struct {
 	values map[string]struct{}
-	// long caches the values of at least minSecretSubstring bytes, longest first; nil when stale.
-	long []string
+	// long caches the values of at least minSecretSubstring bytes, longest first; long,
+	// replacer (scrub) and inner (redactText) are nil when stale.
+	long     []string
+	replacer *strings.Replacer
+	inner    *strings.Replacer
 }
 
 func newSecretSet() *secretSet { return &secretSet{values: map[string]struct{}{}} }
@@ -32,7 +37,7 @@ func (s *secretSet) add(v string) {
 	}
 	if _, ok := s.values[v]; !ok {
 		s.values[v] = struct{}{}
-		s.long = nil
+		s.long, s.replacer, s.inner = nil, nil, nil
 	}
 }
 
@@ -80,20 +85,111 @@ func (s *secretSet) sensitive(v string) bool {
 	return false
 }
 
-// scrub replaces every occurrence of a secret of at least minScrub bytes in rendered text: a
-// last line of defence behind the structural masking, for text that is not a plan value
-// (addresses, reasons, errors).
+// scrub replaces every occurrence of a secret of at least minScrub bytes in rendered text, raw
+// or in any escaped form a render produces: a last line of defence behind the redaction of the
+// model (Stack.redact, Report.redacted).
 func (s *secretSet) scrub(text string) string {
-	var pairs []string
-	for _, sec := range s.longValues() {
-		if len(sec) >= minScrub {
-			pairs = append(pairs, sec, Masked)
-		}
-	}
-	if len(pairs) == 0 {
+	if len(s.values) == 0 {
 		return text
 	}
-	return strings.NewReplacer(pairs...).Replace(text)
+	if s.replacer == nil {
+		var pairs []string
+		seen := map[string]bool{}
+		for _, sec := range s.longValues() {
+			if len(sec) < minScrub {
+				continue
+			}
+			for _, v := range escapedForms(sec) {
+				if len(v) >= minScrub && !seen[v] {
+					seen[v] = true
+					pairs = append(pairs, v, Masked)
+				}
+			}
+		}
+		s.replacer = strings.NewReplacer(pairs...)
+	}
+	return s.replacer.Replace(text)
+}
+
+// escapedForms are sec as it may appear in a render: raw, quoted (Go, JSON, HCL addresses),
+// escaped for a markdown code span or table cell, HTML-escaped, and with control characters
+// replaced for a terminal.
+func escapedForms(sec string) []string {
+	jsonInner := func(v string) string {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(v)
+		q := strings.TrimSuffix(b.String(), "\n")
+		return q[1 : len(q)-1]
+	}
+	goQuoted := strconv.Quote(sec)
+	forms := []string{sec, goQuoted[1 : len(goQuoted)-1], jsonInner(sec), printable(sec)}
+	for _, f := range []string{sec, printable(sec)} {
+		forms = append(forms, cellEscaper.Replace(f), htmlEscaper.Replace(f), strings.ReplaceAll(f, "|", "\\|"))
+	}
+	return forms
+}
+
+// redactText masks a string that is not a plan value but may hold one (a reason, an error, a
+// version): whole when it equals a secret, otherwise every secret of at least
+// minSecretSubstring bytes inside it, raw or quoted.
+func (s *secretSet) redactText(v string) string {
+	if v == "" || len(s.values) == 0 {
+		return v
+	}
+	if _, ok := s.values[v]; ok {
+		return Masked
+	}
+	if s.inner == nil {
+		var pairs []string
+		for _, sec := range s.longValues() {
+			goQuoted := strconv.Quote(sec)
+			pairs = append(pairs, sec, Masked)
+			if q := goQuoted[1 : len(goQuoted)-1]; q != sec {
+				pairs = append(pairs, q, Masked)
+			}
+		}
+		s.inner = strings.NewReplacer(pairs...)
+	}
+	return s.inner.Replace(v)
+}
+
+// redactPath masks the secrets in a resource address (names: false; only index keys are
+// values there) or an attribute path (names: true; every step is a key): a step equal to a
+// secret is masked whatever its length, then redactText masks the longer secrets inside.
+func (s *secretSet) redactPath(p string, names bool) string {
+	if p == "" || len(s.values) == 0 {
+		return p
+	}
+	var b strings.Builder
+	for rest := p; rest != ""; {
+		if strings.HasPrefix(rest, "[\"") {
+			if q, err := strconv.QuotedPrefix(rest[1:]); err == nil {
+				rest = rest[1+len(q):]
+				if key, err := strconv.Unquote(q); err == nil && s.sensitive(key) {
+					q = strconv.Quote(Masked)
+				}
+				b.WriteString("[" + q)
+				continue
+			}
+		}
+		// A name (or a numeric index, a position, not a value) up to the next step.
+		n := strings.IndexAny(rest[1:], ".[")
+		if n < 0 {
+			n = len(rest)
+		} else {
+			n++
+		}
+		step := rest[:n]
+		name := strings.TrimPrefix(step, ".")
+		if names && !strings.HasPrefix(step, "[") && s.sensitive(name) {
+			step = strings.TrimSuffix(step, name) + Masked
+		}
+		b.WriteString(step)
+		rest = rest[n:]
+	}
+	return s.redactText(b.String())
 }
 
 // collectAll adds every scalar leaf of v.
@@ -104,7 +200,9 @@ func (s *secretSet) collectAll(v any) {
 	case json.Number:
 		s.add(t.String())
 	case map[string]any:
-		for _, e := range t {
+		// The keys of a sensitive map are as secret as its values (a map of tokens by user).
+		for k, e := range t {
+			s.add(k)
 			s.collectAll(e)
 		}
 	case []any:
@@ -175,7 +273,8 @@ func (s *secretSet) collectChange(ch *rawChange) error {
 	return nil
 }
 
-// maskDiffs replaces every display value that is or contains a secret.
+// maskDiffs replaces every display value that is or contains a secret, and masks the secrets
+// in the attribute paths (map keys).
 func (s *secretSet) maskDiffs(diffs []AttrDiff) {
 	for i := range diffs {
 		d := &diffs[i]
@@ -186,19 +285,70 @@ func (s *secretSet) maskDiffs(diffs []AttrDiff) {
 			d.After = Masked
 		}
 		d.beforeRaw, d.afterRaw = "", ""
+		d.Path = s.redactPath(d.Path, true)
+		d.Before, d.After = s.redactText(d.Before), s.redactText(d.After)
 	}
 }
 
-// redact masks every value the stack holds. Classify calls it last.
+// redactChanges masks the secrets in the addresses, reasons and attribute diffs of changes.
+func (s *secretSet) redactChanges(changes []Change) {
+	for i := range changes {
+		c := &changes[i]
+		c.Address = s.redactPath(c.Address, false)
+		c.Reason = s.redactText(c.Reason)
+		s.maskDiffs(c.Attributes)
+	}
+}
+
+// redact masks every value the stack holds, and every secret in the strings taken from the
+// plan (addresses, reasons, paths, output names, versions, the error). Classify calls it last,
+// with the stack's secrets; renders call it again on a copy with the report's.
 func (st *Stack) redact() {
-	s := st.secrets
-	for i := range st.Changes {
-		s.maskDiffs(st.Changes[i].Attributes)
-	}
-	for i := range st.Drift {
-		s.maskDiffs(st.Drift[i].Attributes)
-	}
+	st.redactWith(st.secrets)
+}
+
+func (st *Stack) redactWith(s *secretSet) {
+	s.redactChanges(st.Changes)
+	s.redactChanges(st.Destructive)
+	s.redactChanges(st.Drift)
 	for i := range st.Outputs {
-		s.maskDiffs(st.Outputs[i].Attributes)
+		o := &st.Outputs[i]
+		name := s.redactPath(o.Name, true)
+		s.maskDiffs(o.Attributes)
+		o.Name = name
 	}
+	st.Error = s.redactText(st.Error)
+	st.FormatVersion = s.redactText(st.FormatVersion)
+	st.TerraformVersion = s.redactText(st.TerraformVersion)
+	for i := range st.Why {
+		st.Why[i] = s.redactText(st.Why[i])
+	}
+}
+
+// redacted is a copy of r whose stacks are redacted with the secrets of every stack: a value
+// secret in one stack is masked in all. Renders work on it.
+func (r *Report) redacted(sec *secretSet) *Report {
+	out := &Report{ExecutionURL: r.ExecutionURL, Stacks: make([]*Stack, len(r.Stacks))}
+	for i, s := range r.Stacks {
+		c := *s
+		c.Changes = cloneChanges(s.Changes)
+		c.Destructive = cloneChanges(s.Destructive)
+		c.Drift = cloneChanges(s.Drift)
+		c.Outputs = slices.Clone(s.Outputs)
+		for j := range c.Outputs {
+			c.Outputs[j].Attributes = slices.Clone(c.Outputs[j].Attributes)
+		}
+		c.Why = slices.Clone(s.Why)
+		c.redactWith(sec)
+		out.Stacks[i] = &c
+	}
+	return out
+}
+
+func cloneChanges(changes []Change) []Change {
+	out := slices.Clone(changes)
+	for i := range out {
+		out[i].Attributes = slices.Clone(out[i].Attributes)
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -76,5 +77,46 @@ func TestPlanTextHasNoControlCharactersFromThePlan(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "x.a[") {
 		t.Errorf("the change is not shown: %q", out.String())
+	}
+}
+
+// TestPlanSecretsOutsideValues: secrets reach addresses (index keys), map keys, action
+// reasons, output names and error text; a short secret (7 bytes) and secrets with characters
+// every render escapes (| < & ") must not appear raw or escaped in any render.
+func TestPlanSecretsOutsideValues(t *testing.T) {
+	secrets := []string{"hunter2", "hunter2key", `pa<ss|wo"rd99`, "pa<ss|word99&x"}
+	var stacks []*Stack
+	for _, name := range []string{"leak-keys.json", "leak-escaped.json"} {
+		s, err := ClassifyFile(name, filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stacks = append(stacks, s)
+	}
+	// An unreadable plan whose error quotes the address holding the secret.
+	const bad = `{"format_version":"1.2","variables":{"s":{"value":"hunter2"}},
+	  "resource_changes":[{"address":"x.a[\"hunter2\"]","change":{"actions":["bogus"]}}]}`
+	s, err := Classify("bad", "plan.json", strings.NewReader(bad))
+	if err == nil {
+		t.Fatal("a plan with unknown actions was accepted")
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the error shows the secret: %v", err)
+	}
+	stacks = append(stacks, s)
+	for ext, out := range planRenders(t, &Report{Stacks: stacks}) {
+		for _, sec := range secrets {
+			for _, form := range escapedForms(sec) {
+				if strings.Contains(out, form) {
+					t.Errorf("render %s shows %q (secret %q):\n%s", ext, form, sec, out)
+				}
+			}
+		}
+		// The changes are still listed, with the secret masked out of their addresses.
+		for _, visible := range []string{"null_resource.a[", "null_resource.b[", "delete_because_"} {
+			if !strings.Contains(out, visible) {
+				t.Errorf("render %s lost %q:\n%s", ext, visible, out)
+			}
+		}
 	}
 }

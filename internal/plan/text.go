@@ -58,6 +58,8 @@ func actionStyle(line string) string {
 // Text renders r for a terminal; color adds ANSI colours (pass true only for a TTY).
 func Text(w io.Writer, r *Report, color bool) error {
 	p := painter(color)
+	sec := r.secrets()
+	r = r.redacted(sec)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s\n", p.paint(ansiBold, "tfstackplan:"), p.paint(classStyle(r.Class()), string(r.Class())))
 	fmt.Fprintf(&b, "Totals: %s\n", totalsLine(r, ", "))
@@ -93,7 +95,7 @@ func Text(w io.Writer, r *Report, color bool) error {
 	if r.ExecutionURL != "" {
 		fmt.Fprintf(&b, "\nExecution: %s\n", r.ExecutionURL)
 	}
-	_, err := io.WriteString(w, r.secrets().scrub(b.String()))
+	_, err := io.WriteString(w, sec.scrub(b.String()))
 	return err
 }
 
@@ -111,6 +113,8 @@ type jsonReport struct {
 // JSON renders r as an indented JSON document: the execution's class, totals and gate
 // classes, and every stack with its class and counts (all seven actions always present).
 func JSON(w io.Writer, r *Report) error {
+	sec := r.secrets()
+	r = r.redacted(sec)
 	doc := jsonReport{
 		Class: r.Class(), Totals: r.Totals(), GateClasses: r.GateClasses(),
 		OutputsChanged: r.OutputsChanged(), Drift: r.DriftCount(), ExecutionURL: r.ExecutionURL,
@@ -122,10 +126,20 @@ func JSON(w io.Writer, r *Report) error {
 	if doc.Stacks == nil {
 		doc.Stacks = []*Stack{}
 	}
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
+	// Without HTML escaping, so that the scrub sees the text as the model holds it.
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
 		return err
 	}
-	_, err = io.WriteString(w, r.secrets().scrub(string(out))+"\n")
+	out := sec.scrub(buf.String())
+	if !json.Valid([]byte(out)) {
+		// A secret equal to JSON punctuation (`": "`) was scrubbed out of the structure, not
+		// out of a string; the redacted model holds no secret, so its encoding is safe as is.
+		out = buf.String()
+	}
+	_, err := io.WriteString(w, out)
 	return err
 }
