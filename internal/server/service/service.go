@@ -122,6 +122,18 @@ func eventAck(tx store.Tx, execID string) (api.Ack, error) {
 	return cancelAck(cancelled, reason), err
 }
 
+// lockForEvent reads (and, inside Write, locks) the execution a stack event names: the lock
+// serializes the read-modify-write of its stacks with every other event, finalize and cancel
+// on the execution. It returns the event's Ack and whether the execution is finalized (a
+// finalized execution's stack state no longer changes).
+func lockForEvent(tx store.Tx, execID string) (api.Ack, bool, error) {
+	e, err := tx.Execution(execID)
+	if err != nil {
+		return api.Ack{}, false, err
+	}
+	return ackOf(e), e.Finalized, nil
+}
+
 func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome, detail string) error {
 	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: principal, Action: action, Target: target,
 		Reason: clip(reason, MaxTextLen), Outcome: outcome, Detail: clip(detail, MaxTextLen)})
@@ -208,13 +220,17 @@ func (s *Service) Phase(ctx context.Context, in *api.PhaseEvent) (api.Ack, error
 	var ack api.Ack
 	err := s.Store.Write(ctx, func(tx store.Tx) error {
 		var err error
-		if ack, err = eventAck(tx, in.ExecutionID); err != nil {
+		var finalized bool
+		if ack, finalized, err = lockForEvent(tx, in.ExecutionID); err != nil {
 			return err
 		}
 		added, err := tx.AddPhase(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
 			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at})
 		if err != nil || !added {
 			return err
+		}
+		if finalized {
+			return tx.Notify(in.ExecutionID) // stored and shown in the history, state unchanged
 		}
 		st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
 		if err != nil {
@@ -253,8 +269,9 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 	var ack api.Ack
 	err := s.Store.Write(ctx, func(tx store.Tx) error {
 		var err error
-		if ack, err = eventAck(tx, in.ExecutionID); err != nil {
-			return err
+		var finalized bool
+		if ack, finalized, err = lockForEvent(tx, in.ExecutionID); err != nil || finalized {
+			return err // a late update must not change a finalized plan's classes or hashes
 		}
 		st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
 		if err != nil {
@@ -398,6 +415,9 @@ func (s *Service) Finalize(ctx context.Context, in *api.Finalize) (api.Ack, erro
 			return nil
 		}
 		e.Finalized, e.Status, e.Counts, e.Error = true, in.Status, in.Counts, clip(in.Error, MaxTextLen)
+		if e.Cancelled {
+			e.Status = events.ExecutionCancelled // a cancelled execution never concludes as a success
+		}
 		e.FinishedAt = in.FinishedAt.UTC()
 		if in.FinishedAt.IsZero() {
 			e.FinishedAt = now
@@ -508,6 +528,12 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 	if in.PR <= 0 {
 		return api.GateLease{}, invalid("pr must be a positive pull request number")
 	}
+	if strings.TrimSpace(in.SHA) == "" {
+		return api.GateLease{}, invalid("sha is required: a gate is checked against the plan of one commit")
+	}
+	if len(in.Stacks) == 0 {
+		return api.GateLease{}, invalid("stacks is required: name every stack the apply changes with its plan hash")
+	}
 	for _, sp := range in.Stacks {
 		if err := checkName("stack", sp.Stack); err != nil {
 			return api.GateLease{}, err
@@ -521,27 +547,47 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 		if err := tx.LockEnvironment(in.Environment); err != nil {
 			return err
 		}
+		deny := func(err error) error {
+			decision = err
+			return audit(tx, now, principal, "gate.check", target, "", "denied", err.Error())
+		}
+		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
+		// checks the gate before it announces the apply).
+		cancelled, _, err := tx.ExecutionCancel(in.ExecutionID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if cancelled {
+			return deny(fmt.Errorf("%w: execution %s was cancelled", store.ErrDenied, in.ExecutionID))
+		}
 		if l, err := tx.Lease(in.ExecutionID); err == nil {
-			if !l.RevokedAt.IsZero() {
-				decision = fmt.Errorf("%w: the lease of execution %s was already revoked", store.ErrDenied, in.ExecutionID)
-				return nil
+			switch {
+			case l.Environment != in.Environment || l.PR != in.PR:
+				return deny(fmt.Errorf("%w: execution %s already holds a lease for %s PR #%d, not %s", store.ErrDenied, in.ExecutionID, l.Environment, l.PR, target))
+			case !l.RevokedAt.IsZero():
+				return deny(fmt.Errorf("%w: the lease of execution %s was already revoked", store.ErrDenied, in.ExecutionID))
+			case !now.Before(l.ExpiresAt):
+				return deny(fmt.Errorf("%w: the lease of execution %s expired at %s", store.ErrDenied, in.ExecutionID, l.ExpiresAt.UTC().Format(time.RFC3339)))
 			}
 			lease = api.GateLease{Requester: l.Requester, ExpiresAt: l.ExpiresAt}
-			return nil
+			return audit(tx, now, principal, "gate.check", target, "", "allowed",
+				fmt.Sprintf("repeat of execution %s, requester %s", in.ExecutionID, l.Requester))
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
+		}
+		requester := s.Policy.Environments[in.Environment].Requester
+		if requester == "" {
+			return deny(fmt.Errorf("%w: the policy names no requester for environment %q", store.ErrPrecondition, in.Environment))
 		}
 		plan, stacks, err := s.decide(tx, in, now)
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) {
 				return err
 			}
-			decision = err
-			return audit(tx, now, principal, "gate.check", target, "", "denied", err.Error())
+			return deny(err)
 		}
 		l := store.Lease{ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR,
-			Requester: s.Policy.Environments[in.Environment].Requester, GrantedAt: now,
-			ExpiresAt: now.Add(s.ttl(in.Environment, true))}
+			Requester: requester, GrantedAt: now, ExpiresAt: now.Add(s.ttl(in.Environment, true))}
 		if err := tx.PutLease(l); err != nil {
 			return err
 		}
@@ -557,10 +603,7 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 
 // decide applies the gate rules; it returns the plan and the stacks it allowed.
 func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*store.Execution, []string, error) {
-	at := ""
-	if in.SHA != "" {
-		at = " at commit " + in.SHA
-	}
+	at := " at commit " + in.SHA
 	plan, err := tx.LatestPlan(in.Environment, in.PR, in.SHA)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, fmt.Errorf("%w: PR #%d has no plan for environment %q%s", store.ErrPrecondition, in.PR, in.Environment, at)
@@ -570,6 +613,9 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*store.
 	}
 	if !plan.Finalized {
 		return nil, nil, fmt.Errorf("%w: the latest plan %s of PR #%d in %q%s is not finalized", store.ErrPrecondition, plan.ExecutionID, in.PR, in.Environment, at)
+	}
+	if plan.Cancelled {
+		return nil, nil, fmt.Errorf("%w: the latest plan %s of PR #%d in %q%s was cancelled", store.ErrPrecondition, plan.ExecutionID, in.PR, in.Environment, at)
 	}
 	if plan.Status != events.ExecutionSucceeded {
 		return nil, nil, fmt.Errorf("%w: the latest plan %s of PR #%d in %q%s ended %s", store.ErrPrecondition, plan.ExecutionID, in.PR, in.Environment, at, plan.Status)
@@ -583,17 +629,13 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*store.
 		byName[st.Stack] = st
 	}
 	var names []string
-	if len(in.Stacks) == 0 {
-		for _, st := range planned {
-			if changed(st.Class) {
-				names = append(names, st.Stack)
-			}
-		}
-	}
 	for _, sp := range in.Stacks {
 		st, ok := byName[sp.Stack]
 		if !ok {
 			return nil, nil, fmt.Errorf("%w: stack %q is not in plan %s", store.ErrDenied, sp.Stack, plan.ExecutionID)
+		}
+		if changed(st.Class) && st.PlanHash == "" {
+			return nil, nil, fmt.Errorf("%w: plan %s recorded no plan hash for changed stack %q", store.ErrDenied, plan.ExecutionID, sp.Stack)
 		}
 		if st.PlanHash != sp.PlanHash {
 			return nil, nil, fmt.Errorf("%w: the plan hash of stack %q differs from the one finalized by plan %s (stale plan)", store.ErrDenied, sp.Stack, plan.ExecutionID)
@@ -663,21 +705,53 @@ func (s *Service) GateRevoke(ctx context.Context, principal string, in *api.Gate
 			}
 			changedSomething = true
 		}
-		if in.Outcome == "succeeded" && env != "" && pr != 0 {
+		ended := int64(0)
+		if env != "" && pr != 0 {
 			if err := tx.LockEnvironment(env); err != nil {
 				return err
 			}
-			n, err := tx.ReleaseClaims(env, pr, "")
-			if err != nil {
+			if in.Outcome == "succeeded" {
+				n, err := tx.ReleaseClaims(env, pr, "")
+				if err != nil {
+					return err
+				}
+				changedSomething = changedSomething || n > 0
+			}
+			// The apply the grants were given for is over: a later apply needs a fresh grant.
+			if ended, err = endGrants(tx, env, pr, principal, now); err != nil {
 				return err
 			}
-			changedSomething = changedSomething || n > 0
+			changedSomething = changedSomething || ended > 0
 		}
 		if !changedSomething {
 			return nil
 		}
-		return audit(tx, now, principal, "gate.revoke", fmt.Sprintf("%s PR #%d", env, pr), "", clip(in.Outcome, 64), "execution "+in.ExecutionID)
+		return audit(tx, now, principal, "gate.revoke", fmt.Sprintf("%s PR #%d", env, pr), "", clip(in.Outcome, 64),
+			fmt.Sprintf("execution %s, %d grants ended", in.ExecutionID, ended))
 	})
+}
+
+// endGrants ends every grant of pr in env active at now; it returns how many.
+func endGrants(tx store.Tx, env string, pr int, by string, now time.Time) (int64, error) {
+	active, err := tx.Grants(store.GrantFilter{Environment: env, PR: pr, ActiveAt: now})
+	if err != nil {
+		return 0, err
+	}
+	done := map[[2]string]bool{}
+	var total int64
+	for _, g := range active {
+		key := [2]string{g.Class, g.Target}
+		if done[key] {
+			continue
+		}
+		done[key] = true
+		n, err := tx.ReleaseGrants(env, pr, g.Class, g.Target, by, now)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // Claims lists current claims (env empty: every environment).

@@ -296,10 +296,19 @@ func TestGateCheckVerdicts(t *testing.T) {
 		_, err = check("ap1", 1, "s1", "a", "m")
 		wantErr(t, err, store.ErrDenied, "revoked")
 
-		// Releasing the grant denies again.
+		// The revoke ended the grant: the next apply needs a fresh one.
+		grants, _ = f.Grants(ctx, "prod", 1)
+		if len(grants) != 1 || grants[0].ReleasedAt.IsZero() || grants[0].ReleasedBy != "runner" {
+			t.Fatalf("grant after revoke %+v", grants)
+		}
+		_, err = check("ap2", 1, "s1", "a")
+		wantErr(t, err, store.ErrDenied, "no active grant")
+		// Releasing a grant by hand denies again.
+		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "again"})
+		f.must(err)
 		_, err = f.ReleaseGrant(ctx, "alice", &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "oops"})
 		f.must(err)
-		_, err = check("ap2", 1, "s1", "a")
+		_, err = check("ap3", 1, "s1", "a")
 		wantErr(t, err, store.ErrDenied, "no active grant")
 
 		entries, err := f.Audit(ctx, 100, 0)
@@ -318,7 +327,7 @@ func TestGateCheckVerdicts(t *testing.T) {
 				}
 			}
 		}
-		if allowed != 2 || denied < 7 || admin != 2 {
+		if allowed != 3 || denied < 8 || admin != 3 {
 			t.Fatalf("audit: %d allowed, %d denied, %d admin entries: %+v", allowed, denied, admin, entries)
 		}
 	})
@@ -356,7 +365,8 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 		}
 		// PR 2's replan can now claim a.
 		f.plan("p3", "prod", 2, "s3", map[string]api.Class{"a": "additive"})
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 2, SHA: "s3"})
+		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 2, SHA: "s3",
+			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		f.must(err)
 	})
 }
@@ -416,7 +426,8 @@ func TestGrantExpiry(t *testing.T) {
 			t.Fatalf("gates %+v", gates)
 		}
 		f.now = f.now.Add(11 * time.Minute)
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1"})
+		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
+			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "no active grant")
 		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
 			Reason: "late", ExpiresAt: f.now.Add(-time.Minute)})
@@ -486,7 +497,8 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	s := storetest.OpenSQLite(t)
 	svc := New(s, nil)
 	_ = s.Close()
-	_, err := svc.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1})
+	_, err := svc.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s",
+		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h"}}})
 	wantErr(t, err, store.ErrUnavailable, "")
 }
 

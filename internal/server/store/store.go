@@ -107,7 +107,8 @@ type GrantFilter struct {
 type Tx interface {
 	// CreateExecution stores e unless its id exists; created reports which.
 	CreateExecution(e *Execution) (created bool, err error)
-	// Execution returns one execution or ErrNotFound.
+	// Execution returns one execution or ErrNotFound. Inside Write it locks the row until the
+	// transaction ends, so read-modify-write of an execution (and its stacks) is serialized.
 	Execution(id string) (*Execution, error)
 	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound: the
 	// cheap check every runner event makes.
@@ -122,7 +123,7 @@ type Tx interface {
 
 	// Stacks lists an execution's stacks, sorted by name.
 	Stacks(execID string) ([]Stack, error)
-	// Stack returns one stack or ErrNotFound.
+	// Stack returns one stack or ErrNotFound (locked until the transaction ends inside Write).
 	Stack(execID, stack string) (*Stack, error)
 	// SaveStack inserts or replaces one stack's state.
 	SaveStack(execID string, s *Stack) error

@@ -61,6 +61,7 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 		Dollar:    true,
 		IDType:    "BIGSERIAL PRIMARY KEY",
 		BlobType:  "BYTEA",
+		ForUpdate: " FOR UPDATE",
 		LockSQL:   "SELECT pg_advisory_xact_lock(?)",
 		NotifySQL: "SELECT pg_notify(?, ?)",
 		Channel:   channel,

@@ -31,6 +31,10 @@ type Dialect struct {
 	Dollar bool
 	// IDType and BlobType replace {{ID}} and {{BLOB}} in the migrations.
 	IDType, BlobType string
+	// ForUpdate is appended to the reads of execution and stack rows inside write transactions
+	// (" FOR UPDATE"), so a read-modify-write of a row cannot lose a concurrent write; empty when
+	// the backend serializes writers anyway.
+	ForUpdate string
 	// LockSQL takes a transaction-scoped lock on the int64 key given as the only argument; empty
 	// when the backend serializes writers anyway.
 	LockSQL string
@@ -378,7 +382,7 @@ func (s *DB) writeOnce(ctx context.Context, fn func(store.Tx) error) ([]string, 
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb}
+	t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb, write: true}
 	if err := callSafely(fn, t); err != nil {
 		return nil, err
 	}
@@ -486,7 +490,7 @@ func (s *DB) tryBatch(jobs []*job, isolate bool) ([]error, []string, error) {
 	results := make([]error, len(jobs))
 	var notify []string
 	for i, j := range jobs {
-		t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb}
+		t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb, write: true}
 		if isolate {
 			if _, err := t.exec("SAVEPOINT w"); err != nil {
 				results[i] = err

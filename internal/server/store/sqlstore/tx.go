@@ -21,6 +21,16 @@ type sqlTx struct {
 	tx     *sql.Tx
 	db     *sql.DB
 	notify []string
+	// write marks a read-write transaction: its execution and stack reads lock the rows.
+	write bool
+}
+
+// forUpdate is the row-lock suffix of a read inside this transaction.
+func (t *sqlTx) forUpdate() string {
+	if t.write {
+		return t.s.d.ForUpdate
+	}
+	return ""
 }
 
 // stmt returns the cached prepared statement for query bound to this write transaction, or nil
@@ -178,7 +188,7 @@ func (t *sqlTx) CreateExecution(e *store.Execution) (bool, error) {
 }
 
 func (t *sqlTx) Execution(id string) (*store.Execution, error) {
-	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE id = ?", id))
+	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE id = ?"+t.forUpdate(), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
@@ -302,7 +312,7 @@ func (t *sqlTx) Stacks(execID string) ([]store.Stack, error) {
 }
 
 func (t *sqlTx) Stack(execID, stack string) (*store.Stack, error) {
-	s, err := scanStack(t.row("SELECT "+stackCols+" FROM stacks WHERE execution_id = ? AND stack = ?", execID, stack))
+	s, err := scanStack(t.row("SELECT "+stackCols+" FROM stacks WHERE execution_id = ? AND stack = ?"+t.forUpdate(), execID, stack))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: stack %q in execution %q", store.ErrNotFound, stack, execID)
 	}
