@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/events"
@@ -22,6 +23,13 @@ func FuzzClassify(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(planSecretsJSON))
+	for _, name := range []string{"leak-keys.json", "leak-escaped.json", "forget-output.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	f.Add([]byte(`{"format_version":"2.0"}`))
 	f.Add([]byte(""))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -39,9 +47,15 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("%d listed + %d omitted changes, counts sum to %d", len(s.Changes), s.ChangesOmitted, s.Counts.Total())
 		}
 		r := &Report{Stacks: []*Stack{s}}
-		if c := Comment(r); len(c) > MaxCommentChars {
-			t.Fatalf("comment of %d bytes", len(c))
+		comment := Comment(r)
+		if len(comment) > MaxCommentChars {
+			t.Fatalf("comment of %d bytes", len(comment))
 		}
+		var text strings.Builder
+		if err := Text(&text, r, true); err != nil {
+			t.Fatal(err)
+		}
+		fuzzNoSecret(t, s.secrets, map[string]string{"comment": comment, "markdown": Markdown(r), "text": text.String()})
 		var js bytes.Buffer
 		if err := JSON(&js, r); err != nil {
 			t.Fatal(err)
@@ -50,4 +64,19 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("JSON render is not valid JSON:\n%s", js.String())
 		}
 	})
+}
+
+// fuzzNoSecret fails if a render shows a secret of at least minSecretSubstring bytes (shorter
+// ones are masked as values and keys only: they collide with counts and words). The mask text
+// itself is left out first, since a secret may be a word of it.
+func fuzzNoSecret(t *testing.T, sec *secretSet, renders map[string]string) {
+	t.Helper()
+	for name, out := range renders {
+		out = strings.ReplaceAll(out, Masked, "\x00")
+		for _, v := range sec.longValues() {
+			if strings.Contains(out, v) {
+				t.Fatalf("%s render shows the secret %q:\n%s", name, v, out)
+			}
+		}
+	}
 }

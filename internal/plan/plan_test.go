@@ -471,3 +471,17 @@ func TestPlanActionOf(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanForgottenOutput: an output with actions ["forget"] has no attribute lines; every
+// render shows it without panicking.
+func TestPlanForgottenOutput(t *testing.T) {
+	s, err := ClassifyFile("forget", filepath.Join("testdata", "forget-output.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ext, out := range planRenders(t, &Report{Stacks: []*Stack{s}}) {
+		if ext != ".json" && !strings.Contains(out, "output.o (forget)") {
+			t.Errorf("render %s does not show the forgotten output:\n%s", ext, out)
+		}
+	}
+}

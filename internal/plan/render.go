@@ -158,7 +158,7 @@ func detailLines(s *Stack, attrs bool) []string {
 			}
 			// A scalar output is one line: "~ output.a (update): "one" -> "uno"".
 			lines := attrLines(o.Action, o.Attributes, 0, "    ")
-			if len(o.Attributes) == 1 && o.Attributes[0].Path == o.Name {
+			if len(lines) == 1 && len(o.Attributes) == 1 && o.Attributes[0].Path == o.Name {
 				_, value, _ := strings.Cut(lines[0], o.Name)
 				out = append(out, head+value)
 				continue
