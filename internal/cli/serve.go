@@ -68,17 +68,34 @@ func newServeCmd(ios *IO) *cobra.Command {
 	return cmd
 }
 
-// isLoopbackListen reports whether addr only accepts local connections.
+// isLoopbackListen reports whether addr only accepts local connections: its host is a loopback
+// IP, or a name every address of which is loopback (runServe checks the bound address again).
 func isLoopbackListen(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if err != nil || host == "" {
 		return false
 	}
-	if host == "localhost" {
-		return true
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if !ip.IP.IsLoopback() {
+			return false
+		}
+	}
+	return true
+}
+
+// isLoopbackAddr reports whether a bound listener address is a loopback IP.
+func isLoopbackAddr(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // OpenStore opens the store a --db value names.
@@ -143,13 +160,19 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if o.InsecureNoAuth && !isLoopbackAddr(ln.Addr()) {
+		_ = ln.Close()
+		return Usagef("--insecure-no-auth is only allowed on a loopback address; --listen %q bound %s", o.Listen, ln.Addr())
+	}
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go func() { _ = svc.Run(bg) }()
 	if o.LogRetention > 0 {
 		go prune(bg, st, o.LogRetention, logger)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// ReadTimeout bounds a slow request body; live (SSE) streams are unaffected, since the server
+	// clears the read deadline once a request is read.
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	// Live pages hold SSE streams open: end them when shutdown starts so it only waits for API calls.
 	hs.RegisterOnShutdown(srv.CloseStreams)
 	errc := make(chan error, 1)

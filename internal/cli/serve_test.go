@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -310,4 +311,26 @@ func TestServeCrashKeepsAcknowledgedEvents(t *testing.T) {
 		t.Fatalf("last acknowledged phase seq %d, stored state shows %d", last, shown)
 	}
 	t.Logf("%d acknowledged chunks and phase seq %d all present after kill -9 and restart", checked, lastPhase.Load())
+}
+
+func TestLoopbackListenChecksAddresses(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "[::1]:0": true, "localhost:0": true,
+		"0.0.0.0:0": false, ":8080": false, "[::]:0": false, "192.168.1.10:0": false, "no-port": false,
+	} {
+		if got := isLoopbackListen(addr); got != want {
+			t.Errorf("isLoopbackListen(%q) = %v, want %v", addr, got, want)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if !isLoopbackAddr(ln.Addr()) {
+		t.Errorf("bound %s is loopback", ln.Addr())
+	}
+	if isLoopbackAddr(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 80}) || isLoopbackAddr(&net.TCPAddr{IP: net.IPv4zero}) {
+		t.Error("a non-loopback bound address passed")
+	}
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,5 +224,35 @@ environment "staging" {
 		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s2",
 			Stacks: []api.StackPlan{{Stack: "a"}}})
 		wantErr(t, err, store.ErrDenied, `no plan hash for changed stack "a"`)
+	})
+}
+
+func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
+		for _, target := range []string{"**", "a"} {
+			_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: target, Reason: "ok"})
+			f.must(err)
+		}
+		_, err := f.gateA("ap1")
+		f.must(err)
+		// A failed apply also ends the grants: they were given for that apply.
+		_, err = f.GateRevoke(ctx, "ci", &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		f.must(err)
+		grants, err := f.Grants(ctx, "prod", 1)
+		f.must(err)
+		for _, g := range grants {
+			if g.ReleasedAt.IsZero() || g.ReleasedBy != "ci" {
+				t.Fatalf("grant still active after revoke: %+v", g)
+			}
+		}
+		entries, err := f.Audit(ctx, 10, 0)
+		f.must(err)
+		if len(entries) == 0 || entries[0].Action != "gate.revoke" || entries[0].Principal != "ci" ||
+			!strings.Contains(entries[0].Detail, "2 grants ended") {
+			t.Fatalf("revoke audit %+v", entries)
+		}
+		_, err = f.gateA("ap2")
+		wantErr(t, err, store.ErrDenied, "no active grant")
 	})
 }

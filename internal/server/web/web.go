@@ -116,11 +116,13 @@ type page struct {
 	Checks     []api.Check
 	Audit      []api.AuditEntry
 	Next       string
-	Filter     string
-	Error      string
+	// Filter is the list's query filter ("&environment=…&pr=…", values URL-encoded): a URL so the
+	// "Older…" link keeps its separators instead of having them escaped.
+	Filter template.URL
+	Error  string
 }
 
-func listFilter(r *http.Request) (store.ExecutionFilter, string) {
+func listFilter(r *http.Request) (store.ExecutionFilter, template.URL) {
 	q := r.URL.Query()
 	f := store.ExecutionFilter{Environment: q.Get("environment"), Limit: 50}
 	f.PR, _ = strconv.Atoi(q.Get("pr"))
@@ -134,9 +136,9 @@ func listFilter(r *http.Request) (store.ExecutionFilter, string) {
 	if f.PR != 0 {
 		keep.Set("pr", strconv.Itoa(f.PR))
 	}
-	extra := ""
+	extra := template.URL("")
 	if len(keep) > 0 {
-		extra = "&" + keep.Encode()
+		extra = template.URL("&" + keep.Encode()) // Encode escapes every value
 	}
 	return f, extra
 }
