@@ -78,6 +78,21 @@ func TestPlanTextHasNoControlCharactersFromThePlan(t *testing.T) {
 	if !strings.Contains(out.String(), "x.a[") {
 		t.Errorf("the change is not shown: %q", out.String())
 	}
+	// An output with an object value is shown attribute by attribute, under its name.
+	s, err = ClassifyFile("escout", filepath.Join("testdata", "escape-output.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := Text(&out, &Report{Stacks: []*Stack{s}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "\x1b]") || strings.Contains(out.String(), "\x1b[2J") || strings.ContainsRune(out.String(), '\a') {
+		t.Errorf("an output name drives the terminal: %q", out.String())
+	}
+	if !strings.Contains(out.String(), "output.o?]0;pwned") {
+		t.Errorf("the output is not shown: %q", out.String())
+	}
 }
 
 // TestPlanSecretsOutsideValues: secrets reach addresses (index keys), map keys, action

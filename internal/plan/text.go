@@ -89,11 +89,13 @@ func Text(w io.Writer, r *Report, color bool) error {
 				b.WriteString("\n")
 				continue
 			}
+			// Attribute paths and output names come from the plan: no control characters.
+			line = printable(line)
 			fmt.Fprintf(&b, "  %s\n", p.paint(actionStyle(line), line))
 		}
 	}
 	if r.ExecutionURL != "" {
-		fmt.Fprintf(&b, "\nExecution: %s\n", r.ExecutionURL)
+		fmt.Fprintf(&b, "\nExecution: %s\n", printable(r.ExecutionURL))
 	}
 	_, err := io.WriteString(w, sec.scrub(b.String()))
 	return err
