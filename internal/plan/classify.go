@@ -330,6 +330,10 @@ func actionOf(a tfjson.Actions, importing bool) (Action, string, error) {
 		return ActionReplace, "delete-then-create", nil
 	case a.CreateBeforeDestroy():
 		return ActionReplace, "create-then-delete", nil
+	case len(a) == 2 && a[0] == tfjson.ActionCreate && a[1] == tfjson.ActionForget:
+		// A replace whose old object is forgotten, not destroyed (lifecycle destroy = false):
+		// a new object replaces the one in state, so it is as destructive as a replace.
+		return ActionReplace, "create-then-forget", nil
 	}
 	return "", "", fmt.Errorf("unknown actions %q", a)
 }

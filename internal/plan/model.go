@@ -25,8 +25,9 @@ import (
 // Action is what a plan does to one resource instance, as counted and rendered.
 type Action string
 
-// Actions a resource change can have. A replace is either delete-then-create or
-// create-then-delete; it counts once, as replace. Import is an import with no other action
+// Actions a resource change can have. A replace is delete-then-create, create-then-delete or
+// create-then-forget (the old object is dropped from state, not destroyed); it counts once, as
+// replace. Import is an import with no other action
 // (an import that also updates counts as the update, with Importing set).
 const (
 	ActionCreate  Action = "create"
@@ -156,7 +157,7 @@ type AttrDiff struct {
 type Change struct {
 	Address string `json:"address"`
 	Action  Action `json:"action"`
-	// Order is "delete-then-create" or "create-then-delete" for a replace.
+	// Order is "delete-then-create", "create-then-delete" or "create-then-forget" for a replace.
 	Order string `json:"order,omitempty"`
 	// Reason is the plan's action_reason, e.g. replace_because_cannot_update.
 	Reason    string `json:"reason,omitempty"`

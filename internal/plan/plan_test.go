@@ -485,3 +485,18 @@ func TestPlanForgottenOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanCreateThenForget: ["create","forget"] (a replace with lifecycle destroy = false) is a
+// destructive replace, counted as replace.
+func TestPlanCreateThenForget(t *testing.T) {
+	s, err := ClassifyFile("cf", filepath.Join("testdata", "create-forget.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Class != events.ClassDestructive || s.Counts != (Counts{Replace: 1}) {
+		t.Fatalf("class %s counts %+v, want destructive with one replace", s.Class, s.Counts)
+	}
+	if len(s.Destructive) != 1 || s.Destructive[0].Order != "create-then-forget" {
+		t.Errorf("destructive %+v, want the replace create-then-forget", s.Destructive)
+	}
+}
