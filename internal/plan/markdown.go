@@ -47,13 +47,31 @@ func fitMarkdown(r *Report, limit int) string {
 		}
 	}
 	if len(best) > limit {
-		// Only pathological stack names or errors get here; cut on a line boundary.
-		best = best[:strings.LastIndexByte(best[:limit-len(cutNote)], '\n')+1] + cutNote
+		// Only pathological stack names or errors get here; cut on a line boundary, and keep
+		// the link to the execution page after the cut.
+		link := sec.scrub(executionLink(r))
+		if len(link)+len(cutNote) > limit {
+			link = ""
+		}
+		keep := max(0, limit-len(cutNote)-len(link))
+		best = best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
 	}
 	return best
 }
 
 const cutNote = "\n_… cut to fit the size limit._\n"
+
+// maxCollapsedWarnings is how many unclassified stacks the smallest markdown levels name; the
+// rest are counted.
+const maxCollapsedWarnings = 10
+
+// executionLink is the markdown link to the execution page, "" when there is none.
+func executionLink(r *Report) string {
+	if r.ExecutionURL == "" {
+		return ""
+	}
+	return fmt.Sprintf("[Execution details and logs](%s)\n", r.ExecutionURL)
+}
 
 // markdown renders r at level; keepDestructive < 0 keeps the whole destructive list.
 func markdown(r *Report, level mdLevel, keepDestructive int) string {
@@ -84,8 +102,20 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 		}
 		b.WriteString("\n")
 	}
-	for _, s := range unclassified(r) {
+	unc := unclassified(r)
+	shown := unc
+	if level >= mdNoTable && len(unc) > maxCollapsedWarnings {
+		shown = unc[:maxCollapsedWarnings]
+	}
+	for _, s := range shown {
 		fmt.Fprintf(&b, "> [!WARNING]\n> %s could not be classified (treated as unclassified): %s\n\n", code(s.Name), cell(s.Error))
+	}
+	if n := len(unc) - len(shown); n > 0 {
+		fmt.Fprintf(&b, "> [!WARNING]\n> … and %s could not be classified (treated as unclassified)", plural(n, "more stack", "more stacks"))
+		if r.ExecutionURL != "" {
+			b.WriteString("; see the execution page")
+		}
+		b.WriteString(".\n\n")
 	}
 
 	if level <= mdChangedTable && len(r.Stacks) > 0 {
@@ -126,9 +156,7 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 		b.WriteString("._\n\n")
 	}
 
-	if r.ExecutionURL != "" {
-		fmt.Fprintf(&b, "[Execution details and logs](%s)\n", r.ExecutionURL)
-	}
+	b.WriteString(executionLink(r))
 	return b.String()
 }
 

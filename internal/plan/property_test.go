@@ -166,3 +166,41 @@ func TestPlanMarkdownDegradesInOrder(t *testing.T) {
 		t.Error("render leaks the secret")
 	}
 }
+
+// TestPlanPropertyCommentUnclassified: thousands of unreadable stacks, or a few with huge
+// names, still give a comment within the bound that keeps the totals and the link.
+func TestPlanPropertyCommentUnclassified(t *testing.T) {
+	cases := []struct {
+		name    string
+		stacks  int
+		nameLen int
+	}{
+		{"3000 stacks", 3000, 0},
+		{"3 stacks with 40000-byte names", 3, 40000},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Report{ExecutionURL: planExecutionURL}
+			for i := range tc.stacks {
+				name := fmt.Sprintf("stacks/env/app-%04d", i) + strings.Repeat("x", tc.nameLen)
+				s, err := Classify(name, "plan.json", strings.NewReader(`{"format_version":"1.2","resource_changes":[`))
+				if err == nil {
+					t.Fatal("a truncated plan was accepted")
+				}
+				r.Stacks = append(r.Stacks, s)
+			}
+			comment := Comment(r)
+			if n := len([]rune(comment)); n > MaxCommentChars {
+				t.Fatalf("comment has %d characters, limit %d", n, MaxCommentChars)
+			}
+			for _, want := range []string{totalsLine(r, " · "), "(" + planExecutionURL + ")", "⛔ unclassified"} {
+				if !strings.Contains(comment, want) {
+					t.Errorf("comment lost %q:\n%.3000s", want, comment)
+				}
+			}
+			if tc.stacks > maxCollapsedWarnings && !strings.Contains(comment, fmt.Sprintf("… and %d more stacks could not be classified", tc.stacks-maxCollapsedWarnings)) {
+				t.Errorf("comment does not count the unclassified stacks it does not name:\n%.3000s", comment)
+			}
+		})
+	}
+}
