@@ -145,6 +145,9 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 				continue
 			}
 			fmt.Fprintf(&b, "<details><summary>%s: %s (%s)</summary>\n\n", htmlCode(s.Name), s.Class, shortCounts(s.Counts))
+			for i := range lines {
+				lines[i] = printable(lines[i])
+			}
 			b.WriteString(fence(strings.Join(lines, "\n"), "diff"))
 			b.WriteString("\n</details>\n\n")
 		}
@@ -184,7 +187,8 @@ func mdChange(c Change) string {
 
 // code is s as a markdown code span, whatever backticks it holds.
 func code(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
+	// A lone CR ends a markdown line too: without it no address can start a block.
+	s = printable(lineBreaks.Replace(s))
 	ticks := strings.Repeat("`", longestRun(s, '`')+1)
 	pad := ""
 	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
@@ -195,17 +199,18 @@ func code(s string) string {
 
 // htmlCode is s as an HTML code element (markdown is not parsed inside <summary>).
 func htmlCode(s string) string {
-	return "<code>" + htmlEscaper.Replace(s) + "</code>"
+	return "<code>" + printable(htmlEscaper.Replace(lineBreaks.Replace(s))) + "</code>"
 }
 
 var (
+	lineBreaks  = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")
 	htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\n", " ")
 	cellEscaper = strings.NewReplacer("|", "\\|", "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;")
 )
 
 // cell makes s safe inside a table cell or a single markdown line.
 func cell(s string) string {
-	return cellEscaper.Replace(s)
+	return printable(cellEscaper.Replace(s))
 }
 
 // fence is content in a fenced code block longer than any backtick run inside it.

@@ -135,3 +135,24 @@ func TestPlanSecretsOutsideValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanMarkdownHasNoLineBreaksFromThePlan: a CR in an address, a reason or an output name
+// would end the markdown line and let the plan add blocks (a fake all-clear heading).
+func TestPlanMarkdownHasNoLineBreaksFromThePlan(t *testing.T) {
+	const p = `{"format_version":"1.2","planned_values":{},"resource_changes":[
+	  {"address":"x.a[\"k\r# All clear\"]","change":{"actions":["delete"],"before":{"v":"1"}},"action_reason":"r\r# fine"}],
+	  "output_changes":{"o\r# ok":{"actions":["create"],"after":"v"}}}`
+	s, err := Classify("stacks/a\rb", "plan.json", strings.NewReader(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Report{Stacks: []*Stack{s}}
+	for name, out := range map[string]string{"markdown": Markdown(r), "comment": Comment(r)} {
+		if strings.ContainsRune(out, '\r') {
+			t.Errorf("%s render holds a CR: %q", name, out)
+		}
+		if !strings.Contains(out, "All clear") {
+			t.Errorf("%s render lost the address: %q", name, out)
+		}
+	}
+}
