@@ -127,11 +127,11 @@ func eventAck(tx store.Tx, execID string) (api.Ack, error) {
 // on the execution. It returns the event's Ack and whether the execution is finalized (a
 // finalized execution's stack state no longer changes).
 func lockForEvent(tx store.Tx, execID string) (api.Ack, bool, error) {
-	e, err := tx.Execution(execID)
+	st, err := tx.EventState(execID)
 	if err != nil {
 		return api.Ack{}, false, err
 	}
-	return ackOf(e), e.Finalized, nil
+	return cancelAck(st.Cancelled, st.CancelReason), st.Finalized, nil
 }
 
 func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome, detail string) error {

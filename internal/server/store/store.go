@@ -103,6 +103,13 @@ type GrantFilter struct {
 	ActiveAt    time.Time
 }
 
+// EventState is the part of an execution every runner event looks at.
+type EventState struct {
+	Cancelled    bool
+	CancelReason string
+	Finalized    bool
+}
+
 // Tx is one unit of work. Every method runs inside the transaction the Store opened.
 type Tx interface {
 	// CreateExecution stores e unless its id exists; created reports which.
@@ -113,6 +120,10 @@ type Tx interface {
 	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound: the
 	// cheap check every runner event makes.
 	ExecutionCancel(id string) (cancelled bool, reason string, err error)
+	// EventState returns what a runner event needs of its execution (cancelled and why,
+	// finalized) or ErrNotFound. Inside Write it locks the row like Execution, reading only
+	// those columns.
+	EventState(id string) (EventState, error)
 	// SaveExecution writes the mutable fields of an existing execution.
 	SaveExecution(e *Execution) error
 	// Executions lists executions newest first.

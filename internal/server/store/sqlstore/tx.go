@@ -205,6 +205,17 @@ func (t *sqlTx) ExecutionCancel(id string) (bool, string, error) {
 	return cancelled != 0, reason, t.s.mapErr(err)
 }
 
+func (t *sqlTx) EventState(id string) (store.EventState, error) {
+	var cancelled, finalized int64
+	var st store.EventState
+	err := t.row("SELECT cancelled, cancel_reason, finalized FROM executions WHERE id = ?"+t.forUpdate(), id).Scan(&cancelled, &st.CancelReason, &finalized)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	st.Cancelled, st.Finalized = cancelled != 0, finalized != 0
+	return st, t.s.mapErr(err)
+}
+
 func (t *sqlTx) SaveExecution(e *store.Execution) error {
 	n, err := t.exec("UPDATE executions SET status = ?, class = ?, counts = ?, cancelled = ?, cancel_reason = ?, error = ?, finalized = ?, finished_at = ? WHERE id = ?",
 		string(e.Status), string(e.Class), toJSON(e.Counts), b2i(e.Cancelled), e.CancelReason, e.Error,

@@ -78,6 +78,27 @@ var suite = []struct {
 			t.Fatalf("save unknown: %v, want ErrNotFound", err)
 		}
 	}},
+	{"event state follows cancel and finalize", func(t *testing.T, s store.Store) {
+		err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.EventState("nope"); return err })
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("EventState of an unknown execution: %v, want ErrNotFound", err)
+		}
+		e := exec1("ev", t0)
+		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err })
+		state := func() store.EventState {
+			var st store.EventState
+			write(t, s, func(tx store.Tx) error { var err error; st, err = tx.EventState("ev"); return err })
+			return st
+		}
+		if st := state(); st != (store.EventState{}) {
+			t.Fatalf("fresh execution: %+v", st)
+		}
+		e.Cancelled, e.CancelReason, e.Finalized = true, "wrong branch", true
+		write(t, s, func(tx store.Tx) error { return tx.SaveExecution(e) })
+		if st := state(); st != (store.EventState{Cancelled: true, CancelReason: "wrong branch", Finalized: true}) {
+			t.Fatalf("after cancel and finalize: %+v", st)
+		}
+	}},
 	{"executions list newest first with filters and paging", func(t *testing.T, s store.Store) {
 		for i := 0; i < 5; i++ {
 			e := exec1(fmt.Sprintf("e%d", i), t0.Add(time.Duration(i)*time.Minute))
