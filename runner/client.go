@@ -142,7 +142,6 @@ type Client struct {
 	gated    bool
 	breaker  *breaker
 	inflight chan struct{}
-	warnings io.Writer
 
 	mu       sync.Mutex
 	audience string
@@ -167,7 +166,6 @@ func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
 		token:          token,
 		breaker:        &breaker{threshold: BreakerThreshold, cooldown: BreakerCooldown, maxCooldown: BreakerMaxCooldown, now: time.Now},
 		inflight:       make(chan struct{}, MaxInFlight),
-		warnings:       os.Stderr,
 		callBudget:     CallBudget,
 		attemptTimeout: AttemptTimeout,
 		gateBudget:     GateBudget,
@@ -595,11 +593,6 @@ func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, 
 	}
 	res.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	return res
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 func isJSON(contentType string) bool {

@@ -117,8 +117,9 @@ type Tx interface {
 	// Execution returns one execution or ErrNotFound. Inside Write it locks the row until the
 	// transaction ends, so read-modify-write of an execution (and its stacks) is serialized.
 	Execution(id string) (*Execution, error)
-	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound: the
-	// cheap check every runner event makes.
+	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound,
+	// without locking the row: the check log chunks and gate checks make. Stack events, which
+	// must be serialized with finalize and cancel, use EventState instead.
 	ExecutionCancel(id string) (cancelled bool, reason string, err error)
 	// EventState returns what a runner event needs of its execution (cancelled and why,
 	// finalized) or ErrNotFound. Inside Write it locks the row like Execution, reading only
