@@ -40,6 +40,7 @@ const (
 	EnvExecution   = "TFSTACKPLAN_EXECUTION"   // execution id this run reports under
 	EnvStack       = "TFSTACKPLAN_STACK"       // current stack path (fallback for `run tick --stack`)
 	EnvEnvironment = "TFSTACKPLAN_ENVIRONMENT" // deployment environment for the execution
+	EnvToken       = "TFSTACKPLAN_TOKEN"       // static bearer token (a server using a tokens file)
 )
 
 // Time and size bounds of the client.
@@ -140,6 +141,7 @@ type Client struct {
 	api      *api.Client
 	token    TokenFunc
 	gated    bool
+	broken   error // why a configured server cannot be used; GateCheck then denies
 	breaker  *breaker
 	inflight chan struct{}
 
@@ -279,14 +281,39 @@ func (e *tokenError) Unwrap() error { return e.err }
 // ClientFromEnv builds a Client from TFSTACKPLAN_SERVER (empty: disabled). Auth comes from
 // APITokenFunc over TFSTACKPLAN_AUDIENCE; when the audience is set but credentials are not
 // available, a warning goes to stderr and requests go unauthenticated (best-effort reporting
-// degrades; the fail-closed gate check will be denied by the server).
+// degrades; the fail-closed gate check will be denied by the server). A server that is set but
+// cannot be used (a malformed URL) gives a client that reports nothing and whose GateCheck
+// denies.
 func ClientFromEnv() *Client {
 	c, err := clientFor(os.Getenv(EnvServer), os.Getenv(EnvAudience), os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfstackplan: warning: %v; reporting disabled\n", err)
-		c, _ = NewClient("")
+		return BrokenClient(err)
 	}
 	return c
+}
+
+// BrokenClient returns a client for a server that is configured but cannot be used (why says
+// why): every best-effort call is a no-op, and GateCheck denies with why, because an apply
+// must never pass a gate that could not be asked.
+func BrokenClient(why error) *Client {
+	c, _ := NewClient("")
+	c.broken = why
+	return c
+}
+
+// Broken returns why a configured server cannot be used, or nil.
+func (c *Client) Broken() error {
+	if c == nil {
+		return nil
+	}
+	return c.broken
+}
+
+// StaticToken returns a TokenFunc that always sends token (TFSTACKPLAN_TOKEN: a static bearer
+// for a server configured with a tokens file).
+func StaticToken(token string) TokenFunc {
+	return func(context.Context) (string, error) { return token, nil }
 }
 
 func clientFor(server, audience string, warn io.Writer) (*Client, error) {

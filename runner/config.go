@@ -274,3 +274,52 @@ func clientForEnvironment(cfg *Config, env, server, audience string) (*Client, e
 	c.gated = block.Gated
 	return c, nil
 }
+
+// ErrAmbiguousAuth is returned when both a static token and a Google ID-token audience are
+// configured: the runner will not pick one silently.
+var ErrAmbiguousAuth = errors.New("both TFSTACKPLAN_TOKEN and a Google ID-token audience are set; configure one way to authenticate")
+
+// RunClient builds the client of a run for the environment block: TFSTACKPLAN_SERVER (read
+// through getenv) wins over the block's server; no server anywhere gives a disabled client
+// (which denies applies when the block says `gated = true`). Requests are authenticated with
+// TFSTACKPLAN_TOKEN (a static bearer, for a server using a tokens file) or with Google ID
+// tokens for TFSTACKPLAN_AUDIENCE (else the block's audience), never both. The error says why a
+// configured server cannot be used: a malformed URL, both ways of authenticating, or
+// credentials that cannot be found; callers decide (a plan may go on unreported, an apply is
+// denied).
+func RunClient(block Environment, getenv func(string) string) (*Client, error) {
+	server := strings.TrimSpace(getenv(EnvServer))
+	if server == "" {
+		server = block.Server
+	}
+	if server == "" {
+		c, _ := NewClient("")
+		c.gated = block.Gated
+		return c, nil
+	}
+	token := strings.TrimSpace(getenv(EnvToken))
+	audience := strings.TrimSpace(getenv(EnvAudience))
+	if audience == "" {
+		audience = block.Audience
+	}
+	var tok TokenFunc
+	switch {
+	case token != "" && audience != "":
+		return nil, ErrAmbiguousAuth
+	case token != "":
+		tok = StaticToken(token)
+	case audience != "":
+		f, err := APITokenFunc(audience)
+		if err != nil {
+			return nil, fmt.Errorf("Google ID tokens for audience %q: %w", audience, err)
+		}
+		tok = f
+	}
+	c, err := NewClientTokenSource(server, tok)
+	if err != nil {
+		return nil, err
+	}
+	c.SetAudience(audience)
+	c.gated = block.Gated
+	return c, nil
+}

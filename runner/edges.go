@@ -185,3 +185,48 @@ func cycleNodes(n int, from, to []int) []int {
 	}
 	return out
 }
+
+// NormalizeEdgesIn is NormalizeEdges for stacks listed in the terramate directory tier (root-
+// relative, "" for the project root): an endpoint is matched exactly on the tier's
+// root-relative prefix ("/"+tier+"/"+stack), so no edge is lost when two listed stacks are both
+// suffixes of one endpoint (a and cluster/a for /stacks/nonprod/cluster/a), and no stack of
+// another tier is taken for a listed one. Endpoints outside the tier drop their edges.
+func NormalizeEdgesIn(tier string, stacks []string, edges []events.Edge) []events.Edge {
+	tier = strings.Trim(tier, "/")
+	if tier == "." {
+		tier = ""
+	}
+	listed := make(map[string]bool, len(stacks))
+	for _, s := range stacks {
+		if s != "" {
+			listed[s] = true
+		}
+	}
+	resolve := func(e string) string {
+		p := strings.TrimPrefix(e, "/")
+		if tier != "" {
+			rest, ok := strings.CutPrefix(p, tier+"/")
+			if !ok {
+				if p == tier && listed["."] {
+					return "."
+				}
+				return ""
+			}
+			p = rest
+		}
+		if listed[p] {
+			return p
+		}
+		return ""
+	}
+	out := make([]events.Edge, 0, len(edges))
+	for _, e := range edges {
+		from, to := resolve(e.From), resolve(e.To)
+		if from == "" || to == "" || from == to {
+			continue
+		}
+		out = append(out, events.Edge{From: from, To: to})
+	}
+	slices.SortFunc(out, compareEdges)
+	return slices.Compact(out)
+}

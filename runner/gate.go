@@ -70,6 +70,9 @@ var ErrGatedWithoutServer = errors.New("environment is gated but no tfstackplan 
 // carrying a requester is Satisfied.
 func (c *Client) GateCheck(ctx context.Context, g events.GateCheck) GateVerdict {
 	if !c.Enabled() {
+		if err := c.Broken(); err != nil {
+			return GateVerdict{Kind: VerdictNotSatisfied, Err: fmt.Errorf("the tfstackplan server cannot be used: %w", err)}
+		}
 		if c != nil && c.gated {
 			return GateVerdict{Kind: VerdictNotSatisfied, Err: ErrGatedWithoutServer}
 		}

@@ -46,6 +46,9 @@ type Terramate struct {
 	RunGraphBudget time.Duration
 	// Exec runs the processes; nil runs them for real (tests substitute it).
 	Exec ExecFunc
+	// Procs, when set, tracks the process groups of running invocations (see
+	// ProcessGroups.Kill).
+	Procs *ProcessGroups
 }
 
 // ScriptRunOptions controls `terramate script run`.
@@ -55,6 +58,7 @@ type ScriptRunOptions struct {
 	Parallel        int      // --parallel N (0 = terramate default)
 	Base            string   // -B <ref> for change detection
 	ContinueOnError bool     // --continue-on-error: keep running the other stacks after a failure
+	DryRun          bool     // --dry-run: print the commands without running them
 	Env             []string // KEY=VALUE added to terramate's (and so the scripts') environment
 
 	// StackFiles names the per-stack files the scripts write (log, plan); when terramate
@@ -73,23 +77,57 @@ func (t *Terramate) exec() ExecFunc {
 	if t.Exec != nil {
 		return t.Exec
 	}
-	return tmRealExec
+	return func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+		return tmRealExec(ctx, t.Procs, name, args, dir, env, stdout, stderr)
+	}
 }
 
-// tmRealExec runs the process for real. Cancellation sends SIGINT first (terramate forwards it to
-// the running scripts and lets them clean up), then SIGKILL after a grace period.
-func tmRealExec(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
-	cmd := exec.CommandContext(ctx, name, args...)
+// tmRealExec runs the process for real, in a process group of its own (so the scripts it
+// starts can be signalled together, and a terminal's Ctrl-C reaches them only through the
+// driver). Cancellation sends the group the signal the context was cancelled with (SIGINT
+// unless a SignalCause says otherwise: terramate forwards it to the running scripts and lets
+// them clean up), then SIGKILL after a grace period.
+func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if hard, _ := ctx.Value(hardKillKey{}).(bool); hard {
-		cmd.WaitDelay = time.Second
-	} else {
-		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
-		cmd.WaitDelay = terramateInterruptGrace
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A leftover grandchild holding the output pipes must not keep Wait from returning.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return err
 	}
-	return cmd.Run()
+	pgid := cmd.Process.Pid
+	procs.add(pgid)
+	defer procs.remove(pgid)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		if hard, _ := ctx.Value(hardKillKey{}).(bool); hard {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return
+		}
+		_ = syscall.Kill(-pgid, signalOf(ctx))
+		select {
+		case <-done:
+		case <-time.After(terramateInterruptGrace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	<-stopped
+	if err == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // env returns the environment of an invocation: nil (inherit) unless something is added.
@@ -184,6 +222,9 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 	}
 	if o.ContinueOnError {
 		args = append(args, "--continue-on-error")
+	}
+	if o.DryRun {
+		args = append(args, "--dry-run")
 	}
 	args = append(args, words...)
 

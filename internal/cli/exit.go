@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 )
 
 // Exit codes of every tfstackplan command (DESIGN.md §9).
@@ -38,9 +40,12 @@ var ErrSilent = errors.New("")
 // that does so.
 func ExitCode(err error) int {
 	var ue *UsageError
+	var se *SignalError
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &se):
+		return se.Code()
 	case errors.As(err, &ue):
 		return ExitUsage
 	case errors.Is(err, ErrGateDenied):
@@ -50,4 +55,19 @@ func ExitCode(err error) int {
 	default:
 		return ExitFailure
 	}
+}
+
+// SignalError reports that a run ended because of a signal: it exits 128+signal (130 for
+// SIGINT, 143 for SIGTERM), as shells do.
+type SignalError struct{ Signal os.Signal }
+
+// Error names the signal.
+func (e *SignalError) Error() string { return "interrupted by " + e.Signal.String() }
+
+// Code returns 128 plus the signal number.
+func (e *SignalError) Code() int {
+	if s, ok := e.Signal.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return ExitFailure
 }

@@ -45,8 +45,8 @@ func TestRenderJSONCounts(t *testing.T) {
 			t.Errorf("counts[%s] = %d (present %v), want %d", k, n, ok, v)
 		}
 	}
-	if len(s.PlanHash) != 64 {
-		t.Errorf("plan hash %q is not a sha256 hex", s.PlanHash)
+	if h, ok := strings.CutPrefix(s.PlanHash, "v1:"); !ok || len(h) != 64 {
+		t.Errorf("plan hash %q is not a v1 content hash (v1: and 64 hex digits)", s.PlanHash)
 	}
 }
 

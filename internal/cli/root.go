@@ -16,11 +16,13 @@ type IO struct {
 	In     io.Reader
 	Out    io.Writer
 	ErrOut io.Writer
+	// Args are the raw command-line arguments (for what flag parsing may not reach).
+	Args []string
 }
 
 // Main runs tfstackplan with args and returns the process exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ios := &IO{In: stdin, Out: stdout, ErrOut: stderr}
+	ios := &IO{In: stdin, Out: stdout, ErrOut: stderr, Args: args}
 	root := NewRootCmd(ios)
 	root.SetArgs(args)
 	err := root.Execute()
@@ -66,6 +68,8 @@ func NewRootCmd(ios *IO) *cobra.Command {
 	root.AddCommand(newVersionCmd(ios))
 	root.AddCommand(newRenderCmd(ios))
 	root.AddCommand(newServeCmd(ios))
+	root.AddCommand(newRunCmd(ios))
+	root.AddCommand(newCopyCmd(ios))
 	// Later verbs register here, one line each.
 
 	// Unknown sub-commands of a command group are usage errors, not silent help.

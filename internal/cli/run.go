@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tfstackplan/tfstackplan/runner"
+)
+
+// RunOptions are the options of `tfstackplan run plan` and `run apply`: the runner's options
+// plus what only a process has (signals, the terramate binary).
+type RunOptions struct {
+	IO *IO
+	// Run is passed to runner.Run; the command fills Op, the flags and the streams.
+	Run runner.RunOptions
+	// Changed and All select the stacks (--changed is the default).
+	Changed, All bool
+	// TerramateBin is the terramate binary ("" : terramate on PATH).
+	TerramateBin string
+	// Signals delivers SIGINT/SIGTERM (nil: the process's, through signal.Notify).
+	Signals <-chan os.Signal
+	// Exit ends the process at once on a second signal (os.Exit when nil).
+	Exit func(code int)
+}
+
+func newRunCmd(ios *IO) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "The CI job: plan or apply the changed stacks of an environment, report ticks",
+		Long: "run plan and run apply run terramate scripts over the changed stacks of one environment,\n" +
+			"classify each stack's plan, report live progress to the control plane and write a result\n" +
+			"document; run apply applies only after the gate allows it. run tick is called by the\n" +
+			"scripts between phases.",
+	}
+	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newTickCmd(ios))
+	return cmd
+}
+
+func newRunOpCmd(ios *IO, op string) *cobra.Command {
+	opts := &RunOptions{IO: ios}
+	opts.Run.Op = op
+	var short, long string
+	if op == runner.OpPlan {
+		short = "Plan the changed stacks of an environment, classify and report them"
+		long = "run plan runs the environment's plan script (terramate script run [--changed] plan) over\n" +
+			"its changed stacks, in dependency order and in parallel, tails each stack's log to the\n" +
+			"server, classifies each stack's plan JSON (destructive changes loud), finalizes the\n" +
+			"execution and writes the result document, the step summary, the PR comment file and\n" +
+			"the job outputs. Exit 0 when every stack planned, 1 when one failed, 2 on bad usage."
+	} else {
+		short = "Re-plan, check the gate, and apply the saved plans"
+		long = "run apply runs the plan script again (fresh saved plans), classifies and hashes them,\n" +
+			"and asks the server's gate with every changed stack's plan hash. Only when the gate\n" +
+			"allows it does the apply script run (applying the saved plans, never re-planning), with\n" +
+			"the leased service account in TFSTACKPLAN_REQUESTER and GOOGLE_IMPERSONATE_SERVICE_ACCOUNT;\n" +
+			"the lease is revoked afterwards on every path. Exit 3 when the gate denies."
+	}
+	cmd := &cobra.Command{
+		Use:   op + " --environment ENV [flags]",
+		Short: short,
+		Long:  long,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return writeUsageResult(ios, op, err)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Changed && opts.All {
+				return writeUsageResult(ios, op, errors.New("--changed and --all exclude each other"))
+			}
+			return runRun(cmd.Context(), opts)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return writeUsageResult(ios, op, err)
+	})
+	f := cmd.Flags()
+	r := &opts.Run
+	f.StringVarP(&r.Environment, "environment", "e", "", "the environment (a block of tfstackplan.hcl; required)")
+	f.StringVar(&r.Dir, "dir", "", "the terramate directory to run in (default: the environment's `dir`)")
+	f.BoolVar(&opts.Changed, "changed", false, "run the changed stacks only (the default)")
+	f.BoolVar(&opts.All, "all", false, "run every stack under the directory, changed or not")
+	f.StringVar(&r.Base, "base", "", "git `REF` changes are computed against (default: terramate's)")
+	f.IntVar(&r.Parallel, "parallel", 0, "stacks run at once, in dependency order (default: terramate's)")
+	f.StringVar(&r.Script, "script", "", "the terramate script to run (default: the environment's "+op+"_script)")
+	f.StringVar(&r.LogFile, "log-file", "", "per-stack log file the scripts write and the pump tails (default tfstackplan.log)")
+	f.StringVar(&r.PlanJSON, "plan-file", "", "per-stack plan JSON the scripts write (default tfstackplan.plan.json)")
+	f.StringVar(&r.PlanOut, "plan-out", "", "per-stack saved plan file the scripts write and apply (default "+runner.DefaultPlanOutFile+")")
+	f.StringVar(&r.ResultPath, "result", "", "where the result document goes (default $RUNNER_TEMP/tfstackplan-result.json in Actions, else ./tfstackplan-result.json)")
+	f.StringVar(&r.CommentFile, "comment-file", "", "write the PR comment markdown here (default in Actions: $RUNNER_TEMP/tfstackplan-comment-ENV.md)")
+	f.BoolVar(&r.ContinueOnError, "continue-on-error", false, "keep running the other stacks after one fails")
+	f.BoolVar(&r.DryRun, "dry-run", false, "print what terramate would run; run nothing, report nothing")
+	f.IntVar(&r.PR, "pr", 0, "pull request number (default: from the GitHub event)")
+	f.StringVar(&r.SHA, "sha", "", "commit the plan is for (default: the pull request's head, else GITHUB_SHA)")
+	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
+	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
+	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
+	return cmd
+}
+
+// writeUsageResult writes a result document of kind usage (the run never started) and returns
+// the usage error.
+func writeUsageResult(ios *IO, op string, err error) error {
+	getenv := os.Getenv
+	path := resultFlag(ios.Args)
+	if path == "" {
+		path = runner.DefaultResultPath(getenv)
+	}
+	now := time.Now().UTC()
+	res := &runner.Result{
+		Version: runner.ResultVersion, Op: op, Status: runner.StatusFailed, StartedAt: now, FinishedAt: now,
+		Timings: map[string]int64{}, Stacks: []runner.StackEntry{},
+		Error: &runner.ResultError{Kind: runner.KindUsage, Step: "flags", Tail: err.Error()},
+	}
+	if werr := runner.WriteResult(path, res); werr != nil {
+		fmt.Fprintln(ios.ErrOut, "tfstackplan: error: could not write the result document:", werr)
+	}
+	return &UsageError{Err: err}
+}
+
+// resultFlag finds --result in the raw arguments (flag parsing may have stopped before it).
+func resultFlag(args []string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		if v, ok := strings.CutPrefix(a, "--result="); ok {
+			return v
+		}
+		if a == "--result" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// runRun runs the job, forwarding the first SIGINT/SIGTERM to terramate (the run then drains,
+// finalizes, revokes and writes its result) and killing everything at once on a second.
+func runRun(ctx context.Context, opts *RunOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r := opts.Run
+	r.All = opts.All
+	r.Stdout, r.Stderr = opts.IO.Out, opts.IO.ErrOut
+	procs := &runner.ProcessGroups{}
+	tm := &runner.Terramate{Bin: opts.TerramateBin, Procs: procs}
+	if r.Terramate != nil {
+		t := *r.Terramate
+		t.Procs = procs
+		tm = &t
+	}
+	r.Terramate = tm
+	r.Color = isTerminal(opts.IO.Out) && os.Getenv("NO_COLOR") == ""
+
+	sigs := opts.Signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	exit := opts.Exit
+	if exit == nil {
+		exit = os.Exit
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		first := true
+		for {
+			select {
+			case <-done:
+				return
+			case s := <-sigs:
+				if first {
+					first = false
+					fmt.Fprintf(opts.IO.ErrOut, "tfstackplan: %s: stopping terramate, then finalizing (again to kill at once)\n", s)
+					cancel(runner.SignalCause{Signal: s})
+					continue
+				}
+				procs.Kill()
+				code := ExitFailure
+				if n, ok := s.(syscall.Signal); ok {
+					code = 128 + int(n)
+				}
+				exit(code)
+				return
+			}
+		}
+	}()
+
+	res := runner.Run(ctx, r)
+	return resultError(res)
+}
+
+// resultError maps a run's result onto the error Main turns into the exit code.
+func resultError(res *runner.Result) error {
+	e := res.Error
+	if e == nil {
+		return nil
+	}
+	err := errors.New(e.Kind + " error in " + e.Step + ": " + firstLine(e.Tail))
+	switch e.Kind {
+	case runner.KindUsage:
+		return &UsageError{Err: err}
+	case runner.KindGate:
+		return fmt.Errorf("%w: %s", ErrGateDenied, firstLine(e.Tail))
+	case runner.KindCancelled:
+		if res.Signal != nil {
+			return &SignalError{Signal: res.Signal}
+		}
+	}
+	return err
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// TickOptions are the options of `tfstackplan run tick`.
+type TickOptions struct {
+	IO   *IO
+	Tick runner.TickOptions
+}
+
+func newTickCmd(ios *IO) *cobra.Command {
+	opts := &TickOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "tick --phase PHASE [--stack STACK] [--status STATUS]",
+		Short: "Report that the current stack entered a phase (called from the scripts)",
+		Long: "tick reports one phase of one stack (default: TFSTACKPLAN_STACK). Under run plan|apply it\n" +
+			"hands the tick to the driver and returns at once; offline it does nothing. It never\n" +
+			"fails because of the server.",
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runTick(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Tick.Phase, "phase", "", "the phase the stack enters (init, plan, show, apply, done, ...)")
+	f.StringVar(&opts.Tick.Stack, "stack", "", "the stack (default: TFSTACKPLAN_STACK)")
+	f.StringVar(&opts.Tick.Status, "status", "", "a status for the phase (succeeded, failed, ...)")
+	f.StringVar(&opts.Tick.Message, "message", "", "a short message")
+	return cmd
+}
+
+func runTick(ctx context.Context, opts *TickOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	warning, err := runner.Tick(ctx, opts.Tick)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	if warning != "" {
+		fmt.Fprintln(opts.IO.ErrOut, "tfstackplan: warning:", warning)
+	}
+	return nil
+}

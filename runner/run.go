@@ -1,0 +1,1169 @@
+package runner
+
+// This file is the CI job: `run plan` and `run apply`, top to bottom.
+//
+//	config → discover → Init → pump → script run → drain → classify → Update
+//	  (apply: → gate check → apply script run → revoke) → Finalize → outputs
+//
+// Every path ends in Finalize (success, failure, cancel, a recovered panic), so no execution is
+// left running on the server, and in a result document. Reporting is best-effort throughout;
+// only the gate check decides anything, and it fails closed.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/plan"
+)
+
+// Defaults of a run.
+const (
+	DefaultPlanOutFile = "tfstackplan.tfplan" // the saved (binary) plan the scripts write
+	DefaultLockTimeout = "0s"
+	// DrainBudget bounds how long a run waits for the log pump after terramate returns.
+	DrainBudget = 10 * time.Second
+	// CancelDrainBudget bounds the same wait after a signal.
+	CancelDrainBudget = 3 * time.Second
+	// CleanupBudget bounds Finalize and GateRevoke after the run's context ended.
+	CleanupBudget = 5 * time.Second
+)
+
+// Variables a run exports to terramate and so to every script command (see scripts/terramate).
+const (
+	EnvOp          = "TFSTACKPLAN_OP"           // plan or apply
+	EnvLogFile     = "TFSTACKPLAN_LOG_FILE"     // per-stack log file name
+	EnvPlanOut     = "TFSTACKPLAN_PLAN_OUT"     // per-stack saved plan file name
+	EnvPlanJSON    = "TFSTACKPLAN_PLAN_JSON"    // per-stack plan JSON file name
+	EnvLockTimeout = "TFSTACKPLAN_LOCK_TIMEOUT" // -lock-timeout for plan and apply
+	EnvForceUnlock = "TFSTACKPLAN_FORCE_UNLOCK" // a lock ID to force-unlock after init
+	EnvRequester   = "TFSTACKPLAN_REQUESTER"    // apply: the service account the gate leased
+	// EnvImpersonate is read by Google's client libraries, gcloud and the google provider.
+	EnvImpersonate = "GOOGLE_IMPERSONATE_SERVICE_ACCOUNT"
+)
+
+// Operations of a run (RunOptions.Op).
+const (
+	OpPlan  = string(events.OpPlan)
+	OpApply = string(events.OpApply)
+)
+
+// RunOptions are the inputs of `run plan` and `run apply`. Zero values take the
+// tfstackplan.hcl environment block's settings, then the defaults.
+type RunOptions struct {
+	Op          string // OpPlan or OpApply
+	Environment string
+	// Dir is the terramate directory (tier) to run in, relative to WorkDir; "" takes the
+	// environment's `dir`, relative to the repository root.
+	Dir string
+	// WorkDir is the directory the run starts from ("" : the process's working directory).
+	WorkDir string
+	// All runs every stack under Dir instead of the changed ones.
+	All  bool
+	Base string // the git ref changes are computed against ("" : terramate's default)
+	// Parallel is terramate's --parallel (0: terramate's default, one at a time).
+	Parallel int
+	// Script overrides the op's script name (plan_script for plan, apply_script for apply).
+	Script          string
+	LogFile         string // per-stack log file name
+	PlanJSON        string // per-stack plan JSON file name
+	PlanOut         string // per-stack saved plan file name
+	ContinueOnError bool
+	DryRun          bool
+	LockTimeout     string
+	ForceUnlock     string
+
+	PR     int
+	SHA    string
+	Actor  string
+	Repo   string
+	RunURL string
+
+	// ResultPath is where the result document goes ("" : DefaultResultPath).
+	ResultPath string
+	// CommentFile receives the PR comment markdown ("" : not written, except in Actions where
+	// it defaults to $RUNNER_TEMP/tfstackplan-comment-<environment>.md).
+	CommentFile string
+
+	// Terramate runs terramate (nil: the `terramate` on PATH). Its Dir is set by the run.
+	Terramate *Terramate
+	// Client is the control plane (nil: built with RunClient from the environment block).
+	Client *Client
+	// Getenv reads the environment (os.Getenv when nil).
+	Getenv func(string) string
+	// Stdout receives terramate's output and the summary; Stderr warnings.
+	Stdout, Stderr io.Writer
+	// Color paints the terminal summary.
+	Color bool
+	// ExecutionID names the execution ("" : a random id).
+	ExecutionID string
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Pump tunes the log pump (zero: defaults).
+	Pump PumpOptions
+}
+
+// run is the state of one run.
+type run struct {
+	o      RunOptions
+	res    *Result
+	getenv func(string) string
+	now    func() time.Time
+	out    io.Writer
+	errOut io.Writer
+	gh     GitHub
+
+	repoRoot string // absolute
+	tierAbs  string // absolute terramate directory
+	tierRel  string // tierAbs relative to repoRoot, "" at the root
+	block    Environment
+	client   *Client
+	tm       *Terramate
+	script   string // the op's script
+	planScr  string // the plan script (apply runs it first)
+
+	listed  []string            // stacks as terramate lists them
+	paths   []string            // the same, root-relative
+	byPath  map[string]string   // root-relative → listed
+	why     map[string][]string // root-relative → reasons as terramate printed them
+	reasons []events.ChangeReason
+	report  *plan.Report
+	classed map[string]*plan.Stack // root-relative → classification
+
+	cancelRun context.CancelCauseFunc
+	seq       int64
+	seqMu     sync.Mutex
+	stepStart time.Time
+	step      string
+	finalized bool
+	inited    bool
+}
+
+// Run runs `run plan` or `run apply` and returns its result document, already written to the
+// result path (a failure to write it is recorded as a warning on the returned Result and
+// printed). The result's Error says why the run failed; nil is success. Cancel ctx with a
+// SignalCause to interrupt the run: terramate's process group gets the signal, and the run
+// still drains, finalizes (cancelled), revokes the lease and writes the result.
+func Run(ctx context.Context, o RunOptions) (res *Result) {
+	r := newRun(o)
+	ctx, r.cancelRun = context.WithCancelCause(ctx)
+	defer r.cancelRun(nil)
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(newResultError(KindInternal, r.step, fmt.Sprintf("panic: %v\n%s", p, debug.Stack())))
+		}
+		r.finish(ctx)
+		res = r.res
+	}()
+	if !r.setup() {
+		return
+	}
+	if !r.discover(ctx) {
+		return
+	}
+	if o.DryRun {
+		r.dryRun(ctx)
+		return
+	}
+	r.init(ctx)
+	pump := r.startPump(ctx)
+	defer func() {
+		if pump != nil {
+			r.drain(ctx, pump)
+		}
+	}()
+
+	// Plan (run plan; and the fresh plan run apply gates on).
+	planScript := r.planScr
+	if o.Op == OpPlan {
+		planScript = r.script
+	}
+	outcome, runErr := r.scriptRun(ctx, "plan", planScript, nil)
+	if ctx.Err() == nil || o.Op == OpPlan {
+		r.classify(outcome, o.Op == OpPlan)
+	}
+	if !r.scriptFailed("plan", outcome, runErr, ctx) {
+		if o.Op == OpApply {
+			r.drain(ctx, pump)
+			pump = nil
+			r.apply(ctx)
+		}
+	}
+	return
+}
+
+func newRun(o RunOptions) *run {
+	r := &run{o: o, getenv: o.Getenv, now: o.Now, out: o.Stdout, errOut: o.Stderr}
+	if r.getenv == nil {
+		r.getenv = os.Getenv
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.out == nil {
+		r.out = io.Discard
+	}
+	if r.errOut == nil {
+		r.errOut = io.Discard
+	}
+	r.gh = GitHubFromEnv(r.getenv)
+	start := r.now()
+	r.res = &Result{
+		Version: ResultVersion, Op: o.Op, Environment: o.Environment, Status: StatusSucceeded,
+		DryRun: o.DryRun, StartedAt: start.UTC(), Timings: map[string]int64{}, Stacks: []StackEntry{},
+	}
+	r.stepStart, r.step = start, "config"
+	return r
+}
+
+// begin starts timing a step; the previous step's time is recorded.
+func (r *run) begin(step string) {
+	now := r.now()
+	r.res.Timings[r.step] += now.Sub(r.stepStart).Milliseconds()
+	r.step, r.stepStart = step, now
+}
+
+func (r *run) warn(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	r.res.Warnings = append(r.res.Warnings, msg)
+	fmt.Fprintln(r.errOut, "tfstackplan: warning:", msg)
+}
+
+// fail records the run's error (the first one wins; a later cancel does not hide a failure).
+func (r *run) fail(e *ResultError) {
+	if r.res.Error == nil {
+		r.res.Error = e
+	}
+}
+
+// setup resolves the configuration: the environment block, the flags over it, the directory,
+// the server client and the GitHub context.
+func (r *run) setup() bool {
+	o := &r.o
+	if o.Op != OpPlan && o.Op != OpApply {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("unknown operation %q", o.Op)))
+		return false
+	}
+	if strings.TrimSpace(o.Environment) == "" {
+		r.fail(newResultError(KindUsage, "config", "--environment is required"))
+		return false
+	}
+	if o.Parallel < 0 {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--parallel must not be negative, got %d", o.Parallel)))
+		return false
+	}
+	if o.PR < 0 {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--pr must be a positive pull request number, got %d", o.PR)))
+		return false
+	}
+	wd := o.WorkDir
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
+			r.fail(newResultError(KindConfig, "config", err.Error()))
+			return false
+		}
+	}
+	wd, err := filepath.Abs(wd)
+	if err != nil {
+		r.fail(newResultError(KindConfig, "config", err.Error()))
+		return false
+	}
+	r.repoRoot = FindRepoRoot(wd)
+	if real, err := filepath.EvalSymlinks(r.repoRoot); err == nil {
+		r.repoRoot = real
+	}
+	cfg, err := LoadRepoConfig(r.repoRoot)
+	if err != nil {
+		r.fail(newResultError(KindConfig, "config", err.Error()))
+		return false
+	}
+	block := Environment{Name: o.Environment}
+	if cfg != nil {
+		if block, err = cfg.Environment(o.Environment); err != nil {
+			r.fail(newResultError(KindConfig, "config", err.Error()))
+			return false
+		}
+	} else {
+		block.applyDefaults()
+	}
+	r.block = block
+
+	if o.Dir != "" {
+		r.tierAbs = o.Dir
+		if !filepath.IsAbs(r.tierAbs) {
+			r.tierAbs = filepath.Join(wd, o.Dir)
+		}
+	} else {
+		r.tierAbs = filepath.Join(r.repoRoot, filepath.FromSlash(block.Dir))
+	}
+	if real, err := filepath.EvalSymlinks(r.tierAbs); err == nil {
+		r.tierAbs = real
+	} else {
+		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s: %v", r.tierAbs, err)))
+		return false
+	}
+	rel, err := filepath.Rel(r.repoRoot, r.tierAbs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.repoRoot)))
+		return false
+	}
+	if rel == "." {
+		rel = ""
+	}
+	r.tierRel = filepath.ToSlash(rel)
+	r.res.Dir = r.tierRel
+	if r.res.Dir == "" {
+		r.res.Dir = "."
+	}
+
+	def := func(v *string, fallback string) {
+		if *v == "" {
+			*v = fallback
+		}
+	}
+	def(&o.LogFile, block.LogFile)
+	def(&o.PlanJSON, block.PlanJSON)
+	def(&o.PlanOut, DefaultPlanOutFile)
+	def(&o.LockTimeout, DefaultLockTimeout)
+	for name, v := range map[string]string{"--log-file": o.LogFile, "--plan-file": o.PlanJSON, "--plan-out": o.PlanOut} {
+		if strings.ContainsAny(v, `/\`) || v == "." || v == ".." || strings.ContainsRune(v, 0) {
+			r.fail(newResultError(KindUsage, "config", fmt.Sprintf("%s %q must be a plain file name inside each stack directory", name, v)))
+			return false
+		}
+	}
+	r.planScr = block.PlanScript
+	r.script = block.PlanScript
+	if o.Op == OpApply {
+		r.script = block.ApplyScript
+	}
+	if o.Script != "" {
+		r.script = o.Script
+	}
+
+	def(&o.Repo, r.gh.Repo)
+	def(&o.SHA, r.gh.SHA)
+	def(&o.Actor, r.gh.Actor)
+	def(&o.RunURL, r.gh.RunURL)
+	if o.PR == 0 {
+		o.PR = r.gh.PR
+	}
+	if o.ExecutionID == "" {
+		o.ExecutionID = newExecutionID()
+	}
+	if o.CommentFile == "" && r.gh.Actions && r.gh.RunnerTemp != "" {
+		o.CommentFile = filepath.Join(r.gh.RunnerTemp, "tfstackplan-comment-"+safeFileWord(o.Environment)+".md")
+	}
+	r.res.Execution, r.res.PR, r.res.SHA, r.res.Repo = o.ExecutionID, o.PR, o.SHA, o.Repo
+
+	r.client = o.Client
+	if r.client == nil {
+		c, err := RunClient(block, r.getenv)
+		if err != nil {
+			if o.Op == OpApply {
+				// The gate cannot be asked: deny, never run unchecked.
+				r.fail(newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error()))
+				r.res.Gate = &GateResult{Verdict: VerdictNotSatisfied.String(), Message: err.Error()}
+				return false
+			}
+			r.warn("the tfstackplan server cannot be used, reporting is off: %v", err)
+			c = BrokenClient(err)
+		}
+		r.client = c
+	}
+	if r.client.Enabled() {
+		r.res.Server = r.client.BaseURL()
+		r.res.ExecutionURL = strings.TrimSuffix(r.res.Server, "/") + "/ui/executions/" + o.ExecutionID
+	}
+	if o.Op == OpApply && o.PR <= 0 && r.client.Enabled() {
+		r.fail(newResultError(KindUsage, "config", "run apply needs the pull request whose plan was approved: pass --pr (or run on a pull_request event)"))
+		return false
+	}
+
+	r.tm = o.Terramate
+	if r.tm == nil {
+		r.tm = &Terramate{}
+	}
+	tm := *r.tm
+	tm.Dir = r.tierAbs
+	r.tm = &tm
+	return true
+}
+
+// newExecutionID returns a random execution id.
+func newExecutionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// safeFileWord keeps letters, digits, '-', '_' and '.' of s, for a file name.
+func safeFileWord(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// discover lists the stacks (changed or all), why they changed, and the edges between them.
+func (r *run) discover(ctx context.Context) bool {
+	r.begin("discover")
+	var listed []string
+	var err error
+	if r.o.All {
+		listed, err = r.tm.List(ctx)
+	} else {
+		listed, err = r.tm.ChangedStacks(ctx, r.o.Base)
+	}
+	if err != nil {
+		r.failTerramate("discover", err, ctx)
+		return false
+	}
+	r.byPath = map[string]string{}
+	for _, s := range listed {
+		p := s
+		if r.tierRel != "" {
+			p = path.Join(r.tierRel, s)
+		}
+		p = path.Clean(p)
+		if _, err := ResolveStackPath(r.repoRoot, p); err != nil {
+			r.fail(newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err)))
+			return false
+		}
+		if _, dup := r.byPath[p]; dup {
+			continue
+		}
+		r.byPath[p] = s
+		r.listed = append(r.listed, s)
+		r.paths = append(r.paths, p)
+	}
+	r.why = map[string][]string{}
+	if !r.o.All && len(r.listed) > 0 {
+		reasons, err := r.tm.WhyChanged(ctx, r.o.Base)
+		if err != nil {
+			r.failTerramate("discover", err, ctx)
+			return false
+		}
+		for _, cr := range reasons {
+			if p := r.rootPath(cr.Stack); p != "" {
+				cr.Stack = p
+				r.why[p] = append(r.why[p], cr.Raw)
+				r.reasons = append(r.reasons, cr)
+			}
+		}
+	}
+	if len(r.listed) > 0 {
+		g, err := r.tm.RunGraphDetailed(ctx)
+		if err != nil {
+			r.failTerramate("discover", err, ctx)
+			return false
+		}
+		r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
+		r.res.EdgesApproximate = g.Approximate
+	}
+	for _, p := range r.paths {
+		r.res.Stacks = append(r.res.Stacks, StackEntry{
+			Stack: r.byPath[p], Path: p, Status: StatusNotRun, Destructive: []string{}, Why: r.why[p],
+		})
+	}
+	return true
+}
+
+// rootPath maps a stack as listed to its root-relative path ("" when not selected).
+func (r *run) rootPath(listed string) string {
+	p := listed
+	if r.tierRel != "" {
+		p = path.Join(r.tierRel, listed)
+	}
+	p = path.Clean(p)
+	if _, ok := r.byPath[p]; ok {
+		return p
+	}
+	return ""
+}
+
+// failTerramate records a terramate failure (or the cancellation that caused it).
+func (r *run) failTerramate(step string, err error, ctx context.Context) {
+	if ctx.Err() != nil {
+		r.failCancelled(ctx)
+		return
+	}
+	r.fail(newResultError(KindTerramate, step, err.Error()))
+}
+
+func (r *run) failCancelled(ctx context.Context) {
+	cause := context.Cause(ctx)
+	var sc SignalCause
+	if errors.As(cause, &sc) {
+		r.res.Signal = sc.Signal
+	}
+	msg := "the run was cancelled"
+	if cause != nil && !errors.Is(cause, context.Canceled) {
+		msg += ": " + cause.Error()
+	}
+	r.fail(newResultError(KindCancelled, r.step, msg))
+}
+
+func (r *run) dryRun(ctx context.Context) {
+	r.begin("dry-run")
+	w := newScriptWatcher(r.out)
+	err := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
+		Script: r.script, Changed: !r.o.All, Base: r.o.Base, Parallel: r.o.Parallel,
+		ContinueOnError: r.o.ContinueOnError, DryRun: true, Env: r.scriptEnv("", nil),
+	})
+	if err != nil {
+		r.failTerramate("dry-run", err, ctx)
+	}
+}
+
+// seqNext orders the runner's own events for one execution.
+func (r *run) seqNext() int64 {
+	r.seqMu.Lock()
+	defer r.seqMu.Unlock()
+	r.seq = max(r.seq+1, r.now().UnixNano())
+	return r.seq
+}
+
+// event handles a best-effort call's error: a cancel from the server stops the run, anything
+// else is a warning.
+func (r *run) event(op string, err error) {
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ErrCancelRequested) {
+		r.cancelRun(err)
+		return
+	}
+	r.warn("%s not reported: %v", op, err)
+}
+
+func (r *run) init(ctx context.Context) {
+	r.begin("init")
+	if !r.client.Enabled() {
+		return
+	}
+	edges := make([]events.Edge, 0, len(r.res.Edges))
+	for _, e := range r.res.Edges {
+		edges = append(edges, events.Edge{From: r.rootPath(e.From), To: r.rootPath(e.To)})
+	}
+	in := events.Init{
+		ExecutionID: r.o.ExecutionID, Op: api.InitOp(r.o.Op), Environment: r.o.Environment,
+		Repo: r.o.Repo, PR: r.o.PR, SHA: r.o.SHA, Base: r.o.Base, Actor: r.o.Actor, RunURL: r.o.RunURL,
+		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: r.res.EdgesApproximate,
+		Reasons: r.reasons, StartedAt: r.res.StartedAt,
+	}
+	err := r.client.Init(ctx, in)
+	r.inited = err == nil || errors.Is(err, ErrCancelRequested)
+	r.event("Init", err)
+}
+
+// cancellingPoster is the pump's poster: a server-side cancel seen on a log post stops the run.
+type cancellingPoster struct {
+	c      *Client
+	cancel context.CancelCauseFunc
+}
+
+func (p cancellingPoster) Enabled() bool { return p.c.Enabled() }
+
+func (p cancellingPoster) LogChunk(ctx context.Context, lc events.LogChunk) error {
+	err := p.c.LogChunk(ctx, lc)
+	if errors.Is(err, ErrCancelRequested) {
+		p.cancel(err)
+	}
+	return err
+}
+
+func (p cancellingPoster) LogChunks(ctx context.Context, chunks []events.LogChunk) error {
+	err := p.c.LogChunks(ctx, chunks)
+	if errors.Is(err, ErrCancelRequested) {
+		p.cancel(err)
+	}
+	return err
+}
+
+func (r *run) startPump(ctx context.Context) *LogPump {
+	if !r.client.Enabled() || len(r.paths) == 0 {
+		return nil
+	}
+	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
+	if err := p.SetOptions(r.o.Pump); err != nil {
+		r.warn("log pump: %v", err)
+		return nil
+	}
+	for _, s := range r.paths {
+		if err := p.AddStack(s); err != nil {
+			r.warn("log pump: %v", err)
+		}
+	}
+	if err := p.Start(context.WithoutCancel(ctx)); err != nil {
+		r.warn("log pump: %v", err)
+		return nil
+	}
+	return p
+}
+
+// drain waits (bounded) for the pump to post what the scripts wrote.
+func (r *run) drain(ctx context.Context, p *LogPump) {
+	if p == nil {
+		return
+	}
+	budget := DrainBudget
+	if ctx.Err() != nil {
+		budget = CancelDrainBudget
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	defer cancel()
+	rep := p.Drain(dctx)
+	if !rep.Complete && rep.Stopped == nil {
+		r.warn("logs: %d bytes did not reach the server", rep.LostBytes())
+	}
+	for _, e := range rep.Errors {
+		r.warn("logs: %s", e)
+	}
+}
+
+// scriptEnv is the environment terramate and the scripts get.
+func (r *run) scriptEnv(tickDir string, extra []string) []string {
+	env := []string{
+		EnvOp + "=" + r.o.Op,
+		EnvEnvironment + "=" + r.o.Environment,
+		EnvExecution + "=" + r.o.ExecutionID,
+		EnvLogFile + "=" + r.o.LogFile,
+		EnvPlanOut + "=" + r.o.PlanOut,
+		EnvPlanJSON + "=" + r.o.PlanJSON,
+		EnvLockTimeout + "=" + r.o.LockTimeout,
+		EnvForceUnlock + "=" + r.o.ForceUnlock,
+		EnvTickDir + "=" + tickDir,
+		EnvServer + "=" + r.client.BaseURL(),
+	}
+	if r.client.Enabled() {
+		// The scripts' ticks authenticate the way the driver does.
+		if a := r.client.Audience(); a != "" {
+			env = append(env, EnvAudience+"="+a)
+		}
+	} else {
+		env = append(env, EnvAudience+"=", EnvToken+"=")
+	}
+	if dir := ensureSelfOnPath(r.getenv); dir != "" {
+		env = append(env, "PATH="+dir+string(os.PathListSeparator)+r.getenv("PATH"))
+	}
+	return append(env, extra...)
+}
+
+// ensureSelfOnPath makes `tfstackplan` resolvable for the scripts' ticks: when it is not on
+// PATH, it returns a directory holding a link named tfstackplan to this executable.
+var selfDir struct {
+	once sync.Once
+	dir  string
+}
+
+func ensureSelfOnPath(getenv func(string) string) string {
+	if p, err := exec.LookPath("tfstackplan"); err == nil && p != "" {
+		return ""
+	}
+	selfDir.once.Do(func() {
+		exe, err := os.Executable()
+		if err != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "tfstackplan-bin-")
+		if err != nil {
+			return
+		}
+		if os.Symlink(exe, filepath.Join(dir, "tfstackplan")) == nil {
+			selfDir.dir = dir
+		}
+	})
+	return selfDir.dir
+}
+
+// scriptRun runs one terramate script over the selected stacks and says what happened to each.
+func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string) (scriptOutcome, error) {
+	r.begin(step)
+	tickDir, err := os.MkdirTemp("", "tfstackplan-ticks-")
+	if err != nil {
+		r.warn("ticks: %v", err)
+		tickDir = ""
+	} else {
+		defer os.RemoveAll(tickDir)
+	}
+	actions := r.gh.Actions
+	if actions {
+		fmt.Fprintf(r.out, "::group::terramate script run %s (%s, %d stacks)\n", script, r.o.Environment, len(r.paths))
+	}
+	var ticks *tickReader
+	stopRelay := func() {}
+	if tickDir != "" {
+		ticks = newTickReader(tickDir)
+		stopRelay = r.relayTicks(ctx, ticks)
+	}
+	w := newScriptWatcher(r.out)
+	runErr := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
+		Script: script, Changed: !r.o.All, Base: r.o.Base, Parallel: r.o.Parallel,
+		ContinueOnError: r.o.ContinueOnError, Env: r.scriptEnv(tickDir, extraEnv),
+		StackFiles: []string{r.o.LogFile, r.o.PlanOut, r.o.PlanJSON},
+	})
+	stopRelay()
+	if actions {
+		fmt.Fprintln(r.out, "::endgroup::")
+	}
+	started, failed := w.snapshot()
+	var te *TerramateError
+	if errors.As(runErr, &te) {
+		for _, s := range te.FailedStacks {
+			failed[strings.TrimPrefix(s, "/")] = true
+		}
+	}
+	out := scriptOutcome{started: started, failed: failed, exitOK: runErr == nil, cancelled: ctx.Err() != nil}
+	if ticks != nil {
+		out.ticks = ticks.all
+	}
+	return out, runErr
+}
+
+// TickRelayInterval is how often the driver looks for new ticks to relay to the server.
+const TickRelayInterval = 100 * time.Millisecond
+
+// relayTicks posts the scripts' ticks to the server as Phase events while a script run goes on
+// (best-effort, through the driver's client and its breaker). The returned stop reads what is
+// left, posts it, and waits. Without a server the ticks are only read (at stop) for the
+// stacks' statuses.
+func (r *run) relayTicks(ctx context.Context, t *tickReader) (stop func()) {
+	post := func(recs []tickRecord) {
+		for _, rec := range recs {
+			if _, ok := r.byPath[rec.Stack]; !ok {
+				continue // not a stack of this run: never reported
+			}
+			at := time.Unix(0, rec.At).UTC()
+			r.event("Phase", r.client.Phase(context.WithoutCancel(ctx), events.PhaseEvent{
+				ExecutionID: r.o.ExecutionID, Stack: rec.Stack, Phase: rec.Phase, Status: rec.Status,
+				Message: rec.Message, At: at, Seq: r.seqNext(),
+			}))
+		}
+	}
+	if !r.client.Enabled() {
+		return func() { t.next() }
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(TickRelayInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				post(t.next())
+				return
+			case <-tick.C:
+				post(t.next())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+// scriptFailed records what a script run's failure means for the run; true when the run must
+// stop here.
+func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx context.Context) bool {
+	if ctx.Err() != nil {
+		r.failCancelled(ctx)
+		return true
+	}
+	var failedStacks []string
+	for i, e := range r.res.Stacks {
+		if e.Status == StatusFailed {
+			failedStacks = append(failedStacks, r.res.Stacks[i].Stack)
+		}
+	}
+	if runErr != nil {
+		kind := KindTerramate
+		if len(failedStacks) > 0 || errors.Is(runErr, ErrScriptFailed) {
+			kind = KindScript
+		}
+		msg := runErr.Error()
+		if len(failedStacks) > 0 {
+			msg = "failed stacks: " + strings.Join(failedStacks, ", ") + "\n" + msg
+		}
+		r.fail(newResultError(kind, step, msg))
+		return true
+	}
+	if len(failedStacks) > 0 {
+		r.fail(newResultError(KindScript, step, "failed stacks: "+strings.Join(failedStacks, ", ")))
+		return true
+	}
+	var unclassified []string
+	for _, e := range r.res.Stacks {
+		if e.Class == events.ClassUnclassified {
+			unclassified = append(unclassified, e.Stack+": "+e.Error)
+		}
+	}
+	if len(unclassified) > 0 {
+		r.fail(newResultError(KindClassify, step, "plans that could not be read:\n"+strings.Join(unclassified, "\n")))
+		return true
+	}
+	return false
+}
+
+// classify sets each stack's status from the script run and classifies the plans of the
+// stacks that succeeded; report sends each stack's Update.
+func (r *run) classify(out scriptOutcome, report bool) {
+	r.begin("classify")
+	r.classed = map[string]*plan.Stack{}
+	r.report = &plan.Report{ExecutionURL: r.res.ExecutionURL}
+	runStart := r.res.StartedAt
+	for i := range r.res.Stacks {
+		e := &r.res.Stacks[i]
+		file, ferr := ResolveStackFile(r.repoRoot, e.Path, r.o.PlanJSON)
+		fresh := false
+		if ferr == nil {
+			if fi, err := os.Stat(file); err == nil && !fi.ModTime().Before(runStart.Add(-time.Second)) {
+				fresh = true
+			}
+		}
+		e.Status = out.status(e.Path, fresh)
+		var s *plan.Stack
+		switch {
+		case e.Status != StatusSucceeded:
+			s = &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{},
+				Error: "the stack's script " + e.Status}
+		case ferr != nil:
+			s = &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{},
+				Error: ferr.Error()}
+		case !fresh:
+			s = &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{},
+				Error: fmt.Sprintf("plan file %s was not written by this run (the script must write `show -json` of its saved plan there)", filepath.Join(e.Path, r.o.PlanJSON))}
+		default:
+			s, _ = plan.ClassifyFile(e.Stack, file)
+		}
+		s.Name = e.Stack
+		s.Why = e.Why
+		r.classed[e.Path] = s
+		r.report.Stacks = append(r.report.Stacks, s)
+		e.Class, e.Counts, e.PlanHash, e.Error = s.Class, s.Counts, s.PlanHash, s.Error
+		e.Destructive = s.DestructiveAddresses()
+		if e.Status == StatusFailed && e.Error == "" {
+			e.Error = "the stack's script failed"
+		}
+	}
+	if report && r.client.Enabled() {
+		r.sendUpdates(context.Background())
+	}
+}
+
+// sendUpdates reports every stack's status and classification (best-effort).
+func (r *run) sendUpdates(ctx context.Context) {
+	for _, e := range r.res.Stacks {
+		s := r.classed[e.Path]
+		u := s.Event()
+		u.ExecutionID, u.Stack, u.Status, u.Seq, u.At = r.o.ExecutionID, e.Path, wireStatus(e.Status), r.seqNext(), r.now().UTC()
+		r.event("Update", r.client.Update(ctx, u))
+	}
+}
+
+// wireStatus maps a result status onto the wire's stack status.
+func wireStatus(s string) events.StackStatus {
+	switch s {
+	case StatusSucceeded:
+		return events.StackSucceeded
+	case StatusFailed:
+		return events.StackFailed
+	case StatusCancelled:
+		return events.StackCancelled
+	}
+	return events.StackSkipped
+}
+
+// apply asks the gate, then runs the apply script with the leased requester, then revokes.
+func (r *run) apply(ctx context.Context) {
+	r.begin("gate")
+	var stacks []events.StackPlan
+	for _, e := range r.res.Stacks {
+		if e.Class != events.ClassNoChanges {
+			stacks = append(stacks, events.StackPlan{Stack: e.Path, PlanHash: e.PlanHash})
+		}
+	}
+	if len(stacks) == 0 {
+		fmt.Fprintln(r.out, "tfstackplan: no stack has changes; nothing to apply")
+		r.sendUpdates(ctx)
+		return
+	}
+	v := r.client.GateCheck(ctx, events.GateCheck{
+		Environment: r.o.Environment, ExecutionID: r.o.ExecutionID, PR: r.o.PR, Repo: r.o.Repo, SHA: r.o.SHA, Stacks: stacks,
+	})
+	g := &GateResult{Verdict: v.Kind.String(), Allowed: v.Allowed(), Requester: v.Requester}
+	if v.Err != nil {
+		g.Message = v.Err.Error()
+	}
+	r.res.Gate = g
+	asked := r.client.Enabled()
+	outcome := "failed"
+	if asked {
+		defer func() { r.revoke(ctx, v.Requester, outcome) }()
+	}
+	if !v.Allowed() {
+		if ctx.Err() != nil {
+			r.failCancelled(ctx)
+			return
+		}
+		msg := "the gate did not allow the apply: " + v.Kind.String()
+		if g.Message != "" {
+			msg += ": " + g.Message
+		}
+		r.fail(newResultError(KindGate, "gate", msg))
+		for i := range r.res.Stacks {
+			r.res.Stacks[i].Status = StatusNotRun
+		}
+		r.sendUpdates(ctx)
+		return
+	}
+	var extra []string
+	if v.Requester != "" {
+		extra = append(extra, EnvRequester+"="+v.Requester, EnvImpersonate+"="+v.Requester)
+	}
+	pump := r.startPump(ctx)
+	out, runErr := r.scriptRun(ctx, "apply", r.script, extra)
+	r.drain(ctx, pump)
+	for i := range r.res.Stacks {
+		e := &r.res.Stacks[i]
+		e.Status = out.status(e.Path, false)
+		if e.Status != StatusSucceeded && e.Error == "" {
+			e.Error = "the stack's apply " + e.Status
+		}
+	}
+	r.sendUpdates(context.WithoutCancel(ctx))
+	if !r.scriptFailed("apply", out, runErr, ctx) {
+		outcome = "succeeded"
+	} else if ctx.Err() != nil {
+		outcome = "cancelled"
+	}
+}
+
+func (r *run) revoke(ctx context.Context, requester, outcome string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupBudget)
+	defer cancel()
+	err := r.client.GateRevoke(cctx, events.GateRevoke{
+		ExecutionID: r.o.ExecutionID, Environment: r.o.Environment, PR: r.o.PR, Requester: requester, Outcome: outcome,
+	})
+	if err != nil && !errors.Is(err, ErrCancelRequested) {
+		r.warn("GateRevoke: %v (the lease expires on its own)", err)
+		return
+	}
+	if r.res.Gate != nil {
+		r.res.Gate.Revoked = true
+	}
+}
+
+// finish finalizes the execution on the server and writes every output. It runs on every path.
+func (r *run) finish(ctx context.Context) {
+	r.begin("outputs")
+	res := r.res
+	if res.Error == nil && ctx.Err() != nil {
+		r.failCancelled(ctx)
+	}
+	if res.Signal == nil {
+		var sc SignalCause
+		if errors.As(context.Cause(ctx), &sc) {
+			res.Signal = sc.Signal
+		}
+	}
+	for i := range res.Stacks {
+		e := &res.Stacks[i]
+		if e.Class == events.ClassUnclassified || (e.Class != "" && e.Class != events.ClassNoChanges) {
+			res.HasChanges = true
+		}
+		if len(e.Destructive) > 0 || e.Class == events.ClassDestructive {
+			res.HasDestructive = true
+		}
+		res.Counts.Add(e.Counts)
+		if e.Class != "" {
+			res.Class = events.MaxClass(res.Class, e.Class)
+		}
+	}
+	switch {
+	case res.Error == nil:
+		res.Status = StatusSucceeded
+	case res.Error.Kind == KindCancelled:
+		res.Status = StatusCancelled
+	case res.Error.Kind == KindGate:
+		res.Status = "denied"
+	default:
+		res.Status = StatusFailed
+	}
+	r.finalize(ctx)
+	res.FinishedAt = r.now().UTC()
+	res.DurationMS = res.FinishedAt.Sub(res.StartedAt).Milliseconds()
+	r.res.Timings[r.step] += r.now().Sub(r.stepStart).Milliseconds()
+	r.writeOutputs()
+}
+
+// finalize ends the execution on the server, whatever happened.
+func (r *run) finalize(ctx context.Context) {
+	if r.client == nil || !r.client.Enabled() || !r.inited || r.finalized {
+		return
+	}
+	r.finalized = true
+	res := r.res
+	status := events.ExecutionSucceeded
+	switch res.Status {
+	case StatusCancelled:
+		status = events.ExecutionCancelled
+	case StatusSucceeded:
+	default:
+		status = events.ExecutionFailed
+	}
+	f := events.Finalize{ExecutionID: r.o.ExecutionID, Status: status, Class: res.Class, Counts: res.Counts.Events(), FinishedAt: r.now().UTC()}
+	if res.Error != nil {
+		f.Error = res.Error.Kind + " (" + res.Error.Step + "): " + tailOf(res.Error.Tail, 1024)
+	}
+	for _, e := range res.Stacks {
+		f.Stacks = append(f.Stacks, events.StackResult{Stack: e.Path, Status: wireStatus(e.Status), Class: e.Class, Counts: e.Counts.Events(), PlanHash: e.PlanHash})
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupBudget)
+	defer cancel()
+	if err := r.client.Finalize(cctx, f); err != nil && !errors.Is(err, ErrCancelRequested) {
+		r.warn("Finalize not reported: %v", err)
+	}
+}
+
+// writeOutputs writes the terminal summary, the GitHub outputs, the comment file and the result.
+func (r *run) writeOutputs() {
+	res := r.res
+	if r.report != nil && !r.o.DryRun {
+		fmt.Fprintln(r.out)
+		if err := plan.Text(r.out, r.report, r.o.Color); err != nil {
+			r.warn("summary: %v", err)
+		}
+	}
+	r.terminalSummary()
+	if r.gh.Actions {
+		for _, e := range res.Stacks {
+			if e.Status == StatusFailed {
+				annotateError(r.out, "tfstackplan "+res.Op+": "+e.Stack, "stack "+e.Stack+" failed: "+e.Error)
+			}
+		}
+		if res.Error != nil && res.Error.Kind != KindScript {
+			annotateError(r.out, "tfstackplan "+res.Op, res.Error.Kind+" error in "+res.Error.Step+": "+tailOf(res.Error.Tail, 1024))
+		}
+	}
+	if r.report != nil {
+		if r.o.CommentFile != "" {
+			if err := writeFileAtomic(r.o.CommentFile, []byte(plan.Comment(r.report)), 0o644); err != nil {
+				r.warn("comment file: %v", err)
+			}
+		}
+		if r.gh.StepSummary != "" {
+			if err := appendFile(r.gh.StepSummary, plan.Markdown(r.report)); err != nil {
+				r.warn("step summary: %v", err)
+			}
+		}
+	}
+	path := r.o.ResultPath
+	if path == "" {
+		path = DefaultResultPath(r.getenv)
+	}
+	if r.gh.Output != "" {
+		var changed []string
+		for _, e := range res.Stacks {
+			if e.Class != events.ClassNoChanges {
+				changed = append(changed, e.Stack)
+			}
+		}
+		if changed == nil {
+			changed = []string{}
+		}
+		cj, _ := jsonMarshalNoHTML(changed)
+		abs, _ := filepath.Abs(path)
+		kv := [][2]string{
+			{"execution", res.Execution}, {"status", res.Status}, {"class", string(res.Class)},
+			{"has-changes", fmt.Sprint(res.HasChanges)}, {"has-destructive", fmt.Sprint(res.HasDestructive)},
+			{"changed-stacks", string(cj)}, {"result", abs}, {"execution-url", res.ExecutionURL},
+		}
+		if r.o.CommentFile != "" {
+			kv = append(kv, [2]string{"comment-file", r.o.CommentFile})
+		}
+		if err := writeOutputs(r.gh.Output, kv); err != nil {
+			r.warn("GITHUB_OUTPUT: %v", err)
+		}
+	}
+	if err := WriteResult(path, res); err != nil {
+		res.Warnings = append(res.Warnings, "result document: "+err.Error())
+		fmt.Fprintln(r.errOut, "tfstackplan: error: could not write the result document:", err)
+	}
+}
+
+// terminalSummary prints one line per stack and names every destroyed, replaced and forgotten
+// resource by address, then the outcome.
+func (r *run) terminalSummary() {
+	res := r.res
+	w := r.out
+	fmt.Fprintf(w, "\ntfstackplan %s %s: %s", res.Op, res.Environment, res.Status)
+	if res.ExecutionURL != "" {
+		fmt.Fprintf(w, " (%s)", res.ExecutionURL)
+	}
+	fmt.Fprintln(w)
+	for _, e := range res.Stacks {
+		cls := string(e.Class)
+		if cls == "" {
+			cls = "-"
+		}
+		fmt.Fprintf(w, "  %-10s %-13s %s\n", e.Status, cls, printableName(e.Stack))
+		if s := r.classed[e.Path]; s != nil {
+			for _, c := range s.Destructive {
+				fmt.Fprintf(w, "      %s %s (%s)\n", c.Action.Symbol(), printableName(c.Address), c.Action)
+			}
+			if s.DestructiveOmitted > 0 {
+				fmt.Fprintf(w, "      … and %d more destructive changes\n", s.DestructiveOmitted)
+			}
+		}
+	}
+	if res.Gate != nil {
+		fmt.Fprintf(w, "gate: %s", res.Gate.Verdict)
+		if res.Gate.Requester != "" {
+			fmt.Fprintf(w, " (requester %s)", res.Gate.Requester)
+		}
+		fmt.Fprintln(w)
+	}
+	if res.Error != nil {
+		fmt.Fprintf(w, "error (%s, %s): %s\n", res.Error.Kind, res.Error.Step, printableText(tailOf(res.Error.Tail, 2048)))
+	}
+}
+
+// printableName replaces control characters of a name (stack paths and addresses are data).
+func printableName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// printableText keeps newlines and tabs but replaces other control characters.
+func printableText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}

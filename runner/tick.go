@@ -1,0 +1,191 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// EnvTickDir names the directory where `run tick` records each tick for the driver that
+// started the scripts (set by `run plan|apply`, one directory per script run).
+const EnvTickDir = "TFSTACKPLAN_TICK_DIR"
+
+// tickFile is the file in EnvTickDir that ticks are appended to, one JSON object a line.
+const tickFile = "ticks.jsonl"
+
+// TickBudget bounds the whole online tick: building the client (minting a token included)
+// and one Phase event.
+const TickBudget = 2 * time.Second
+
+// maxTickField bounds each field of a recorded tick, so one append stays one small write.
+const maxTickField = 1024
+
+// TickOptions are the inputs of one `run tick`.
+type TickOptions struct {
+	Phase   string
+	Stack   string // "" : TFSTACKPLAN_STACK
+	Status  string
+	Message string
+	// Getenv reads the environment (os.Getenv when nil).
+	Getenv func(string) string
+	// Budget bounds the online part (TickBudget when 0).
+	Budget time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// tickRecord is one line of the tick file.
+type tickRecord struct {
+	Stack   string `json:"stack"`
+	Phase   string `json:"phase"`
+	Status  string `json:"status,omitempty"`
+	Message string `json:"message,omitempty"`
+	At      int64  `json:"at"` // unix nanoseconds
+}
+
+// ErrTickUsage is returned when a tick has no phase or no stack.
+var ErrTickUsage = errors.New("run tick needs --phase and a stack (--stack or TFSTACKPLAN_STACK)")
+
+// Tick reports that a stack entered a phase. It reads nothing but the environment. Under the
+// driver (TFSTACKPLAN_TICK_DIR set) it appends the tick to the driver's tick file and returns
+// at once, touching no network: the driver relays it to the server as a Phase event, through
+// its own client, breaker included, so a dead server costs a tick nothing. Without the driver
+// and without a server it does nothing. Without the driver but with a server and an execution
+// (scripts run by hand for an execution) it sends one Phase event within the budget. Server
+// trouble never makes it fail: the returned warning (if any) says what went wrong, and only a
+// missing phase or stack is an error.
+func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	stack := o.Stack
+	if stack == "" {
+		stack = getenv(EnvStack)
+	}
+	if strings.TrimSpace(o.Phase) == "" || strings.TrimSpace(stack) == "" {
+		return "", ErrTickUsage
+	}
+	if dir := getenv(EnvTickDir); dir != "" {
+		recordTick(dir, tickRecord{Stack: clipField(stack), Phase: clipField(o.Phase), Status: clipField(o.Status),
+			Message: clipField(o.Message), At: now().UnixNano()})
+		return "", nil
+	}
+	server, exec := strings.TrimSpace(getenv(EnvServer)), getenv(EnvExecution)
+	if server == "" || exec == "" {
+		return "", nil
+	}
+	budget := o.Budget
+	if budget <= 0 {
+		budget = TickBudget
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		c, err := RunClient(Environment{}, getenv)
+		if err != nil {
+			done <- err
+			return
+		}
+		c.callBudget = min(c.callBudget, budget)
+		done <- c.Phase(ctx, events.PhaseEvent{
+			ExecutionID: exec, Stack: stack, Phase: o.Phase, Status: o.Status, Message: o.Message,
+			At: now().UTC(), Seq: now().UnixNano(),
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return "tick not reported: " + err.Error(), nil
+		}
+		return "", nil
+	case <-ctx.Done():
+		return "tick not reported: the server did not answer within " + budget.String(), nil
+	}
+}
+
+func clipField(s string) string {
+	if len(s) > maxTickField {
+		return s[:maxTickField]
+	}
+	return s
+}
+
+// recordTick appends one line to the tick file; O_APPEND keeps concurrent ticks of parallel
+// stacks from interleaving. Failing to record is silent: the driver then relies on
+// terramate's output alone.
+func recordTick(dir string, r tickRecord) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tickFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = f.Write(append(b, '\n'))
+	_ = f.Close()
+}
+
+// tickReader reads the tick file as it grows: each call to next returns the complete lines
+// appended since the last call. Lines that do not parse are skipped.
+type tickReader struct {
+	path string
+	off  int64
+	all  map[string][]tickRecord // per stack, in the order written
+}
+
+func newTickReader(dir string) *tickReader {
+	return &tickReader{path: filepath.Join(dir, tickFile), all: map[string][]tickRecord{}}
+}
+
+// maxTickRead bounds one read of the tick file.
+const maxTickRead = 1 << 20
+
+func (t *tickReader) next() []tickRecord {
+	f, err := os.Open(t.path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []tickRecord
+	buf := make([]byte, maxTickRead)
+	for {
+		n, _ := f.ReadAt(buf, t.off)
+		if n == 0 {
+			return out
+		}
+		chunk := buf[:n]
+		end := strings.LastIndexByte(string(chunk), '\n')
+		if end < 0 {
+			if n == len(buf) {
+				t.off += int64(n) // a line longer than any tick: skip it
+				continue
+			}
+			return out
+		}
+		for line := range strings.SplitSeq(string(chunk[:end]), "\n") {
+			var r tickRecord
+			if line == "" || json.Unmarshal([]byte(line), &r) != nil {
+				continue
+			}
+			t.all[r.Stack] = append(t.all[r.Stack], r)
+			out = append(out, r)
+		}
+		t.off += int64(end + 1)
+		if n < len(buf) {
+			return out
+		}
+	}
+}
