@@ -13,6 +13,11 @@
 // `script list` and `script run` (--changed, --parallel N honouring the DAG, --continue-on-error,
 // stop at first failure, --dry-run, unknown script, untracked files, cycles).
 //
+// Scripts come from the scenario (argv lists) or, when the scenario declares none, from the
+// project's own *.tm.hcl files ("HCL mode", see hcl.go): script blocks with their lets and
+// commands, globals and terramate.config.run.env are parsed with hashicorp/hcl and evaluated
+// per stack, so a real script library (scripts/terramate) runs through the fake unchanged.
+//
 // `script run` really executes each stack's commands in the stack directory with the scenario's
 // run environment, so per-stack log files get written and anything the scripts call really runs.
 // It refuses to run when git reports untracked files (other than the scenario file), like
@@ -34,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -58,7 +64,8 @@ type Scenario struct {
 	Version string `json:"version,omitempty"`
 	// Stacks are the project's stacks; Path is root-relative without a leading slash.
 	Stacks []Stack `json:"stacks"`
-	// Scripts are the script blocks of the project.
+	// Scripts are the script blocks of the project. When there are none, `script list` and
+	// `script run` read the project's *.tm.hcl files instead (HCL mode, see hcl.go).
 	Scripts []Script `json:"scripts,omitempty"`
 	// RunEnv is terramate.config.run.env: a value that names terramate.stack.path.relative,
 	// terramate.stack.path.absolute, terramate.stack.name, terramate.stack.id or env.NAME is
@@ -756,12 +763,28 @@ func (c *cli) metadata() int {
 }
 
 func (c *cli) scriptList() int {
+	if len(c.sc.Scripts) == 0 {
+		cfg, err := loadHCL(c.root)
+		if err != nil {
+			return c.hclFail(err)
+		}
+		return c.scriptListHCL(cfg)
+	}
 	scripts := slices.Clone(c.sc.Scripts)
 	slices.SortStableFunc(scripts, func(a, b Script) int { return strings.Compare(a.Name, b.Name) })
 	for _, s := range scripts {
 		fmt.Fprintf(c.stdout, "%s\n  Description: %q\n  Defined at %s\n\n", s.Name, s.Description, scriptDir(s))
 	}
 	return 0
+}
+
+// hclFail reports a configuration error of HCL mode.
+func (c *cli) hclFail(err error) int {
+	var he *hclError
+	if errors.As(err, &he) {
+		return c.fail(he.msg, he.details...)
+	}
+	return c.fail("fake terramate: " + err.Error())
 }
 
 func scriptDir(s Script) string {
@@ -845,30 +868,87 @@ func (c *cli) untracked() []string {
 	return files
 }
 
+// scriptDef is one definition of the script being run: the directory whose stacks it covers
+// and, per stack, its commands (per job, each command's argv).
+type scriptDef struct {
+	dir       string // root-relative, "" for the root
+	definedAt string
+	jobs      int
+	commands  func(s *Stack) ([][][]string, error)
+}
+
+// stackPlan is what one stack runs: the index of its script definition and its commands.
+type stackPlan struct {
+	script int
+	jobs   [][][]string
+	env    []string // run.env, KEY=VALUE
+}
+
+// scriptDefs returns the definitions of the named script in terramate's order (depth first,
+// children by name): from the scenario, or in HCL mode from the project's configuration.
+func (c *cli) scriptDefs(name string) ([]scriptDef, func(*Stack) ([]string, error), error) {
+	if len(c.sc.Scripts) > 0 {
+		var defs []scriptDef
+		for _, s := range c.sc.Scripts {
+			if s.Name != name {
+				continue
+			}
+			jobs := make([][][]string, len(s.Jobs))
+			for i, j := range s.Jobs {
+				jobs[i] = j.Commands
+			}
+			defs = append(defs, scriptDef{
+				dir:       strings.TrimPrefix(scriptDir(s), "/"),
+				definedAt: s.DefinedAt,
+				jobs:      len(s.Jobs),
+				commands:  func(*Stack) ([][][]string, error) { return jobs, nil },
+			})
+		}
+		slices.SortStableFunc(defs, func(a, b scriptDef) int { return comparePaths(a.dir, b.dir) })
+		return defs, func(s *Stack) ([]string, error) { return c.scenarioRunEnv(s, nil), nil }, nil
+	}
+	cfg, err := loadHCL(c.root)
+	if err != nil {
+		return nil, nil, err
+	}
+	version := c.sc.Version
+	if version == "" {
+		version = "0.17.2"
+	}
+	var defs []scriptDef
+	for _, sc := range cfg.defs(strings.Fields(name)) {
+		defs = append(defs, scriptDef{
+			dir:       sc.dir,
+			definedAt: sc.definedAt,
+			jobs:      len(sc.jobs),
+			commands: func(s *Stack) ([][][]string, error) {
+				ctx, err := cfg.evalContext(c.root, version, s)
+				if err != nil {
+					return nil, err
+				}
+				return sc.eval(c.root, ctx)
+			},
+		})
+	}
+	env := func(s *Stack) ([]string, error) {
+		ctx, err := cfg.evalContext(c.root, version, s)
+		if err != nil {
+			return nil, err
+		}
+		m, err := cfg.runEnv(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		return c.scenarioRunEnv(s, m), nil
+	}
+	return defs, env, nil
+}
+
 func (c *cli) scriptRun(args []string) int {
 	o, err := parseScriptRun(args)
 	if err != nil {
 		return c.usage(err.Error())
 	}
-	var defs []Script
-	for _, s := range c.sc.Scripts {
-		if s.Name == o.name {
-			defs = append(defs, s)
-		}
-	}
-	if len(defs) == 0 {
-		return c.fail("script not found: " + o.name)
-	}
-	if !c.noUntracked && len(c.untracked()) > 0 {
-		return c.fail("repository has untracked files")
-	}
-	if o.dryRun {
-		fmt.Fprintln(c.stderr, "This is a dry run, commands will not be executed.")
-	}
-	for i, d := range defs {
-		fmt.Fprintf(c.stderr, "Script %d at %s having %d job(s)\n", i, d.DefinedAt, len(d.Jobs))
-	}
-
 	var candidates []string
 	if o.changed {
 		for _, ch := range c.changes(o.base) {
@@ -878,20 +958,71 @@ func (c *cli) scriptRun(args []string) int {
 		candidates = c.paths
 	}
 	var sel []string
-	scriptOf := map[string]Script{}
 	for _, p := range candidates {
 		s := c.byPath[p]
 		if s == nil || !c.underCwd(p) || (o.tags != "" && !tagFilter(o.tags, s.Tags)) {
 			continue
 		}
-		for _, d := range defs {
-			dir := strings.TrimPrefix(scriptDir(d), "/")
-			if dir == "" || p == dir || strings.HasPrefix(p, dir+"/") {
-				scriptOf[p] = d
-				sel = append(sel, p)
-				break
+		sel = append(sel, p)
+	}
+	// Like terramate: the git safeguards (skipped on a dry run) come before the script lookup.
+	if !o.dryRun && !c.noUntracked && len(c.untracked()) > 0 {
+		return c.fail("repository has untracked files")
+	}
+	defs, runEnv, err := c.scriptDefs(o.name)
+	if err != nil {
+		return c.hclFail(err)
+	}
+	if len(defs) == 0 {
+		return c.fail("script not found: " + o.name)
+	}
+	// Each stack takes the definition of the deepest directory above it.
+	defOf := map[string]int{}
+	for _, p := range sel {
+		best := -1
+		for i, d := range defs {
+			if (d.dir == "" || p == d.dir || strings.HasPrefix(p, d.dir+"/")) &&
+				(best < 0 || len(d.dir) > len(defs[best].dir)) {
+				best = i
 			}
 		}
+		if best >= 0 {
+			defOf[p] = best
+		}
+	}
+	sel = slices.DeleteFunc(sel, func(p string) bool { _, ok := defOf[p]; return !ok })
+
+	if o.dryRun {
+		fmt.Fprintln(c.stderr, "This is a dry run, commands will not be executed.")
+	}
+	plans := map[string]stackPlan{}
+	for i, d := range defs {
+		var stacks []string
+		for _, p := range sel {
+			if defOf[p] == i {
+				stacks = append(stacks, p)
+			}
+		}
+		if len(stacks) == 0 {
+			continue // terramate prints only the definitions that run somewhere
+		}
+		fmt.Fprintf(c.stderr, "Script %d at %s having %d job(s)\n", i, d.definedAt, d.jobs)
+		for _, p := range stacks {
+			jobs, err := d.commands(c.byPath[p])
+			if err != nil {
+				return c.hclFail(err)
+			}
+			plans[p] = stackPlan{script: i, jobs: jobs}
+		}
+	}
+	for _, p := range sel {
+		env, err := runEnv(c.byPath[p])
+		if err != nil {
+			return c.hclFail(err)
+		}
+		pl := plans[p]
+		pl.env = env
+		plans[p] = pl
 	}
 	g := c.graph(true)
 	if reason, id, ok := g.cycle(); ok {
@@ -904,7 +1035,7 @@ func (c *cli) scriptRun(args []string) int {
 		}
 		return strings.Compare(a, b)
 	})
-	x := &executor{cli: c, opts: o, scriptOf: scriptOf, running: map[*exec.Cmd]struct{}{}}
+	x := &executor{cli: c, opts: o, plans: plans, running: map[*exec.Cmd]struct{}{}}
 	errs := x.run(sel, g.selectedDeps(sel))
 	if len(errs) > 0 {
 		return c.fail("one or more commands failed", errs...)
@@ -943,8 +1074,8 @@ func (g *graph) selectedDeps(sel []string) map[string][]string {
 // executor runs the selected stacks' script commands.
 type executor struct {
 	*cli
-	opts     scriptRunOpts
-	scriptOf map[string]Script
+	opts  scriptRunOpts
+	plans map[string]stackPlan
 
 	mu       sync.Mutex // guards stderr lines, errs, stopping, running
 	errs     []string
@@ -1012,21 +1143,33 @@ func allDone(deps []string, done map[string]bool) bool {
 // stack runs one stack's jobs; a failing command ends the stack and, without
 // --continue-on-error, the whole run.
 func (x *executor) stack(p string) {
-	s := x.byPath[p]
-	env := append(os.Environ(), x.runEnv(s)...)
-	for j, job := range x.scriptOf[p].Jobs {
-		for k, argv := range job.Commands {
+	pl := x.plans[p]
+	env := append(os.Environ(), pl.env...)
+	for j, job := range pl.jobs {
+		for k, argv := range job {
 			x.mu.Lock()
 			if x.stopping {
 				x.mu.Unlock()
 				return
 			}
-			fmt.Fprintf(x.stderr, "/%s (script:0 job:%d.%d)> %s\n", p, j, k, strings.Join(argv, " "))
+			fmt.Fprintf(x.stderr, "/%s (script:%d job:%d.%d)> %s\n", p, pl.script, j, k, strings.Join(argv, " "))
 			x.mu.Unlock()
-			if x.opts.dryRun || len(argv) == 0 {
+			if len(argv) == 0 {
 				continue
 			}
-			if err := x.exec(p, argv, env); err != nil {
+			bin, err := lookPath(argv[0], env)
+			if err != nil {
+				// terramate: "executable file not found in $PATH: running `tfstackplan run
+				// tick --phase init` in stack /stacks/a: tfstackplan", also on a dry run.
+				msg, detail, _ := strings.Cut(err.Error(), ": ")
+				if detail == "" {
+					detail = argv[0]
+				}
+				err = fmt.Errorf("%s: running `%s` in stack /%s: %s", msg, strings.Join(argv, " "), p, detail)
+			} else if !x.opts.dryRun {
+				err = x.exec(p, bin, argv, env)
+			}
+			if err != nil {
 				x.mu.Lock()
 				x.errs = append(x.errs, err.Error())
 				if !x.opts.continueOnError {
@@ -1039,11 +1182,49 @@ func (x *executor) stack(p string) {
 	}
 }
 
-func (x *executor) exec(p string, argv, env []string) error {
-	bin, err := exec.LookPath(argv[0])
-	if err != nil {
-		return fmt.Errorf("execution failed: running %s (in /%s): %w", strings.Join(argv, " "), p, err)
+// lookPath resolves a command's executable as terramate does before running (and on a dry
+// run): a name with a slash as given (relative to terramate's working directory), any other
+// name on the PATH of the stack's environment, which run.env may change.
+func lookPath(file string, env []string) (string, error) {
+	check := func(p string) error {
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+			return err
+		case fi.IsDir():
+			return syscall.EISDIR
+		case fi.Mode().Perm()&0o111 == 0:
+			return syscall.EACCES
+		}
+		return nil
 	}
+	executable := func(p string) bool { return check(p) == nil }
+	if strings.Contains(file, "/") {
+		err := check(file)
+		if err == nil {
+			return file, nil
+		}
+		// terramate: "...: running `./x` in stack /s: ./x: stat ./x: no such file or directory"
+		return "", fmt.Errorf("executable file not found in $PATH: %s: %w", file, err)
+	}
+	var pathVar string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v // the last one wins, as in exec
+		}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		if p := filepath.Join(dir, file); executable(p) {
+			return p, nil
+		}
+	}
+	return "", errors.New("executable file not found in $PATH")
+}
+
+func (x *executor) exec(p, bin string, argv, env []string) error {
 	cmd := exec.Command(bin, argv[1:]...)
 	cmd.Dir = filepath.Join(x.root, filepath.FromSlash(p))
 	cmd.Env = env
@@ -1055,7 +1236,7 @@ func (x *executor) exec(p string, argv, env []string) error {
 	}
 	x.running[cmd] = struct{}{}
 	x.mu.Unlock()
-	err = cmd.Wait()
+	err := cmd.Wait()
 	x.mu.Lock()
 	delete(x.running, cmd)
 	x.mu.Unlock()
@@ -1065,16 +1246,13 @@ func (x *executor) exec(p string, argv, env []string) error {
 	return nil
 }
 
-// runEnv evaluates terramate.config.run.env for stack s.
-func (x *executor) runEnv(s *Stack) []string {
-	keys := make([]string, 0, len(x.sc.RunEnv))
-	for k := range x.sc.RunEnv {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var env []string
-	for _, k := range keys {
-		v := x.sc.RunEnv[k]
+// scenarioRunEnv returns the run environment of stack s: the HCL run.env values in hcl (HCL
+// mode) plus the scenario's runEnv for the names hcl does not set. A scenario value that names
+// terramate.stack.path.relative, terramate.stack.path.absolute, terramate.stack.name,
+// terramate.stack.id or env.NAME is evaluated, anything else is a literal.
+func (c *cli) scenarioRunEnv(s *Stack, hcl map[string]string) []string {
+	vals := map[string]string{}
+	for k, v := range c.sc.RunEnv {
 		switch {
 		case v == "terramate.stack.path.relative":
 			v = s.Path
@@ -1087,7 +1265,13 @@ func (x *executor) runEnv(s *Stack) []string {
 		case strings.HasPrefix(v, "env."):
 			v = os.Getenv(strings.TrimPrefix(v, "env."))
 		}
-		env = append(env, k+"="+v)
+		vals[k] = v
+	}
+	maps.Copy(vals, hcl)
+	keys := slices.Sorted(maps.Keys(vals))
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, k+"="+vals[k])
 	}
 	return env
 }
