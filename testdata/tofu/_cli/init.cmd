@@ -1,0 +1,1 @@
+tofu init -input=false -no-color
