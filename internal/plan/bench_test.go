@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -155,4 +156,53 @@ func BenchmarkClassifyLarge(b *testing.B) {
 	b.ReportMetric(float64(tfjsonPeak)/1e6, "tfjson-peak-MB")
 	b.ReportMetric(tfjsonTime.Seconds()/streamTime.Seconds(), "speedup-x")
 	b.ReportMetric(float64(streamPeak)/float64(tfjsonPeak), "heap-ratio")
+}
+
+// BenchmarkClassifyStream measures the streaming classifier alone (classification, secrets,
+// diffs and the plan hash) on the generated ~100 MB plan; MB/s is its throughput.
+func BenchmarkClassifyStream(b *testing.B) {
+	path, want := planLargeFile(b)
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(fi.Size())
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := ClassifyFile("large", path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.Counts != want.Counts || s.PlanHash == "" {
+			b.Fatalf("counts %+v hash %q, want %+v and a hash", s.Counts, s.PlanHash, want.Counts)
+		}
+	}
+}
+
+// BenchmarkClassifyRecorded classifies every recorded OpenTofu plan once per op, from memory:
+// the per-plan overhead on small, real plans.
+func BenchmarkClassifyRecorded(b *testing.B) {
+	paths, _ := filepath.Glob(filepath.Join(planTofuDir, "*", "plan.json"))
+	var plans [][]byte
+	size := 0
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		plans = append(plans, data)
+		size += len(data)
+	}
+	if len(plans) == 0 {
+		b.Fatal("no recorded plans")
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		for i, data := range plans {
+			if _, err := Classify("recorded", paths[i], bytes.NewReader(data)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }

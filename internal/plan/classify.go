@@ -2,8 +2,7 @@ package plan
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,13 +52,14 @@ func ClassifyFile(stack, path string) (*Stack, error) {
 }
 
 // Classify reads the plan JSON from r (named file in messages) for stack, in one streaming
-// pass that also hashes the bytes. See ClassifyFile for the error contract.
+// pass that also computes the plan hash of its change set (see PlanHashVersion). See
+// ClassifyFile for the error contract.
 func Classify(stack, file string, r io.Reader) (*Stack, error) {
-	h := sha256.New()
-	br := bufio.NewReaderSize(io.TeeReader(r, h), 256<<10)
+	br := bufio.NewReaderSize(r, 256<<10)
 	c := &classifier{
 		s:       &Stack{Name: stack, File: file, Class: events.ClassUnclassified, Destructive: []Change{}, Changes: []Change{}},
 		secrets: newSecretSet(),
+		hash:    newPlanHasher(),
 	}
 	c.s.secrets = c.secrets
 	if err := c.run(br); err != nil {
@@ -68,11 +68,7 @@ func Classify(stack, file string, r io.Reader) (*Stack, error) {
 		_ = c.collectVariables()
 		return failed(stack, file, err, c.secrets)
 	}
-	// Hash what the decoder did not need to read (trailing whitespace).
-	if _, err := io.Copy(io.Discard, br); err != nil {
-		return failed(stack, file, err, c.secrets)
-	}
-	c.s.PlanHash = hex.EncodeToString(h.Sum(nil))
+	c.s.PlanHash = c.hash.sum()
 	c.s.Class = ClassOf(c.s.Counts, c.s.OutputsChanged)
 	c.s.redact()
 	return c.s, nil
@@ -90,6 +86,7 @@ func failed(stack, file string, err error, sec *secretSet) (*Stack, error) {
 type classifier struct {
 	s       *Stack
 	secrets *secretSet
+	hash    *planHasher
 	dec     *json.Decoder
 
 	detailed int
@@ -106,15 +103,17 @@ type classifier struct {
 }
 
 // rawChange is tfjson.Change with the (possibly large) values kept as raw JSON: they are only
-// decoded for small diffs and when a sensitivity mask flags something.
+// decoded for small diffs and when a sensitivity mask flags something, and canonicalized for
+// the plan hash.
 type rawChange struct {
-	Actions         tfjson.Actions    `json:"actions"`
-	Before          json.RawMessage   `json:"before"`
-	After           json.RawMessage   `json:"after"`
-	AfterUnknown    json.RawMessage   `json:"after_unknown"`
-	BeforeSensitive json.RawMessage   `json:"before_sensitive"`
-	AfterSensitive  json.RawMessage   `json:"after_sensitive"`
-	Importing       *tfjson.Importing `json:"importing"`
+	Actions         tfjson.Actions  `json:"actions"`
+	Before          json.RawMessage `json:"before"`
+	After           json.RawMessage `json:"after"`
+	AfterUnknown    json.RawMessage `json:"after_unknown"`
+	BeforeSensitive json.RawMessage `json:"before_sensitive"`
+	AfterSensitive  json.RawMessage `json:"after_sensitive"`
+	// Importing is the importing object (tfjson.Importing), raw for the plan hash.
+	Importing json.RawMessage `json:"importing"`
 }
 
 // reset empties c for the next decode, keeping its buffers.
@@ -122,7 +121,29 @@ func (c *rawChange) reset() {
 	*c = rawChange{
 		Actions: c.Actions[:0], Before: c.Before[:0], After: c.After[:0],
 		AfterUnknown: c.AfterUnknown[:0], BeforeSensitive: c.BeforeSensitive[:0], AfterSensitive: c.AfterSensitive[:0],
+		Importing: c.Importing[:0],
 	}
+}
+
+// importing reports whether the change imports: its importing is an object (not absent or
+// null).
+func (c *rawChange) importing() (bool, error) {
+	v := bytes.TrimLeft(c.Importing, " \t\r\n")
+	switch {
+	case len(v) == 0 || v[0] == 'n':
+		return false, nil
+	case v[0] == '{':
+		return true, nil
+	}
+	return false, fmt.Errorf("importing: expected an object, got %s", firstBytes(v, 20))
+}
+
+// firstBytes is at most n bytes of b, for messages.
+func firstBytes(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
 }
 
 // rawResourceChange is one element of resource_changes or resource_drift: tfjson's
@@ -349,7 +370,11 @@ func (c *classifier) resourceChange(drift bool) error {
 	if err := c.secrets.collectChange(ch); err != nil {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
-	action, order, err := actionOf(ch.Actions, ch.Importing != nil)
+	importing, err := ch.importing()
+	if err != nil {
+		return fmt.Errorf("resource %s: %w", rc.Address, err)
+	}
+	action, order, err := actionOf(ch.Actions, importing)
 	if err != nil {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
@@ -357,6 +382,9 @@ func (c *classifier) resourceChange(drift bool) error {
 	if drift {
 		if action == ActionNoOp {
 			return nil
+		}
+		if err := c.hash.drift(rc); err != nil {
+			return fmt.Errorf("resource %s: %w", rc.Address, err)
 		}
 		s.DriftCount++
 		if len(s.Drift) < MaxChanges {
@@ -367,8 +395,11 @@ func (c *classifier) resourceChange(drift bool) error {
 	if action == ActionNoOp {
 		return nil
 	}
+	if err := c.hash.resourceChange(rc); err != nil {
+		return fmt.Errorf("resource %s: %w", rc.Address, err)
+	}
 	s.Counts.inc(action)
-	out := Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason), Importing: ch.Importing != nil}
+	out := Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason), Importing: importing}
 	if action.Destructive() {
 		if len(s.Destructive) < MaxDestructive {
 			s.Destructive = append(s.Destructive, out)
@@ -407,6 +438,9 @@ func (c *classifier) outputChanges() error {
 		}
 		if action == ActionNoOp {
 			return nil
+		}
+		if err := c.hash.outputChange(name, &ch); err != nil {
+			return fmt.Errorf("output %s: %w", name, err)
 		}
 		c.s.OutputsChanged++
 		if len(c.s.Outputs) >= MaxChanges {

@@ -35,10 +35,13 @@ func FuzzClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Classify("fuzz", "plan.json", bytes.NewReader(data))
 		if err != nil {
-			if s.Class != events.ClassUnclassified || s.Error == "" {
-				t.Fatalf("error %v but class %s", err, s.Class)
+			if s.Class != events.ClassUnclassified || s.Error == "" || s.PlanHash != "" {
+				t.Fatalf("error %v but class %s, plan hash %q", err, s.Class, s.PlanHash)
 			}
 			return
+		}
+		if !planHashRE.MatchString(s.PlanHash) {
+			t.Fatalf("plan hash %q", s.PlanHash)
 		}
 		if s.Class != ClassOf(s.Counts, s.OutputsChanged) {
 			t.Fatalf("class %s for counts %+v", s.Class, s.Counts)

@@ -3,8 +3,11 @@
 // Classify reads the output of `terraform show -json` / `tofu show -json` as a stream (one
 // resource change at a time, never the whole document), counts changes per action, assigns the
 // stack a change class (no-changes < additive < mutating < destructive, or unclassified when the
-// plan cannot be read) and hashes the plan file in the same pass. Every render (step summary,
-// PR comment, terminal text, JSON) is built from the same model, a Report of Stacks.
+// plan cannot be read) and, in the same pass, computes the plan hash: a canonical hash of the
+// change set (resource changes, output changes, drift), independent of timestamps, versions,
+// key order, whitespace and entry order (PlanHashVersion says exactly what it covers). Every
+// render (step summary, PR comment, terminal text, JSON) is built from the same model, a
+// Report of Stacks.
 //
 // Secrets: the model never holds a sensitive value once Classify returns. Every value found in
 // a sensitive position anywhere in the plan (sensitive root variables, sensitive outputs,
@@ -185,7 +188,11 @@ type Stack struct {
 
 	Class  events.Class `json:"class"`
 	Counts Counts       `json:"counts"`
-	// PlanHash is the sha256 (hex) of the plan file bytes.
+	// PlanHash identifies the content of the plan's change set: "v1:" and the hex SHA-256 of
+	// a canonical encoding of its resource changes, output changes and drift, and of nothing
+	// else (not the timestamp, versions, key order, whitespace or entry order). The doc of
+	// PlanHashVersion says exactly what it covers and ignores. Empty when the plan could not
+	// be classified.
 	PlanHash         string `json:"plan_hash,omitempty"`
 	FormatVersion    string `json:"format_version,omitempty"`
 	TerraformVersion string `json:"terraform_version,omitempty"`
