@@ -519,3 +519,10 @@ func TestScriptLibFake(t *testing.T) {
 		}
 	})
 }
+
+// stateOf returns the stack's local state file ("" when there is none).
+func (p *slibProject) stateOf(t *testing.T, stack string) string {
+	t.Helper()
+	s, _ := p.read(t, stack, "terraform.tfstate")
+	return s
+}

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestScriptLibRealTools runs the script library (scripts/terramate) with the real terramate
@@ -189,4 +191,87 @@ func slibRealSequence(t *testing.T, name, tm, tofu, cli string) []string {
 		t.Fatalf("%s: the sequence stopped after %d steps", name, len(stderrs))
 	}
 	return stderrs
+}
+
+// TestScriptLibRealToolsCancel cancels an apply the way the driver does (SIGINT to terramate's
+// process group, which holds every script command) while tofu runs a slow provisioner: tofu
+// must shut down gracefully, so its output keeps reaching the log, the state is written and
+// the state lock released. (A tee that died with the group would kill tofu with SIGPIPE.)
+// Opt-in like TestScriptLibRealTools; runs with the real and with the fake terramate.
+func TestScriptLibRealToolsCancel(t *testing.T) {
+	realTM, tofu := os.Getenv("TFSTACKPLAN_TERRAMATE"), os.Getenv("TFSTACKPLAN_TOFU")
+	if realTM == "" || tofu == "" {
+		t.Skip("set TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU to the real terramate and tofu to run this test")
+	}
+	for name, tm := range map[string]string{"real-terramate": realTM, "fake-terramate": fakeTerramate(t)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := slibNewProject(t, tofu)
+			slibWrite(t, filepath.Join(p.root, "stacks/network/main.tf"), `resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 1; done"
+  }
+}
+`, 0o644)
+			p.commit(t, "slow")
+			if _, stderr, rc := p.run(t, tm, nil, "script", "run", "plan"); rc != 0 {
+				t.Fatalf("plan: exit %d\n%s", rc, stderr)
+			}
+			if err := os.Remove(p.ticks); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(tm, "script", "run", "apply")
+			cmd.Dir = p.root
+			cmd.Env = p.env(nil)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				if log, _ := p.read(t, "stacks/network", "tfstackplan.log"); strings.Contains(log, "tick 2") {
+					break
+				}
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					t.Fatal("the slow apply never started")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Errorf("the cancelled apply exited 0")
+				}
+			case <-time.After(60 * time.Second):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				t.Fatal("terramate did not end after SIGINT")
+			}
+			// tofu may outlive terramate by a moment; wait for its lock to go.
+			lock := filepath.Join(p.root, "stacks/network/.terraform.tfstate.lock.info")
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				if _, err := os.Stat(lock); os.IsNotExist(err) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the state lock is still held: tofu did not shut down gracefully")
+				}
+			}
+			log, _ := p.read(t, "stacks/network", "tfstackplan.log")
+			if !strings.Contains(log, "Interrupt received") || !strings.Contains(log, "signal: interrupt") {
+				t.Errorf("the log lacks tofu's graceful shutdown:\n%s", log)
+			}
+			if s := p.stateOf(t, "stacks/network"); !strings.Contains(s, `"slow"`) {
+				t.Errorf("the state does not record the interrupted resource:\n%s", s)
+			}
+			if got := slibTicksOf(slibLines(t, p.ticks), "stacks/app"); len(got) != 0 {
+				t.Errorf("a stack ran after the cancel: %q", got)
+			}
+		})
+	}
 }

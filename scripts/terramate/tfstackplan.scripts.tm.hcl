@@ -11,8 +11,13 @@ script "plan" {
   description = "tfstackplan: init, plan and save the plan and its JSON in each stack"
 
   lets {
-    tf      = global.tfstackplan_tf
-    log     = "\"$${TFSTACKPLAN_LOG_FILE:-tfstackplan.log}\""
+    tf = global.tfstackplan_tf
+    # Where output goes: the per-stack log (started afresh, then appended to) and, through tee,
+    # terramate's stdout. tee ignores INT and TERM: a cancel signals the whole process group,
+    # and a tee that died would kill tofu with SIGPIPE in the middle of its graceful shutdown,
+    # losing state and leaving the state lock held.
+    new_log = "(trap '' INT TERM; exec tee -- \"$${TFSTACKPLAN_LOG_FILE:-tfstackplan.log}\")"
+    log     = "(trap '' INT TERM; exec tee -a -- \"$${TFSTACKPLAN_LOG_FILE:-tfstackplan.log}\")"
     out     = "\"$${TFSTACKPLAN_PLAN_OUT:-tfstackplan.tfplan}\""
     json    = "\"$${TFSTACKPLAN_PLAN_JSON:-tfstackplan.plan.json}\""
     timeout = "\"$${TFSTACKPLAN_LOCK_TIMEOUT:-0s}\""
@@ -23,16 +28,16 @@ script "plan" {
       ["tfstackplan", "run", "tick", "--phase", "init"],
       # Drops the previous run's plan files (a failed plan must not leave a stale JSON behind)
       # and starts the log afresh (tee without -a truncates it).
-      ["bash", "-c", "set -o pipefail; umask 077; rm -f -- ${let.out} ${let.json}; ${let.tf} init -input=false -no-color 2>&1 | tee -- ${let.log}"],
+      ["bash", "-c", "set -o pipefail; umask 077; rm -f -- ${let.out} ${let.json}; ${let.tf} init -input=false -no-color 2>&1 | ${let.new_log}"],
       # Best effort: the driver passes one lock ID to every stack, and force-unlock fails where the
       # state is not locked under that ID; a state still locked makes the next command fail.
-      ["bash", "-c", "set -o pipefail; umask 077; if [ -n \"$${TFSTACKPLAN_FORCE_UNLOCK:-}\" ]; then ${let.tf} force-unlock -force -no-color \"$TFSTACKPLAN_FORCE_UNLOCK\" 2>&1 | tee -a -- ${let.log} || echo \"tfstackplan: lock $TFSTACKPLAN_FORCE_UNLOCK not released here (another stack's lock?); going on\" | tee -a -- ${let.log}; fi"],
+      ["bash", "-c", "set -o pipefail; umask 077; if [ -n \"$${TFSTACKPLAN_FORCE_UNLOCK:-}\" ]; then ${let.tf} force-unlock -force -no-color \"$TFSTACKPLAN_FORCE_UNLOCK\" 2>&1 | ${let.log} || echo \"tfstackplan: lock $TFSTACKPLAN_FORCE_UNLOCK not released here (another stack's lock?); going on\" | ${let.log}; fi"],
       ["tfstackplan", "run", "tick", "--phase", "plan"],
-      ["bash", "-c", "set -o pipefail; umask 077; ${let.tf} plan -input=false -no-color -lock-timeout=${let.timeout} -out=${let.out} 2>&1 | tee -a -- ${let.log}"],
+      ["bash", "-c", "set -o pipefail; umask 077; ${let.tf} plan -input=false -no-color -lock-timeout=${let.timeout} -out=${let.out} 2>&1 | ${let.log}"],
       ["tfstackplan", "run", "tick", "--phase", "show"],
       # The JSON holds sensitive values: it never goes to the log or the terminal (only show's
       # errors do), and it appears under its name only once complete (temp file, then mv).
-      ["bash", "-c", "set -o pipefail; umask 077; json=${let.json}; trap 'rm -f -- \"$json.tmp\"' EXIT; ${let.tf} show -json -no-color ${let.out} 2>&1 >\"$json.tmp\" | tee -a -- ${let.log} && mv -f -- \"$json.tmp\" \"$json\""],
+      ["bash", "-c", "set -o pipefail; umask 077; json=${let.json}; trap 'rm -f -- \"$json.tmp\"' EXIT; ${let.tf} show -json -no-color ${let.out} 2>&1 >\"$json.tmp\" | ${let.log} && mv -f -- \"$json.tmp\" \"$json\""],
       ["tfstackplan", "run", "tick", "--phase", "done", "--status", "succeeded"],
     ]
   }
@@ -43,7 +48,8 @@ script "apply" {
 
   lets {
     tf      = global.tfstackplan_tf
-    log     = "\"$${TFSTACKPLAN_LOG_FILE:-tfstackplan.log}\""
+    new_log = "(trap '' INT TERM; exec tee -- \"$${TFSTACKPLAN_LOG_FILE:-tfstackplan.log}\")"
+    log     = "(trap '' INT TERM; exec tee -a -- \"$${TFSTACKPLAN_LOG_FILE:-tfstackplan.log}\")"
     out     = "\"$${TFSTACKPLAN_PLAN_OUT:-tfstackplan.tfplan}\""
     timeout = "\"$${TFSTACKPLAN_LOCK_TIMEOUT:-0s}\""
   }
@@ -53,11 +59,11 @@ script "apply" {
       # A saved plan applies only in an initialised working directory (providers, modules,
       # backend), which a fresh CI checkout does not have yet.
       ["tfstackplan", "run", "tick", "--phase", "init"],
-      ["bash", "-c", "set -o pipefail; umask 077; ${let.tf} init -input=false -no-color 2>&1 | tee -- ${let.log}"],
-      ["bash", "-c", "set -o pipefail; umask 077; if [ -n \"$${TFSTACKPLAN_FORCE_UNLOCK:-}\" ]; then ${let.tf} force-unlock -force -no-color \"$TFSTACKPLAN_FORCE_UNLOCK\" 2>&1 | tee -a -- ${let.log} || echo \"tfstackplan: lock $TFSTACKPLAN_FORCE_UNLOCK not released here (another stack's lock?); going on\" | tee -a -- ${let.log}; fi"],
+      ["bash", "-c", "set -o pipefail; umask 077; ${let.tf} init -input=false -no-color 2>&1 | ${let.new_log}"],
+      ["bash", "-c", "set -o pipefail; umask 077; if [ -n \"$${TFSTACKPLAN_FORCE_UNLOCK:-}\" ]; then ${let.tf} force-unlock -force -no-color \"$TFSTACKPLAN_FORCE_UNLOCK\" 2>&1 | ${let.log} || echo \"tfstackplan: lock $TFSTACKPLAN_FORCE_UNLOCK not released here (another stack's lock?); going on\" | ${let.log}; fi"],
       ["tfstackplan", "run", "tick", "--phase", "apply"],
       # Applies exactly the saved plan: no new plan, no prompt; a missing or stale plan fails.
-      ["bash", "-c", "set -o pipefail; umask 077; ${let.tf} apply -input=false -no-color -lock-timeout=${let.timeout} ${let.out} 2>&1 | tee -a -- ${let.log}"],
+      ["bash", "-c", "set -o pipefail; umask 077; ${let.tf} apply -input=false -no-color -lock-timeout=${let.timeout} ${let.out} 2>&1 | ${let.log}"],
       ["tfstackplan", "run", "tick", "--phase", "done", "--status", "succeeded"],
     ]
   }
