@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,13 +11,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/tofutest"
 )
 
 // Tests of the terramate script library users copy (scripts/terramate): a project with the
 // library installed runs `terramate script run plan|apply` through the fake terramate (which
-// reads the library's HCL: testdata/faketerramate/hcl.go) with a stand-in tofu and a stand-in
-// `tfstackplan` that records the ticks. scriptlib_real_test.go runs the same project with the
-// real terramate and tofu and compares what terramate prints with the fake's.
+// reads the library's HCL: testdata/faketerramate/hcl.go) and a stand-in `tfstackplan` that
+// records the ticks, with a shell stand-in tofu that records its arguments (TestScriptLibFake)
+// or with the fake tofu replaying real OpenTofu recordings (TestScriptLibFakeTools).
+// scriptlib_real_test.go runs the same sequence with the real terramate and tofu and compares
+// what terramate prints with the fake's.
 
 const slibLibDir = "../scripts/terramate"
 
@@ -35,6 +40,8 @@ type slibProject struct {
 	ticks string // where the tfstackplan stub appends "<TFSTACKPLAN_STACK> <args>"
 	calls string // where the stand-in tofu appends "<stack dir>|<args>" (stand-in only)
 	home  string
+	// extraEnv is added to every run's environment.
+	extraEnv []string
 }
 
 // slibTickStub is the `tfstackplan` the scripts call until the driver lands.
@@ -129,7 +136,8 @@ func slibNewProject(t *testing.T, tofu string) *slibProject {
 	p.git(t, "config", "user.name", "ci")
 	p.commit(t, "init")
 	// The fake's scenario describes the same stacks; real terramate must not see it untracked.
-	slibWrite(t, filepath.Join(p.root, ".git/info/exclude"), ".faketerramate.json\n", 0o644)
+	// So must the fake tofu's case and state files.
+	slibWrite(t, filepath.Join(p.root, ".git/info/exclude"), ".faketerramate.json\nfaketofu.*\n", 0o644)
 	sc := &tmScenario{}
 	for _, s := range slibStacks {
 		st := tmStack{Path: s.path, Name: s.name, ID: s.name}
@@ -201,6 +209,7 @@ func (p *slibProject) env(extra []string) []string {
 		"SLIB_ROOT="+p.root, "SLIB_TICKS="+p.ticks,
 		"STANDIN_CALLS="+p.calls, "STANDIN_PLAN_JSON="+abs,
 	)
+	env = append(env, p.extraEnv...)
 	return append(env, extra...)
 }
 
@@ -525,4 +534,187 @@ func (p *slibProject) stateOf(t *testing.T, stack string) string {
 	t.Helper()
 	s, _ := p.read(t, stack, "terraform.tfstate")
 	return s
+}
+
+// slibSequence runs six steps (plan, apply, plan of a change with the driver's lock variables,
+// apply of the saved plan after a further change, apply of the now stale plan, plan with a
+// configuration error) on a new project with terramate tm and tofu, checks each, and returns
+// terramate's stderr of each step. fakeTofu says tofu is testdata/faketofu: each stack's
+// faketofu.case then names the recording that stands for the step's configuration, and the
+// checks of real state files are skipped. cli is a tfstackplan binary (for render).
+func slibSequence(t *testing.T, name, tm, tofu, cli string, fakeTofu bool) []string {
+	var stderrs []string
+	t.Run(name, func(t *testing.T) {
+		p := slibNewProject(t, tofu)
+		stacks := slibStackPaths()
+		setCase := func(stack, c string) {
+			if fakeTofu {
+				tofutest.WriteCase(t, filepath.Join(p.root, stack), c)
+			}
+		}
+		if fakeTofu {
+			p.extraEnv = tofutest.Env(t)
+			for _, s := range stacks {
+				setCase(s, "create")
+			}
+		}
+		class := func(stack string) string {
+			t.Helper()
+			out, err := exec.Command(cli, "render", "--plan", filepath.Join(p.root, stack, "tfstackplan.plan.json"), "--format", "json").Output()
+			if err != nil {
+				t.Errorf("render %s: %v", stack, err)
+				return ""
+			}
+			var doc struct {
+				Class string `json:"class"`
+			}
+			if err := json.Unmarshal(out, &doc); err != nil {
+				t.Errorf("render %s: %v", stack, err)
+			}
+			return doc.Class
+		}
+		state := func(stack string) string {
+			s, _ := p.read(t, stack, "terraform.tfstate")
+			return s
+		}
+		clean := func() {
+			if st := p.git(t, "status", "--porcelain"); st != "" {
+				t.Errorf("files git does not ignore (terramate would refuse the next run):\n%s", st)
+			}
+		}
+		run := func(script string, env []string, wantRC int) (string, []string) {
+			t.Helper()
+			stdout, stderr, rc := p.run(t, tm, env, "script", "run", script)
+			if rc != wantRC {
+				t.Fatalf("script run %s: exit %d, want %d\nstderr:\n%s\nstdout:\n%s", script, rc, wantRC, stderr, stdout)
+			}
+			stderrs = append(stderrs, stderr)
+			return stderr, slibLines(t, p.ticks)
+		}
+
+		// 1. Plan from scratch: every stack gets its log, saved plan and plan JSON.
+		stderr, ticks := run("plan", nil, 0)
+		slibCheckCommandLines(t, stderr, "plan", stacks, 8)
+		slibCheckTicks(t, ticks, stacks, slibPlanTicks)
+		for _, s := range stacks {
+			log, _ := p.read(t, s, "tfstackplan.log")
+			if !strings.Contains(log, "has been successfully initialized") || !strings.Contains(log, "Saved the plan to: tfstackplan.tfplan") {
+				t.Errorf("%s log lacks init or plan output:\n%s", s, log)
+			}
+			if strings.Contains(log, `"format_version"`) {
+				t.Errorf("%s: the plan JSON went into the log", s)
+			}
+			if _, ok := p.read(t, s, "tfstackplan.tfplan"); !ok {
+				t.Errorf("%s has no saved plan", s)
+			}
+			if c := class(s); c != "additive" {
+				t.Errorf("%s classified %q, want additive", s, c)
+			}
+		}
+		clean()
+
+		// 2. Apply the saved plans.
+		stderr, ticks = run("apply", nil, 0)
+		slibCheckCommandLines(t, stderr, "apply", stacks, 6)
+		slibCheckTicks(t, ticks, stacks, slibApplyTicks)
+		for _, st := range slibStacks {
+			if !fakeTofu && !strings.Contains(state(st.path), `"`+st.name+`-1"`) {
+				t.Errorf("%s: state after apply lacks %q", st.path, st.name+"-1")
+			}
+			if log, _ := p.read(t, st.path, "tfstackplan.log"); strings.Contains(log, "Saved the plan") || !strings.Contains(log, "Apply complete! Resources: ") {
+				t.Errorf("%s apply log:\n%s", st.path, log)
+			}
+		}
+		clean()
+
+		// 3. Change one stack and plan with the driver's lock variables: a force-unlock that
+		// finds no lock does not fail the stack; -lock-timeout reaches tofu.
+		p.setInput(t, "stacks/app", "app-2")
+		p.commit(t, "app-2")
+		setCase("stacks/network", "no-changes")
+		setCase("stacks/app", "update")
+		setCase("stacks/sub/db", "no-changes")
+		stderr, ticks = run("plan", []string{"TFSTACKPLAN_FORCE_UNLOCK=no-such-lock", "TFSTACKPLAN_LOCK_TIMEOUT=5s"}, 0)
+		slibCheckCommandLines(t, stderr, "plan", stacks, 8)
+		slibCheckTicks(t, ticks, stacks, slibPlanTicks)
+		for _, s := range stacks {
+			want := "no-changes"
+			if s == "stacks/app" {
+				want = "mutating"
+			}
+			if c := class(s); c != want {
+				t.Errorf("%s classified %q, want %q", s, c, want)
+			}
+			if log, _ := p.read(t, s, "tfstackplan.log"); !strings.Contains(log, "lock no-such-lock not released here") {
+				t.Errorf("%s log lacks the force-unlock note:\n%s", s, log)
+			}
+		}
+
+		// 4. Change the stack again without planning: apply applies the saved plan (app-2),
+		// not the configuration (app-3).
+		p.setInput(t, "stacks/app", "app-3")
+		p.commit(t, "app-3")
+		run("apply", nil, 0)
+		if s := state("stacks/app"); !fakeTofu && (!strings.Contains(s, `"app-2"`) || strings.Contains(s, `"app-3"`)) {
+			t.Errorf("apply did not apply the saved plan: state\n%s", s)
+		}
+
+		// 5. The saved plan is now stale: tofu refuses it and the stack fails.
+		stderr, ticks = run("apply", nil, 1)
+		if !strings.Contains(stderr, "(in /stacks/app): exit status 1") {
+			t.Errorf("stale apply stderr:\n%s", stderr)
+		}
+		if log, _ := p.read(t, "stacks/app", "tfstackplan.log"); !strings.Contains(log, "Saved plan is stale") {
+			t.Errorf("stale apply log:\n%s", log)
+		}
+		if got := slibTicksOf(ticks, "stacks/sub/db"); len(got) != 0 {
+			t.Errorf("a stack after the failed one ran: %q", got)
+		}
+
+		// 6. A configuration error that tofu finds when planning fails the stack, and no stale
+		// plan survives.
+		slibWrite(t, filepath.Join(p.root, "stacks/app/broken.tf"), "resource \"terraform_data\" \"broken\" {\n  input = undefined_thing.x\n}\n", 0o644)
+		p.commit(t, "broken")
+		setCase("stacks/app", "error")
+		stderr, ticks = run("plan", nil, 1)
+		if !strings.Contains(stderr, "Error: one or more commands failed") || !strings.Contains(stderr, "(in /stacks/app): exit status 1") {
+			t.Errorf("failing plan stderr:\n%s", stderr)
+		}
+		if got := slibTicksOf(ticks, "stacks/app"); !slices.Equal(got, slibPlanTicks[:2]) {
+			t.Errorf("failed stack ticks %q, want %q", got, slibPlanTicks[:2])
+		}
+		if log, _ := p.read(t, "stacks/app", "tfstackplan.log"); !strings.Contains(log, "Reference to undeclared resource") {
+			t.Errorf("failing plan log:\n%s", log)
+		}
+		for _, f := range []string{"tfstackplan.tfplan", "tfstackplan.plan.json"} {
+			if _, ok := p.read(t, "stacks/app", f); ok {
+				t.Errorf("stacks/app: the previous %s survived a failed plan", f)
+			}
+		}
+		if _, ok := p.read(t, "stacks/network", "tfstackplan.plan.json"); !ok {
+			t.Errorf("stacks/network (before the failure) has no plan JSON")
+		}
+		clean()
+	})
+	if len(stderrs) != 6 {
+		t.Fatalf("%s: the sequence stopped after %d steps", name, len(stderrs))
+	}
+	return stderrs
+}
+
+// slibBuildCLI builds cmd/tfstackplan (for `render`).
+func slibBuildCLI(t *testing.T) string {
+	t.Helper()
+	cli := filepath.Join(t.TempDir(), "tfstackplan")
+	if out, err := exec.Command("go", "build", "-o", cli, "../cmd/tfstackplan").CombinedOutput(); err != nil {
+		t.Fatalf("building tfstackplan: %v\n%s", err, out)
+	}
+	return cli
+}
+
+// TestScriptLibFakeTools runs slibSequence with the fake terramate and the fake tofu
+// (testdata/faketofu, which replays real OpenTofu recordings): the library end to end, plan to
+// stale apply, without the real tools.
+func TestScriptLibFakeTools(t *testing.T) {
+	slibSequence(t, "fake-terramate-fake-tofu", fakeTerramate(t), tofutest.Build(t), slibBuildCLI(t), true)
 }
