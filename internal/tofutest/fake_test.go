@@ -135,32 +135,65 @@ func TestFakeLock(t *testing.T) {
 	same(t, "force-unlock without a lock", recorded(t, "_cli", "force-unlock"), fake.run(t, dir, argv(t, "_cli", "force-unlock")...))
 }
 
-// TestFakeInterrupt: SIGINT/SIGTERM during FAKETOFU_SLEEP.
+// TestFakeInterrupt: SIGINT/SIGTERM during FAKETOFU_SLEEP and FAKETOFU_APPLY_SLEEP.
 func TestFakeInterrupt(t *testing.T) {
-	fake := fakeTool(t, "FAKETOFU_SLEEP=1m")
 	for _, tc := range []struct {
-		sig  syscall.Signal
-		name string
-	}{{syscall.SIGINT, "plan-sigint"}, {syscall.SIGTERM, "plan-sigterm"}} {
-		t.Run(tc.name, func(t *testing.T) {
+		sig         syscall.Signal
+		plan, apply string
+	}{{syscall.SIGINT, "plan-sigint", "apply-sigint"}, {syscall.SIGTERM, "plan-sigterm", "apply-sigterm"}} {
+		t.Run(tc.plan, func(t *testing.T) {
 			dir := t.TempDir()
+			marker := filepath.Join(t.TempDir(), "sleeping")
+			fake := fakeTool(t, "FAKETOFU_SLEEP=1m", "FAKETOFU_SLEEP_MARKER="+marker)
 			WriteCase(t, dir, "mixed")
 			start := time.Now()
-			got := fake.signalled(t, dir, 500*time.Millisecond, tc.sig, argv(t, "_cli", tc.name)...)
-			same(t, tc.name, recorded(t, "_cli", tc.name), got)
+			got := fake.signalled(t, dir, marker, 0, tc.sig, argv(t, "_cli", tc.plan)...)
+			same(t, tc.plan, recorded(t, "_cli", tc.plan), got)
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("exited %v after the start", d)
+			}
+			if b, err := os.ReadFile(marker); err != nil || !strings.HasPrefix(string(b), "plan ") {
+				t.Errorf("marker: %q, %v", b, err)
 			}
 			same(t, "show-interrupted", recorded(t, "_cli", "show-interrupted"), fake.run(t, dir, argv(t, "_cli", "show-interrupted")...))
 			same(t, "apply-interrupted", recorded(t, "_cli", "apply-interrupted"), fake.run(t, dir, argv(t, "_cli", "apply-interrupted")...))
 		})
+		t.Run(tc.apply, func(t *testing.T) {
+			dir := t.TempDir()
+			marker := filepath.Join(t.TempDir(), "sleeping")
+			fake := fakeTool(t, "FAKETOFU_APPLY_SLEEP=1m", "FAKETOFU_SLEEP_MARKER="+marker)
+			WriteCase(t, dir, "mixed")
+			same(t, "plan", recorded(t, "mixed", "plan-out"), fake.run(t, dir, argv(t, "mixed", "plan-out")...))
+			if exists(marker) {
+				t.Fatal("plan slept on FAKETOFU_APPLY_SLEEP")
+			}
+			same(t, tc.apply, recorded(t, "_cli", tc.apply), fake.signalled(t, dir, marker, 0, tc.sig, argv(t, "_cli", tc.apply)...))
+			same(t, "apply-after-sigint", recorded(t, "_cli", "apply-after-sigint"), fake.run(t, dir, argv(t, "_cli", "apply-after-sigint")...))
+		})
 	}
-	t.Run("short sleep", func(t *testing.T) {
+	t.Run("short sleeps", func(t *testing.T) {
 		dir := t.TempDir()
 		WriteCase(t, dir, "update")
-		fake := fakeTool(t, "FAKETOFU_SLEEP=10ms")
+		fake := fakeTool(t, "FAKETOFU_SLEEP=10ms", "FAKETOFU_APPLY_SLEEP=10ms")
 		same(t, "plan", recorded(t, "update", "plan-out"), fake.run(t, dir, argv(t, "update", "plan-out")...))
+		same(t, "apply", recorded(t, "update", "apply"), fake.run(t, dir, argv(t, "update", "apply")...))
 	})
+}
+
+// TestFakeEnvFile: every command but version writes its environment to faketofu.env.
+func TestFakeEnvFile(t *testing.T) {
+	dir := t.TempDir()
+	fake := fakeTool(t, "SOME_SETTING=deployer@example.com")
+	envFile := filepath.Join(dir, "faketofu.env")
+	fake.run(t, dir, "version")
+	if exists(envFile) {
+		t.Fatal("version wrote faketofu.env")
+	}
+	fake.run(t, dir, "init", "-input=false", "-no-color")
+	b, err := os.ReadFile(envFile)
+	if err != nil || !strings.Contains(string(b), "\nSOME_SETTING=deployer@example.com\n") {
+		t.Errorf("faketofu.env: %v\n%s", err, b)
+	}
 }
 
 // TestFakeSpellings: the flag spellings of Go's flag package, and other plan file names.
@@ -171,7 +204,7 @@ func TestFakeSpellings(t *testing.T) {
 	plan := recorded(t, "mixed", "plan-out")
 	for _, args := range [][]string{
 		{"plan", "-input=false", "-no-color", "-lock-timeout", "0s", "-out", planFile},
-		{"plan", "--input=false", "--no-color", "--lock-timeout=0s", "--out=" + planFile},
+		{"plan", "--input=false", "-no-color", "--lock-timeout=0s", "--out=" + planFile},
 		{"plan", "-out=" + planFile},
 	} {
 		same(t, strings.Join(args, " "), plan, fake.run(t, dir, args...))

@@ -54,12 +54,20 @@ func (tl tool) run(t *testing.T, dir string, args ...string) result {
 	return finish(t, dir, cmd.Run(), o, e)
 }
 
-// signalled starts the tool in dir, sends sig after delay and waits for it.
-func (tl tool) signalled(t *testing.T, dir string, delay time.Duration, sig syscall.Signal, args ...string) result {
+// signalled starts the tool in dir, waits for the file marker to exist (unless "") and then
+// for delay, sends sig and waits for the tool to exit.
+func (tl tool) signalled(t *testing.T, dir, marker string, delay time.Duration, sig syscall.Signal, args ...string) result {
 	t.Helper()
 	cmd, o, e := tl.command(dir, args)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); marker != "" && !exists(marker); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%s never appeared\nstdout:\n%s\nstderr:\n%s", marker, o, e)
+		}
 	}
 	time.Sleep(delay)
 	if err := cmd.Process.Signal(sig); err != nil {
@@ -180,11 +188,12 @@ var (
 	createdRE  = regexp.MustCompile(`(?m)^(  Created: +).*$`)
 	whoRE      = regexp.MustCompile(`(?m)^(  Who: +).*$`)
 	afterRE    = regexp.MustCompile(` after [0-9]+s\b`)
-	progressRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*\.[^ ]*: `)
+	deposedRE  = regexp.MustCompile(`\(deposed object [0-9a-f]{8}\)`)
+	progressRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*\.[^ ]*( \(deposed object [^)]*\))?: `)
 )
 
-// loosen erases what differs between two runs of the same real command: random ids, the plan's
-// timestamp, a lock's creation time and holder, durations, and the order of concurrent progress
+// loosen erases what differs between two runs of the same real command: random ids and deposed
+// object keys, the plan's timestamp, a lock's creation time and holder, durations, and the order of concurrent progress
 // lines ("terraform_data.a: Creating...") within each run of them.
 func loosen(r result) result {
 	f := func(s string) string {
@@ -193,6 +202,7 @@ func loosen(r result) result {
 		s = createdRE.ReplaceAllString(s, "${1}<time>")
 		s = whoRE.ReplaceAllString(s, "${1}<who>")
 		s = afterRE.ReplaceAllString(s, " after <n>s")
+		s = deposedRE.ReplaceAllString(s, "(deposed object <key>)")
 		lines := strings.SplitAfter(s, "\n")
 		for i := 0; i < len(lines); {
 			j := i

@@ -8,17 +8,26 @@
 // Invoked as `terraform` it behaves identically: there are no Terraform recordings, and the real
 // tofu invoked through a `terraform` symlink prints the same OpenTofu texts too.
 //
-// Environment and files, all in the working directory (git-ignore `faketofu.*` where terramate
-// runs the fake: terramate refuses to run with untracked files):
+// Files of the working directory (git-ignore `faketofu.*` where terramate runs the fake: it
+// refuses to run with untracked files):
 //
-//	FAKETOFU_FIXTURES  absolute path of testdata/tofu (required)
-//	faketofu.case      one line: the case to replay, a directory of FAKETOFU_FIXTURES (for plan)
-//	faketofu.state     written by the fake: the state serial (absent = 0); apply bumps it
-//	faketofu.lock      present = another process holds the state lock; its first line, when not
-//	                   empty, is the lock ID printed in the lock error instead of the recorded one
-//	FAKETOFU_SLEEP     a Go duration to sleep at the start of `plan` (to interrupt it)
+//	faketofu.case   one line: the case `plan` replays, a directory of FAKETOFU_FIXTURES
+//	faketofu.state  written by apply: the state serial (absent = 0)
+//	faketofu.lock   present = another process holds the state lock; its first line, when not
+//	                empty, is the lock ID printed in the lock error instead of the recorded one
+//	faketofu.env    written by every command but version: the fake's environment, sorted
+//	                KEY=VALUE lines (so: what the last command ran with)
 //
-// Commands, with the flag spellings of Go's flag package (-flag=v, -flag v, --flag):
+// Environment:
+//
+//	FAKETOFU_FIXTURES      absolute path of testdata/tofu (required)
+//	FAKETOFU_SLEEP         a Go duration to sleep at the start of `plan` (to interrupt it)
+//	FAKETOFU_APPLY_SLEEP   the same for `apply`, once plan file, lock and state are checked
+//	FAKETOFU_SLEEP_MARKER  a file the fake writes ("COMMAND PID") as one of these sleeps begins,
+//	                       once it handles signals: wait for it, then interrupt
+//
+// Commands, with the flag spellings of Go's flag package (-flag=v, -flag v, --flag=v), except
+// -no-color, which tofu accepts only spelled so (it rejects --no-color):
 //
 //	version [-json]              _cli/version, _cli/version-json
 //	init [-input=B] [-no-color]  _cli/init; creates nothing (real init with only the built-in
@@ -48,7 +57,9 @@
 //
 // Signals: SIGINT or SIGTERM during FAKETOFU_SLEEP or while plan waits for the lock makes it exit
 // at once with _cli/plan-sigint or _cli/plan-sigterm, leaving an errored plan in FILE as real tofu
-// does. Real tofu first finishes the graph node it is evaluating, then prints the same texts.
+// does; during FAKETOFU_APPLY_SLEEP with _cli/apply-sigint or apply-sigterm, and the state serial
+// moves as the real interrupted apply moved it (_cli/apply-after-sigint is "Saved plan is
+// stale"). Real tofu first finishes the graph node it is evaluating, then prints the same texts.
 //
 // Where it cannot follow tofu: it knows only the recorded cases and commands; output of an
 // interrupted plan, the lock error and the stale error are those of the recording's own
@@ -68,6 +79,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,6 +92,7 @@ const (
 	caseFile  = "faketofu.case"
 	stateFile = "faketofu.state"
 	lockFile  = "faketofu.lock"
+	envFile   = "faketofu.env"
 )
 
 const (
@@ -125,6 +138,12 @@ func run(args []string) int {
 		return fail("no command")
 	}
 	cmd, rest := args[0], args[1:]
+	if cmd != "version" {
+		env := slices.Sorted(slices.Values(os.Environ()))
+		if err := os.WriteFile(envFile, []byte(strings.Join(env, "\n")+"\n"), 0o600); err != nil {
+			return fail(err.Error())
+		}
+	}
 	switch cmd {
 	case "version":
 		return f.version(rest)
@@ -148,7 +167,8 @@ func fail(msg string) int {
 }
 
 // flags parses Go-flag-style arguments: bools are the flags with no value (-json, -force, ...),
-// the others take "=v" or the next argument. It returns the flags and the positional arguments.
+// the others take "=v" or the next argument; -no-color is accepted everywhere, spelled exactly
+// so. It returns the flags and the positional arguments.
 func flags(args []string, bools, values []string) (map[string]string, []string, error) {
 	got := map[string]string{}
 	var pos []string
@@ -160,6 +180,10 @@ func flags(args []string, bools, values []string) (map[string]string, []string, 
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
 			pos = append(pos, a)
+			continue
+		}
+		if a == "-no-color" { // tofu takes it out before its flag set sees the rest: no --no-color
+			got["no-color"] = "true"
 			continue
 		}
 		name, val, hasVal := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
@@ -208,7 +232,7 @@ func (f *fake) version(args []string) int {
 }
 
 func (f *fake) init(args []string) int {
-	if _, pos, err := flags(args, []string{"no-color", "input", "upgrade", "reconfigure"}, nil); err != nil || len(pos) > 0 {
+	if _, pos, err := flags(args, []string{"input", "upgrade", "reconfigure"}, nil); err != nil || len(pos) > 0 {
 		return fail(fmt.Sprintf("init: %v %v", err, pos))
 	}
 	return f.replay(cliDir, "init", nil)
@@ -217,7 +241,7 @@ func (f *fake) init(args []string) int {
 var lockFlags = []string{"lock-timeout"}
 
 func (f *fake) plan(args []string) int {
-	fl, pos, err := flags(args, []string{"no-color", "input", "lock"}, append([]string{"out", "parallelism"}, lockFlags...))
+	fl, pos, err := flags(args, []string{"input", "lock"}, append([]string{"out", "parallelism"}, lockFlags...))
 	if err != nil || len(pos) > 0 {
 		return fail(fmt.Sprintf("plan: %v %v", err, pos))
 	}
@@ -246,16 +270,10 @@ func (f *fake) plan(args []string) int {
 		}
 		return f.replay(cliDir, name, nil)
 	}
-	if d := os.Getenv("FAKETOFU_SLEEP"); d != "" {
-		sleep, err := time.ParseDuration(d)
-		if err != nil {
-			return fail("FAKETOFU_SLEEP: " + err.Error())
-		}
-		select {
-		case s := <-sigs:
-			return interrupted(s)
-		case <-time.After(sleep):
-		}
+	if s, err := pause("plan", "FAKETOFU_SLEEP", sigs); err != nil {
+		return fail(err.Error())
+	} else if s != nil {
+		return interrupted(s)
 	}
 	if rc, locked, s := f.waitLock("plan-locked", fl, timeout, sigs); s != nil {
 		return interrupted(s)
@@ -272,7 +290,7 @@ func (f *fake) plan(args []string) int {
 }
 
 func (f *fake) show(args []string) int {
-	fl, pos, err := flags(args, []string{"json", "no-color"}, nil)
+	fl, pos, err := flags(args, []string{"json"}, nil)
 	if err != nil || len(pos) != 1 || fl["json"] == "" {
 		return fail(fmt.Sprintf("show: only show -json FILE was recorded (%v)", err))
 	}
@@ -287,7 +305,7 @@ func (f *fake) show(args []string) int {
 }
 
 func (f *fake) apply(args []string) int {
-	fl, pos, err := flags(args, []string{"no-color", "input", "lock", "auto-approve"}, append([]string{"parallelism"}, lockFlags...))
+	fl, pos, err := flags(args, []string{"input", "lock", "auto-approve"}, append([]string{"parallelism"}, lockFlags...))
 	if err != nil || len(pos) != 1 {
 		return fail(fmt.Sprintf("apply: only the apply of a saved plan file was recorded (%v %v)", err, pos))
 	}
@@ -309,12 +327,30 @@ func (f *fake) apply(args []string) int {
 	case p.Errored:
 		return f.replay(cliDir, "apply-interrupted", nil)
 	}
-	again, err := f.load(p.Case, "apply-again")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if s, err := pause("apply", "FAKETOFU_APPLY_SLEEP", sigs); err != nil {
+		return fail(err.Error())
+	} else if s != nil {
+		name := "apply-sigint"
+		if s == syscall.SIGTERM {
+			name = "apply-sigterm"
+		}
+		return f.applied(cliDir, name, "apply-after-sigint", serial)
+	}
+	return f.applied(p.Case, "apply", "apply-again", serial)
+}
+
+// applied replays dir/name and moves the state serial when the recording dir/again (the same
+// saved plan applied once more) says the real apply changed the state.
+func (f *fake) applied(dir, name, again string, serial int) int {
+	a, err := f.load(dir, again)
 	if err != nil {
 		return fail(err.Error())
 	}
-	rc = f.replay(p.Case, "apply", nil)
-	if rc == 0 && again.rc != 0 {
+	rc := f.replay(dir, name, nil)
+	if a.rc != 0 {
 		if err := os.WriteFile(stateFile, fmt.Appendf(nil, "serial %d\n", serial+1), 0o644); err != nil {
 			return fail(err.Error())
 		}
@@ -322,8 +358,32 @@ func (f *fake) apply(args []string) int {
 	return rc
 }
 
+// pause sleeps for the duration in the variable name, if set, and returns the signal that ended
+// it early. It creates FAKETOFU_SLEEP_MARKER first.
+func pause(cmd, name string, sigs <-chan os.Signal) (os.Signal, error) {
+	d := os.Getenv(name)
+	if d == "" {
+		return nil, nil
+	}
+	sleep, err := time.ParseDuration(d)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if m := os.Getenv("FAKETOFU_SLEEP_MARKER"); m != "" {
+		if err := os.WriteFile(m, fmt.Appendf(nil, "%s %d\n", cmd, os.Getpid()), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case s := <-sigs:
+		return s, nil
+	case <-time.After(sleep):
+		return nil, nil
+	}
+}
+
 func (f *fake) forceUnlock(args []string) int {
-	fl, pos, err := flags(args, []string{"force", "no-color"}, nil)
+	fl, pos, err := flags(args, []string{"force"}, nil)
 	if err != nil || len(pos) != 1 || fl["force"] != "true" {
 		return fail(fmt.Sprintf("force-unlock: only force-unlock -force ID was recorded (%v)", err))
 	}

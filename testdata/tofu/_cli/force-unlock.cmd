@@ -1,1 +1,1 @@
-tofu force-unlock -force 602a72e9-05c8-d683-ace0-922cdb193be0
+tofu force-unlock -force b13ab70d-b953-7fbe-3f5a-8fc68068fd02
