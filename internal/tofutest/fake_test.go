@@ -180,16 +180,19 @@ func TestFakeInterrupt(t *testing.T) {
 	})
 }
 
-// TestFakeEnvFile: every command but version writes its environment to faketofu.env.
+// TestFakeEnvFile: apply, and only apply, writes its environment to faketofu.env.
 func TestFakeEnvFile(t *testing.T) {
 	dir := t.TempDir()
+	WriteCase(t, dir, "update")
 	fake := fakeTool(t, "SOME_SETTING=deployer@example.com")
 	envFile := filepath.Join(dir, "faketofu.env")
-	fake.run(t, dir, "version")
-	if exists(envFile) {
-		t.Fatal("version wrote faketofu.env")
+	for _, args := range [][]string{{"version"}, {"init"}, argv(t, "update", "plan-out"), argv(t, "update", "show-json")} {
+		fake.run(t, dir, args...)
+		if exists(envFile) {
+			t.Fatalf("%q wrote faketofu.env", args)
+		}
 	}
-	fake.run(t, dir, "init", "-input=false", "-no-color")
+	same(t, "apply", recorded(t, "update", "apply"), fake.run(t, dir, argv(t, "update", "apply")...))
 	b, err := os.ReadFile(envFile)
 	if err != nil || !strings.Contains(string(b), "\nSOME_SETTING=deployer@example.com\n") {
 		t.Errorf("faketofu.env: %v\n%s", err, b)

@@ -15,8 +15,8 @@
 //	faketofu.state  written by apply: the state serial (absent = 0)
 //	faketofu.lock   present = another process holds the state lock; its first line, when not
 //	                empty, is the lock ID printed in the lock error instead of the recorded one
-//	faketofu.env    written by every command but version: the fake's environment, sorted
-//	                KEY=VALUE lines (so: what the last command ran with)
+//	faketofu.env    written by apply: the fake's environment, sorted KEY=VALUE lines (what the
+//	                last apply ran with)
 //
 // Environment:
 //
@@ -138,12 +138,6 @@ func run(args []string) int {
 		return fail("no command")
 	}
 	cmd, rest := args[0], args[1:]
-	if cmd != "version" {
-		env := slices.Sorted(slices.Values(os.Environ()))
-		if err := os.WriteFile(envFile, []byte(strings.Join(env, "\n")+"\n"), 0o600); err != nil {
-			return fail(err.Error())
-		}
-	}
 	switch cmd {
 	case "version":
 		return f.version(rest)
@@ -312,6 +306,10 @@ func (f *fake) apply(args []string) int {
 	timeout, err := lockTimeout(fl)
 	if err != nil {
 		return fail("apply: " + err.Error())
+	}
+	env := slices.Sorted(slices.Values(os.Environ()))
+	if err := os.WriteFile(envFile, []byte(strings.Join(env, "\n")+"\n"), 0o600); err != nil {
+		return fail(err.Error())
 	}
 	p, rc, ok := f.readPlan(pos[0], "apply")
 	if !ok {
