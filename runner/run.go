@@ -362,6 +362,9 @@ func (r *run) setup() bool {
 	if o.PR == 0 {
 		o.PR = r.gh.PR
 	}
+	if o.SHA == "" {
+		o.SHA = gitHead(r.repoRoot)
+	}
 	if o.ExecutionID == "" {
 		o.ExecutionID = newExecutionID()
 	}
@@ -402,6 +405,19 @@ func (r *run) setup() bool {
 	tm.Dir = r.tierAbs
 	r.tm = &tm
 	return true
+}
+
+// gitHead returns the commit checked out in dir, "" when git cannot tell (bounded).
+func gitHead(dir string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "rev-parse", "--verify", "-q", "HEAD")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // newExecutionID returns a random execution id.

@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
+)
+
+// TestRealToolsPlanApply is the end-to-end run with the REAL terramate and OpenTofu, opt-in:
+// it runs only when TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU name the binaries (build them
+// with the shared build-real-tools.sh; see DEVELOPERS.md). A git project with four stacks
+// (`after` ordering, a create, an update, a delete, one stack in a sub-directory), the script
+// library of scripts/terramate installed as a user would, `run plan` then `run apply` against a
+// real `serve`: classes, content hashes, the applied state, and a plan that changed between
+// plan and apply refused at the gate.
+func TestRealToolsPlanApply(t *testing.T) {
+	tmBin, tofuBin := os.Getenv("TFSTACKPLAN_TERRAMATE"), os.Getenv("TFSTACKPLAN_TOFU")
+	if tmBin == "" || tofuBin == "" {
+		t.Skip("set TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU to the real terramate 0.17.2 and OpenTofu 1.12.6")
+	}
+	work := t.TempDir()
+	bin := filepath.Join(work, "bin")
+	must(t, os.MkdirAll(bin, 0o755))
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "tfstackplan"), "../../cmd/tfstackplan").CombinedOutput(); err != nil {
+		t.Fatalf("building tfstackplan: %v\n%s", err, out)
+	}
+	for name, target := range map[string]string{"terramate": tmBin, "tofu": tofuBin} {
+		abs, err := filepath.Abs(target)
+		must(t, err)
+		must(t, os.Symlink(abs, filepath.Join(bin, name)))
+	}
+	env := append(os.Environ(),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HOME="+work, "CHECKPOINT_DISABLE=1", "TF_CLI_CONFIG_FILE=", "TF_IN_AUTOMATION=1",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com",
+		"GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com",
+		"GITHUB_ACTIONS=", "GITHUB_OUTPUT=", "GITHUB_STEP_SUMMARY=", "GITHUB_EVENT_PATH=", "GITHUB_SHA=",
+		"TFSTACKPLAN_AUDIENCE=", "GCE_METADATA_HOST=127.0.0.1:1", "NO_COLOR=1",
+	)
+	run := func(dir string, name string, args ...string) (string, error) {
+		if _, err := os.Stat(filepath.Join(bin, name)); err == nil {
+			name = filepath.Join(bin, name) // exec.Command looks names up in this process's PATH
+		}
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	mustRun := func(dir, name string, args ...string) string {
+		t.Helper()
+		out, err := run(dir, name, args...)
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+
+	// The project: main has v1 of every stack, applied; the branch changes three of them.
+	proj := filepath.Join(work, "proj")
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(proj, rel)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	lib, err := filepath.Abs("../../scripts/terramate")
+	must(t, err)
+	entries, err := os.ReadDir(lib)
+	must(t, err)
+	gitignore := "terraform.tfstate\nterraform.tfstate.backup\n.terraform.tfstate.lock.info\n"
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(lib, e.Name()))
+		must(t, err)
+		switch {
+		case strings.HasSuffix(e.Name(), ".tm.hcl"):
+			write(e.Name(), string(b))
+		case e.Name() == "gitignore":
+			gitignore += string(b)
+		}
+	}
+	write(".gitignore", gitignore)
+	write("terramate.tm.hcl", "terramate {\n  config {\n    git {\n      default_remote = \"origin\"\n      default_branch = \"main\"\n    }\n  }\n}\n")
+	write("tfstackplan.hcl", "environment \"prod\" {\n  dir = \"stacks/prod\"\n}\n")
+	stacks := map[string]string{
+		"stacks/prod/network": "name = \"network\"\n  id   = \"network\"",
+		"stacks/prod/app":     "name  = \"app\"\n  id    = \"app\"\n  after = [\"/stacks/prod/network\"]",
+		"stacks/prod/data/db": "name  = \"db\"\n  id    = \"db\"\n  after = [\"/stacks/prod/network\"]",
+		"stacks/prod/monitor": "name = \"monitor\"\n  id   = \"monitor\"",
+	}
+	for dir, attrs := range stacks {
+		write(dir+"/stack.tm.hcl", "stack {\n  "+attrs+"\n}\n")
+	}
+	write("stacks/prod/network/main.tf", `resource "terraform_data" "net" { input = "v1" }`+"\n")
+	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v1" }`+"\n"+`resource "terraform_data" "old" { input = "gone soon" }`+"\n")
+	write("stacks/prod/data/db/main.tf", `resource "terraform_data" "db" { input = "v1" }`+"\n")
+	write("stacks/prod/monitor/main.tf", `resource "terraform_data" "mon" { input = "v1" }`+"\n")
+	mustRun(work, "git", "init", "-q", "--bare", "-b", "main", "origin.git")
+	mustRun(proj, "git", "init", "-q", "-b", "main")
+	mustRun(proj, "git", "add", "-A")
+	mustRun(proj, "git", "commit", "-qm", "v1")
+	mustRun(proj, "git", "remote", "add", "origin", "../origin.git")
+	mustRun(proj, "git", "push", "-q", "origin", "main")
+	for dir := range stacks {
+		mustRun(filepath.Join(proj, dir), "tofu", "init", "-input=false", "-no-color")
+		mustRun(filepath.Join(proj, dir), "tofu", "apply", "-input=false", "-no-color", "-auto-approve")
+	}
+	mustRun(proj, "git", "checkout", "-qb", "feature")
+	write("stacks/prod/network/main.tf", `resource "terraform_data" "net" { input = "v1" }`+"\n"+`resource "terraform_data" "extra" { input = "new" }`+"\n") // create
+	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v2" }`+"\n")                                                                // update + delete
+	write("stacks/prod/data/db/main.tf", `resource "terraform_data" "db" { input = "v2" }`+"\n")                                                             // update
+	mustRun(proj, "git", "add", "-A")
+	mustRun(proj, "git", "commit", "-qm", "v2")
+
+	// A real control plane.
+	tokens := filepath.Join(work, "tokens.hcl")
+	must(t, os.WriteFile(tokens, []byte(`
+token "runner" {
+  secret = "real-e2e-runner-secret"
+  roles  = ["runner"]
+}
+token "admin" {
+  secret = "real-e2e-admin-secret"
+  roles  = ["runner", "admin"]
+}
+`), 0o600))
+	policy := filepath.Join(work, "policy.hcl")
+	must(t, os.WriteFile(policy, []byte(`
+environment "prod" {
+  requester = "deployer@proj.iam.gserviceaccount.com"
+  gate {
+    classes = ["destructive", "unclassified"]
+    stacks  = ["**"]
+  }
+}
+`), 0o600))
+	ready := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- runServe(ctx, &ServeOptions{IO: &IO{Out: io.Discard, ErrOut: io.Discard}, Listen: "127.0.0.1:0",
+			DB: "sqlite:" + filepath.Join(work, "db.sqlite"), Tokens: tokens, Policy: policy, RateLimit: 10000,
+			ShutdownTimeout: 2 * time.Second, Ready: func(a string) { ready <- a }})
+	}()
+	var server string
+	select {
+	case a := <-ready:
+		server = "http://" + a
+		t.Cleanup(func() { cancel(); <-errc })
+	case err := <-errc:
+		cancel()
+		t.Fatal(err)
+	}
+	env = append(env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret")
+
+	readResult := func(p string) *runner.Result {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		must(t, err)
+		var r runner.Result
+		must(t, json.Unmarshal(b, &r))
+		return &r
+	}
+	stackOf := func(r *runner.Result, name string) runner.StackEntry {
+		t.Helper()
+		for _, s := range r.Stacks {
+			if s.Stack == name {
+				return s
+			}
+		}
+		t.Fatalf("no stack %s in %+v", name, r.Stacks)
+		return runner.StackEntry{}
+	}
+
+	// Plan.
+	planRes := filepath.Join(work, "plan.json")
+	out := mustRun(proj, "tfstackplan", "run", "plan", "-e", "prod", "--pr", "5", "--parallel", "2", "--result", planRes)
+	t.Logf("run plan:\n%s", out)
+	pr := readResult(planRes)
+	if pr.Status != "succeeded" || len(pr.Stacks) != 3 {
+		t.Fatalf("plan: status %s, stacks %+v, error %+v", pr.Status, pr.Stacks, pr.Error)
+	}
+	for name, want := range map[string]string{"network": "additive", "app": "destructive", "data/db": "mutating"} {
+		s := stackOf(pr, name)
+		if string(s.Class) != want || s.Status != "succeeded" || !strings.HasPrefix(s.PlanHash, "v1:") {
+			t.Errorf("plan: stack %s: %+v, want class %s", name, s, want)
+		}
+	}
+	if d := stackOf(pr, "app").Destructive; len(d) != 1 || d[0] != "terraform_data.old" {
+		t.Errorf("plan: app destructive = %v", d)
+	}
+	if len(pr.Edges) != 2 {
+		t.Errorf("plan: edges %+v, want network→app and network→data/db", pr.Edges)
+	}
+
+	// Apply without the approval: denied, nothing applied.
+	denied := filepath.Join(work, "denied.json")
+	out, err = run(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "5", "--result", denied)
+	if code := exitCodeOf(err); code != ExitGateDenied {
+		t.Fatalf("apply before approval exited %d, want 3\n%s", code, out)
+	}
+	if r := readResult(denied); r.Gate == nil || r.Gate.Verdict != "not-satisfied" {
+		t.Fatalf("apply before approval: gate %+v", r.Gate)
+	}
+
+	// Approve, then apply.
+	admin, err := runner.NewClientTokenSource(server, runner.StaticToken("real-e2e-admin-secret"))
+	must(t, err)
+	must(t, admin.AdminGatesSatisfy(context.Background(), 5, "prod", "destructive", "**", "e2e"))
+	applyRes := filepath.Join(work, "apply.json")
+	out = mustRun(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "5", "--result", applyRes)
+	t.Logf("run apply:\n%s", out)
+	ar := readResult(applyRes)
+	if ar.Status != "succeeded" || ar.Gate == nil || !ar.Gate.Allowed || !ar.Gate.Revoked {
+		t.Fatalf("apply: %+v gate %+v error %+v", ar.Status, ar.Gate, ar.Error)
+	}
+	for _, name := range []string{"network", "app", "data/db"} {
+		if a, p := stackOf(ar, name), stackOf(pr, name); a.PlanHash != p.PlanHash || a.Status != "succeeded" {
+			t.Errorf("apply: stack %s hash %s status %s, plan hash %s", name, a.PlanHash, a.Status, p.PlanHash)
+		}
+	}
+	state := mustRun(filepath.Join(proj, "stacks/prod/app"), "tofu", "state", "list")
+	if strings.Contains(state, "terraform_data.old") || !strings.Contains(state, "terraform_data.app") {
+		t.Errorf("app state after apply: %q", state)
+	}
+	state = mustRun(filepath.Join(proj, "stacks/prod/network"), "tofu", "state", "list")
+	if !strings.Contains(state, "terraform_data.extra") {
+		t.Errorf("network state after apply: %q", state)
+	}
+
+	// A change after the plan: the apply's fresh plan differs and the gate refuses it.
+	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v3" }`+"\n")
+	mustRun(proj, "git", "commit", "-qam", "v3")
+	sha := strings.TrimSpace(mustRun(proj, "git", "rev-parse", "HEAD"))
+	planRes2 := filepath.Join(work, "plan2.json")
+	mustRun(proj, "tfstackplan", "run", "plan", "-e", "prod", "--pr", "6", "--sha", sha, "--result", planRes2)
+	must(t, admin.AdminGatesSatisfy(context.Background(), 6, "prod", "destructive", "**", "e2e"))
+	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v4" }`+"\n"+`resource "terraform_data" "x" { input = "x" }`+"\n")
+	mustRun(proj, "git", "commit", "-qam", "v4")
+	stale := filepath.Join(work, "stale.json")
+	out, err = run(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "6", "--sha", sha, "--result", stale)
+	if code := exitCodeOf(err); code != ExitGateDenied {
+		t.Fatalf("apply of a changed plan exited %d, want 3\n%s", code, out)
+	}
+	if r := readResult(stale); r.Gate == nil || !strings.Contains(r.Gate.Message, "stale plan") {
+		t.Fatalf("apply of a changed plan: gate %+v", r.Gate)
+	}
+	if state := mustRun(filepath.Join(proj, "stacks/prod/app"), "tofu", "state", "list"); strings.Contains(state, "terraform_data.x") {
+		t.Errorf("the refused apply changed the state: %q", state)
+	}
+}
+
+func exitCodeOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
