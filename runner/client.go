@@ -343,6 +343,10 @@ func APITokenFunc(audience string) (TokenFunc, error) {
 // Enabled reports whether a server is configured. When false every call is a no-op.
 func (c *Client) Enabled() bool { return c != nil && c.api != nil }
 
+// Unreachable reports whether the breaker is open: the server failed at the transport level
+// recently and calls are failed fast.
+func (c *Client) Unreachable() bool { return c != nil && c.breaker.open() }
+
 // SetAudience records the audience this client's tokens are minted for (used in messages).
 func (c *Client) SetAudience(aud string) {
 	c.mu.Lock()
@@ -690,6 +694,13 @@ func (b *breaker) allow() bool {
 	}
 	b.probing = true
 	return true
+}
+
+// open reports whether calls are being failed fast now.
+func (b *breaker) open() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failures >= b.threshold && b.now().Before(b.openTill)
 }
 
 // allowWaiting re-checks a call admitted earlier: it fails once the breaker has opened,

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -39,6 +40,8 @@ const (
 	DrainBudget = 10 * time.Second
 	// CancelDrainBudget bounds the same wait after a signal.
 	CancelDrainBudget = 3 * time.Second
+	// UnreachableDrainBudget bounds it while the client's breaker is open (a dead server).
+	UnreachableDrainBudget = 200 * time.Millisecond
 	// CleanupBudget bounds Finalize and GateRevoke after the run's context ended.
 	CleanupBudget = 5 * time.Second
 )
@@ -144,13 +147,14 @@ type run struct {
 	report  *plan.Report
 	classed map[string]*plan.Stack // root-relative → classification
 
-	cancelRun context.CancelCauseFunc
-	seq       int64
-	seqMu     sync.Mutex
-	stepStart time.Time
-	step      string
-	finalized bool
-	inited    bool
+	cancelRun  context.CancelCauseFunc
+	seq        int64
+	seqMu      sync.Mutex // guards seq and unreported
+	unreported map[string]int
+	stepStart  time.Time
+	step       string
+	finalized  bool
+	inited     bool
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -566,7 +570,34 @@ func (r *run) event(op string, err error) {
 		r.cancelRun(err)
 		return
 	}
-	r.warn("%s not reported: %v", op, err)
+	r.seqMu.Lock()
+	if r.unreported == nil {
+		r.unreported = map[string]int{}
+	}
+	r.unreported[op]++
+	first := r.unreported[op] == 1
+	r.seqMu.Unlock()
+	if first {
+		// One warning per kind of event: a dead server must not print one line per stack.
+		r.warn("%s not reported: %v", op, err)
+	}
+}
+
+// warnUnreported sums up the events of each kind that were not reported after the first.
+func (r *run) warnUnreported() {
+	r.seqMu.Lock()
+	ops := make([]string, 0, len(r.unreported))
+	for op, n := range r.unreported {
+		if n > 1 {
+			ops = append(ops, op)
+		}
+	}
+	counts := maps.Clone(r.unreported)
+	r.seqMu.Unlock()
+	slices.Sort(ops)
+	for _, op := range ops {
+		r.warn("%d more %s events not reported", counts[op]-1, op)
+	}
 }
 
 func (r *run) init(ctx context.Context) {
@@ -639,8 +670,15 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	if p == nil {
 		return
 	}
+	step := r.step
+	r.begin("drain")
+	defer r.begin(step)
 	budget := DrainBudget
-	if ctx.Err() != nil {
+	switch {
+	case r.client.Unreachable():
+		// The server failed recently: waiting for it would only cost the build time.
+		budget = UnreachableDrainBudget
+	case ctx.Err() != nil:
 		budget = CancelDrainBudget
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
@@ -1026,6 +1064,7 @@ func (r *run) finish(ctx context.Context) {
 		res.Status = StatusFailed
 	}
 	r.finalize(ctx)
+	r.warnUnreported()
 	res.FinishedAt = r.now().UTC()
 	res.DurationMS = res.FinishedAt.Sub(res.StartedAt).Milliseconds()
 	r.res.Timings[r.step] += r.now().Sub(r.stepStart).Milliseconds()
