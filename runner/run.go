@@ -766,6 +766,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	if tickDir != "" {
 		ticks = newTickReader(tickDir)
 		stopRelay = r.relayTicks(ctx, ticks)
+		defer stopRelay() // on a panic too
 	}
 	w := newScriptWatcher(r.out)
 	runErr := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
@@ -812,7 +813,8 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader) (stop func()) {
 		}
 	}
 	if !r.client.Enabled() {
-		return func() { t.next() }
+		var once sync.Once
+		return func() { once.Do(func() { t.next() }) }
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -830,9 +832,12 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader) (stop func()) {
 			}
 		}
 	}()
+	var once sync.Once
 	return func() {
-		close(done)
-		<-finished
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
 	}
 }
 

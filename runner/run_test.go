@@ -1,0 +1,378 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// scriptedTerramate is an ExecFunc that answers the discovery commands for the stacks under
+// the tier "stacks/prod" and runs script with the script run's arguments.
+func scriptedTerramate(stacks []string, script func(ctx context.Context, stdout, stderr io.Writer) error) ExecFunc {
+	return func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+		switch {
+		case slices.Equal(args, []string{"list", "--changed"}):
+			for _, s := range stacks {
+				fmt.Fprintln(stdout, s)
+			}
+		case slices.Equal(args, []string{"list", "--changed", "--why"}):
+			for _, s := range stacks {
+				fmt.Fprintf(stdout, "%s - stack has unmerged changes\n", s)
+			}
+		case len(args) > 1 && args[0] == "experimental":
+			fmt.Fprint(stdout, "digraph  {\n\t\n")
+			for i, s := range stacks {
+				fmt.Fprintf(stdout, "\tn%d[label=\"/stacks/prod/%s\"];\n", i+1, s)
+			}
+			fmt.Fprint(stdout, "\t\n}\n")
+		case len(args) > 1 && args[0] == "script":
+			return script(ctx, stdout, stderr)
+		default:
+			return fmt.Errorf("unexpected terramate %v", args)
+		}
+		return nil
+	}
+}
+
+// runRepo makes a git repository with the stack directories of stacks under stacks/prod.
+func runRepo(t *testing.T, stacks []string) string {
+	t.Helper()
+	root := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", root).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	for _, s := range stacks {
+		if err := os.MkdirAll(filepath.Join(root, "stacks/prod", s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func readResultFile(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// A panic inside the flow still finalizes the execution (failed), and the result says
+// internal, with the step it happened in.
+func TestRunRecoversPanicAndFinalizes(t *testing.T) {
+	m := newMemServer()
+	srv := m.start(t)
+	c, err := NewClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a", "b"}
+	root := runRepo(t, stacks)
+	resPath := filepath.Join(t.TempDir(), "result.json")
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: resPath, SHA: "abc", PR: 3,
+		Terramate: &Terramate{Exec: scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error {
+			panic("boom in the script run")
+		})},
+		Getenv: func(string) string { return "" },
+	})
+	if res.Error == nil || res.Error.Kind != KindInternal || res.Error.Step != "plan" || !strings.Contains(res.Error.Tail, "boom") {
+		t.Fatalf("error = %+v, want internal in plan", res.Error)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.finals) != 1 || m.finals[0].Status != events.ExecutionFailed || m.finals[0].ExecutionID != res.Execution {
+		t.Fatalf("finals = %+v, want one failed Finalize of %s", m.finals, res.Execution)
+	}
+	if doc := readResultFile(t, resPath); doc["status"] != "failed" || doc["error"].(map[string]any)["kind"] != "internal" {
+		t.Fatalf("result document = %v", doc)
+	}
+}
+
+// An administrator's cancel seen on any event stops the run: terramate's context ends, and the
+// execution is finalized cancelled.
+func TestRunStopsWhenTheServerCancels(t *testing.T) {
+	m := newMemServer()
+	srv := m.start(t)
+	c, err := NewClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	const id = "exec-cancelled"
+	m.mu.Lock()
+	m.cancels[id] = "stop it"
+	m.mu.Unlock()
+	started := time.Now()
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), ExecutionID: id, SHA: "abc",
+		Terramate: &Terramate{Exec: scriptedTerramate(stacks, func(ctx context.Context, _, _ io.Writer) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Minute):
+				return errors.New("the run was not cancelled")
+			}
+		})},
+		Getenv: func(string) string { return "" },
+	})
+	if res.Error == nil || res.Error.Kind != KindCancelled || !strings.Contains(res.Error.Tail, "stop it") {
+		t.Fatalf("error = %+v, want cancelled with the reason", res.Error)
+	}
+	if time.Since(started) > 50*time.Second {
+		t.Fatal("the script run was not stopped") // a guard against hanging, not a speed check
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.finals) != 1 || m.finals[0].Status != events.ExecutionCancelled {
+		t.Fatalf("finals = %+v, want one cancelled Finalize", m.finals)
+	}
+}
+
+// Each stack's status comes from terramate's output and the ticks.
+func TestScriptOutcomeStatus(t *testing.T) {
+	ticks := map[string][]tickRecord{
+		"done":      {{Phase: "plan"}, {Phase: "done", Status: "succeeded"}},
+		"tickfail":  {{Phase: "plan", Status: "failed"}},
+		"ticked":    {{Phase: "done"}},
+		"half":      {{Phase: "plan"}},
+		"failedtoo": {{Phase: "done"}},
+	}
+	started := map[string]bool{"done": true, "tickfail": true, "half": true, "failed": true, "failedtoo": true, "fresh": true}
+	failed := map[string]bool{"failed": true, "failedtoo": true}
+	for _, tc := range []struct {
+		name        string
+		exitOK, cxl bool
+		stack       string
+		fresh       bool
+		want        string
+	}{
+		{"terramate ok", true, false, "half", false, StatusSucceeded},
+		{"named failed", false, false, "failed", false, StatusFailed},
+		{"named failed beats a done tick", false, false, "failedtoo", false, StatusFailed},
+		{"a failed tick", true, false, "tickfail", false, StatusFailed},
+		{"never started", false, false, "other", false, StatusNotRun},
+		{"never started even when terramate is ok", true, false, "other", false, StatusNotRun},
+		{"done tick after a stop", false, false, "done", false, StatusSucceeded},
+		{"fresh plan after a stop", false, false, "fresh", true, StatusSucceeded},
+		{"started and stopped", false, false, "half", false, StatusCancelled},
+		{"interrupted", false, true, "half", false, StatusCancelled},
+		{"interrupted though terramate exited 0", true, true, "half", false, StatusCancelled},
+		{"ticked done, echo not seen", false, false, "ticked", false, StatusSucceeded},
+	} {
+		o := scriptOutcome{started: started, failed: failed, ticks: ticks, exitOK: tc.exitOK, cancelled: tc.cxl}
+		if got := o.status(tc.stack, tc.fresh); got != tc.want {
+			t.Errorf("%s: status(%s) = %s, want %s", tc.name, tc.stack, got, tc.want)
+		}
+	}
+}
+
+// The watcher reads which stacks started and failed from what real terramate printed
+// (testdata/terramate/cases/19-script-run-fail), however the output is split into writes.
+func TestScriptWatcherRecordedFailure(t *testing.T) {
+	b, err := os.ReadFile("../testdata/terramate/cases/19-script-run-fail.stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{1, 7, 64, len(b)} {
+		w := newScriptWatcher(io.Discard)
+		for i := 0; i < len(b); i += size {
+			if _, err := w.Write(b[i:min(i+size, len(b))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		started, failed := w.snapshot()
+		if !started["stacks/prod/network"] || !started["stacks/nonprod/cluster/a"] || len(started) != 2 {
+			t.Errorf("writes of %d: started = %v", size, started)
+		}
+		if !failed["stacks/nonprod/cluster/a"] || len(failed) != 1 {
+			t.Errorf("writes of %d: failed = %v", size, failed)
+		}
+	}
+}
+
+// A stack path with spaces and a script output line that only looks like terramate's.
+func TestScriptWatcherOddLines(t *testing.T) {
+	w := newScriptWatcher(io.Discard)
+	fmt.Fprint(w, "/stacks/my stack (script:0 job:0.0)> bash -c x\r\n")
+	fmt.Fprint(w, "plain output mentioning (script:0 job:0.0)> but not at the start\n")
+	fmt.Fprint(w, strings.Repeat("x", maxWatchedLine+10)+"\n")
+	fmt.Fprint(w, "> execution failed: running /usr/bin/bash -c x (in /stacks/my stack): exit status 2")
+	started, failed := w.snapshot()
+	if !started["stacks/my stack"] || len(started) != 1 {
+		t.Errorf("started = %v", started)
+	}
+	if !failed["stacks/my stack"] || len(failed) != 1 {
+		t.Errorf("failed = %v (an unterminated last line is read at the end)", failed)
+	}
+}
+
+// Listing under a tier, two listed stacks that are both suffixes of one endpoint keep their
+// edges, and a stack of another tier is not taken for a listed one.
+func TestNormalizeEdgesInTier(t *testing.T) {
+	listed := []string{"a", "cluster/a", "net"}
+	edges := []events.Edge{
+		{From: "/stacks/nonprod/net", To: "/stacks/nonprod/cluster/a"},
+		{From: "/stacks/nonprod/net", To: "/stacks/nonprod/a"},
+		{From: "/stacks/prod/net", To: "/stacks/prod/cluster/a"},
+	}
+	got := NormalizeEdgesIn("stacks/nonprod", listed, edges)
+	want := []events.Edge{{From: "net", To: "a"}, {From: "net", To: "cluster/a"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("NormalizeEdgesIn = %v, want %v", got, want)
+	}
+	if old := NormalizeEdges(listed, edges); len(old) >= len(want) {
+		t.Logf("NormalizeEdges (no tier) = %v", old)
+	}
+	root := NormalizeEdgesIn("", []string{"stacks/x", "stacks/y"}, []events.Edge{{From: "/stacks/x", To: "/stacks/y"}})
+	if !slices.Equal(root, []events.Edge{{From: "stacks/x", To: "stacks/y"}}) {
+		t.Errorf("at the root: %v", root)
+	}
+}
+
+func TestRunClientRefusesAmbiguousOrBrokenServers(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	if _, err := RunClient(Environment{}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t", EnvAudience: "aud"})); !errors.Is(err, ErrAmbiguousAuth) {
+		t.Errorf("token and audience: err = %v", err)
+	}
+	if _, err := RunClient(Environment{Audience: "aud"}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t"})); !errors.Is(err, ErrAmbiguousAuth) {
+		t.Errorf("token and the block's audience: err = %v", err)
+	}
+	if _, err := RunClient(Environment{}, env(map[string]string{EnvServer: "ftp://x"})); err == nil {
+		t.Error("a malformed server is accepted")
+	}
+	c, err := RunClient(Environment{Gated: true}, env(nil))
+	if err != nil || c.Enabled() {
+		t.Fatalf("no server: %v, enabled %v", err, c.Enabled())
+	}
+	if v := c.GateCheck(context.Background(), events.GateCheck{}); v.Allowed() {
+		t.Error("a gated environment without a server allowed the apply")
+	}
+	b := BrokenClient(errors.New("server URL is malformed"))
+	if v := b.GateCheck(context.Background(), events.GateCheck{}); v.Allowed() || !strings.Contains(v.String(), "malformed") {
+		t.Errorf("broken client: verdict %v", v)
+	}
+	ok, err := RunClient(Environment{}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t"}))
+	if err != nil || !ok.Enabled() {
+		t.Fatalf("static token: %v", err)
+	}
+}
+
+// GitHub Actions context: the pull request's number and head commit from the event file; the
+// run URL from the server, repository and run id.
+func TestGitHubFromEnv(t *testing.T) {
+	ev := filepath.Join(t.TempDir(), "event.json")
+	if err := os.WriteFile(ev, []byte(`{"pull_request":{"number":12,"head":{"sha":"headsha"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kv := map[string]string{
+		"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "o/r", "GITHUB_SHA": "mergesha", "GITHUB_EVENT_PATH": ev,
+		"GITHUB_SERVER_URL": "https://github.example", "GITHUB_RUN_ID": "5", "GITHUB_RUN_ATTEMPT": "2",
+		"GITHUB_REF": "refs/pull/99/merge",
+	}
+	g := GitHubFromEnv(func(k string) string { return kv[k] })
+	if g.PR != 12 || g.SHA != "headsha" || g.RunURL != "https://github.example/o/r/actions/runs/5/attempts/2" || !g.Actions {
+		t.Errorf("GitHubFromEnv = %+v", g)
+	}
+	delete(kv, "GITHUB_EVENT_PATH")
+	if g := GitHubFromEnv(func(k string) string { return kv[k] }); g.PR != 99 || g.SHA != "mergesha" {
+		t.Errorf("without the event file: %+v", g)
+	}
+}
+
+// An output value cannot inject another output, whatever it holds.
+func TestWriteOutputsDelimits(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "out")
+	evil := "x\nhas-destructive=false\nother<<EOF\ny"
+	if err := writeOutputs(p, [][2]string{{"changed-stacks", evil}, {"has-destructive", "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	parsed := parseGitHubOutput(t, p)
+	if parsed["changed-stacks"] != evil || parsed["has-destructive"] != "true" || len(parsed) != 2 {
+		t.Errorf("outputs = %q", parsed)
+	}
+}
+
+// parseGitHubOutput reads the file the way the Actions runner does (name<<DELIM ... DELIM).
+func parseGitHubOutput(t *testing.T, p string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		name, delim, ok := strings.Cut(lines[i], "<<")
+		if !ok {
+			t.Fatalf("line %q is not name<<DELIM", lines[i])
+		}
+		var val []string
+		for i++; i < len(lines) && lines[i] != delim; i++ {
+			val = append(val, lines[i])
+		}
+		out[name] = strings.Join(val, "\n")
+	}
+	return out
+}
+
+// The tick file is read as it grows; a torn last line waits for its end.
+func TestTickReaderIncremental(t *testing.T) {
+	dir := t.TempDir()
+	r := newTickReader(dir)
+	if got := r.next(); len(got) != 0 {
+		t.Fatalf("no file: %v", got)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tickFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprint(f, `{"stack":"a","phase":"plan","at":1}`+"\n"+`{"stack":"b","pha`)
+	if got := r.next(); len(got) != 1 || got[0].Stack != "a" {
+		t.Fatalf("first read = %v", got)
+	}
+	fmt.Fprint(f, `se":"done","at":2}`+"\nnot json\n")
+	if got := r.next(); len(got) != 1 || got[0].Stack != "b" || got[0].Phase != "done" {
+		t.Fatalf("second read = %v", got)
+	}
+	if len(r.all["a"]) != 1 || len(r.all["b"]) != 1 {
+		t.Errorf("all = %v", r.all)
+	}
+}
+
+// Offline, a tick reads only the environment and touches no network: with a server set but no
+// execution it returns at once; under the driver it only appends to the tick file.
+func TestTickOfflineAndUnderDriver(t *testing.T) {
+	if w, err := Tick(context.Background(), TickOptions{Phase: "plan", Getenv: func(string) string { return "" }}); !errors.Is(err, ErrTickUsage) || w != "" {
+		t.Errorf("no stack: %q %v", w, err)
+	}
+	dir := t.TempDir()
+	kv := map[string]string{EnvStack: "stacks/a", EnvTickDir: dir, EnvServer: "http://127.0.0.1:1", EnvExecution: "e"}
+	w, err := Tick(context.Background(), TickOptions{Phase: "plan", Status: "ok", Getenv: func(k string) string { return kv[k] }})
+	if err != nil || w != "" {
+		t.Fatalf("under the driver: %q %v", w, err)
+	}
+	if got := newTickReader(dir).next(); len(got) != 1 || got[0].Stack != "stacks/a" || got[0].Status != "ok" {
+		t.Errorf("recorded = %v", got)
+	}
+}
