@@ -615,9 +615,10 @@ func (r *run) init(ctx context.Context) {
 		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: r.res.EdgesApproximate,
 		Reasons: r.reasons, StartedAt: r.res.StartedAt,
 	}
-	err := r.client.Init(ctx, in)
-	r.inited = err == nil || errors.Is(err, ErrCancelRequested)
-	r.event("Init", err)
+	// Finalize follows even when Init seemed to fail: a slow server may have stored it anyway,
+	// and no execution may stay running there.
+	r.inited = true
+	r.event("Init", r.client.Init(ctx, in))
 }
 
 // cancellingPoster is the pump's poster: a server-side cancel seen on a log post stops the run.
@@ -758,8 +759,13 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		defer os.RemoveAll(tickDir)
 	}
 	actions := r.gh.Actions
+	resume := ""
 	if actions {
 		fmt.Fprintf(r.out, "::group::terramate script run %s (%s, %d stacks)\n", script, r.o.Environment, len(r.paths))
+		// The scripts' output is not ours to trust: a line in it must not become a workflow
+		// command (::add-mask::, ::error::, ::endgroup:: ...) until the run is over.
+		resume = randomDelimiter()
+		fmt.Fprintf(r.out, "::stop-commands::%s\n", resume)
 	}
 	var ticks *tickReader
 	stopRelay := func() {}
@@ -776,7 +782,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	})
 	stopRelay()
 	if actions {
-		fmt.Fprintln(r.out, "::endgroup::")
+		fmt.Fprintf(r.out, "\n::%s::\n::endgroup::\n", resume)
 	}
 	started, failed := w.snapshot()
 	var te *TerramateError
