@@ -16,12 +16,7 @@ import (
 // endpoint that suffixes several listed stacks is ambiguous and, like an unknown one, drops its
 // edges. The result has no duplicates or self-edges, is sorted by (From, To), and is never nil.
 func NormalizeEdges(stacks []string, edges []events.Edge) []events.Edge {
-	listed := make(map[string]bool, len(stacks))
-	for _, s := range stacks {
-		if s != "" {
-			listed[s] = true
-		}
-	}
+	listed := listedSet(stacks)
 	memo := make(map[string]string, 2*len(stacks))
 	resolve := func(e string) string {
 		if s, ok := memo[e]; ok {
@@ -31,16 +26,7 @@ func NormalizeEdges(stacks []string, edges []events.Edge) []events.Edge {
 		memo[e] = s
 		return s
 	}
-	out := make([]events.Edge, 0, len(edges))
-	for _, e := range edges {
-		from, to := resolve(e.From), resolve(e.To)
-		if from == "" || to == "" || from == to {
-			continue
-		}
-		out = append(out, events.Edge{From: from, To: to})
-	}
-	slices.SortFunc(out, compareEdges)
-	return slices.Compact(out)
+	return mapEdges(edges, resolve)
 }
 
 // matchStack resolves one endpoint: "" when it is unknown or ambiguous.
@@ -196,12 +182,7 @@ func NormalizeEdgesIn(tier string, stacks []string, edges []events.Edge) []event
 	if tier == "." {
 		tier = ""
 	}
-	listed := make(map[string]bool, len(stacks))
-	for _, s := range stacks {
-		if s != "" {
-			listed[s] = true
-		}
-	}
+	listed := listedSet(stacks)
 	resolve := func(e string) string {
 		p := strings.TrimPrefix(e, "/")
 		if tier != "" {
@@ -219,6 +200,22 @@ func NormalizeEdgesIn(tier string, stacks []string, edges []events.Edge) []event
 		}
 		return ""
 	}
+	return mapEdges(edges, resolve)
+}
+
+func listedSet(stacks []string) map[string]bool {
+	listed := make(map[string]bool, len(stacks))
+	for _, s := range stacks {
+		if s != "" {
+			listed[s] = true
+		}
+	}
+	return listed
+}
+
+// mapEdges maps both ends of each edge with resolve, drops edges with an unresolved end and
+// self-edges, and returns them sorted without duplicates (never nil).
+func mapEdges(edges []events.Edge, resolve func(string) string) []events.Edge {
 	out := make([]events.Edge, 0, len(edges))
 	for _, e := range edges {
 		from, to := resolve(e.From), resolve(e.To)
