@@ -7,20 +7,16 @@ package api
 
 import (
 	"bytes"
-	"compress/flate"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -7749,186 +7745,4 @@ func (sh *strictHandler) Health(w http.ResponseWriter, r *http.Request) {
 	} else if response != nil {
 		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
 	}
-}
-
-// Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
-// Stored as a slice of fixed-width chunks rather than one concatenated
-// const string: with thousands of chunks the chained `+` fold is several
-// times slower for the Go compiler than parsing a slice literal.
-var swaggerSpec = []string{
-	"3Hxrc9s2l/BfOcP3nYm8S8vO07S763xyE9f1jJt47aT9EGUsmDwi8ZgEWAC0rM3kv+/ggFeJlETZynqe",
-	"TmdikeABcO434JsXyDSTAoXR3sk3L2OKpWhQ0a8z8cCVFCkK8985qoV9xoV34v1Nv3xPsBS9Ew/rcZ7v",
-	"6SDGlNmxZpHZ19ooLiLv+3ffO3vEIDdciitm4gpcZn9U0Hjo+Z7Cv3OuMPROjMpxPdCr67Wry1TXorgw",
-	"GKHyvlsICnUmhUba9Wlwb/8JpDB2QyffPJZlCQ+YXffRP7UU9lkN8P8rnHkn3v87qlF55N7qIwuLZghR",
-	"B4pnFoR34t0YqTCEkVTAEoUsXICmRwdjz2JJKamebQ0OWscqTgWgfTcmLBbDGxhgYcjtUJZcKZmhMtwi",
-	"aMYSjb6XNR598wImAkzsX+0pPsUIWNIc5kyDG5lgCHcLYAJYmHLBtVHMSPUWTIygciFQgY5lnoQWMdnY",
-	"80u63UmZIBMeUY0ViFjlieKJvPsnBsYOPs1Dbs6EcXwyYGsscHtZmcX3GFFmJlVq//JCZvDQ8BTr1dZj",
-	"QzSMJ51geNgCw4X55U0NomRU33s8jORhwdQX7+2XMjeBtL87oGaKi4BnrHvOXtz5nmEqQtON1losvzg5",
-	"ZVbi66n8El1fO0jwLmYiwutq5rVEaPPRX/ECDCrFUmYQAik0D1FpYKANC+4hINBWogTCNOHawOFh+fDw",
-	"cB4vppBwgQdjb4V1Y8bFKuf+JhWkMswTBIcr7QOyIIaJV8K9w4DlGiceaIMZsJlBRQw840obOxM3mOpu",
-	"JLsHTCm2aLPHqgDNeIJ+uRgtcxUgSAVG8ShCBZYjSJpIdmit4y4OvOciXJ3go0CQM8hFiirC0Ic5M0GM",
-	"4WFzVr+czHdUiFQuzGH5TpoYVeeUis27t+SWCQYfDTDdIK1lJYMhcNMJkKi9mTXdsGLL3ayIw3Vc+c3K",
-	"qgIpgiTXfWqiaR673ssHVIqHITY/b+i5THXYrbY6uLreINR5ZrVTeLu9ylpCKVnRtqF3CGltvxfX+qPb",
-	"JO4J6SjylCifBwFq7fnejPEkV3ZjAnOjSDlVxsd6BPc8y+gvp7Juq91+9YfTcAcapVxcooisH/T6ebBf",
-	"Qe8kQ8J4OhT79ptBXLMZU5U7cOvsXntAG2WVu+jMHT5mXKEetJytCaNjtmk5N7+fDlBCS15xoZIy1U8d",
-	"fY0JMj1URp6NN6uNrZoIevUWMM3MApRbpgaWJNZ4WMNzdf1KA/GLBi7oUWNd4436pY2tfixpvbpAIQtb",
-	"r2GSHx//FIDD3gOWv9PcMMNFVP4OURuVB3bIW8hFYOHyGccQ5jG61WcJExCQCyqkgTsyWuGY5NDpmnpa",
-	"q0SKGT3fKyfzyIsp5/F8rzlRp5Z5J/MiEBvgG11j4ROUOLCONam0t8BAYZYw+5JAgxQB+tbkFs87/CGF",
-	"zGBXpGQnTrDv3UwuuY2NdzzNpOp5Z7Ha94aW2P3SGbTOgK6Dcc7CCAei9TclU0hzbWw8Anc4kwrhk1xF",
-	"2EzJtNvHk5uVBH1MQ7v4vQoEh+hs6YzsUqwHkZRRguNIJkxEY6mio0hlwZEdrsmH9AHH0Riuzq7/uLi5",
-	"ufj44fb92YeLs/edjliKWrMIN2+QllOP79xlqeWHR2ZSdWL+rlCiq04DOQC3axyloFQx60Jqp4fICSkF",
-	"du1wN8pasDBya68ig7WRu+XajmCBoNyyLFPykadtMWj4jXu0xDMbs8cDPQOZNT01q1+t3syyZNGpDAe4",
-	"VJnsDnJzcZurZNPernPx+fpyBx9ge0re2OE3xpKqg57aMGUGIlMbZvLNHFSS7cYNX7G6TRZY9jBl5lXz",
-	"rJXbm2otJXFVLoTDHTnkGJKjbV1y+qP2w7sIX8HV76q00hB3aHe23s05X0LiGh/8Ny5Ywv8Hh7vh+9RJ",
-	"pZH5P1cQuwjVNeo8MT1S9fwSskYczgtFvAthf2QUtX04wAzX5Kt2mpcOam1Mc22bW1yJBkrDXIHoo8Au",
-	"mZ2hyF7NZ5EVe6UbuW4ervpNz0OWXnO3i/Va3Yp7B0a6TcGcm5gCopjpGHUZ71nzremvYhhFSrnGVt5z",
-	"o/heJY6Z2owyxEr1hIqWFy53CaZ3yDHYtaI2qHowiuqBBwgsINVsUcvTDJWWghmEmVRgYq4dIjdHyvVs",
-	"ffu+xgd5j3sWggGs3ShTtLHzu5w3WAhFiCGMKo/BB+cw+HXR6MCGtEWOr05DLOUfxt7TvMkGMQcY/j5i",
-	"6BtSo4tdTcMqP7k4H2gE7T1STBgI5AMqDSOK4hqJh4Pxbmm6PebatvSzmvaiR1FBlMi7FSSMd0pntw3M",
-	"Wkfu3E72A439cFoQOgb6X7sXIrem/M5VyULYw4GKufjobvH0UueOPomlw46J3d05Zp+SuFfB+h1Z4jpD",
-	"BuCp9vQ7QgqpulNBVk/wvvaBpWJin8t/IbjZf9Jqj0mjjm4NOwzmqBBCVPwBQ5gpmRbaNkXDQmaYTzlx",
-	"elHVbl9pypRGimVxd8PGPl2MveWWqPa/NfZbPQ4dVHghuaqNgdrwlNTAzFKXOF3K6F2ci/uBmfpfFwbJ",
-	"e3YOpJEgy4rVKw2JjKiDApiBqZzNNJopcAHTCAUqaqiawoiBUblw/VUg1UQopEII/ZwVXR0JQVVGAwOB",
-	"c6ghWOAONhwfjOEvGzNNI5bdJqRSp6DR+BbKRAR2hxAwpThqEBKsPAETISgMpAqtS8cM3NGmvjigfgH8",
-	"32uQB05GE6nNeCJWihIWaItyFp7neyl7rLT8z8f2P/9Z5bBeYKcrkXLBUyujx35HTafG5zZ+iJV6wsoO",
-	"M21bwl1J/lANt7HOag3r+FkPbnooP9pK51Ri853oe+G+eU20Tbkof28IsotJe/ZxzrKBmyjLYluQcTDd",
-	"XWVt48ClHbbItr7wdimjm4QHQx22Pqlb9c5ZNoi+Fv0dWnow4gQ+mts1UjNIxHYWq3Vy1F5jF22uYqbx",
-	"7AEHB2CDulh2V4H9pVHfy+I+J0/j3x2dF4q6HOkryrzJuhVjap0tw4P7KeRlEmTOkgSCRAb31sIJJqTG",
-	"QIqQAuIn0K+ZTF+ukiMeWshukeDGFUmIwonwQd6XuZyD8VDPoWqcIdR1MUSdSBzGD9ZLvI2ZjnvSLK75",
-	"mvKezaxnV9ITRhoRPlNPwriCe/AcPYz1Knv3XtRAXlJRqYXbrVGwbdGmKqd2FGxKvK0J2xrV2JeEs2az",
-	"0CBnvb+C90x2JpHRLTmkW9oBO36wberXjeuZ6blDtGdlzmfovB3C0O0qvA2InLnauh5f98V2hc2fq6ar",
-	"PZndHypgSx1SYahQW0vqutxCv+yRC0EqmEkVSWNQwOhO5jbQPBjY4a/4rKcFbi8VeJmbLDf6tjit0D3z",
-	"GhP4rsP8lTE1mcHRxHt4fTLxKHb95Q3E+Aghj7jRByfFWYR2Y6IPbk1Vo6L9kNDiAxchUvwuDE3GU9SG",
-	"pZkPRsoEimQdfXGPC5DWMXJG1xr+35mO/yyGcPu/QSVYcmTXeTCGUwGU93pgSVklwUcWmGThCm+Fpe+2",
-	"1s4veybnaVej1uMT9aoEWniQK24WNxa8k8Q7ZKqrSHkK59QcCBfvwch7FDCPpUZgechRBAjcuZca1QOq",
-	"V5aQyh29MTwovnC5wMag8jlPqCRMu6R8oFtEteTYmMydTuNiJrtdsTlXzh9TLDBwh2aORZeumREuiCGL",
-	"c2Mj8oztk6nvvGRy1sof5DL7E2FVFDNSQSDTlIlQHxB3mcLzUzIhGAijaXMS2t70YDwRE/HJMg+lhUoE",
-	"cRE1zujMwKjcxE4aziUECUfh8kBguSMwBbYcx85YgOUaJmKKNsTRU7B40sAUlvmmMiXLDYymKbuvXxTr",
-	"eieF/ZZLoU8m4hDOHlAt3Fk/u9Lptwm1ZU68k6IfemNvKA1DHyZldEPfeuPxeOJ9n47rSapG68CGIlwD",
-	"DzHNJIkXnLEgBod3K6mhDPLU7hG4aQwMFlbEi95lZGYioNI/LEWSf66BBfdCzhMMIwwJa+4EJXU404Ku",
-	"HTs4NMJoeuT+Ovq3qaW0nqOC6T+Oj+E0uJ+O4a8Yxcp5xMZpRaIJ1A0ePkxPg/uxGzAlBlC5Ix+9cF7J",
-	"FDRbaJjHC8cEtAQ6B6kNT5Jizb79zEJvnn40MtMwmkk1ZyrUcHNx/uns+g8wss64+zArGso0NI9WHtD+",
-	"Tx0NWMS40MbuLRcWZaLRpeLwoGH65vgNfPj46fa3j58/vJ9a5N/JcOFSkVxTtv+BJZxWObNsZDQ4xQWj",
-	"EuyMYxJq4CJIcmsfm9CP4eLDn6eXF+9vT6/PP/9x9uHT1KUtDTeJVQNNGWvJn9co1Xivx8fjY5fvR8Ey",
-	"7p14P42Pxz/ZOImZmLTcEZHwiM7H6CPZOHeUSd1RS75oMx6MppmyyqKRsrY/CR79UR24IZXi6EzOQMXa",
-	"FyE5FCkXS4efqvaCX2W4eLYTvkuTfG9bD8uXy2ec/3F83Ae0GucOL1uvacaK8HL9+PKgsXUy05SphXfi",
-	"lYsCBoTAV2RtC/zBiEjlwmQWaWvp6In31UIpCFlxqz6qjxlvR8pp025Oe0i00m66HyKtTPOSyOSWZFWu",
-	"CxQaKqKgUetodoJMCau2S0OkQeCjcertlbYqdT1NI2ZQH+m6M+ZpomkDAvuHqzBPD96SJidHv+gLKXRY",
-	"mDvyYdjDDK2Onf0wQmuKl8QE1KoADCxxSrL7rv+PlSd2rX2TmYv8EjrAT80piw3kpiaII1V3QTw3vR1o",
-	"y7nzhskqWKD8Vd130E36VqfGnmjfmuMlEf9MhCtCs0k956FrfygaQ5Zwat9eck3NMo1rRb5039KR8JS3",
-	"bw+ptvOaClns0dXzqrpW8bOr7LN6gpHaCw2VXB1DC+AhJHJOR/Ypqcs1jDIWcRG5yL5jke4UWGuVm4tQ",
-	"X7tJujU/bZXUalxvsdpNu3rzhx1dImT8ZN5x4BIZ+SBwjtrUNyCUfEOn/BzbOMesl2+cM9PNOF1Lq4cc",
-	"rdxXYzlhwzfl5TE/hkyuO30LCjksPJ00BKfhcmnIUMHVNSny5QO6HbSihtp+WtHrZ6LVjyEAnYLfhgBF",
-	"K/GTCZArZWM+ykEcUmmu0aVcYpzcqhbOBxhLA3cLEMzkCvsMYYxJuNkMtg+h7ylWac3xkixgsaZW8xDR",
-	"Akau+U2jOaDMlzv1zpbPvFvE9khUk75FGmLWOAu2SzTztr5qpkoDwJwLvUrX6tjZfkhagX+B/kyFsrfA",
-	"XNqazH+ZgTYxioqCRpeHX6xyjLBITJUbIr9YbyIrL1pCdwpQ4bTIedWnbijlxcPljFeT+kXiK5DZoocB",
-	"qE91P8Qn0C+J8DeGKUNXqyk8ZELIXAR40OKFTTRMZDQkRmnR0IcpMZH9o9Fh6Fe9hx2ZoqqBaz8kqvvD",
-	"XhCZTqlds2hzbHa2uJZNKjG4hkiKSLMtaKb7ifZrntwDtanIGZT4oETmXa4XdkJdpKdde+Y9Yqarga9W",
-	"stMTMZjsTmJdlx1l8wuxNTJCE6OyGybzbCY2th4XCXW3HrqHwgYhtU6ouZnyqN0cpffMUvol8pTGB1Qs",
-	"KXFdMFeFL8dg2t0VR7e8qfLU44E14/ZxgbNNTFe1LDxZVRAkeoJ/d6kIanrbEzEbDXUvyx/LpDKuBFFp",
-	"Bxu0ohUbVjScjXThANfFvYNNZKvvjnky3Yhcb+viOBVFi3ogM2XdKuZRbMNiGg4aUaxSuOit2A+JC+Av",
-	"kLxNve/K2T6UtyQV7fjWGyPXLWY67qdtlV/vDVfrFPyPTy/4g9NePzezXj/vmvSqtlx2Y5ZXGVHCy/AU",
-	"n5T1WtfG9EMC+vryoC2C+poBYGQ9bJlb/YJclfr/6fF+PcVWybBGcesbD79vZt1z3IFxW7cuP5kuW5Jj",
-	"Ff2t24CfjuqPonW5sI2YlmI4Osy2HeZLp78T+5cyurZfPhHxPTqg7OYZcOd1V5NMIqPGiSRnkxIbshp3",
-	"qR2700VaomsRrV78Ientnk1V7fwdmu3YH3ZeZ3W/f0hdHpEyEhSaXIm+na2tLLz5z5//45eGnn3z+r/e",
-	"/HT8ZoOu3acEVUdPegTI7ZrqruXhMKZhxhRdpBvjgoILuxQe5TJ/hhSmZf3VI3V2AUwUa+iRMcqY9EoV",
-	"FUL/RRP9551Xfa1S9NzllJ5curVg6kzV3aJKCTrXSRd13HnsYk26yZprqK74WUfAo+oS3l2SWjAyXRfk",
-	"HJxUDV6F/Oo6tqVE7Hgifju9uDx7f3t1ffbu44f3F58uPn6oL+i8urYOIQi5tNf6QpVGNpbMQSDTlJu3",
-	"E7Fyx6GDWjmZqCHksxkqH5ig660buV64SyQZGCcPRTNkifuJaDUcsOKO0c8fTv88vbg8/fXyrN5B0fwX",
-	"MEG9CRjwELui+fpeo/11JBSVqa0DhGeb+LIuBKwqu6gIphp8+gxJgmRBLqs7k3QYJFIX2V3Xo0R3zJQT",
-	"uuflfbdQ3Q7TG4c4kVHVFTy75fbpey4iMHMebNHB0Lj2Z388Ukzw0tL85OhQ6YY1qAjFDSgwchfzkwby",
-	"QQpASqxlzMT9mQLXsdJvuuj1v6rtostttjFehIXx8zQeaRgVzSeuNF2esOiwSnF1SUgncYo7RPaot4oZ",
-	"OlDi3ix2xknRtO+dfPnaxNAlf0CBWteNzkWypAtDbTh12/+Xr5Z/nNFxrEoXTnhHLONHD6+971+//28A",
-	"AAD//w==",
-}
-
-// decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
-// after base64-decoding and flate-decompressing the embedded blob.
-func decodeSpec() ([]byte, error) {
-	encoded := strings.Join(swaggerSpec, "")
-	compressed, err := base64.StdEncoding.DecodeString(encoded)
-	if err != nil {
-		return nil, fmt.Errorf("error base64 decoding spec: %w", err)
-	}
-	zr := flate.NewReader(bytes.NewReader(compressed))
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(zr); err != nil {
-		return nil, fmt.Errorf("read flate: %w", err)
-	}
-	if err := zr.Close(); err != nil {
-		return nil, fmt.Errorf("close flate reader: %w", err)
-	}
-
-	return buf.Bytes(), nil
-}
-
-var rawSpec = decodeSpecCached()
-
-// a naive cache of the decoded OpenAPI spec
-func decodeSpecCached() func() ([]byte, error) {
-	data, err := decodeSpec()
-	return func() ([]byte, error) {
-		return data, err
-	}
-}
-
-// Constructs a synthetic filesystem for resolving external references when loading openapi specifications.
-func PathToRawSpec(pathToFile string) map[string]func() ([]byte, error) {
-	res := make(map[string]func() ([]byte, error))
-	if len(pathToFile) > 0 {
-		res[pathToFile] = rawSpec
-	}
-
-	return res
-}
-
-// GetSpec returns the OpenAPI specification corresponding to the generated
-// code in this file. External references in the spec are resolved through
-// PathToRawSpec; externally-referenced files must be embedded in their
-// corresponding Go packages (via the import-mapping feature). URL-based
-// external refs are not supported.
-func GetSpec() (swagger *openapi3.T, err error) {
-	resolvePath := PathToRawSpec("")
-
-	loader := openapi3.NewLoader()
-	loader.IsExternalRefsAllowed = true
-	loader.ReadFromURIFunc = func(loader *openapi3.Loader, url *url.URL) ([]byte, error) {
-		pathToFile := url.String()
-		pathToFile = path.Clean(pathToFile)
-		getSpec, ok := resolvePath[pathToFile]
-		if !ok {
-			err1 := fmt.Errorf("path not found: %s", pathToFile)
-			return nil, err1
-		}
-		return getSpec()
-	}
-	var specData []byte
-	specData, err = rawSpec()
-	if err != nil {
-		return
-	}
-	swagger, err = loader.LoadFromData(specData)
-	if err != nil {
-		return
-	}
-	return
-}
-
-// GetSpecJSON returns the raw JSON bytes of the embedded OpenAPI
-// specification: decompressed but not unmarshaled. External references
-// are not resolved here; the bytes are the spec exactly as embedded by
-// codegen. The result is cached at package init time, so repeated calls
-// are cheap.
-func GetSpecJSON() ([]byte, error) {
-	return rawSpec()
-}
-
-// GetSwagger returns the OpenAPI specification corresponding to the
-// generated code in this file.
-//
-// Deprecated: GetSwagger predates kin-openapi renaming openapi3.Swagger
-// to openapi3.T. Use [GetSpec] instead. This wrapper is retained for
-// backwards compatibility.
-func GetSwagger() (*openapi3.T, error) {
-	return GetSpec()
 }
