@@ -3,6 +3,7 @@
 # testdata/tofu/ (what testdata/faketofu replays and internal/tofutest checks it against).
 #
 #   scripts/capture/tofu.sh [TOFU_BINARY]        (default: $TFSTACKPLAN_TOFU)
+#   scripts/capture/tofu.sh TOFU_BINARY CASE...  only these cases (nothing of _cli/ is recorded)
 #
 # Needs: bash, a real `tofu` (the recordings are of 1.12.6, built from source by
 # shared/tools/build-real-tools.sh, which reports itself as 1.12.6-dev), and `go` (it runs
@@ -27,6 +28,9 @@
 #                     (then the saved plan is not stale), else "Saved plan is stale"
 # The older CASE/plan.txt, plan.rc, plan.json (and error/plan.stderr) are kept as they are; the
 # script reports whether the new plan-out/show-json still match them modulo ids and timestamps.
+# A case without them (a new one) gets them from this recording: plan.rc is the plan's exit code,
+# plan.txt its stdout up to the "Saved the plan" rule (trailing blank lines dropped), plan.json
+# the show-json stdout.
 #
 # Once, in _cli/:
 #   version, version-json            version / version -json
@@ -55,6 +59,8 @@ set -euo pipefail
 tofu=${1:-${TFSTACKPLAN_TOFU:-}}
 [ -n "$tofu" ] || { echo "usage: $0 TOFU_BINARY   (or set TFSTACKPLAN_TOFU)" >&2; exit 2; }
 tofu=$(command -v "$tofu") || { echo "$0: no such binary: ${1:-$TFSTACKPLAN_TOFU}" >&2; exit 2; }
+[ $# -gt 0 ] && shift
+only=("$@")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 fx=$root/testdata/tofu
 cli=$fx/_cli
@@ -157,6 +163,10 @@ sig() {
 }
 
 "$tofu" version >&2
+for c in "${only[@]}"; do
+  [ -f "$fx/$c/v1.tf" ] && [ -f "$fx/$c/v2.tf" ] || die "no case $c (v1.tf and v2.tf) in $fx"
+done
+if [ ${#only[@]} -eq 0 ]; then
 rm -rf "$cli"
 mkdir -p "$cli"
 
@@ -168,11 +178,15 @@ cp "$fx/mixed/v1.tf" "$w/main.tf"
 rec "$cli" init "$w" init -input=false -no-color
 [ "$rc" = 0 ] || die "init failed: $(cat "$tmp/err")"
 [ -z "$(ls -A "$w" | grep -vx main.tf)" ] || echo "note: init created $(ls -A "$w" | grep -vx main.tf | tr '\n' ' ')" >&2
+fi
 
 # --- the cases -------------------------------------------------------------------------------
 for d in "$fx"/*/; do
   c=$(basename "$d")
   [ -f "$d/v1.tf" ] && [ -f "$d/v2.tf" ] || continue
+  if [ ${#only[@]} -gt 0 ]; then
+    case " ${only[*]} " in *" $c "*) ;; *) continue ;; esac
+  fi
   w=$(newdir)
   cp "$d/v1.tf" "$w/main.tf"
   initq "$w"
@@ -182,6 +196,13 @@ for d in "$fx"/*/; do
   rm -f "$d"/plan-out.* "$d"/show-json.* "$d"/apply.* "$d"/apply-again.*
   rec "$d" plan-out "$w" plan -input=false -no-color -lock-timeout=0s -out=tfstackplan.tfplan
   report="$c:"
+  if [ ! -f "$d/plan.rc" ] && [ ! -f "$d/plan.txt" ] && [ ! -f "$d/plan.json" ]; then
+    [ "$rc" = 0 ] || die "$c: a new case whose plan fails (rc $rc): write its plan.txt by hand"
+    echo "$rc" >"$d/plan.rc"
+    printf '%s\n' "$(sed '/^──*$/,$d' "$d/plan-out.stdout")" >"$d/plan.txt"
+    (cd "$w" && exec "$tofu" show -json tfstackplan.tfplan) >"$d/plan.json" </dev/null || die "$c: show -json failed"
+    report+=" new plan.rc, plan.txt, plan.json;"
+  fi
   if [ "$rc" = 0 ]; then
     rec "$d" show-json "$w" show -json tfstackplan.tfplan
     [ "$rc" = 0 ] || die "$c: show -json failed"
@@ -204,6 +225,11 @@ for d in "$fx"/*/; do
   fi
   echo "$report" >&2
 done
+
+if [ ${#only[@]} -gt 0 ]; then
+  echo "recorded ${only[*]} into $fx" >&2
+  exit 0
+fi
 
 # --- plan files that are missing or not plans -------------------------------------------------
 w=$(newdir)
