@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -26,30 +27,38 @@ import (
 //go:embed templates/*.html
 var templateFS embed.FS
 
-var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"short": func(s string, n int) string {
-		if len(s) <= n {
-			return s
-		}
-		return s[:n] + "…"
-	},
-	"when": func(t time.Time) string {
-		if t.IsZero() {
-			return ""
-		}
-		return t.UTC().Format("2006-01-02 15:04:05Z")
-	},
-	"join": func(s []string) string { return strings.Join(s, ", ") },
-	"bytes": func(n int64) string {
-		switch {
-		case n >= 1<<20:
-			return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-		case n >= 1<<10:
-			return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-		}
-		return fmt.Sprintf("%d B", n)
-	},
-}).ParseFS(templateFS, "templates/*.html"))
+// pages are the parsed templates, parsed on first use: every tfstackplan process (each `run
+// tick` included) would otherwise pay for the parse at start-up.
+var pages = sync.OnceValue(func() *template.Template {
+	return parsePages()
+})
+
+func parsePages() *template.Template {
+	return template.Must(template.New("").Funcs(template.FuncMap{
+		"short": func(s string, n int) string {
+			if len(s) <= n {
+				return s
+			}
+			return s[:n] + "…"
+		},
+		"when": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"join": func(s []string) string { return strings.Join(s, ", ") },
+		"bytes": func(n int64) string {
+			switch {
+			case n >= 1<<20:
+				return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+			case n >= 1<<10:
+				return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+			}
+			return fmt.Sprintf("%d B", n)
+		},
+	}).ParseFS(templateFS, "templates/*.html"))
+}
 
 // Live-stream tuning.
 const (
@@ -71,6 +80,7 @@ type UI struct {
 
 // Register adds the pages to mux; guard authenticates each page (not the login form).
 func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	pages() // parse the templates when the server starts, not on the first page
 	g := func(f http.HandlerFunc) http.Handler { return guard(f) }
 	mux.Handle("GET /{$}", g(u.list))
 	mux.Handle("GET /ui/executions/{id}", g(u.execution))
@@ -84,7 +94,7 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 
 func render(w http.ResponseWriter, name string, data any) {
 	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+	if err := pages().ExecuteTemplate(&buf, name, data); err != nil {
 		http.Error(w, "rendering failed", http.StatusInternalServerError)
 		return
 	}
@@ -352,7 +362,7 @@ func (u *UI) streamList(w http.ResponseWriter, r *http.Request) {
 			return nil // keep the stream; the next signal retries
 		}
 		var buf bytes.Buffer
-		if err := pages.ExecuteTemplate(&buf, "execrows", xs); err != nil {
+		if err := pages().ExecuteTemplate(&buf, "execrows", xs); err != nil {
 			return err
 		}
 		return s.send("rows", map[string]string{"html": buf.String()})
@@ -377,7 +387,7 @@ func (u *UI) streamExecution(w http.ResponseWriter, r *http.Request) {
 			return nil
 		}
 		var buf bytes.Buffer
-		if err := pages.ExecuteTemplate(&buf, "state", page{Execution: x, Layers: layers(x)}); err != nil {
+		if err := pages().ExecuteTemplate(&buf, "state", page{Execution: x, Layers: layers(x)}); err != nil {
 			return err
 		}
 		if state := buf.String(); state != lastState {
