@@ -311,10 +311,8 @@ func (c *Client) Broken() error {
 }
 
 // StaticToken returns a TokenFunc that always sends token (TFSTACKPLAN_TOKEN: a static bearer
-// for a server configured with a tokens file).
-func StaticToken(token string) TokenFunc {
-	return func(context.Context) (string, error) { return token, nil }
-}
+// for a server configured with a tokens file); nil for an empty token.
+func StaticToken(token string) TokenFunc { return gauth.Static(token) }
 
 func clientFor(server, audience string, warn io.Writer) (*Client, error) {
 	if strings.TrimSpace(server) == "" {
