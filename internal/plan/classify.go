@@ -69,7 +69,7 @@ func Classify(stack, file string, r io.Reader) (*Stack, error) {
 		return failed(stack, file, err, c.secrets)
 	}
 	c.s.PlanHash = c.hash.sum()
-	c.s.Class = ClassOf(c.s.Counts, c.s.OutputsChanged)
+	c.s.Class = ClassOfOutputs(c.s.Counts, c.s.OutputsChanged, c.s.OutputsDeleted)
 	c.s.redact()
 	return c.s, nil
 }
@@ -160,6 +160,9 @@ type rawResource struct {
 	SensitiveValues json.RawMessage `json:"sensitive_values"`
 }
 
+// savedPlanMagic starts a saved plan file (`plan -out`), a zip archive.
+const savedPlanMagic = "PK\x03\x04"
+
 func (c *classifier) run(br *bufio.Reader) error {
 	first, err := firstByte(br)
 	if err == io.EOF {
@@ -169,6 +172,10 @@ func (c *classifier) run(br *bufio.Reader) error {
 		return err
 	}
 	if first != '{' {
+		if magic, _ := br.Peek(len(savedPlanMagic)); string(magic) == savedPlanMagic {
+			return fmt.Errorf("%w: this is a saved plan file (a zip archive, as written by `tofu plan -out=PLANFILE`), "+
+				"not its JSON: pass the output of `tofu show -json PLANFILE` (or terraform)", ErrNotJSON)
+		}
 		if first == '[' || first == '"' {
 			return fmt.Errorf("%w: the document is not a JSON object", ErrNotJSON)
 		}
@@ -329,12 +336,16 @@ func (c *classifier) topLevel(key string) error {
 	return c.skip()
 }
 
-// actionOf maps a change's actions to the one action it counts as.
-func actionOf(a tfjson.Actions, importing bool) (Action, string, error) {
+// actionOf maps a change's actions to the one action it counts as; importing and moved (its
+// previous_address differs from its address) make a no-op an import or a move.
+func actionOf(a tfjson.Actions, importing, moved bool) (Action, string, error) {
 	switch {
 	case a.NoOp():
-		if importing {
+		switch {
+		case importing:
 			return ActionImport, "", nil
+		case moved:
+			return ActionMove, "", nil
 		}
 		return ActionNoOp, "", nil
 	case a.Create():
@@ -351,9 +362,13 @@ func actionOf(a tfjson.Actions, importing bool) (Action, string, error) {
 		return ActionReplace, "delete-then-create", nil
 	case a.CreateBeforeDestroy():
 		return ActionReplace, "create-then-delete", nil
+	case len(a) == 2 && a[0] == tfjson.ActionForget && a[1] == tfjson.ActionCreate:
+		// A replace whose old object is forgotten, not destroyed (lifecycle destroy = false),
+		// as OpenTofu 1.12 plans it with or without create_before_destroy: a new object
+		// replaces the one in state, so it is as destructive as a replace.
+		return ActionReplace, "forget-then-create", nil
 	case len(a) == 2 && a[0] == tfjson.ActionCreate && a[1] == tfjson.ActionForget:
-		// A replace whose old object is forgotten, not destroyed (lifecycle destroy = false):
-		// a new object replaces the one in state, so it is as destructive as a replace.
+		// The same in the other order.
 		return ActionReplace, "create-then-forget", nil
 	}
 	return "", "", fmt.Errorf("unknown actions %q", a)
@@ -374,7 +389,8 @@ func (c *classifier) resourceChange(drift bool) error {
 	if err != nil {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
-	action, order, err := actionOf(ch.Actions, importing)
+	moved := !drift && rc.PreviousAddress != "" && rc.PreviousAddress != rc.Address
+	action, order, err := actionOf(ch.Actions, importing, moved)
 	if err != nil {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
@@ -399,7 +415,15 @@ func (c *classifier) resourceChange(drift bool) error {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
 	s.Counts.inc(action)
+	if importing && action != ActionImport {
+		// tofu counts it "to import" too.
+		s.Counts.Import++
+		s.importsAlso++
+	}
 	out := Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason), Importing: importing}
+	if moved {
+		out.PreviousAddress = rc.PreviousAddress
+	}
 	if action.Destructive() {
 		if len(s.Destructive) < MaxDestructive {
 			s.Destructive = append(s.Destructive, out)
@@ -432,7 +456,7 @@ func (c *classifier) outputChanges() error {
 		if err := c.secrets.collectChange(&ch); err != nil {
 			return fmt.Errorf("output %s: %w", name, err)
 		}
-		action, _, err := actionOf(ch.Actions, false)
+		action, _, err := actionOf(ch.Actions, false, false)
 		if err != nil {
 			return fmt.Errorf("output %s: %w", name, err)
 		}
@@ -443,6 +467,9 @@ func (c *classifier) outputChanges() error {
 			return fmt.Errorf("output %s: %w", name, err)
 		}
 		c.s.OutputsChanged++
+		if action == ActionDelete {
+			c.s.OutputsDeleted++
+		}
 		if len(c.s.Outputs) >= MaxChanges {
 			return nil
 		}

@@ -43,11 +43,15 @@ func FuzzClassify(f *testing.F) {
 		if !planHashRE.MatchString(s.PlanHash) {
 			t.Fatalf("plan hash %q", s.PlanHash)
 		}
-		if s.Class != ClassOf(s.Counts, s.OutputsChanged) {
-			t.Fatalf("class %s for counts %+v", s.Class, s.Counts)
+		if s.Class != ClassOfOutputs(s.Counts, s.OutputsChanged, s.OutputsDeleted) {
+			t.Fatalf("class %s for counts %+v, %d outputs deleted", s.Class, s.Counts, s.OutputsDeleted)
 		}
-		if len(s.Changes)+s.ChangesOmitted != s.Counts.Total() {
-			t.Fatalf("%d listed + %d omitted changes, counts sum to %d", len(s.Changes), s.ChangesOmitted, s.Counts.Total())
+		if s.OutputsDeleted > s.OutputsChanged {
+			t.Fatalf("%d outputs deleted of %d changed", s.OutputsDeleted, s.OutputsChanged)
+		}
+		// An import that also changes the object counts twice (import and its action).
+		if len(s.Changes)+s.ChangesOmitted != s.Counts.Total()-s.importsAlso {
+			t.Fatalf("%d listed + %d omitted changes, counts sum to %d with %d imports that also change", len(s.Changes), s.ChangesOmitted, s.Counts.Total(), s.importsAlso)
 		}
 		r := &Report{Stacks: []*Stack{s}}
 		comment := Comment(r)

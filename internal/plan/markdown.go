@@ -119,8 +119,14 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 	}
 
 	if level <= mdChangedTable && len(r.Stacks) > 0 {
-		b.WriteString("| Stack | Class | +create | ~update | ±replace | -delete | forget | import | read | outputs | why |\n")
-		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		// The move column only when some stack moves something.
+		moves := r.Totals().Move > 0
+		moveHead, moveAlign := "", ""
+		if moves {
+			moveHead, moveAlign = " →move |", "--:|"
+		}
+		b.WriteString("| Stack | Class | +create | ~update | ±replace | -delete | forget | import | read |" + moveHead + " outputs | why |\n")
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|" + moveAlign + "--:|---|\n")
 		hidden := 0
 		for _, s := range r.Stacks {
 			if level == mdChangedTable && s.Counts.Total() == 0 && s.OutputsChanged == 0 && s.Error == "" {
@@ -128,8 +134,12 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 				continue
 			}
 			c := s.Counts
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n",
-				code(s.Name), classBadge(s.Class), c.Create, c.Update, c.Replace, c.Delete, c.Forget, c.Import, c.Read,
+			move := ""
+			if moves {
+				move = fmt.Sprintf(" %d |", c.Move)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d |%s %d | %s |\n",
+				code(s.Name), classBadge(s.Class), c.Create, c.Update, c.Replace, c.Delete, c.Forget, c.Import, c.Read, move,
 				s.OutputsChanged, cell(strings.Join(s.Why, "; ")))
 		}
 		if hidden > 0 {

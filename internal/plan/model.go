@@ -28,10 +28,15 @@ import (
 // Action is what a plan does to one resource instance, as counted and rendered.
 type Action string
 
-// Actions a resource change can have. A replace is delete-then-create, create-then-delete or
-// create-then-forget (the old object is dropped from state, not destroyed); it counts once, as
-// replace. Import is an import with no other action
-// (an import that also updates counts as the update, with Importing set).
+// Actions a resource change can have. A replace is delete-then-create, create-then-delete,
+// forget-then-create or create-then-forget (with lifecycle destroy = false the old object is
+// dropped from state, not destroyed; OpenTofu 1.12 plans ["forget","create"] whether or not
+// create_before_destroy is set); it counts once, as replace. Import is an import with no other
+// action; an import that also updates (or creates, replaces) is that action with Importing set,
+// and counts both as that action and as an import, as tofu's "Plan: N to import, ..." line does.
+// Move is a move (a `moved` block: previous_address differs from address) with no other action;
+// a move that also updates (or anything else) is that action with PreviousAddress set, and
+// counts only as that action.
 const (
 	ActionCreate  Action = "create"
 	ActionUpdate  Action = "update"
@@ -40,6 +45,7 @@ const (
 	ActionForget  Action = "forget"
 	ActionImport  Action = "import"
 	ActionRead    Action = "read"
+	ActionMove    Action = "move"
 	ActionNoOp    Action = "no-op"
 )
 
@@ -66,12 +72,17 @@ func (a Action) Symbol() string {
 		return "←"
 	case ActionRead:
 		return "≤"
+	case ActionMove:
+		return "→"
 	}
 	return " "
 }
 
-// Counts are resource changes by action. Every key is always present in JSON; a replace
-// counts once, as replace; no-op changes are not counted.
+// Counts are resource changes by action. Every key but move is always present in JSON (move
+// only when there are moves, so that documents of plans without moves keep their seven keys);
+// a replace counts once, as replace; an import counts as import and, when it also changes the
+// object, as that change too (see ActionImport); a move counts as move only when it is nothing
+// else; no-op changes are not counted.
 type Counts struct {
 	Create  int `json:"create"`
 	Update  int `json:"update"`
@@ -80,11 +91,13 @@ type Counts struct {
 	Forget  int `json:"forget"`
 	Import  int `json:"import"`
 	Read    int `json:"read"`
+	Move    int `json:"move,omitempty"`
 }
 
-// Total is the number of counted changes.
+// Total is the sum of the counts: the number of counted changes, where an import that also
+// changes the object counts twice.
 func (c Counts) Total() int {
-	return c.Create + c.Update + c.Replace + c.Delete + c.Forget + c.Import + c.Read
+	return c.Create + c.Update + c.Replace + c.Delete + c.Forget + c.Import + c.Read + c.Move
 }
 
 // Destructive is the number of deletes, replaces and forgets.
@@ -99,6 +112,7 @@ func (c *Counts) Add(o Counts) {
 	c.Forget += o.Forget
 	c.Import += o.Import
 	c.Read += o.Read
+	c.Move += o.Move
 }
 
 // inc counts one change with action a; no-op is not counted.
@@ -118,10 +132,13 @@ func (c *Counts) inc(a Action) {
 		c.Import++
 	case ActionRead:
 		c.Read++
+	case ActionMove:
+		c.Move++
 	}
 }
 
-// Events converts c to the wire type.
+// Events converts c to the wire type. The wire type has no move count: moves are not carried
+// (a stack that only moves still has the class mutating).
 func (c Counts) Events() events.Counts {
 	return events.Counts{
 		Create: c.Create, Update: c.Update, Replace: c.Replace, Delete: c.Delete,
@@ -129,15 +146,23 @@ func (c Counts) Events() events.Counts {
 	}
 }
 
-// ClassOf is the class of a stack with counts c and outputsChanged changed outputs:
-// destructive if anything is deleted, replaced or forgotten; mutating if anything is updated
-// in place; additive if anything is created, imported or read, or only outputs change;
-// otherwise no-changes.
+// ClassOf is the class of a stack with counts c and outputsChanged changed outputs, none of
+// them deleted: see ClassOfOutputs.
 func ClassOf(c Counts, outputsChanged int) events.Class {
+	return ClassOfOutputs(c, outputsChanged, 0)
+}
+
+// ClassOfOutputs is the class of a stack with counts c and outputsChanged changed outputs, of
+// which outputsDeleted are deleted: destructive if anything is deleted, replaced or forgotten;
+// mutating if anything is updated in place or moved (a move changes the addresses in state,
+// which whatever refers to the old address depends on), or an output is deleted (its
+// consumers, e.g. terraform_remote_state readers, can break); additive if anything is created,
+// imported or read, or outputs are only added or changed; otherwise no-changes.
+func ClassOfOutputs(c Counts, outputsChanged, outputsDeleted int) events.Class {
 	switch {
 	case c.Destructive() > 0:
 		return events.ClassDestructive
-	case c.Update > 0:
+	case c.Update > 0 || c.Move > 0 || outputsDeleted > 0:
 		return events.ClassMutating
 	case c.Create+c.Import+c.Read > 0 || outputsChanged > 0:
 		return events.ClassAdditive
@@ -165,6 +190,9 @@ type Change struct {
 	// Reason is the plan's action_reason, e.g. replace_because_cannot_update.
 	Reason    string `json:"reason,omitempty"`
 	Importing bool   `json:"importing,omitempty"`
+	// PreviousAddress is the address the object had in state before a `moved` block moved
+	// it, when it differs from Address.
+	PreviousAddress string `json:"previous_address,omitempty"`
 	// Attributes are the attribute-level differences, when the change is small enough to show.
 	Attributes []AttrDiff `json:"attributes,omitempty"`
 	// AttributesOmitted counts differences not kept in Attributes.
@@ -206,7 +234,9 @@ type Stack struct {
 	Changes        []Change `json:"changes"`
 	ChangesOmitted int      `json:"changes_omitted,omitempty"`
 
-	OutputsChanged int            `json:"outputs_changed"`
+	OutputsChanged int `json:"outputs_changed"`
+	// OutputsDeleted is how many of the changed outputs are deleted.
+	OutputsDeleted int            `json:"outputs_deleted,omitempty"`
 	Outputs        []OutputChange `json:"outputs,omitempty"`
 
 	// DriftCount is the number of resource_drift entries; Drift lists at most MaxChanges.
@@ -218,6 +248,8 @@ type Stack struct {
 	Error string `json:"error,omitempty"`
 
 	secrets *secretSet
+	// importsAlso counts the imports that also change the object (counted twice in Counts).
+	importsAlso int
 }
 
 // Event returns the classification fields of the runner's per-stack update: stack, class,

@@ -28,15 +28,20 @@ type planScenario struct {
 	file string // plan.json, or plan.txt when the plan failed
 	rc   int
 	// from plan.txt
-	add, change, destroy, forget int
-	outputs                      bool
-	noChanges                    bool
-	perAction                    Counts
+	add, change, destroy, forget, imports int
+	outputs                               bool
+	outputDeleted                         bool
+	noChanges                             bool
+	perAction                             Counts
 }
 
 var (
-	planLineRE   = regexp.MustCompile(`(?m)^Plan: (\d+) to add, (\d+) to change, (\d+) to destroy(?:, (\d+) to forget)?\.$`)
-	planHeaderRE = regexp.MustCompile(`^  # (\S+) (will be created|will be updated in-place|will be destroyed|must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply)`)
+	planLineRE   = regexp.MustCompile(`(?m)^Plan: (?:(\d+) to import, )?(\d+) to add, (\d+) to change, (\d+) to destroy(?:, (\d+) to forget)?\.$`)
+	planHeaderRE = regexp.MustCompile(`^  # (\S+) (will be created|will be updated in-place|will be destroyed|must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply|will be imported|has moved to \S+)`)
+	// planImportRE is the line under the header of every change that imports.
+	planImportRE = regexp.MustCompile(`^  # \(imported from `)
+	// planOutputDeleteRE is a deleted output under "Changes to Outputs:".
+	planOutputDeleteRE = regexp.MustCompile(`(?m)^  - \S+ += `)
 )
 
 // planScenarios parses every recorded scenario's plan.txt and plan.rc.
@@ -71,19 +76,23 @@ func planScenarios(t *testing.T) []planScenario {
 			sc.file = filepath.Join(dir, "plan.txt")
 		}
 		if m := planLineRE.FindStringSubmatch(string(txt)); m != nil {
-			sc.add, _ = strconv.Atoi(m[1])
-			sc.change, _ = strconv.Atoi(m[2])
-			sc.destroy, _ = strconv.Atoi(m[3])
-			sc.forget, _ = strconv.Atoi(m[4] + "0")
+			sc.imports, _ = strconv.Atoi(m[1] + "0")
+			sc.imports /= 10
+			sc.add, _ = strconv.Atoi(m[2])
+			sc.change, _ = strconv.Atoi(m[3])
+			sc.destroy, _ = strconv.Atoi(m[4])
+			sc.forget, _ = strconv.Atoi(m[5] + "0")
 			sc.forget /= 10
 		}
 		sc.noChanges = strings.Contains(string(txt), "No changes.")
-		sc.outputs = strings.Contains(string(txt), "Changes to Outputs:")
+		_, outs, ok := strings.Cut(string(txt), "\nChanges to Outputs:\n")
+		sc.outputs = ok
+		sc.outputDeleted = ok && planOutputDeleteRE.MatchString(outs)
 		sc.perAction = headerCounts(t, txt)
 		out = append(out, sc)
 	}
-	if len(out) < 11 {
-		t.Fatalf("found %d scenarios in %s, want all 11", len(out), planTofuDir)
+	if len(out) < 17 {
+		t.Fatalf("found %d scenarios in %s, want all 17", len(out), planTofuDir)
 	}
 	return out
 }
@@ -93,11 +102,18 @@ func headerCounts(t *testing.T, txt []byte) Counts {
 	var c Counts
 	sc := bufio.NewScanner(bytes.NewReader(txt))
 	for sc.Scan() {
+		if planImportRE.MatchString(sc.Text()) {
+			// Every import (tofu's "to import"), whatever else the change does.
+			c.Import++
+			continue
+		}
 		m := planHeaderRE.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
 		}
 		switch m[2] {
+		case "will be imported":
+			// Counted on its "(imported from" line.
 		case "will be created":
 			c.Create++
 		case "will be updated in-place":
@@ -108,8 +124,10 @@ func headerCounts(t *testing.T, txt []byte) Counts {
 			c.Replace++
 		case "will be read during apply":
 			c.Read++
-		default:
+		case "will be removed from the OpenTofu state but will not be destroyed":
 			c.Forget++
+		default:
+			c.Move++
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -118,16 +136,16 @@ func headerCounts(t *testing.T, txt []byte) Counts {
 	return c
 }
 
-// expectedClass derives the class from the human plan's summary lines.
+// expectedClass derives the class from the human plan's summary lines and headers.
 func (sc planScenario) expectedClass() events.Class {
 	switch {
 	case sc.rc != 0:
 		return events.ClassUnclassified
-	case sc.destroy > 0 || sc.forget > 0:
+	case sc.destroy > 0 || sc.forget > 0 || sc.perAction.Replace > 0:
 		return events.ClassDestructive
-	case sc.change > 0:
+	case sc.change > 0 || sc.perAction.Move > 0 || sc.outputDeleted:
 		return events.ClassMutating
-	case sc.add > 0 || sc.outputs:
+	case sc.add > 0 || sc.imports > 0 || sc.outputs:
 		return events.ClassAdditive
 	}
 	return events.ClassNoChanges
@@ -158,17 +176,31 @@ func TestPlanScenariosMatchHumanPlan(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := s.Counts
+			// A replace whose old object is forgotten (lifecycle destroy = false) is "to
+			// forget" in tofu's line, the others "to destroy".
+			forgetReplaces := 0
+			for _, ch := range s.Destructive {
+				if ch.Action == ActionReplace && strings.Contains(ch.Order, "forget") {
+					forgetReplaces++
+				}
+			}
 			if got := c.Create + c.Replace; got != sc.add {
 				t.Errorf("create+replace = %d, plan.txt says %d to add", got, sc.add)
 			}
 			if c.Update != sc.change {
 				t.Errorf("update = %d, plan.txt says %d to change", c.Update, sc.change)
 			}
-			if got := c.Delete + c.Replace; got != sc.destroy {
+			if got := c.Delete + c.Replace - forgetReplaces; got != sc.destroy {
 				t.Errorf("delete+replace = %d, plan.txt says %d to destroy", got, sc.destroy)
 			}
-			if c.Forget != sc.forget {
-				t.Errorf("forget = %d, plan.txt says %d to forget", c.Forget, sc.forget)
+			if got := c.Forget + forgetReplaces; got != sc.forget {
+				t.Errorf("forget = %d, plan.txt says %d to forget", got, sc.forget)
+			}
+			if c.Import != sc.imports {
+				t.Errorf("import = %d, plan.txt says %d to import", c.Import, sc.imports)
+			}
+			if (s.OutputsDeleted > 0) != sc.outputDeleted {
+				t.Errorf("%d outputs deleted, plan.txt deletes an output: %v", s.OutputsDeleted, sc.outputDeleted)
 			}
 			if c != sc.perAction {
 				t.Errorf("counts %+v, plan.txt resource headers give %+v", c, sc.perAction)
@@ -396,11 +428,99 @@ func TestPlanClassOf(t *testing.T) {
 		{Counts{Update: 1, Forget: 1}, 0, events.ClassDestructive},
 		{Counts{Replace: 1}, 0, events.ClassDestructive},
 		{Counts{Delete: 1}, 0, events.ClassDestructive},
+		{Counts{Move: 1}, 0, events.ClassMutating},
+		{Counts{Move: 1, Create: 1}, 1, events.ClassMutating},
+		{Counts{Move: 1, Delete: 1}, 0, events.ClassDestructive},
+		{Counts{Import: 1, Update: 1}, 0, events.ClassMutating},
 	}
 	for _, tc := range cases {
 		if got := ClassOf(tc.c, tc.outputs); got != tc.want {
 			t.Errorf("ClassOf(%+v, %d) = %s, want %s", tc.c, tc.outputs, got, tc.want)
 		}
+	}
+	// A deleted output makes the stack mutating at least.
+	for _, tc := range []struct {
+		c    Counts
+		want events.Class
+	}{{Counts{}, events.ClassMutating}, {Counts{Create: 1}, events.ClassMutating}, {Counts{Forget: 1}, events.ClassDestructive}} {
+		if got := ClassOfOutputs(tc.c, 1, 1); got != tc.want {
+			t.Errorf("ClassOfOutputs(%+v, 1, 1) = %s, want %s", tc.c, got, tc.want)
+		}
+	}
+}
+
+// TestPlanRecordedFixes holds the recorded plans of real OpenTofu 1.12.6 to what they must
+// classify as: a replace with lifecycle destroy = false (["forget","create"], with and without
+// create_before_destroy), a plan that only moves, a move with an update, a deleted output and
+// imports that update.
+func TestPlanRecordedFixes(t *testing.T) {
+	classify := func(name string) *Stack {
+		t.Helper()
+		s, err := ClassifyFile(name, filepath.Join(planTofuDir, name, "plan.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := classify("replace-destroy-false")
+	if s.Class != events.ClassDestructive || s.Counts != (Counts{Replace: 2}) || len(s.Destructive) != 2 {
+		t.Errorf("replace-destroy-false: class %s counts %+v destructive %+v", s.Class, s.Counts, s.Destructive)
+	}
+	for _, c := range s.Destructive {
+		if c.Order != "forget-then-create" || c.Reason != "replace_because_cannot_update" {
+			t.Errorf("replace-destroy-false: %+v, want a forget-then-create replace", c)
+		}
+	}
+
+	s = classify("moved")
+	if s.Class != events.ClassMutating || s.Counts != (Counts{Move: 1}) || len(s.Changes) != 1 ||
+		s.Changes[0].Action != ActionMove || s.Changes[0].Address != "terraform_data.x" || s.Changes[0].PreviousAddress != "terraform_data.a" {
+		t.Errorf("moved: class %s counts %+v changes %+v", s.Class, s.Counts, s.Changes)
+	}
+	if ev := s.Event(); ev.Class != events.ClassMutating || ev.Counts != (events.Counts{}) {
+		t.Errorf("moved: event %+v: the class is mutating, the wire counts carry no move", ev)
+	}
+	s = classify("moved-update")
+	if s.Class != events.ClassMutating || s.Counts != (Counts{Update: 1, Move: 1}) {
+		t.Errorf("moved-update: class %s counts %+v", s.Class, s.Counts)
+	}
+	for _, c := range s.Changes {
+		if c.Address == "terraform_data.c" && (c.Action != ActionUpdate || c.PreviousAddress != "terraform_data.b") {
+			t.Errorf("moved-update: %+v, want the update moved from terraform_data.b", c)
+		}
+	}
+	for ext, out := range planRenders(t, &Report{Stacks: []*Stack{s}}) {
+		if !strings.Contains(out, "terraform_data.b") || !strings.Contains(out, "terraform_data.a") {
+			t.Errorf("moved-update: render %s does not show the previous addresses:\n%s", ext, out)
+		}
+	}
+
+	s = classify("output-delete")
+	if s.Class != events.ClassMutating || s.OutputsDeleted != 1 || s.OutputsChanged != 1 || s.Counts.Total() != 0 {
+		t.Errorf("output-delete: class %s outputs deleted %d changed %d counts %+v", s.Class, s.OutputsDeleted, s.OutputsChanged, s.Counts)
+	}
+
+	s = classify("import-update")
+	if s.Class != events.ClassMutating || s.Counts != (Counts{Update: 1, Import: 2}) || len(s.Changes) != 2 {
+		t.Errorf("import-update: class %s counts %+v changes %+v", s.Class, s.Counts, s.Changes)
+	}
+}
+
+// TestPlanSavedPlanFile: a binary saved plan (a zip) is named as such, with the command that
+// turns it into the JSON plan.
+func TestPlanSavedPlanFile(t *testing.T) {
+	zip := append([]byte("PK\x03\x04\x14\x00\x08\x00"), bytes.Repeat([]byte{0, 0xff}, 64)...)
+	s, err := ClassifyFile("stacks/app", planWriteTemp(t, "tfstackplan.tfplan", zip))
+	if err == nil || s.Class != events.ClassUnclassified || !errors.Is(err, ErrNotJSON) {
+		t.Fatalf("err %v class %s", err, s.Class)
+	}
+	for _, want := range []string{"saved plan file", "tofu show -json PLANFILE"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "human-readable") {
+		t.Errorf("error %q calls a saved plan human-readable output", err)
 	}
 }
 
@@ -450,15 +570,27 @@ func TestPlanActionOf(t *testing.T) {
 		{tfjson.Actions{"forget"}, false, ActionForget, ""},
 		{tfjson.Actions{"delete", "create"}, false, ActionReplace, "delete-then-create"},
 		{tfjson.Actions{"create", "delete"}, false, ActionReplace, "create-then-delete"},
+		{tfjson.Actions{"forget", "create"}, false, ActionReplace, "forget-then-create"},
+		{tfjson.Actions{"create", "forget"}, false, ActionReplace, "create-then-forget"},
 	}
 	for _, tc := range cases {
-		got, order, err := actionOf(tc.actions, tc.importing)
+		got, order, err := actionOf(tc.actions, tc.importing, false)
 		if err != nil || got != tc.want || order != tc.order {
 			t.Errorf("actionOf(%v, %v) = %s %q %v, want %s %q", tc.actions, tc.importing, got, order, err, tc.want, tc.order)
 		}
 	}
-	for _, bad := range []tfjson.Actions{nil, {"create", "create"}, {"explode"}} {
-		if a, _, err := actionOf(bad, false); err == nil {
+	// A no-op whose previous address differs is a move, unless it also imports.
+	for _, tc := range []struct {
+		importing bool
+		actions   tfjson.Actions
+		want      Action
+	}{{false, tfjson.Actions{"no-op"}, ActionMove}, {true, tfjson.Actions{"no-op"}, ActionImport}, {false, tfjson.Actions{"update"}, ActionUpdate}} {
+		if got, _, err := actionOf(tc.actions, tc.importing, true); err != nil || got != tc.want {
+			t.Errorf("actionOf(%v, %v, moved) = %s %v, want %s", tc.actions, tc.importing, got, err, tc.want)
+		}
+	}
+	for _, bad := range []tfjson.Actions{nil, {"create", "create"}, {"forget", "delete"}, {"explode"}} {
+		if a, _, err := actionOf(bad, false, false); err == nil {
 			t.Errorf("actionOf(%v) = %s, want an error", bad, a)
 		}
 	}

@@ -37,9 +37,10 @@ func classBadge(c events.Class) string {
 	return "⛔ " + string(events.ClassUnclassified)
 }
 
-// countsLine is "+1 create · ~2 update · ..." with every action, joined by sep.
+// countsLine is "+1 create · ~2 update · ..." with every action, joined by sep; moves only
+// when there are any.
 func countsLine(c Counts, sep string) string {
-	return strings.Join([]string{
+	parts := []string{
 		fmt.Sprintf("+%d create", c.Create),
 		fmt.Sprintf("~%d update", c.Update),
 		fmt.Sprintf("±%d replace", c.Replace),
@@ -47,7 +48,11 @@ func countsLine(c Counts, sep string) string {
 		fmt.Sprintf("%d forget", c.Forget),
 		fmt.Sprintf("%d import", c.Import),
 		fmt.Sprintf("%d read", c.Read),
-	}, sep)
+	}
+	if c.Move > 0 {
+		parts = append(parts, fmt.Sprintf("→%d move", c.Move))
+	}
+	return strings.Join(parts, sep)
 }
 
 // shortCounts is "+1 ~2 ±0 -1" plus the rarer actions when present.
@@ -56,7 +61,7 @@ func shortCounts(c Counts) string {
 	for _, x := range []struct {
 		n    int
 		name string
-	}{{c.Forget, "forget"}, {c.Import, "import"}, {c.Read, "read"}} {
+	}{{c.Forget, "forget"}, {c.Import, "import"}, {c.Read, "read"}, {c.Move, "move"}} {
 		if x.n > 0 {
 			s += fmt.Sprintf(" %d %s", x.n, x.name)
 		}
@@ -96,7 +101,8 @@ func printable(s string) string {
 	}, s)
 }
 
-// actionDetail is "replace, delete-then-create: replace_because_cannot_update".
+// actionDetail is "replace, delete-then-create: replace_because_cannot_update", "move from
+// x.old" for a move, "update, moved from x.old" for a moved object that also changes.
 func actionDetail(c Change) string {
 	detail := string(c.Action)
 	if c.Order != "" {
@@ -105,6 +111,13 @@ func actionDetail(c Change) string {
 	if c.Importing && c.Action != ActionImport {
 		detail += ", importing"
 	}
+	if c.PreviousAddress != "" {
+		if c.Action == ActionMove {
+			detail += " from " + printable(c.PreviousAddress)
+		} else {
+			detail += ", moved from " + printable(c.PreviousAddress)
+		}
+	}
 	if c.Reason != "" {
 		detail += ": " + printable(c.Reason)
 	}
@@ -112,10 +125,10 @@ func actionDetail(c Change) string {
 }
 
 // attrLines are the indented attribute diffs of a change with action a: a create shows the
-// new values, a delete the old ones, anything else old -> new. A forget shows none (nothing
-// changes in the infrastructure).
+// new values, a delete the old ones, anything else old -> new. A forget or a move shows none
+// (nothing changes in the infrastructure).
 func attrLines(a Action, diffs []AttrDiff, omitted int, indent string) []string {
-	if a == ActionForget {
+	if a == ActionForget || a == ActionMove {
 		return nil
 	}
 	var out []string

@@ -22,11 +22,14 @@ const minSecretSubstring = 4
 // empty string would hide the plan, and they carry no secret.
 type secretSet struct {
 	values map[string]struct{}
-	// long caches the values of at least minSecretSubstring bytes, longest first; long,
-	// replacer (scrub) and inner (redactText) are nil when stale.
-	long     []string
-	replacer *strings.Replacer
-	inner    *strings.Replacer
+	// long caches the values of at least minSecretSubstring bytes, longest first; forms the
+	// encoded forms (encodedForms) of every value, longForms those of the long values, longest
+	// first; long, forms, longForms, replacer (scrub) and inner (redactText) are nil when stale.
+	long      []string
+	forms     map[string]struct{}
+	longForms []string
+	replacer  *strings.Replacer
+	inner     *strings.Replacer
 }
 
 func newSecretSet() *secretSet { return &secretSet{values: map[string]struct{}{}} }
@@ -37,7 +40,7 @@ func (s *secretSet) add(v string) {
 	}
 	if _, ok := s.values[v]; !ok {
 		s.values[v] = struct{}{}
-		s.long, s.replacer, s.inner = nil, nil, nil
+		s.long, s.forms, s.longForms, s.replacer, s.inner = nil, nil, nil, nil, nil
 	}
 }
 
@@ -68,8 +71,40 @@ func (s *secretSet) longValues() []string {
 	return s.long
 }
 
+// encoded fills the caches of the encoded forms of the secrets (forms, longForms).
+func (s *secretSet) encoded() {
+	if s.forms != nil {
+		return
+	}
+	s.forms = map[string]struct{}{}
+	long := map[string]bool{}
+	for v := range s.values {
+		for _, f := range encodedForms(v) {
+			s.forms[f] = struct{}{}
+			if len(v) >= minSecretSubstring {
+				long[f] = true
+			}
+		}
+	}
+	s.longForms = make([]string, 0, len(long))
+	for f := range long {
+		s.longForms = append(s.longForms, f)
+	}
+	sortLongestFirst(s.longForms)
+}
+
+func sortLongestFirst(v []string) {
+	sort.Slice(v, func(i, j int) bool {
+		if len(v[i]) != len(v[j]) {
+			return len(v[i]) > len(v[j])
+		}
+		return v[i] < v[j]
+	})
+}
+
 // sensitive reports whether the leaf text v must be masked: it equals a secret, or contains
-// one of at least minSecretSubstring bytes.
+// one of at least minSecretSubstring bytes, raw or in one of its encoded forms (a secret
+// re-encoded by jsonencode in an unflagged value).
 func (s *secretSet) sensitive(v string) bool {
 	if v == "" || len(s.values) == 0 {
 		return false
@@ -77,12 +112,53 @@ func (s *secretSet) sensitive(v string) bool {
 	if _, ok := s.values[v]; ok {
 		return true
 	}
-	for _, sec := range s.longValues() {
+	s.encoded()
+	if _, ok := s.forms[v]; ok {
+		return true
+	}
+	for _, sec := range s.longForms {
 		if len(sec) <= len(v) && strings.Contains(v, sec) {
 			return true
 		}
 	}
 	return false
+}
+
+// maxEncodings is how many times over encodedForms encodes a secret.
+const maxEncodings = 2
+
+// encodedForms are sec as a plan value may carry it: raw, and the inside of its JSON string
+// literal, once or maxEncodings times over (jsonencode(jsonencode(...))), each with <, > and &
+// escaped as \u003c, \u003e and \u0026 (as OpenTofu's and Terraform's jsonencode write them,
+// and Go's encoding/json) or not (as `show -json` writes them).
+func encodedForms(sec string) []string {
+	forms := []string{sec}
+	seen := map[string]bool{sec: true}
+	level := forms
+	for range maxEncodings {
+		var next []string
+		for _, v := range level {
+			for _, f := range []string{jsonInner(v, false), jsonInner(v, true)} {
+				if !seen[f] {
+					seen[f] = true
+					next = append(next, f)
+				}
+			}
+		}
+		forms = append(forms, next...)
+		level = next
+	}
+	return forms
+}
+
+// jsonInner is v as a JSON string literal without its quotes; html escapes <, > and &.
+func jsonInner(v string, html bool) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(html)
+	_ = enc.Encode(v)
+	q := strings.TrimSuffix(b.String(), "\n")
+	return q[1 : len(q)-1]
 }
 
 // scrub replaces every occurrence of a secret of at least minScrub bytes in rendered text, raw
@@ -111,22 +187,29 @@ func (s *secretSet) scrub(text string) string {
 	return s.replacer.Replace(text)
 }
 
-// escapedForms are sec as it may appear in a render: raw, quoted (Go, JSON, HCL addresses),
-// escaped for a markdown code span or table cell, HTML-escaped, and with control characters
-// replaced for a terminal.
+// escapedForms are sec as it may appear in a render: each of its encoded forms (encodedForms:
+// as the plan may carry it), raw, quoted (Go, JSON, HCL addresses), escaped for a markdown
+// code span or table cell, HTML-escaped, and with control characters replaced for a terminal.
 func escapedForms(sec string) []string {
-	jsonInner := func(v string) string {
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(v)
-		q := strings.TrimSuffix(b.String(), "\n")
-		return q[1 : len(q)-1]
+	var forms []string
+	seen := map[string]bool{}
+	add := func(f string) {
+		if !seen[f] {
+			seen[f] = true
+			forms = append(forms, f)
+		}
 	}
-	goQuoted := strconv.Quote(sec)
-	forms := []string{sec, goQuoted[1 : len(goQuoted)-1], jsonInner(sec), printable(sec)}
-	for _, f := range []string{sec, printable(sec)} {
-		forms = append(forms, cellEscaper.Replace(f), htmlEscaper.Replace(f), strings.ReplaceAll(f, "|", "\\|"))
+	for _, e := range encodedForms(sec) {
+		goQuoted := strconv.Quote(e)
+		add(e)
+		add(goQuoted[1 : len(goQuoted)-1])
+		add(jsonInner(e, false))
+		add(printable(e))
+		for _, f := range []string{e, printable(e)} {
+			add(cellEscaper.Replace(f))
+			add(htmlEscaper.Replace(f))
+			add(strings.ReplaceAll(f, "|", "\\|"))
+		}
 	}
 	return forms
 }
@@ -142,13 +225,23 @@ func (s *secretSet) redactText(v string) string {
 		return Masked
 	}
 	if s.inner == nil {
-		var pairs []string
-		for _, sec := range s.longValues() {
-			goQuoted := strconv.Quote(sec)
-			pairs = append(pairs, sec, Masked)
-			if q := goQuoted[1 : len(goQuoted)-1]; q != sec {
-				pairs = append(pairs, q, Masked)
+		// Every encoded form of the long secrets, raw or Go-quoted, longest first.
+		s.encoded()
+		var all []string
+		seen := map[string]bool{}
+		for _, f := range s.longForms {
+			goQuoted := strconv.Quote(f)
+			for _, v := range []string{f, goQuoted[1 : len(goQuoted)-1]} {
+				if !seen[v] {
+					seen[v] = true
+					all = append(all, v)
+				}
 			}
+		}
+		sortLongestFirst(all)
+		pairs := make([]string, 0, 2*len(all))
+		for _, v := range all {
+			pairs = append(pairs, v, Masked)
 		}
 		s.inner = strings.NewReplacer(pairs...)
 	}
@@ -295,6 +388,7 @@ func (s *secretSet) redactChanges(changes []Change) {
 	for i := range changes {
 		c := &changes[i]
 		c.Address = s.redactPath(c.Address, false)
+		c.PreviousAddress = s.redactPath(c.PreviousAddress, false)
 		c.Reason = s.redactText(c.Reason)
 		s.maskDiffs(c.Attributes)
 	}

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -153,6 +155,53 @@ func TestPlanMarkdownHasNoLineBreaksFromThePlan(t *testing.T) {
 		}
 		if !strings.Contains(out, "All clear") {
 			t.Errorf("%s render lost the address: %q", name, out)
+		}
+	}
+}
+
+// TestPlanSensitiveJSONEncoded: a secret passed through jsonencode (which writes <, > and & as
+// \u003c, \u003e and \u0026) into a nonsensitive() output, once and twice over, recorded with
+// OpenTofu 1.12.6, is masked in every render in every form.
+func TestPlanSensitiveJSONEncoded(t *testing.T) {
+	const dir = planTofuDir + "/sensitive-jsonencode"
+	raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte(`hunter\\u003c2\\u003e\\u0026v2`)) || !bytes.Contains(raw, []byte(`hunter\\\\u003c2`)) {
+		t.Fatal("the fixture no longer carries the re-encoded secret; the test would prove nothing")
+	}
+	s, err := ClassifyFile("sensitive-jsonencode", filepath.Join(dir, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OutputsChanged != 2 {
+		t.Fatalf("outputs changed %d, want 2", s.OutputsChanged)
+	}
+	for ext, out := range planRenders(t, &Report{Stacks: []*Stack{s}, ExecutionURL: planExecutionURL}) {
+		for _, sec := range []string{"hunter<2>&v1", "hunter<2>&v2"} {
+			for _, form := range escapedForms(sec) {
+				if strings.Contains(out, form) {
+					t.Errorf("render %s shows %q (secret %q):\n%s", ext, form, sec, out)
+				}
+			}
+		}
+		for _, leak := range []string{"hunter", "u003c2"} {
+			if strings.Contains(out, leak) {
+				t.Errorf("render %s shows %q:\n%s", ext, leak, out)
+			}
+		}
+		if !strings.Contains(out, "output.doc") && !strings.Contains(out, `"doc"`) {
+			t.Errorf("render %s does not show the output", ext)
+		}
+	}
+	// Every form of the secret the plan can carry is masked in a value, and none is shorter
+	// than the raw secret's.
+	set := newSecretSet()
+	set.add("a<b>&c")
+	for _, v := range []string{`{"p":"a\u003cb\u003e\u0026c"}`, `"\"a\\u003cb\\u003e\\u0026c\""`, `x a<b>&c`, `["a\u003cb\u003e\u0026c"]`} {
+		if !set.sensitive(v) {
+			t.Errorf("%q is not masked", v)
 		}
 	}
 }

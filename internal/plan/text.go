@@ -46,7 +46,7 @@ func actionStyle(line string) string {
 	switch {
 	case strings.HasPrefix(line, ActionCreate.Symbol()):
 		return ansiGreen
-	case strings.HasPrefix(line, ActionUpdate.Symbol()):
+	case strings.HasPrefix(line, ActionUpdate.Symbol()), strings.HasPrefix(line, ActionMove.Symbol()):
 		return ansiYellow
 	case strings.HasPrefix(line, ActionReplace.Symbol()), strings.HasPrefix(line, ActionDelete.Symbol()),
 		strings.HasPrefix(line, ActionForget.Symbol()):
@@ -113,7 +113,8 @@ type jsonReport struct {
 }
 
 // JSON renders r as an indented JSON document: the execution's class, totals and gate
-// classes, and every stack with its class and counts (all seven actions always present).
+// classes, and every stack with its class and counts (all seven actions always present, and
+// move when there are moves).
 func JSON(w io.Writer, r *Report) error {
 	sec := r.secrets()
 	r = r.redacted(sec)

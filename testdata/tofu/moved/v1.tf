@@ -1,0 +1,6 @@
+resource "terraform_data" "a" {
+  input = "one"
+}
+resource "terraform_data" "b" {
+  input = "bee"
+}

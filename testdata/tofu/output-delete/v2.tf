@@ -1,0 +1,6 @@
+resource "terraform_data" "a" {
+  input = "one"
+}
+output "b" {
+  value = "bee"
+}
