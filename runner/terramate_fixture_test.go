@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,7 +127,8 @@ func tmStackHCL(name string, extra string) string {
 }
 
 // tmApplyCase applies the project change the recorded case name (e.g. "22-cycle-list-run-order")
-// was made on, to proj's files and to sc.
+// was made on, to proj's files and to sc: the stacks it adds or reorders by hand, the changed
+// stacks derived from the project's history (tmDeriveChanged).
 func tmApplyCase(t testing.TB, proj, name string, sc *tmScenario) {
 	t.Helper()
 	stack := func(p string) *tmStack {
@@ -179,12 +182,76 @@ func tmApplyCase(t testing.TB, proj, name string, sc *tmScenario) {
 		}
 	case strings.HasPrefix(kind, "trigger-"):
 		addOdd()
-		tmWriteFile(t, proj, tmTriggerFile, "trigger {\n  ctx    = \"stack\"\n  type   = \"changed\"\n  reason = \"test\"\n}\n")
+		// What `terramate experimental trigger --change --reason test stacks/nonprod/network`
+		// writes (0.17.2 requires ctime; type and context are bare words).
+		tmWriteFile(t, proj, tmTriggerFile, "trigger {\n  ctime   = 1796096840\n  reason  = \"test\"\n  type    = changed\n  context = stack\n}\n")
 		tmGitCommit(t, proj, "trigger")
-		sc.Changed = append(sc.Changed,
-			tmChange{Stack: "stacks/nonprod/network", Why: "stack has been triggered by: /" + tmTriggerFile},
-			tmChange{Stack: tmOddStack, Why: "stack has unmerged changes"})
 	}
+	tmDeriveChanged(t, proj, sc)
+}
+
+const (
+	tmWhyUnmerged  = "stack has unmerged changes"
+	tmWhyTriggered = "stack has been triggered by: /"
+)
+
+// tmDeriveChanged sets sc.Changed to what terramate 0.17.2 computes for the committed changes
+// of proj's branch against main (the default base: origin/main is main), as far as the files
+// say it without reading Terraform: a changed file marks the nearest stack at or above it "stack
+// has unmerged changes" (a file outside every stack marks none; uncommitted and untracked files
+// mark none), and a changed trigger file under .tmtriggers/<stack>/ marks that stack "triggered
+// by" it. The reasons that come from Terraform and stack attributes (a local module's or a
+// watched file's change) are not derived: they are kept from sc, as scenario.json states them
+// for the base project, unless the stack has changes of its own (terramate reports those
+// first). A case that changes a module or a watched file would have to state its reasons itself.
+func tmDeriveChanged(t testing.TB, proj string, sc *tmScenario) {
+	t.Helper()
+	cmd := exec.Command("git", "diff", "--name-only", "-z", "main...HEAD")
+	cmd.Dir = proj
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git diff main...HEAD: %v", err)
+	}
+	isStack := map[string]bool{}
+	for _, s := range sc.Stacks {
+		isStack[s.Path] = true
+	}
+	derived := map[string]string{}
+	mark := func(stack, why string) {
+		if prev, ok := derived[stack]; ok && prev != why {
+			t.Fatalf("tmDeriveChanged: %s is both %q and %q: not modelled", stack, prev, why)
+		}
+		derived[stack] = why
+	}
+	for f := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if f == "" {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(f, ".tmtriggers/"); ok {
+			if stack := path.Dir(rest); isStack[stack] {
+				mark(stack, tmWhyTriggered+f)
+			}
+			continue
+		}
+		for dir := path.Dir(f); dir != "."; dir = path.Dir(dir) {
+			if isStack[dir] {
+				mark(dir, tmWhyUnmerged)
+				break
+			}
+		}
+	}
+	var changed []tmChange
+	for _, c := range sc.Changed {
+		if _, own := derived[c.Stack]; !own && c.Why != tmWhyUnmerged && !strings.HasPrefix(c.Why, tmWhyTriggered) {
+			changed = append(changed, c)
+		}
+	}
+	for stack, why := range derived {
+		changed = append(changed, tmChange{Stack: stack, Why: why})
+	}
+	slices.SortFunc(changed, func(a, b tmChange) int { return strings.Compare(a.Stack, b.Stack) })
+	sc.Changed = changed
 }
 
 // tmCase is one recorded transcript.
