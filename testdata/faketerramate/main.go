@@ -27,6 +27,15 @@
 // testdata/terramate/make-project.sh lays out; package runner's tests (tmFixture, tmApplyCase)
 // show how to build on it.
 //
+// Change detection is not terramate's: the fake does not read git, Terraform module sources,
+// watch lists or .tmtriggers; `list --changed` (and `script run --changed`) report exactly the
+// scenario's Changed (or ChangedByBase[-B]), and stack blocks, scripts aside, come from the
+// scenario too, not from the *.tm.hcl files. A scenario must therefore follow the project it
+// sits in: package runner's tmDeriveChanged derives the changed stacks of the fixture project
+// from its git history (a stack's own committed files, trigger files) and keeps the module and
+// watched-file reasons scenario.json states. TestTerramateContract (TFSTACKPLAN_TERRAMATE set)
+// holds the result to a real terramate.
+//
 // Dense graphs: real `experimental run-graph` validates the DAG by enumerating paths, which is
 // exponential on dense graphs (fixtures README: 200 stacks with 3 dependencies each take 16.6 s,
 // 1000 never finish). The fake runs the same path enumeration and, once it has taken more than
@@ -71,7 +80,8 @@ type Scenario struct {
 	// terramate.stack.path.absolute, terramate.stack.name, terramate.stack.id or env.NAME is
 	// evaluated per stack, anything else is a literal.
 	RunEnv map[string]string `json:"runEnv,omitempty"`
-	// Changed are the changed stacks against the default base, with the --why reason.
+	// Changed are the changed stacks against the default base, with the --why reason, as
+	// given: the fake computes no change detection of its own.
 	Changed []Change `json:"changed,omitempty"`
 	// ChangedByBase overrides Changed for an explicit -B ref.
 	ChangedByBase map[string][]Change `json:"changedByBase,omitempty"`
