@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# Benchmarks of the `run plan` driver, on stand-ins (the fake terramate and the fake tofu of
+# testdata/) and the real script library (scripts/terramate). Run it from anywhere:
+#
+#   scripts/bench.sh
+#
+# It needs bash >= 5 (EPOCHREALTIME), go, git, GNU time as /usr/bin/time (Debian/Ubuntu:
+# `apt-get install time`) and installs nothing. It builds ./cmd/tfstackplan,
+# ./testdata/faketerramate and ./testdata/faketofu into a temporary directory, lays out
+# generated projects there (scripts/bench/genproject.sh), starts its own control plane on a
+# loopback port, and removes all of it on exit. About 5 minutes on a 2-core machine.
+#
+# stdout: exactly one line per figure; everything else (wall times, CPU, timings) on stderr.
+#
+#   overhead-ratio X   median wall time of `tfstackplan run plan` (server on, so the log pump and
+#                      the tick relay run) over median wall time of the bare
+#                      `terramate script run --changed --parallel P plan` of the same script in
+#                      the same directory, BENCH_STACKS stacks (200), all changed, a few `after`
+#                      dependencies. Runs are interleaved (bare, driver, bare, driver, ...),
+#                      BENCH_PAIRS pairs (5) after one unmeasured warm-up of each. Goal <= 1.03.
+#   tick-offline-ms X  (wall time of BENCH_TICKS calls of `tfstackplan run tick --phase plan
+#                      --stack s` with no server and no tick dir - the same number of /bin/true)
+#                      / BENCH_TICKS, in ms. Goal <= 5.
+#   tick-driver-ms X   the same with TFSTACKPLAN_TICK_DIR set (a tick under the driver: one line
+#                      appended to ticks.jsonl).
+#   rss-1000-MB X      peak RSS of the driver over a BENCH_RSS_STACKS-stack (1000) project, server
+#                      on, from `/usr/bin/time -f %M` (KB / 1024). Goal <= 100.
+#
+# What %M measures: /usr/bin/time execs tfstackplan itself (no shell in between) and reports the
+# ru_maxrss that wait4 returns for it. On Linux that is the larger of the process's own peak RSS
+# and the largest peak RSS of any descendant it waited for (terramate, and through it bash, tee,
+# tofu, tick): a maximum over single processes, never a sum. To show that the figure is the
+# driver's own, the script also samples the driver's VmHWM in /proc while it runs and reports
+# the bare terramate run's %M (the largest of the children) on stderr.
+#
+# Parallelism: both sides run terramate with --parallel BENCH_PARALLEL (4: two stacks per core
+# of a 2-core CI runner; terramate's own default is 1). The driver passes it as `--parallel`.
+#
+# stderr also has, per run: the CPU of the process tree (%U %S), the steal time of the VM (a
+# noisy neighbour shows there), the server's CPU, the result document's `timings`, and what the
+# server handled (requests and handling seconds per API operation, from its /metrics).
+#
+# Environment overrides: BENCH_PAIRS (5, at least 1), BENCH_STACKS (200), BENCH_RSS_STACKS
+# (1000), BENCH_TICKS (200), BENCH_PARALLEL (4), BENCH_OFFLINE=1 adds a third run to each pair
+# (the driver without a server: no pump, no relay; stderr only), BENCH_KEEP=1 keeps the
+# temporary directory.
+set -euo pipefail
+
+say() { printf '%s\n' "$*" >&2; }
+die() {
+  say "bench: $*"
+  exit 1
+}
+
+if [ ! -x /usr/bin/time ]; then
+  say "bench: GNU time is missing (/usr/bin/time): apt-get install time"
+  exit 1
+fi
+/usr/bin/time -f %M true 2>/dev/null >/dev/null || die "/usr/bin/time is not GNU time (-f %M failed): apt-get install time"
+[ -n "${EPOCHREALTIME:-}" ] || die "bash >= 5 is needed (EPOCHREALTIME)"
+for c in go git awk; do
+  command -v "$c" >/dev/null || die "$c is not on PATH"
+done
+
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+pairs=${BENCH_PAIRS:-5}
+stacks=${BENCH_STACKS:-200}
+rss_stacks=${BENCH_RSS_STACKS:-1000}
+nticks=${BENCH_TICKS:-200}
+parallel=${BENCH_PARALLEL:-4}
+for v in pairs stacks rss_stacks nticks parallel; do
+  case ${!v} in '' | *[!0-9]* | 0) die "$v must be a positive number, got '${!v}'" ;; esac
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tfstackplan-bench.XXXXXX")
+server_pid=""
+cleanup() {
+  local rc=$?
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  if [ "${BENCH_KEEP:-}" = 1 ]; then
+    say "bench: kept $tmp"
+  else
+    rm -rf "$tmp"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# A clean environment: no driver or GitHub context leaking in from the caller, and nothing that
+# could make Google's libraries reach for the network.
+while IFS='=' read -r name _; do
+  case $name in TFSTACKPLAN_* | GITHUB_* | RUNNER_* | GOOGLE_* | TF_* | FAKETOFU_*) unset "$name" ;; esac
+done < <(env)
+export GCE_METADATA_HOST=127.0.0.1:1 GCE_METADATA_IP=127.0.0.1:1
+export NO_COLOR=1 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+export FAKETOFU_FIXTURES=$repo/testdata/tofu
+
+bin=$tmp/bin
+say "bench: building into $bin"
+go build -o "$bin/tfstackplan" ./cmd/tfstackplan
+go build -o "$bin/terramate" ./testdata/faketerramate
+go build -o "$bin/tofu" ./testdata/faketofu
+# tfstackplan on PATH for both sides: the library's ticks run it (offline on the bare side).
+export PATH=$bin:$PATH
+
+ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+steal_ticks() { awk '/^cpu / { print $9 }' /proc/stat; } # time the hypervisor gave to others
+clk_tck=$(getconf CLK_TCK)
+
+# --- the control plane ---------------------------------------------------------------------
+say "bench: starting the control plane"
+tfstackplan serve --listen 127.0.0.1:0 --db "sqlite:$tmp/db" --insecure-no-auth 2>"$tmp/serve.log" &
+server_pid=$!
+addr=""
+for _ in $(seq 300); do
+  addr=$(sed -n 's/.*msg=serving addr=\([0-9.:]*\).*/\1/p' "$tmp/serve.log" | head -1)
+  [ -n "$addr" ] && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/serve.log" >&2; die "the server exited"; }
+  sleep 0.1
+done
+[ -n "$addr" ] || { cat "$tmp/serve.log" >&2; die "the server did not start within 30s"; }
+server=http://$addr
+say "bench: server $server (pid $server_pid)"
+
+# metrics FILE: the server's request count and handling seconds per API operation, "OP COUNT
+# SECONDS" lines (GET /metrics over bash's /dev/tcp: no curl needed).
+metrics() {
+  local fd
+  : >"$1"
+  { exec {fd}<>"/dev/tcp/${addr%:*}/${addr##*:}"; } 2>/dev/null || return 0
+  printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$addr" >&"$fd"
+  awk '/^tfstackplan_http_request_seconds_(count|sum)\{/ {
+      match($0, /operation="[^"]*"/); op = substr($0, RSTART + 11, RLENGTH - 12)
+      if ($1 ~ /_count\{/) n[op] = $NF; else t[op] = $NF
+    }
+    END { for (op in n) print op, n[op], t[op] + 0 }' <&"$fd" >"$1"
+  exec {fd}>&-
+}
+
+# metrics_delta BEFORE AFTER: "OP:N requests/Xs" for what the server handled in between.
+metrics_delta() {
+  awk 'NR == FNR { n[$1] = $2; t[$1] = $3; next }
+    { d = $2 - n[$1]; if (d > 0) printf "%s%s %d req %.2fs", sep, $1, d, $3 - t[$1]; sep = ", " }
+    END { print "" }' "$1" "$2"
+}
+
+# run_bare DIR OUT: the bare terramate script run. Sets W (wall ms), U and S (user and system
+# CPU seconds of the process tree), M (%M, KB), ST (steal ms meanwhile, all CPUs).
+run_bare() {
+  local dir=$1 out=$2 t0 t1 rc=0 st0
+  st0=$(steal_ticks)
+  t0=$EPOCHREALTIME
+  (cd "$dir" && exec /usr/bin/time -o "$out.time" -f '%U %S %M' \
+    terramate script run --changed --parallel "$parallel" plan >"$out.stdout" 2>"$out.stderr") || rc=$?
+  t1=$EPOCHREALTIME
+  [ "$rc" = 0 ] || { tail -20 "$out.stderr" >&2; die "bare terramate script run failed (exit $rc)"; }
+  W=$(ms "$t0" "$t1")
+  ST=$((($(steal_ticks) - st0) * 1000 / clk_tck))
+  read -r U S M < <(tail -1 "$out.time")
+}
+
+# run_driver DIR OUT [offline]: `tfstackplan run plan` against the server (with "offline":
+# without one). Sets W, U, S, M and ST as run_bare does, SCPU (the server's CPU ms meanwhile),
+# HWM (the driver's VmHWM, sampled, KB) and REQ (what the server handled meanwhile).
+run_driver() {
+  local dir=$1 out=$2 srv=$server t0 t1 rc=0 s0 s1 st0 tpid dpid="" hwm=0 h
+  [ "${3:-}" = offline ] && srv=""
+  metrics "$out.m0"
+  s0=$(cpu_ticks "$server_pid")
+  st0=$(steal_ticks)
+  t0=$EPOCHREALTIME
+  (cd "$dir" && exec env TFSTACKPLAN_SERVER="$srv" /usr/bin/time -o "$out.time" -f '%U %S %M' \
+    tfstackplan run plan -e bench --parallel "$parallel" --result "$out.json" >"$out.stdout" 2>"$out.stderr") &
+  tpid=$!
+  # Cross-check of %M: the driver's own high-water mark, sampled from /proc while it runs.
+  while kill -0 "$tpid" 2>/dev/null; do
+    if [ -z "$dpid" ]; then
+      dpid=$(cat "/proc/$tpid/task/$tpid/children" 2>/dev/null | awk '{ print $1 }') || true
+    fi
+    if [ -n "$dpid" ]; then
+      h=$(awk '/^VmHWM:/ { print $2 }' "/proc/$dpid/status" 2>/dev/null) || true
+      [ -n "$h" ] && [ "$h" -gt "$hwm" ] && hwm=$h
+    fi
+    sleep 0.2
+  done
+  wait "$tpid" || rc=$?
+  t1=$EPOCHREALTIME
+  s1=$(cpu_ticks "$server_pid")
+  ST=$((($(steal_ticks) - st0) * 1000 / clk_tck))
+  metrics "$out.m1"
+  REQ=$(metrics_delta "$out.m0" "$out.m1")
+  [ "$rc" = 0 ] || { tail -20 "$out.stderr" >&2; die "run plan failed (exit $rc), see $out.json"; }
+  grep -q '^  "status": "succeeded"' "$out.json" || die "run plan did not succeed: $(grep -m1 '^  "status"' "$out.json")"
+  if grep -q '^  "warnings"' "$out.json"; then
+    say "bench: warning: the run has warnings (see $out.json):"
+    sed -n '/^  "warnings"/,/^  \]/p' "$out.json" | head -8 >&2
+  fi
+  W=$(ms "$t0" "$t1")
+  read -r U S M < <(tail -1 "$out.time")
+  SCPU=$(((s1 - s0) * 1000 / clk_tck))
+  HWM=$hwm
+}
+
+timings() { awk '/^  "timings": \{/ { on = 1; next } on && /^  \}/ { exit } on { gsub(/[",]/, ""); sub(/^ +/, ""); printf "%s%s", sep, $0; sep = " " } END { print "" }' "$1" | tr -s ' '; }
+
+# --- overhead-ratio ------------------------------------------------------------------------
+say "bench: generating $stacks stacks"
+scripts/bench/genproject.sh "$tmp/overhead" "$stacks" scripts/terramate
+tier=$tmp/overhead/stacks/bench
+
+say "bench: warm-up (unmeasured): one bare run, one driver run"
+run_bare "$tier" "$tmp/warm-bare"
+run_driver "$tier" "$tmp/warm-driver"
+
+bare_walls=() driver_walls=() offline_walls=()
+for ((i = 1; i <= pairs; i++)); do
+  run_bare "$tier" "$tmp/bare-$i"
+  bare_walls+=("$W")
+  say "bench: pair $i bare    wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss(tree) ${M}KB steal ${ST}ms"
+  run_driver "$tier" "$tmp/driver-$i"
+  driver_walls+=("$W")
+  say "bench: pair $i driver  wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss ${M}KB vmhwm ${HWM}KB steal ${ST}ms server cpu ${SCPU}ms"
+  say "bench:         timings(ms) $(timings "$tmp/driver-$i.json")"
+  say "bench:         server handled: $REQ"
+  if [ "${BENCH_OFFLINE:-}" = 1 ]; then
+    run_driver "$tier" "$tmp/offline-$i" offline
+    offline_walls+=("$W")
+    say "bench: pair $i offline wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss ${M}KB steal ${ST}ms; timings(ms) $(timings "$tmp/offline-$i.json")"
+  fi
+done
+mb=$(median "${bare_walls[@]}")
+md=$(median "${driver_walls[@]}")
+say "bench: $stacks stacks, --parallel $parallel, $pairs pairs: median bare ${mb}ms, median driver ${md}ms"
+say "bench:   bare walls (ms):   ${bare_walls[*]}"
+say "bench:   driver walls (ms): ${driver_walls[*]}"
+if [ ${#offline_walls[@]} -gt 0 ]; then
+  say "bench:   driver without a server (ms): ${offline_walls[*]}, median $(median "${offline_walls[@]}") (ratio $(awk -v d="$(median "${offline_walls[@]}")" -v b="$mb" 'BEGIN { printf "%.3f", d / b }'))"
+fi
+awk -v d="$md" -v b="$mb" 'BEGIN { printf "overhead-ratio %.3f\n", d / b }'
+
+# --- ticks ---------------------------------------------------------------------------------
+# loop_ms N CMD...: wall ms of N runs of CMD, one after the other.
+loop_ms() {
+  local n=$1 t0 t1 i
+  shift
+  t0=$EPOCHREALTIME
+  for ((i = 0; i < n; i++)); do "$@" >/dev/null; done
+  t1=$EPOCHREALTIME
+  ms "$t0" "$t1"
+}
+mkdir -p "$tmp/ticks"
+say "bench: $nticks ticks each way"
+loop_ms 20 tfstackplan run tick --phase plan --stack s >/dev/null # warm the page cache
+t_true=$(loop_ms "$nticks" /bin/true)
+t_off=$(loop_ms "$nticks" tfstackplan run tick --phase plan --stack s)
+t_drv=$(export TFSTACKPLAN_TICK_DIR=$tmp/ticks && loop_ms "$nticks" tfstackplan run tick --phase plan --stack s)
+[ "$(wc -l <"$tmp/ticks/ticks.jsonl")" = "$nticks" ] || die "the under-driver ticks did not all land in ticks.jsonl"
+say "bench: $nticks calls: /bin/true ${t_true}ms, tick offline ${t_off}ms, tick under driver ${t_drv}ms"
+awk -v t="$t_off" -v z="$t_true" -v n="$nticks" 'BEGIN { printf "tick-offline-ms %.2f\n", (t - z) / n }'
+awk -v t="$t_drv" -v z="$t_true" -v n="$nticks" 'BEGIN { printf "tick-driver-ms %.2f\n", (t - z) / n }'
+
+# --- rss-1000-MB ---------------------------------------------------------------------------
+say "bench: generating $rss_stacks stacks"
+scripts/bench/genproject.sh "$tmp/rss" "$rss_stacks" scripts/terramate
+tier=$tmp/rss/stacks/bench
+run_driver "$tier" "$tmp/rss-driver"
+rss=$M
+say "bench: $rss_stacks stacks driver wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss ${M}KB vmhwm(sampled) ${HWM}KB steal ${ST}ms server cpu ${SCPU}ms"
+say "bench:        timings(ms) $(timings "$tmp/rss-driver.json")"
+say "bench:        server handled: $REQ"
+run_bare "$tier" "$tmp/rss-bare"
+say "bench: $rss_stacks stacks bare   wall ${W}ms steal ${ST}ms cpu(tree) user ${U}s sys ${S}s maxrss(largest of terramate and its descendants) ${M}KB"
+if [ "$M" -ge "$rss" ]; then
+  say "bench: warning: a child's peak RSS (${M}KB) is not below the driver run's %M (${rss}KB): %M may be a child's"
+fi
+awk -v k="$rss" 'BEGIN { printf "rss-1000-MB %.1f\n", k / 1024 }'
