@@ -146,6 +146,9 @@ type run struct {
 	reasons []events.ChangeReason
 	report  *plan.Report
 	classed map[string]*plan.Stack // root-relative → classification
+	// early holds the stacks `run plan` classified and reported when they ticked done; only
+	// the tick relay writes it, and only while the script runs.
+	early map[string]*plan.Stack
 
 	cancelRun  context.CancelCauseFunc
 	seq        int64
@@ -211,7 +214,7 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 }
 
 func newRun(o RunOptions) *run {
-	r := &run{o: o, getenv: o.Getenv, now: o.Now, out: o.Stdout, errOut: o.Stderr}
+	r := &run{o: o, getenv: o.Getenv, now: o.Now, out: o.Stdout, errOut: o.Stderr, early: map[string]*plan.Stack{}}
 	if r.getenv == nil {
 		r.getenv = os.Getenv
 	}
@@ -475,7 +478,7 @@ func (r *run) discover(ctx context.Context) bool {
 	}
 	r.why = map[string][]string{}
 	if !r.o.All && len(r.listed) > 0 {
-		reasons, err := r.tm.WhyChanged(ctx, r.o.Base)
+		reasons, err := r.tm.WhyChangedFor(ctx, r.o.Base, listed)
 		if err != nil {
 			r.failTerramate("discover", err, ctx)
 			return false
@@ -771,7 +774,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	stopRelay := func() {}
 	if tickDir != "" {
 		ticks = newTickReader(tickDir)
-		stopRelay = r.relayTicks(ctx, ticks)
+		stopRelay = r.relayTicks(ctx, ticks, step == "plan")
 		defer stopRelay() // on a panic too
 	}
 	w := newScriptWatcher(r.out)
@@ -805,7 +808,7 @@ const TickRelayInterval = 100 * time.Millisecond
 // (best-effort, through the driver's client and its breaker). The returned stop reads what is
 // left, posts it, and waits. Without a server the ticks are only read (at stop) for the
 // stacks' statuses.
-func (r *run) relayTicks(ctx context.Context, t *tickReader) (stop func()) {
+func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
 	post := func(recs []tickRecord) {
 		for _, rec := range recs {
 			if _, ok := r.byPath[rec.Stack]; !ok {
@@ -816,6 +819,9 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader) (stop func()) {
 				ExecutionID: r.o.ExecutionID, Stack: rec.Stack, Phase: rec.Phase, Status: rec.Status,
 				Message: rec.Message, At: at, Seq: r.seqNext(),
 			}))
+			if live && rec.Phase == "done" && strings.EqualFold(rec.Status, StatusSucceeded) {
+				r.classifyEarly(rec.Stack)
+			}
 		}
 	}
 	if !r.client.Enabled() {
@@ -895,33 +901,16 @@ func (r *run) classify(out scriptOutcome, report bool) {
 	r.begin("classify")
 	r.classed = map[string]*plan.Stack{}
 	r.report = &plan.Report{ExecutionURL: r.res.ExecutionURL}
-	runStart := r.res.StartedAt
+	var unsent []int
 	for i := range r.res.Stacks {
 		e := &r.res.Stacks[i]
-		file, ferr := ResolveStackFile(r.repoRoot, e.Path, r.o.PlanJSON)
-		fresh := false
-		if ferr == nil {
-			if fi, err := os.Stat(file); err == nil && !fi.ModTime().Before(runStart.Add(-time.Second)) {
-				fresh = true
-			}
-		}
+		file, fresh, ferr := r.planFile(e.Path)
 		e.Status = out.status(e.Path, fresh)
-		var s *plan.Stack
-		switch {
-		case e.Status != StatusSucceeded:
-			s = &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{},
-				Error: "the stack's script " + e.Status}
-		case ferr != nil:
-			s = &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{},
-				Error: ferr.Error()}
-		case !fresh:
-			s = &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{},
-				Error: fmt.Sprintf("plan file %s was not written by this run (the script must write `show -json` of its saved plan there)", filepath.Join(e.Path, r.o.PlanJSON))}
-		default:
-			s, _ = plan.ClassifyFile(e.Stack, file)
+		s := r.early[e.Path]
+		if s == nil || e.Status != StatusSucceeded {
+			s = r.classifyStack(e, e.Status, file, fresh, ferr)
+			unsent = append(unsent, i)
 		}
-		s.Name = e.Stack
-		s.Why = e.Why
 		r.classed[e.Path] = s
 		r.report.Stacks = append(r.report.Stacks, s)
 		e.Class, e.Counts, e.PlanHash, e.Error = s.Class, s.Counts, s.PlanHash, s.Error
@@ -931,18 +920,91 @@ func (r *run) classify(out scriptOutcome, report bool) {
 		}
 	}
 	if report && r.client.Enabled() {
-		r.sendUpdates(context.Background())
+		r.sendUpdates(context.Background(), unsent)
 	}
 }
 
-// sendUpdates reports every stack's status and classification (best-effort).
-func (r *run) sendUpdates(ctx context.Context) {
-	for _, e := range r.res.Stacks {
-		s := r.classed[e.Path]
-		u := s.Event()
-		u.ExecutionID, u.Stack, u.Status, u.Seq, u.At = r.o.ExecutionID, e.Path, wireStatus(e.Status), r.seqNext(), r.now().UTC()
-		r.event("Update", r.client.Update(ctx, u))
+// planFile resolves a stack's plan JSON inside the repository and tells whether this run
+// wrote it.
+func (r *run) planFile(path string) (file string, fresh bool, err error) {
+	file, err = ResolveStackFile(r.repoRoot, path, r.o.PlanJSON)
+	if err == nil {
+		if fi, serr := os.Stat(file); serr == nil && !fi.ModTime().Before(r.res.StartedAt.Add(-time.Second)) {
+			fresh = true
+		}
 	}
+	return file, fresh, err
+}
+
+// classifyStack classifies one stack's plan; a stack that did not succeed, or whose plan is
+// missing, unreadable or stale, is unclassified with the reason.
+func (r *run) classifyStack(e *StackEntry, status, file string, fresh bool, ferr error) *plan.Stack {
+	unclassified := func(why string) *plan.Stack {
+		return &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{}, Error: why}
+	}
+	var s *plan.Stack
+	switch {
+	case status != StatusSucceeded:
+		s = unclassified("the stack's script " + status)
+	case ferr != nil:
+		s = unclassified(ferr.Error())
+	case !fresh:
+		s = unclassified(fmt.Sprintf("plan file %s was not written by this run (the script must write `show -json` of its saved plan there)", filepath.Join(e.Path, r.o.PlanJSON)))
+	default:
+		s, _ = plan.ClassifyFile(e.Stack, file)
+	}
+	s.Name = e.Stack
+	s.Why = e.Why
+	return s
+}
+
+// classifyEarly classifies a stack of `run plan` as soon as it ticks done (its plan JSON is
+// written by then) and reports it, so the server shows each stack's class while the others
+// still run and the work after terramate returns is only what is left.
+func (r *run) classifyEarly(path string) {
+	if r.o.Op != OpPlan || r.early[path] != nil {
+		return
+	}
+	var e *StackEntry
+	for i := range r.res.Stacks {
+		if r.res.Stacks[i].Path == path {
+			e = &r.res.Stacks[i]
+			break
+		}
+	}
+	file, fresh, ferr := r.planFile(path)
+	if e == nil || ferr != nil || !fresh {
+		return
+	}
+	s := r.classifyStack(e, StatusSucceeded, file, fresh, nil)
+	if s.Class == events.ClassUnclassified {
+		return // decided again, with terramate's verdict, after the run
+	}
+	r.early[path] = s
+	r.sendUpdate(context.Background(), path, StatusSucceeded, s)
+}
+
+// sendUpdates reports the status and classification of the stacks at idx (best-effort).
+func (r *run) sendUpdates(ctx context.Context, idx []int) {
+	for _, i := range idx {
+		e := r.res.Stacks[i]
+		r.sendUpdate(ctx, e.Path, e.Status, r.classed[e.Path])
+	}
+}
+
+// sendAllUpdates reports every stack's status and classification (best-effort).
+func (r *run) sendAllUpdates(ctx context.Context) {
+	idx := make([]int, len(r.res.Stacks))
+	for i := range idx {
+		idx[i] = i
+	}
+	r.sendUpdates(ctx, idx)
+}
+
+func (r *run) sendUpdate(ctx context.Context, path, status string, s *plan.Stack) {
+	u := s.Event()
+	u.ExecutionID, u.Stack, u.Status, u.Seq, u.At = r.o.ExecutionID, path, wireStatus(status), r.seqNext(), r.now().UTC()
+	r.event("Update", r.client.Update(ctx, u))
 }
 
 // wireStatus maps a result status onto the wire's stack status.
@@ -969,7 +1031,7 @@ func (r *run) apply(ctx context.Context) {
 	}
 	if len(stacks) == 0 {
 		fmt.Fprintln(r.out, "tfstackplan: no stack has changes; nothing to apply")
-		r.sendUpdates(ctx)
+		r.sendAllUpdates(ctx)
 		return
 	}
 	v := r.client.GateCheck(ctx, events.GateCheck{
@@ -998,7 +1060,7 @@ func (r *run) apply(ctx context.Context) {
 		for i := range r.res.Stacks {
 			r.res.Stacks[i].Status = StatusNotRun
 		}
-		r.sendUpdates(ctx)
+		r.sendAllUpdates(ctx)
 		return
 	}
 	var extra []string
@@ -1015,7 +1077,7 @@ func (r *run) apply(ctx context.Context) {
 			e.Error = "the stack's apply " + e.Status
 		}
 	}
-	r.sendUpdates(context.WithoutCancel(ctx))
+	r.sendAllUpdates(context.WithoutCancel(ctx))
 	if !r.scriptFailed("apply", out, runErr, ctx) {
 		outcome = "succeeded"
 	} else if ctx.Err() != nil {

@@ -376,3 +376,77 @@ func TestTickOfflineAndUnderDriver(t *testing.T) {
 		t.Errorf("recorded = %v", got)
 	}
 }
+
+// `run plan` reports a stack's class as soon as the stack ticks done, while terramate still
+// runs the others.
+func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
+	m := newMemServer()
+	srv := m.start(t)
+	c, err := NewClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a", "b"}
+	root := runRepo(t, stacks)
+	planJSON, err := os.ReadFile("../testdata/tofu/create/plan.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seenWhileRunning []string
+	script := func(ctx context.Context, stdout, _ io.Writer) error {
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+			return err
+		}
+		return nil
+	}
+	exec := scriptedTerramate(stacks, nil)
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc",
+		Getenv: func(string) string { return "" },
+		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+			if len(args) < 2 || args[0] != "script" {
+				return exec(ctx, name, args, dir, env, stdout, stderr)
+			}
+			if err := script(ctx, stdout, stderr); err != nil {
+				return err
+			}
+			tickDir := ""
+			for _, kv := range env {
+				if v, ok := strings.CutPrefix(kv, EnvTickDir+"="); ok {
+					tickDir = v
+				}
+			}
+			recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) && len(seenWhileRunning) == 0 {
+				m.mu.Lock()
+				for _, u := range m.updates {
+					seenWhileRunning = append(seenWhileRunning, u.Stack+"="+string(u.Class))
+				}
+				m.mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+			// b never runs: terramate stops, as after another stack's failure.
+			return errors.New("stopped")
+		}},
+	})
+	if !slices.Equal(seenWhileRunning, []string{"stacks/prod/a=additive"}) {
+		t.Fatalf("updates while terramate ran = %v, want a's additive class", seenWhileRunning)
+	}
+	if res.Stacks[0].Status != StatusSucceeded || res.Stacks[0].Class != events.ClassAdditive || res.Stacks[1].Status != StatusNotRun {
+		t.Errorf("stacks = %+v", res.Stacks)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var aUpdates int
+	for _, u := range m.updates {
+		if u.Stack == "stacks/prod/a" {
+			aUpdates++
+		}
+	}
+	if aUpdates != 1 {
+		t.Errorf("a was reported %d times, want once", aUpdates)
+	}
+}

@@ -279,6 +279,12 @@ func (t *Terramate) WhyChanged(ctx context.Context, base string) ([]events.Chang
 	if err != nil {
 		return nil, err
 	}
+	return t.WhyChangedFor(ctx, base, stacks)
+}
+
+// WhyChangedFor is WhyChanged for a caller that already listed the changed stacks (relative
+// to Dir, as ChangedStacks returns them), saving one `terramate list --changed`.
+func (t *Terramate) WhyChangedFor(ctx context.Context, base string, stacks []string) ([]events.ChangeReason, error) {
 	out, err := t.output(ctx, tmChangedArgs(base, "--why")...)
 	if err != nil {
 		return nil, err

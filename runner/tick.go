@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,32 +160,36 @@ func (t *tickReader) next() []tickRecord {
 		return nil
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() <= t.off {
+		return nil // nothing new: no buffer, no garbage
+	}
 	var out []tickRecord
-	buf := make([]byte, maxTickRead)
+	buf := make([]byte, min(fi.Size()-t.off, maxTickRead))
 	for {
 		n, _ := f.ReadAt(buf, t.off)
 		if n == 0 {
 			return out
 		}
 		chunk := buf[:n]
-		end := strings.LastIndexByte(string(chunk), '\n')
+		end := bytes.LastIndexByte(chunk, '\n')
 		if end < 0 {
-			if n == len(buf) {
+			if n == maxTickRead {
 				t.off += int64(n) // a line longer than any tick: skip it
 				continue
 			}
 			return out
 		}
-		for line := range strings.SplitSeq(string(chunk[:end]), "\n") {
+		for line := range bytes.SplitSeq(chunk[:end], []byte("\n")) {
 			var r tickRecord
-			if line == "" || json.Unmarshal([]byte(line), &r) != nil {
+			if len(line) == 0 || json.Unmarshal(line, &r) != nil {
 				continue
 			}
 			t.all[r.Stack] = append(t.all[r.Stack], r)
 			out = append(out, r)
 		}
 		t.off += int64(end + 1)
-		if n < len(buf) {
+		if n < len(buf) || len(buf) < maxTickRead {
 			return out
 		}
 	}

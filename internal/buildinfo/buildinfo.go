@@ -4,6 +4,7 @@ package buildinfo
 import (
 	"runtime/debug"
 	"strings"
+	"sync"
 )
 
 // Version is the module version, or "(devel)" plus the VCS revision when built from a tree.
@@ -39,9 +40,12 @@ func Version() string {
 }
 
 // UserAgent is the User-Agent every HTTP request of the runner carries.
-func UserAgent() string {
+func UserAgent() string { return userAgent() }
+
+// userAgent is computed once: reading the build information costs every request otherwise.
+var userAgent = sync.OnceValue(func() string {
 	return "tfstackplan/" + strings.ReplaceAll(Version(), " ", "-")
-}
+})
 
 // Raw returns the full build information as Go prints it (`go version -m` style).
 func Raw() string {
