@@ -377,6 +377,16 @@ func (c *Client) Phase(ctx context.Context, p events.PhaseEvent) error {
 	return c.event(ctx, "Phase", func(ctx context.Context) (*http.Response, error) { return c.api.Phase(ctx, p) })
 }
 
+// Phases reports several phase events of one execution in one request (best-effort); the
+// server stores them together or not at all.
+func (c *Client) Phases(ctx context.Context, phases []events.PhaseEvent) error {
+	if len(phases) == 0 {
+		return nil
+	}
+	body := api.PhaseEvents{Phases: phases}
+	return c.event(ctx, "Phases", func(ctx context.Context) (*http.Response, error) { return c.api.Phases(ctx, body) })
+}
+
 // Update reports a stack's status and classification.
 func (c *Client) Update(ctx context.Context, u events.Update) error {
 	return c.event(ctx, "Update", func(ctx context.Context) (*http.Response, error) { return c.api.Update(ctx, u) })

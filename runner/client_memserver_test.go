@@ -17,22 +17,24 @@ import (
 // interface, for round-trip tests of the client. It keeps what it is sent and answers reads
 // from it; the real server (internal/server) has the domain rules.
 type memServer struct {
-	mu        sync.Mutex
-	inits     map[string]api.Init
-	phases    []api.PhaseEvent
-	updates   []api.Update
-	logs      []api.LogChunk
-	finals    []api.Finalize
-	checks    []api.GateCheck
-	revokes   []api.GateRevoke
-	claims    []api.Claim
-	released  []api.ClaimsRelease
-	overrides []api.ChecksOverride
-	cancels   map[string]string
-	satisfied []api.GatesSatisfy
-	releases  []api.GrantsRelease
-	requester string
-	auth      []string // Authorization headers seen
+	mu     sync.Mutex
+	inits  map[string]api.Init
+	phases []api.PhaseEvent
+	// phaseBatches counts Phases requests
+	phaseBatches int
+	updates      []api.Update
+	logs         []api.LogChunk
+	finals       []api.Finalize
+	checks       []api.GateCheck
+	revokes      []api.GateRevoke
+	claims       []api.Claim
+	released     []api.ClaimsRelease
+	overrides    []api.ChecksOverride
+	cancels      map[string]string
+	satisfied    []api.GatesSatisfy
+	releases     []api.GrantsRelease
+	requester    string
+	auth         []string // Authorization headers seen
 }
 
 func newMemServer() *memServer {
@@ -75,6 +77,14 @@ func (m *memServer) Phase(_ context.Context, r api.PhaseRequestObject) (api.Phas
 	defer m.mu.Unlock()
 	m.phases = append(m.phases, *r.Body)
 	return api.Phase200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) Phases(_ context.Context, r api.PhasesRequestObject) (api.PhasesResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.phases = append(m.phases, r.Body.Phases...)
+	m.phaseBatches++
+	return api.Phases200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.Phases[0].ExecutionID))}, nil
 }
 
 func (m *memServer) Update(_ context.Context, r api.UpdateRequestObject) (api.UpdateResponseObject, error) {

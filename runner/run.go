@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -801,6 +802,9 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	return out, runErr
 }
 
+// MaxPhaseBatch bounds the phase events the tick relay sends in one request.
+const MaxPhaseBatch = 500
+
 // TickRelayInterval is how often the driver looks for new ticks to relay to the server.
 const TickRelayInterval = 100 * time.Millisecond
 
@@ -809,19 +813,43 @@ const TickRelayInterval = 100 * time.Millisecond
 // left, posts it, and waits. Without a server the ticks are only read (at stop) for the
 // stacks' statuses.
 func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
+	batched := true // until the server says it has no Phases operation
 	post := func(recs []tickRecord) {
+		var batch []events.PhaseEvent
+		var done []string
 		for _, rec := range recs {
 			if _, ok := r.byPath[rec.Stack]; !ok {
 				continue // not a stack of this run: never reported
 			}
-			at := time.Unix(0, rec.At).UTC()
-			r.event("Phase", r.client.Phase(context.WithoutCancel(ctx), events.PhaseEvent{
+			batch = append(batch, events.PhaseEvent{
 				ExecutionID: r.o.ExecutionID, Stack: rec.Stack, Phase: rec.Phase, Status: rec.Status,
-				Message: rec.Message, At: at, Seq: r.seqNext(),
-			}))
+				Message: rec.Message, At: time.Unix(0, rec.At).UTC(), Seq: r.seqNext(),
+			})
 			if live && rec.Phase == "done" && strings.EqualFold(rec.Status, StatusSucceeded) {
-				r.classifyEarly(rec.Stack)
+				done = append(done, rec.Stack)
 			}
+		}
+		pctx := context.WithoutCancel(ctx)
+		for len(batch) > 0 {
+			n := min(len(batch), MaxPhaseBatch)
+			var err error
+			if batched {
+				err = r.client.Phases(pctx, batch[:n])
+				var ae *APIError
+				if errors.As(err, &ae) && (ae.StatusCode == http.StatusNotFound || ae.StatusCode == http.StatusMethodNotAllowed) {
+					batched = false // an older server: one event a request
+					continue
+				}
+				r.event("Phase", err)
+			} else {
+				for _, p := range batch[:n] {
+					r.event("Phase", r.client.Phase(pctx, p))
+				}
+			}
+			batch = batch[n:]
+		}
+		for _, stack := range done {
+			r.classifyEarly(stack)
 		}
 	}
 	if !r.client.Enabled() {

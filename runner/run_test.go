@@ -449,4 +449,7 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 	if aUpdates != 1 {
 		t.Errorf("a was reported %d times, want once", aUpdates)
 	}
+	if len(m.phases) != 1 || m.phaseBatches != 1 || m.phases[0].Phase != "done" {
+		t.Errorf("phases = %+v in %d batches, want the done tick relayed in one Phases request", m.phases, m.phaseBatches)
+	}
 }

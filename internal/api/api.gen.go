@@ -484,6 +484,11 @@ type PhaseEvent struct {
 	Status string `json:"status,omitempty,omitzero"`
 }
 
+// PhaseEvents defines model for PhaseEvents.
+type PhaseEvents struct {
+	Phases []PhaseEvent `json:"phases"`
+}
+
 // StackPlan defines model for StackPlan.
 type StackPlan struct {
 	// PlanHash The content hash of the plan the apply would use (see Update.plan_hash).
@@ -641,6 +646,9 @@ type LogChunksJSONRequestBody = LogChunks
 
 // PhaseJSONRequestBody defines body for Phase for application/json ContentType.
 type PhaseJSONRequestBody = PhaseEvent
+
+// PhasesJSONRequestBody defines body for Phases for application/json ContentType.
+type PhasesJSONRequestBody = PhaseEvents
 
 // UpdateJSONRequestBody defines body for Update for application/json ContentType.
 type UpdateJSONRequestBody = Update
@@ -923,6 +931,30 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /events/phase (the `Phase` operationId).
 	Phase(ctx context.Context, body PhaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PhasesWithBody Report several phase events of one execution in one request.
+	//
+	// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+	// stacks costs the server a few requests per relay period instead of one per tick. Each
+	// event is stored as Phase would store it (the same idempotency); the events are stored
+	// together or not at all. Every event must name the same execution.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /events/phases (the `Phases` operationId).
+	PhasesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Phases Report several phase events of one execution in one request.
+	//
+	// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+	// stacks costs the server a few requests per relay period instead of one per tick. Each
+	// event is stored as Phase would store it (the same idempotency); the events are stored
+	// together or not at all. Every event must name the same execution.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /events/phases (the `Phases` operationId).
+	Phases(ctx context.Context, body PhasesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateWithBody Report one stack's status, classification and plan hash.
 	//
@@ -1434,6 +1466,50 @@ func (c *Client) PhaseWithBody(ctx context.Context, contentType string, body io.
 // Corresponds with POST /events/phase (the `Phase` operationId).
 func (c *Client) Phase(ctx context.Context, body PhaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPhaseRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PhasesWithBody Report several phase events of one execution in one request.
+//
+// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+// stacks costs the server a few requests per relay period instead of one per tick. Each
+// event is stored as Phase would store it (the same idempotency); the events are stored
+// together or not at all. Every event must name the same execution.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /events/phases (the `Phases` operationId).
+func (c *Client) PhasesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPhasesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Phases Report several phase events of one execution in one request.
+//
+// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+// stacks costs the server a few requests per relay period instead of one per tick. Each
+// event is stored as Phase would store it (the same idempotency); the events are stored
+// together or not at all. Every event must name the same execution.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /events/phases (the `Phases` operationId).
+func (c *Client) Phases(ctx context.Context, body PhasesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPhasesRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2220,6 +2296,46 @@ func NewPhaseRequestWithBody(server string, contentType string, body io.Reader) 
 	return req, nil
 }
 
+// NewPhasesRequest calls the generic Phases builder with application/json body
+func NewPhasesRequest(server string, body PhasesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPhasesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPhasesRequestWithBody constructs an http.Request for the Phases method, with any body, and a specified content type
+func NewPhasesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/phases")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewUpdateRequest calls the generic Update builder with application/json body
 func NewUpdateRequest(server string, body UpdateJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2920,6 +3036,30 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /events/phase (the `Phase` operationId).
 	PhaseWithResponse(ctx context.Context, body PhaseJSONRequestBody, reqEditors ...RequestEditorFn) (*PhaseResponse, error)
+
+	// PhasesWithBodyWithResponse Report several phase events of one execution in one request.
+	//
+	// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+	// stacks costs the server a few requests per relay period instead of one per tick. Each
+	// event is stored as Phase would store it (the same idempotency); the events are stored
+	// together or not at all. Every event must name the same execution.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/phases (the `Phases` operationId).
+	PhasesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PhasesResponse, error)
+
+	// PhasesWithResponse Report several phase events of one execution in one request.
+	//
+	// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+	// stacks costs the server a few requests per relay period instead of one per tick. Each
+	// event is stored as Phase would store it (the same idempotency); the events are stored
+	// together or not at all. Every event must name the same execution.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/phases (the `Phases` operationId).
+	PhasesWithResponse(ctx context.Context, body PhasesJSONRequestBody, reqEditors ...RequestEditorFn) (*PhasesResponse, error)
 
 	// UpdateWithBodyWithResponse Report one stack's status, classification and plan hash.
 	//
@@ -3642,6 +3782,54 @@ func (r PhaseResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PhaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PhasesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Ack
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PhasesResponse) GetJSON200() *Ack {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PhasesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PhasesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PhasesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PhasesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PhasesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4423,6 +4611,42 @@ func (c *ClientWithResponses) PhaseWithResponse(ctx context.Context, body PhaseJ
 	return ParsePhaseResponse(rsp)
 }
 
+// PhasesWithBodyWithResponse Report several phase events of one execution in one request.
+//
+// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+// stacks costs the server a few requests per relay period instead of one per tick. Each
+// event is stored as Phase would store it (the same idempotency); the events are stored
+// together or not at all. Every event must name the same execution.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/phases (the `Phases` operationId).
+func (c *ClientWithResponses) PhasesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PhasesResponse, error) {
+	rsp, err := c.PhasesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePhasesResponse(rsp)
+}
+
+// PhasesWithResponse Report several phase events of one execution in one request.
+//
+// Bulk form of Phase: the driver relays the scripts' ticks in batches, so a run of many
+// stacks costs the server a few requests per relay period instead of one per tick. Each
+// event is stored as Phase would store it (the same idempotency); the events are stored
+// together or not at all. Every event must name the same execution.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/phases (the `Phases` operationId).
+func (c *ClientWithResponses) PhasesWithResponse(ctx context.Context, body PhasesJSONRequestBody, reqEditors ...RequestEditorFn) (*PhasesResponse, error) {
+	rsp, err := c.Phases(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePhasesResponse(rsp)
+}
+
 // UpdateWithBodyWithResponse Report one stack's status, classification and plan hash.
 //
 // Idempotency key (`execution_id`, `stack`, `seq`); the stack state is that of the highest `seq` seen.
@@ -5026,6 +5250,39 @@ func ParsePhaseResponse(rsp *http.Response) (*PhaseResponse, error) {
 	return response, nil
 }
 
+// ParsePhasesResponse parses an HTTP response from a PhasesWithResponse call
+func ParsePhasesResponse(rsp *http.Response) (*PhasesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PhasesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Ack
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseUpdateResponse parses an HTTP response from a UpdateWithResponse call
 func ParseUpdateResponse(rsp *http.Response) (*UpdateResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5364,6 +5621,9 @@ type ServerInterface interface {
 	// Phase Report that one stack entered a phase (sent by `run tick`).
 	// (POST /events/phase)
 	Phase(w http.ResponseWriter, r *http.Request)
+	// Phases Report several phase events of one execution in one request.
+	// (POST /events/phases)
+	Phases(w http.ResponseWriter, r *http.Request)
 	// Update Report one stack's status, classification and plan hash.
 	// (POST /events/update)
 	Update(w http.ResponseWriter, r *http.Request)
@@ -5658,6 +5918,20 @@ func (siw *ServerInterfaceWrapper) Phase(w http.ResponseWriter, r *http.Request)
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Phase(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Phases operation middleware
+func (siw *ServerInterfaceWrapper) Phases(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Phases(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -6116,6 +6390,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/init", wrapper.Init)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/phase", wrapper.Phase)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/phases", wrapper.Phases)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/update", wrapper.Update)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/log", wrapper.LogChunk)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/logs", wrapper.LogChunks)
@@ -6651,6 +6926,45 @@ func (response PhasedefaultJSONResponse) VisitPhaseResponse(w http.ResponseWrite
 	return err
 }
 
+type PhasesRequestObject struct {
+	Body *PhasesJSONRequestBody
+}
+
+type PhasesResponseObject interface {
+	VisitPhasesResponse(w http.ResponseWriter) error
+}
+
+type Phases200JSONResponse struct{ AckJSONResponse }
+
+func (response Phases200JSONResponse) VisitPhasesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PhasesdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response PhasesdefaultJSONResponse) VisitPhasesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpdateRequestObject struct {
 	Body *UpdateJSONRequestBody
 }
@@ -7043,6 +7357,9 @@ type StrictServerInterface interface {
 	// Phase Report that one stack entered a phase (sent by `run tick`).
 	// (POST /events/phase)
 	Phase(ctx context.Context, request PhaseRequestObject) (PhaseResponseObject, error)
+	// Phases Report several phase events of one execution in one request.
+	// (POST /events/phases)
+	Phases(ctx context.Context, request PhasesRequestObject) (PhasesResponseObject, error)
 	// Update Report one stack's status, classification and plan hash.
 	// (POST /events/update)
 	Update(ctx context.Context, request UpdateRequestObject) (UpdateResponseObject, error)
@@ -7492,6 +7809,37 @@ func (sh *strictHandler) Phase(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(PhaseResponseObject); ok {
 		if err := validResponse.VisitPhaseResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Phases operation middleware
+func (sh *strictHandler) Phases(w http.ResponseWriter, r *http.Request) {
+	var request PhasesRequestObject
+
+	var body PhasesJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Phases(ctx, request.(PhasesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Phases")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PhasesResponseObject); ok {
+		if err := validResponse.VisitPhasesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

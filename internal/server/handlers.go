@@ -56,6 +56,15 @@ func (h *handlers) Phase(ctx context.Context, r api.PhaseRequestObject) (api.Pha
 	return api.Phase200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
+func (h *handlers) Phases(ctx context.Context, r api.PhasesRequestObject) (api.PhasesResponseObject, error) {
+	ack, err := h.svc.Phases(ctx, r.Body.Phases)
+	h.event("phase", err)
+	if err != nil {
+		return api.PhasesdefaultJSONResponse(errResp(err)), nil
+	}
+	return api.Phases200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
 func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.UpdateResponseObject, error) {
 	ack, err := h.svc.Update(ctx, r.Body)
 	h.event("update", err)
@@ -253,6 +262,13 @@ func (h *handlers) direct() map[string]directFunc {
 				return err
 			}
 			return resp.VisitPhaseResponse(w)
+		},
+		"Phases": func(ctx context.Context, w http.ResponseWriter, body any) error {
+			resp, err := h.Phases(ctx, api.PhasesRequestObject{Body: body.(*api.PhaseEvents)})
+			if err != nil {
+				return err
+			}
+			return resp.VisitPhasesResponse(w)
 		},
 		"Update": func(ctx context.Context, w http.ResponseWriter, body any) error {
 			resp, err := h.Update(ctx, api.UpdateRequestObject{Body: body.(*api.Update)})

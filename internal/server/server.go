@@ -35,7 +35,9 @@ const BasePath = "/api/v1"
 const (
 	MaxLogBody   = 4 << 20
 	MaxEventBody = 1 << 20
-	MaxLogsBody  = 12 << 20 // service.MaxBatchData of data, base64-encoded, plus JSON
+	// MaxPhasesBody bounds a Phases request: service.MaxPhases small events.
+	MaxPhasesBody = 4 << 20
+	MaxLogsBody   = 12 << 20 // service.MaxBatchData of data, base64-encoded, plus JSON
 )
 
 // Config configures a Server.
@@ -83,6 +85,7 @@ func body[T any]() any { return new(T) }
 var routes = map[string]route{
 	"POST /events/init":             {"Init", auth.RoleRunner, body[api.Init], MaxEventBody},
 	"POST /events/phase":            {"Phase", auth.RoleRunner, body[api.PhaseEvent], MaxEventBody},
+	"POST /events/phases":           {"Phases", auth.RoleRunner, body[api.PhaseEvents], MaxPhasesBody},
 	"POST /events/update":           {"Update", auth.RoleRunner, body[api.Update], MaxEventBody},
 	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
 	"POST /events/logs":             {"LogChunks", auth.RoleRunner, body[api.LogChunks], MaxLogsBody},

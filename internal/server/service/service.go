@@ -209,49 +209,86 @@ func (s *Service) stackOrNew(tx store.Tx, execID, name string) (*store.Stack, er
 
 // Phase records that a stack entered a phase; the stack shows its latest phase by seq.
 func (s *Service) Phase(ctx context.Context, in *api.PhaseEvent) (api.Ack, error) {
-	if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack, "phase", in.Phase); err != nil {
-		return api.Ack{}, err
+	return s.Phases(ctx, []api.PhaseEvent{*in})
+}
+
+// MaxPhases bounds the events of one Phases request.
+const MaxPhases = 1000
+
+// Phases stores several phase events of one execution in one transaction, each as Phase
+// would: a phase history entry (idempotent), and the stack's current phase when the event is
+// the newest and the execution is not finalized.
+func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack, error) {
+	if len(phases) == 0 {
+		return api.Ack{}, invalid("phases is empty")
+	}
+	if len(phases) > MaxPhases {
+		return api.Ack{}, invalid("%d phases in one request, more than %d", len(phases), MaxPhases)
+	}
+	for i := range phases {
+		in := &phases[i]
+		if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack, "phase", in.Phase); err != nil {
+			return api.Ack{}, err
+		}
+		if in.ExecutionID != phases[0].ExecutionID {
+			return api.Ack{}, invalid("phases name executions %q and %q; one request carries one execution", phases[0].ExecutionID, in.ExecutionID)
+		}
 	}
 	now := s.Now()
-	at := in.At.UTC()
-	if in.At.IsZero() {
-		at = now
-	}
+	execID := phases[0].ExecutionID
 	var ack api.Ack
 	err := s.Store.Write(ctx, func(tx store.Tx) error {
 		var err error
 		var finalized bool
-		if ack, finalized, err = lockForEvent(tx, in.ExecutionID); err != nil {
+		if ack, finalized, err = lockForEvent(tx, execID); err != nil {
 			return err
 		}
-		added, err := tx.AddPhase(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
-			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at})
-		if err != nil || !added {
-			return err
+		notify := false
+		for i := range phases {
+			changed, err := s.phaseTx(tx, &phases[i], finalized, now)
+			if err != nil {
+				return err
+			}
+			notify = notify || changed
 		}
-		if finalized {
-			return tx.Notify(in.ExecutionID) // stored and shown in the history, state unchanged
-		}
-		st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
-		if err != nil {
-			return err
-		}
-		if in.Seq < st.PhaseSeq {
+		if !notify {
 			return nil
 		}
-		st.Phase, st.PhaseSeq, st.UpdatedAt = in.Phase, in.Seq, now
-		if in.Status != "" {
-			st.Phase = in.Phase + ": " + clip(in.Status, 64)
-		}
-		if st.Status == events.StackPending {
-			st.Status = events.StackRunning
-		}
-		if err := tx.SaveStack(in.ExecutionID, st); err != nil {
-			return err
-		}
-		return tx.Notify(in.ExecutionID)
+		return tx.Notify(execID)
 	})
 	return ack, err
+}
+
+// phaseTx stores one phase event inside a Write of its (locked) execution and reports whether
+// anything was stored.
+func (s *Service) phaseTx(tx store.Tx, in *api.PhaseEvent, finalized bool, now time.Time) (bool, error) {
+	at := in.At.UTC()
+	if in.At.IsZero() {
+		at = now
+	}
+	added, err := tx.AddPhase(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
+		Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at})
+	if err != nil || !added {
+		return false, err
+	}
+	if finalized {
+		return true, nil // stored and shown in the history, state unchanged
+	}
+	st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
+	if err != nil {
+		return false, err
+	}
+	if in.Seq < st.PhaseSeq {
+		return true, nil
+	}
+	st.Phase, st.PhaseSeq, st.UpdatedAt = in.Phase, in.Seq, now
+	if in.Status != "" {
+		st.Phase = in.Phase + ": " + clip(in.Status, 64)
+	}
+	if st.Status == events.StackPending {
+		st.Status = events.StackRunning
+	}
+	return true, tx.SaveStack(in.ExecutionID, st)
 }
 
 // Update records a stack's status and classification; the highest seq wins.

@@ -132,6 +132,47 @@ func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 	})
 }
 
+// A batch of phases is stored as its events one by one would be (newest seq wins, retries are
+// idempotent), and it carries one execution only, within bounds, or is refused whole.
+func TestPhasesBatch(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		for _, id := range []string{"e1", "e2"} {
+			_, err := f.Init(ctx, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+			f.must(err)
+		}
+		batch := []api.PhaseEvent{
+			{ExecutionID: "e1", Stack: "a", Phase: "init", Seq: 1},
+			{ExecutionID: "e1", Stack: "b", Phase: "plan", Seq: 3},
+			{ExecutionID: "e1", Stack: "a", Phase: "done", Status: "succeeded", Seq: 4},
+			{ExecutionID: "e1", Stack: "b", Phase: "init", Seq: 2},
+		}
+		_, err := f.Phases(ctx, batch)
+		f.must(err)
+		_, err = f.Phases(ctx, batch) // a retry
+		f.must(err)
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		if a, b := x.Stacks[0], x.Stacks[1]; a.Phase != "done: succeeded" || b.Phase != "plan" || a.Status != "running" {
+			t.Fatalf("stacks %+v %+v", a, b)
+		}
+		_, err = f.Phases(ctx, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "x", Seq: 9}, {ExecutionID: "e2", Stack: "a", Phase: "x", Seq: 9}})
+		wantErr(t, err, store.ErrInvalid, "one execution")
+		_, err = f.Phases(ctx, nil)
+		wantErr(t, err, store.ErrInvalid, "empty")
+		_, err = f.Phases(ctx, make([]api.PhaseEvent, MaxPhases+1))
+		wantErr(t, err, store.ErrInvalid, "more than")
+		_, err = f.Phases(ctx, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "y", Seq: 10}, {ExecutionID: "e1", Stack: "", Phase: "y", Seq: 11}})
+		wantErr(t, err, store.ErrInvalid, "stack")
+		x, err = f.Execution(ctx, "e1")
+		f.must(err)
+		if x.Stacks[0].Phase != "done: succeeded" {
+			t.Fatalf("a refused batch changed stack a: %+v", x.Stacks[0])
+		}
+		_, err = f.Phases(ctx, []api.PhaseEvent{{ExecutionID: "nope", Stack: "a", Phase: "init"}})
+		wantErr(t, err, store.ErrNotFound, "")
+	})
+}
+
 func TestLogsDedupGenerationsAndGaps(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
