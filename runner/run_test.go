@@ -60,6 +60,17 @@ func runRepo(t *testing.T, stacks []string) string {
 	return root
 }
 
+// memClient starts an in-memory control plane and returns it with a client of it.
+func memClient(t *testing.T) (*memServer, *Client) {
+	t.Helper()
+	m := newMemServer()
+	c, err := NewClient(m.start(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, c
+}
+
 func readResultFile(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -76,12 +87,7 @@ func readResultFile(t *testing.T, path string) map[string]any {
 // A panic inside the flow still finalizes the execution (failed), and the result says
 // internal, with the step it happened in.
 func TestRunRecoversPanicAndFinalizes(t *testing.T) {
-	m := newMemServer()
-	srv := m.start(t)
-	c, err := NewClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, c := memClient(t)
 	stacks := []string{"a", "b"}
 	root := runRepo(t, stacks)
 	resPath := filepath.Join(t.TempDir(), "result.json")
@@ -109,12 +115,7 @@ func TestRunRecoversPanicAndFinalizes(t *testing.T) {
 // An administrator's cancel seen on any event stops the run: terramate's context ends, and the
 // execution is finalized cancelled.
 func TestRunStopsWhenTheServerCancels(t *testing.T) {
-	m := newMemServer()
-	srv := m.start(t)
-	c, err := NewClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, c := memClient(t)
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
 	const id = "exec-cancelled"
@@ -380,12 +381,7 @@ func TestTickOfflineAndUnderDriver(t *testing.T) {
 // `run plan` reports a stack's class as soon as the stack ticks done, while terramate still
 // runs the others.
 func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
-	m := newMemServer()
-	srv := m.start(t)
-	c, err := NewClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, c := memClient(t)
 	stacks := []string{"a", "b"}
 	root := runRepo(t, stacks)
 	planJSON, err := os.ReadFile("../testdata/tofu/create/plan.json")
