@@ -99,10 +99,6 @@ func annotateError(w io.Writer, title, msg string) {
 // writeOutputs appends name=value pairs to the $GITHUB_OUTPUT file, each in the delimited
 // multi-line form so no value can inject another output.
 func writeOutputs(path string, kv [][2]string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
 	var b strings.Builder
 	for _, p := range kv {
 		delim := randomDelimiter()
@@ -111,11 +107,7 @@ func writeOutputs(path string, kv [][2]string) error {
 		}
 		fmt.Fprintf(&b, "%s<<%s\n%s\n%s\n", p[0], delim, p[1], delim)
 	}
-	_, werr := io.WriteString(f, b.String())
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	return werr
+	return appendFile(path, b.String())
 }
 
 func randomDelimiter() string {
@@ -124,7 +116,7 @@ func randomDelimiter() string {
 	return "tfstackplan_" + hex.EncodeToString(b[:])
 }
 
-// appendFile appends data to path (the step summary).
+// appendFile appends data to path (the step summary, the outputs file).
 func appendFile(path, data string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {

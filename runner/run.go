@@ -1282,10 +1282,10 @@ func (r *run) terminalSummary() {
 		if cls == "" {
 			cls = "-"
 		}
-		fmt.Fprintf(w, "  %-10s %-13s %s\n", e.Status, cls, printableName(e.Stack))
+		fmt.Fprintf(w, "  %-10s %-13s %s\n", e.Status, cls, plan.Printable(e.Stack))
 		if s := r.classed[e.Path]; s != nil {
 			for _, c := range s.Destructive {
-				fmt.Fprintf(w, "      %s %s (%s)\n", c.Action.Symbol(), printableName(c.Address), c.Action)
+				fmt.Fprintf(w, "      %s %s (%s)\n", c.Action.Symbol(), plan.Printable(c.Address), c.Action)
 			}
 			if s.DestructiveOmitted > 0 {
 				fmt.Fprintf(w, "      … and %d more destructive changes\n", s.DestructiveOmitted)
@@ -1300,26 +1300,6 @@ func (r *run) terminalSummary() {
 		fmt.Fprintln(w)
 	}
 	if res.Error != nil {
-		fmt.Fprintf(w, "error (%s, %s): %s\n", res.Error.Kind, res.Error.Step, printableText(tailOf(res.Error.Tail, 2048)))
+		fmt.Fprintf(w, "error (%s, %s): %s\n", res.Error.Kind, res.Error.Step, plan.PrintableText(tailOf(res.Error.Tail, 2048)))
 	}
-}
-
-// printableName replaces control characters of a name (stack paths and addresses are data).
-func printableName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s)
-}
-
-// printableText keeps newlines and tabs but replaces other control characters.
-func printableText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s)
 }

@@ -156,7 +156,7 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 			}
 			fmt.Fprintf(&b, "<details><summary>%s: %s (%s)</summary>\n\n", htmlCode(s.Name), s.Class, shortCounts(s.Counts))
 			for i := range lines {
-				lines[i] = printable(lines[i])
+				lines[i] = Printable(lines[i])
 			}
 			b.WriteString(fence(strings.Join(lines, "\n"), "diff"))
 			b.WriteString("\n</details>\n\n")
@@ -198,7 +198,7 @@ func mdChange(c Change) string {
 // code is s as a markdown code span, whatever backticks it holds.
 func code(s string) string {
 	// A lone CR ends a markdown line too: without it no address can start a block.
-	s = printable(lineBreaks.Replace(s))
+	s = Printable(lineBreaks.Replace(s))
 	ticks := strings.Repeat("`", longestRun(s, '`')+1)
 	pad := ""
 	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
@@ -209,7 +209,7 @@ func code(s string) string {
 
 // htmlCode is s as an HTML code element (markdown is not parsed inside <summary>).
 func htmlCode(s string) string {
-	return "<code>" + printable(htmlEscaper.Replace(lineBreaks.Replace(s))) + "</code>"
+	return "<code>" + Printable(htmlEscaper.Replace(lineBreaks.Replace(s))) + "</code>"
 }
 
 var (
@@ -220,7 +220,7 @@ var (
 
 // cell makes s safe inside a table cell or a single markdown line.
 func cell(s string) string {
-	return printable(cellEscaper.Replace(s))
+	return Printable(cellEscaper.Replace(s))
 }
 
 // fence is content in a fenced code block longer than any backtick run inside it.

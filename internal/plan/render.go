@@ -88,13 +88,19 @@ func totalsLine(r *Report, sep string) string {
 
 // changeHead is "± aws_x.y (replace, delete-then-create: replace_because_cannot_update)".
 func changeHead(c Change) string {
-	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), printable(c.Address), actionDetail(c))
+	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), Printable(c.Address), actionDetail(c))
 }
 
-// printable replaces control characters, so that text from a plan cannot drive a terminal.
-func printable(s string) string {
+// Printable replaces every control character (C0, DEL and C1) of s with '?', so that text from
+// a plan, a stack path or a tool's output cannot drive a terminal.
+func Printable(s string) string { return printableKeeping(s, "") }
+
+// PrintableText is Printable keeping newlines and tabs (multi-line messages).
+func PrintableText(s string) string { return printableKeeping(s, "\n\t") }
+
+func printableKeeping(s, keep string) string {
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) && !strings.ContainsRune(keep, r) {
 			return '?'
 		}
 		return r
@@ -113,13 +119,13 @@ func actionDetail(c Change) string {
 	}
 	if c.PreviousAddress != "" {
 		if c.Action == ActionMove {
-			detail += " from " + printable(c.PreviousAddress)
+			detail += " from " + Printable(c.PreviousAddress)
 		} else {
-			detail += ", moved from " + printable(c.PreviousAddress)
+			detail += ", moved from " + Printable(c.PreviousAddress)
 		}
 	}
 	if c.Reason != "" {
-		detail += ": " + printable(c.Reason)
+		detail += ": " + Printable(c.Reason)
 	}
 	return detail
 }
@@ -164,7 +170,7 @@ func detailLines(s *Stack, attrs bool) []string {
 	if s.OutputsChanged > 0 {
 		out = append(section(out), "Outputs:")
 		for _, o := range s.Outputs {
-			head := fmt.Sprintf("%s output.%s (%s)", o.Action.Symbol(), printable(o.Name), o.Action)
+			head := fmt.Sprintf("%s output.%s (%s)", o.Action.Symbol(), Printable(o.Name), o.Action)
 			if !attrs {
 				out = append(out, head)
 				continue

@@ -204,8 +204,8 @@ func escapedForms(sec string) []string {
 		add(e)
 		add(goQuoted[1 : len(goQuoted)-1])
 		add(jsonInner(e, false))
-		add(printable(e))
-		for _, f := range []string{e, printable(e)} {
+		add(Printable(e))
+		for _, f := range []string{e, Printable(e)} {
 			add(cellEscaper.Replace(f))
 			add(htmlEscaper.Replace(f))
 			add(strings.ReplaceAll(f, "|", "\\|"))

@@ -70,19 +70,19 @@ func Text(w io.Writer, r *Report, color bool) error {
 		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
 			plural(len(list)+omitted, "destructive change", "destructive changes"))))
 		for _, e := range list {
-			fmt.Fprintf(&b, "  %s: %s\n", printable(e.stack), p.paint(ansiRed, changeHead(e.change)))
+			fmt.Fprintf(&b, "  %s: %s\n", Printable(e.stack), p.paint(ansiRed, changeHead(e.change)))
 		}
 		if omitted > 0 {
 			fmt.Fprintf(&b, "  … and %d more\n", omitted)
 		}
 	}
 	for _, s := range r.Stacks {
-		fmt.Fprintf(&b, "\n%s  %s  %s\n", p.paint(ansiBold, printable(s.Name)), p.paint(classStyle(s.Class), string(s.Class)), shortCounts(s.Counts))
+		fmt.Fprintf(&b, "\n%s  %s  %s\n", p.paint(ansiBold, Printable(s.Name)), p.paint(classStyle(s.Class), string(s.Class)), shortCounts(s.Counts))
 		if s.Error != "" {
-			fmt.Fprintf(&b, "  %s %s\n", p.paint(ansiBold+ansiMagent, "error:"), printable(s.Error))
+			fmt.Fprintf(&b, "  %s %s\n", p.paint(ansiBold+ansiMagent, "error:"), Printable(s.Error))
 		}
 		if len(s.Why) > 0 {
-			fmt.Fprintf(&b, "  why: %s\n", printable(strings.Join(s.Why, "; ")))
+			fmt.Fprintf(&b, "  why: %s\n", Printable(strings.Join(s.Why, "; ")))
 		}
 		for _, line := range detailLines(s, true) {
 			if line == "" {
@@ -90,12 +90,12 @@ func Text(w io.Writer, r *Report, color bool) error {
 				continue
 			}
 			// Attribute paths and output names come from the plan: no control characters.
-			line = printable(line)
+			line = Printable(line)
 			fmt.Fprintf(&b, "  %s\n", p.paint(actionStyle(line), line))
 		}
 	}
 	if r.ExecutionURL != "" {
-		fmt.Fprintf(&b, "\nExecution: %s\n", printable(r.ExecutionURL))
+		fmt.Fprintf(&b, "\nExecution: %s\n", Printable(r.ExecutionURL))
 	}
 	_, err := io.WriteString(w, sec.scrub(b.String()))
 	return err
