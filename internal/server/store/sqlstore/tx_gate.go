@@ -1,0 +1,238 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// The PR-level state: latest plans, claims, gates, grants, leases, checks and the audit log.
+
+func (t *sqlTx) LatestPlan(env string, pr int, sha string) (*store.Execution, error) {
+	q := "SELECT " + execCols + " FROM executions WHERE environment = ? AND pr = ? AND op = 'plan'"
+	args := []any{env, pr}
+	if sha != "" {
+		q += " AND sha = ?"
+		args = append(args, sha)
+	}
+	q += " ORDER BY started_at DESC, id DESC LIMIT 1"
+	e, err := scanExecution(t.row(q, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: no plan for PR #%d in %q", store.ErrNotFound, pr, env)
+	}
+	return e, t.s.mapErr(err)
+}
+
+func (t *sqlTx) Claims(env string, now time.Time) ([]api.Claim, error) {
+	q := "SELECT environment, stack, pr, execution_id, sha, claimed_at, expires_at FROM claims WHERE (expires_at = 0 OR expires_at > ?)"
+	args := []any{ns(now)}
+	if env != "" {
+		q += " AND environment = ?"
+		args = append(args, env)
+	}
+	rows, err := t.query(q+" ORDER BY environment, stack", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Claim
+	for rows.Next() {
+		var c api.Claim
+		var claimed, expires int64
+		if err := rows.Scan(&c.Environment, &c.Stack, &c.PR, &c.ExecutionID, &c.SHA, &claimed, &expires); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		c.ClaimedAt, c.ExpiresAt = tm(claimed), tm(expires)
+		out = append(out, c)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) PutClaim(c api.Claim) error {
+	_, err := t.exec("INSERT INTO claims (environment, stack, pr, execution_id, sha, claimed_at, expires_at) VALUES (?,?,?,?,?,?,?) "+
+		"ON CONFLICT (environment, stack) DO UPDATE SET pr = excluded.pr, execution_id = excluded.execution_id, "+
+		"sha = excluded.sha, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at",
+		c.Environment, c.Stack, c.PR, c.ExecutionID, c.SHA, ns(c.ClaimedAt), ns(c.ExpiresAt))
+	return err
+}
+
+func (t *sqlTx) ReleaseClaims(env string, pr int, stack string) (int64, error) {
+	if stack != "" {
+		return t.exec("DELETE FROM claims WHERE environment = ? AND pr = ? AND stack = ?", env, pr, stack)
+	}
+	return t.exec("DELETE FROM claims WHERE environment = ? AND pr = ?", env, pr)
+}
+
+func (t *sqlTx) ReplaceGates(env string, pr int, gates []api.Gate) error {
+	if _, err := t.exec("DELETE FROM gates WHERE environment = ? AND pr = ?", env, pr); err != nil {
+		return err
+	}
+	for _, g := range gates {
+		if _, err := t.exec("INSERT INTO gates (environment, pr, execution_id, class, target, stacks) VALUES (?,?,?,?,?,?)",
+			env, pr, g.ExecutionID, g.Class, g.Target, toJSON(g.Stacks)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
+	q := "SELECT environment, pr, execution_id, class, target, stacks FROM gates WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) ORDER BY environment, pr, class, target"
+	rows, err := t.query(q, env, env, pr, pr)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Gate
+	for rows.Next() {
+		var g api.Gate
+		var stacks string
+		if err := rows.Scan(&g.Environment, &g.PR, &g.ExecutionID, &g.Class, &g.Target, &stacks); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		fromJSON(stacks, &g.Stacks)
+		out = append(out, g)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) AddGrant(g api.Grant) (int64, error) {
+	var id int64
+	err := t.row("INSERT INTO grants (environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by) "+
+		"VALUES (?,?,?,?,?,?,?,?,?,?) RETURNING id",
+		g.Environment, g.PR, g.Class, g.Target, g.Principal, g.Reason, ns(g.GrantedAt), ns(g.ExpiresAt), ns(g.ReleasedAt), g.ReleasedBy).Scan(&id)
+	return id, t.s.mapErr(err)
+}
+
+func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
+	q := "SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by FROM grants " +
+		"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) AND (? = '' OR class = ?) AND (? = '' OR target = ?)"
+	args := []any{f.Environment, f.Environment, f.PR, f.PR, f.Class, f.Class, f.Target, f.Target}
+	if !f.ActiveAt.IsZero() {
+		q += " AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)"
+		args = append(args, ns(f.ActiveAt))
+	}
+	rows, err := t.query(q+" ORDER BY id DESC", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Grant
+	for rows.Next() {
+		var g api.Grant
+		var granted, expires, released int64
+		if err := rows.Scan(&g.ID, &g.Environment, &g.PR, &g.Class, &g.Target, &g.Principal, &g.Reason,
+			&granted, &expires, &released, &g.ReleasedBy); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		g.GrantedAt, g.ExpiresAt, g.ReleasedAt = tm(granted), tm(expires), tm(released)
+		out = append(out, g)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+func (t *sqlTx) ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error) {
+	return t.exec("UPDATE grants SET released_at = ?, released_by = ? WHERE environment = ? AND pr = ? AND class = ? AND target = ? "+
+		"AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)", ns(at), by, env, pr, class, target, ns(at))
+}
+
+func (t *sqlTx) Lease(execID string) (*store.Lease, error) {
+	var l store.Lease
+	var granted, expires, revoked int64
+	err := t.row("SELECT execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at FROM leases WHERE execution_id = ?", execID).
+		Scan(&l.ExecutionID, &l.Environment, &l.PR, &l.Requester, &l.Outcome, &granted, &expires, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: lease for execution %q", store.ErrNotFound, execID)
+	}
+	if err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	l.GrantedAt, l.ExpiresAt, l.RevokedAt = tm(granted), tm(expires), tm(revoked)
+	return &l, nil
+}
+
+func (t *sqlTx) PutLease(l store.Lease) error {
+	_, err := t.exec("INSERT INTO leases (execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at) VALUES (?,?,?,?,?,?,?,?) "+
+		"ON CONFLICT (execution_id) DO UPDATE SET environment = excluded.environment, pr = excluded.pr, requester = excluded.requester, "+
+		"outcome = excluded.outcome, granted_at = excluded.granted_at, expires_at = excluded.expires_at, revoked_at = excluded.revoked_at",
+		l.ExecutionID, l.Environment, l.PR, l.Requester, l.Outcome, ns(l.GrantedAt), ns(l.ExpiresAt), ns(l.RevokedAt))
+	return err
+}
+
+func (t *sqlTx) PutCheck(c api.Check) error {
+	_, err := t.exec("INSERT INTO checks (environment, pr, name, conclusion, overridden, reason, updated_at) VALUES (?,?,?,?,?,?,?) "+
+		"ON CONFLICT (environment, pr, name) DO UPDATE SET conclusion = excluded.conclusion, overridden = excluded.overridden, "+
+		"reason = excluded.reason, updated_at = excluded.updated_at",
+		c.Environment, c.PR, c.Check, c.Conclusion, b2i(c.Overridden), c.Reason, ns(c.UpdatedAt))
+	return err
+}
+
+func (t *sqlTx) scanChecks(q string, args ...any) ([]api.Check, error) {
+	rows, err := t.query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.Check
+	for rows.Next() {
+		var c api.Check
+		var overridden, updated int64
+		if err := rows.Scan(&c.Environment, &c.PR, &c.Check, &c.Conclusion, &overridden, &c.Reason, &updated); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		c.Overridden, c.UpdatedAt = overridden != 0, tm(updated)
+		out = append(out, c)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
+
+const checkSelect = "SELECT environment, pr, name, conclusion, overridden, reason, updated_at FROM checks "
+
+func (t *sqlTx) Check(env string, pr int, name string) (*api.Check, error) {
+	cs, err := t.scanChecks(checkSelect+"WHERE environment = ? AND pr = ? AND name = ?", env, pr, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("%w: check %q of PR #%d in %q", store.ErrNotFound, name, pr, env)
+	}
+	return &cs[0], nil
+}
+
+func (t *sqlTx) Checks(env string, pr int) ([]api.Check, error) {
+	return t.scanChecks(checkSelect+"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) ORDER BY environment, pr, name", env, env, pr, pr)
+}
+
+func (t *sqlTx) AddAudit(e api.AuditEntry) (int64, error) {
+	var id int64
+	err := t.row("INSERT INTO audit (at, principal, action, target, reason, outcome, detail) VALUES (?,?,?,?,?,?,?) RETURNING id",
+		ns(e.At), e.Principal, e.Action, e.Target, e.Reason, e.Outcome, e.Detail).Scan(&id)
+	return id, t.s.mapErr(err)
+}
+
+func (t *sqlTx) Audit(limit int, before int64) ([]api.AuditEntry, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := t.query("SELECT id, at, principal, action, target, reason, outcome, detail FROM audit WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?",
+		before, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []api.AuditEntry
+	for rows.Next() {
+		var e api.AuditEntry
+		var at int64
+		if err := rows.Scan(&e.ID, &at, &e.Principal, &e.Action, &e.Target, &e.Reason, &e.Outcome, &e.Detail); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		e.At = tm(at)
+		out = append(out, e)
+	}
+	return out, t.s.mapErr(rows.Err())
+}
