@@ -1,0 +1,148 @@
+package service
+
+import (
+	"context"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// Log chunks: storing them once and reading them back contiguously.
+
+func checkChunk(in *api.LogChunk) error {
+	if err := checkName("execution_id", in.ExecutionID); err != nil {
+		return err
+	}
+	if err := checkName("stack", in.Stack); err != nil {
+		return err
+	}
+	switch {
+	case in.Generation < 0:
+		return invalid("generation %d is negative", in.Generation)
+	case in.Offset < 0:
+		return invalid("offset %d is negative", in.Offset)
+	case in.GapLength < 0:
+		return invalid("gap_length %d is negative", in.GapLength)
+	case in.GapLength > 0 && len(in.Data) > 0:
+		return invalid("a chunk carries data or records a gap, not both")
+	case len(in.Data) > MaxLogChunk:
+		return invalid("chunk of %d bytes exceeds %d", len(in.Data), MaxLogChunk)
+	case in.GapLength == 0 && len(in.Data) == 0:
+		return invalid("chunk has neither data nor gap_length")
+	}
+	return nil
+}
+
+// LogChunk stores log bytes (or a gap) once per (execution, stack, generation, offset).
+func (s *Service) LogChunk(ctx context.Context, in *api.LogChunk) (api.Ack, error) {
+	return s.LogChunks(ctx, []api.LogChunk{*in})
+}
+
+// MaxBatchData bounds the log bytes one LogChunks call carries.
+const MaxBatchData = 8 << 20
+
+// LogChunks stores several chunks of one execution in one transaction, each once per
+// (execution, stack, generation, offset).
+func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack, error) {
+	if len(chunks) == 0 {
+		return api.Ack{}, invalid("chunks is empty")
+	}
+	total := 0
+	for i := range chunks {
+		if err := checkChunk(&chunks[i]); err != nil {
+			return api.Ack{}, err
+		}
+		if chunks[i].ExecutionID != chunks[0].ExecutionID {
+			return api.Ack{}, invalid("chunks name executions %q and %q; one request carries one execution", chunks[0].ExecutionID, chunks[i].ExecutionID)
+		}
+		total += len(chunks[i].Data)
+	}
+	if total > MaxBatchData {
+		return api.Ack{}, invalid("chunks carry %d bytes, more than %d", total, MaxBatchData)
+	}
+	execID := chunks[0].ExecutionID
+	var ack api.Ack
+	err := s.Store.Write(ctx, func(tx store.Tx) error {
+		var err error
+		if ack, err = eventAck(tx, execID); err != nil {
+			return err
+		}
+		rows := make([]store.LogChunk, len(chunks))
+		for i, in := range chunks {
+			rows[i] = store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
+				Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength}
+		}
+		added, err := tx.AddLogChunks(rows)
+		if err != nil || added == 0 {
+			return err
+		}
+		return tx.Notify(execID)
+	})
+	return ack, err
+}
+
+// LogRead returns a stack's log bytes from offset as far as they are contiguous. A recorded gap
+// at offset is stepped over (NextOffset moves past it, listed in Gaps); bytes not received yet end
+// the slice. latest selects the newest generation.
+func (s *Service) LogRead(ctx context.Context, id, stack string, generation int64, latest bool, offset int64, limit int) (*api.LogSlice, error) {
+	if err := checkName("stack", stack); err != nil {
+		return nil, err
+	}
+	if offset < 0 {
+		return nil, invalid("offset %d is negative", offset)
+	}
+	if limit <= 0 || limit > 4<<20 {
+		limit = DefaultLogReadMax
+	}
+	var out *api.LogSlice
+	err := s.Store.Read(ctx, func(tx store.Tx) error {
+		if _, err := tx.Execution(id); err != nil {
+			return err
+		}
+		if latest {
+			g, err := tx.LatestGeneration(id, stack)
+			if err != nil {
+				return err
+			}
+			generation = g
+		}
+		chunks, err := tx.LogChunks(id, stack, generation, offset, limit)
+		if err != nil {
+			return err
+		}
+		out = assemble(stack, generation, offset, limit, chunks)
+		return nil
+	})
+	return out, err
+}
+
+func assemble(stack string, generation, offset int64, limit int, chunks []store.LogChunk) *api.LogSlice {
+	out := &api.LogSlice{Stack: stack, Generation: generation, Offset: offset}
+	pos := offset
+	var data []byte
+	for _, c := range chunks {
+		if c.Offset > pos || len(data) >= limit {
+			break
+		}
+		if c.GapLength > 0 {
+			out.Gaps = append(out.Gaps, api.LogGap{Generation: generation, From: c.Offset, To: c.End()})
+			if len(data) > 0 {
+				break
+			}
+			pos = max(pos, c.End())
+			continue
+		}
+		if c.End() <= pos {
+			continue
+		}
+		part := c.Data[pos-c.Offset:]
+		if room := limit - len(data); len(part) > room {
+			part = part[:room]
+		}
+		data = append(data, part...)
+		pos += int64(len(part))
+	}
+	out.Data, out.NextOffset = data, pos
+	return out
+}
+
