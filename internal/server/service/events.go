@@ -163,4 +163,3 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 	})
 	return ack, err
 }
-

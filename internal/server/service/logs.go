@@ -145,4 +145,3 @@ func assemble(stack string, generation, offset int64, limit int, chunks []store.
 	out.Data, out.NextOffset = data, pos
 	return out
 }
-
