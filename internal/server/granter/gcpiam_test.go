@@ -1,0 +1,503 @@
+package granter_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/api/googleapi"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/granter"
+	"github.com/tfstackplan/tfstackplan/internal/server/granter/iamfake"
+)
+
+const (
+	requester = "deployer@proj.iam.gserviceaccount.com"
+	runner    = "serviceAccount:ci@proj.iam.gserviceaccount.com"
+)
+
+var now = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+func TestMain(m *testing.M) {
+	// Nothing here may leave the machine. The default transport reads the proxy variables once
+	// and never proxies loopback, so any other address ends at a closed local port.
+	for k, v := range map[string]string{
+		"HTTP_PROXY": "http://127.0.0.1:1", "HTTPS_PROXY": "http://127.0.0.1:1", "NO_PROXY": "",
+		"http_proxy": "http://127.0.0.1:1", "https_proxy": "http://127.0.0.1:1", "no_proxy": "",
+		"GCE_METADATA_HOST": "127.0.0.1:1", "GCE_METADATA_IP": "127.0.0.1:1",
+		"GOOGLE_AUTH_TRUST_BOUNDARY_ENABLED": "false", "GOOGLE_APPLICATION_CREDENTIALS": "",
+	} {
+		os.Setenv(k, v)
+	}
+	os.Exit(m.Run())
+}
+
+type env struct {
+	fake   *iamfake.Server
+	g      *granter.GCPIAM
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+// setup starts a fake holding requester's empty policy and a GCPIAM signing in with a key file
+// whose token endpoint is the fake.
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
+	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
+	e := &env{fake: iamfake.Start(t)}
+	e.fake.AddAccount(requester)
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: e.fake.CredentialsFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = func() time.Time { return now }
+	g.Sleep = func(_ context.Context, d time.Duration) error {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.sleeps = append(e.sleeps, d)
+		return nil
+	}
+	e.g = g
+	return e
+}
+
+func lease(id string, ttl time.Duration) granter.Binding {
+	return granter.Binding{LeaseID: id, Environment: "prod", Requester: requester, Member: runner, ExpiresAt: now.Add(ttl)}
+}
+
+// want is the binding Grant should add for b.
+func want(b granter.Binding) iamfake.Binding {
+	return iamfake.Binding{Role: granter.TokenCreatorRole, Members: []string{b.Member}, Condition: &iamfake.Expr{
+		Title:       "tfstackplan-lease-" + b.LeaseID,
+		Description: "tfstackplan lease of environment prod to apply execution " + b.LeaseID,
+		Expression:  fmt.Sprintf("request.time < timestamp(%q)", b.ExpiresAt.UTC().Format(time.RFC3339)),
+	}}
+}
+
+// others are bindings another tool put on the account; a granter must leave them alone.
+var others = []iamfake.Binding{
+	{Role: "roles/iam.serviceAccountUser", Members: []string{"user:alice@example.com"}},
+	{Role: granter.TokenCreatorRole, Members: []string{"group:ops@example.com"}},
+	{Role: granter.TokenCreatorRole, Members: []string{"user:bob@example.com"}, Condition: &iamfake.Expr{
+		Title: "office-hours", Expression: `request.time.getHours("Europe/Berlin") < 18`}},
+}
+
+func (e *env) bindings() []iamfake.Binding { return e.fake.Policy(requester).Bindings }
+
+func check(t *testing.T, got []iamfake.Binding, want ...iamfake.Binding) {
+	t.Helper()
+	if len(got) == 0 {
+		got = nil
+	}
+	if len(want) == 0 {
+		want = nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("bindings:\n got %s\nwant %s", dump(got), dump(want))
+	}
+}
+
+func dump(bs []iamfake.Binding) string {
+	var s []string
+	for _, b := range bs {
+		c := ""
+		if b.Condition != nil {
+			c = fmt.Sprintf(" if %+v", *b.Condition)
+		}
+		s = append(s, fmt.Sprintf("%s %v%s", b.Role, b.Members, c))
+	}
+	return "[" + strings.Join(s, "; ") + "]"
+}
+
+func calls(t *testing.T, e *env, get, set int) {
+	t.Helper()
+	if g, s := e.fake.Calls("getIamPolicy"), e.fake.Calls("setIamPolicy"); g != get || s != set {
+		t.Fatalf("getIamPolicy %d, setIamPolicy %d calls; want %d, %d", g, s, get, set)
+	}
+}
+
+func TestGrantAddsExactlyTheBinding(t *testing.T) {
+	e := setup(t)
+	e.fake.SetPolicy(requester, iamfake.Policy{Bindings: others})
+	b := lease("0123abcd", 2*time.Hour)
+	if err := e.g.Grant(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), append(others[:3:3], want(b))...)
+	if v := e.fake.Policy(requester).Version; v != 3 {
+		t.Errorf("policy version %d, want 3", v)
+	}
+	if n := e.fake.Calls("token"); n != 1 {
+		t.Errorf("%d token requests, want 1: the key file's sign-in must be used", n)
+	}
+	calls(t, e, 1, 1)
+
+	// Granting again changes nothing and writes nothing.
+	if err := e.g.Grant(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), append(others[:3:3], want(b))...)
+	calls(t, e, 2, 1)
+
+	// Granting the same lease with a new expiry replaces the old binding.
+	b.ExpiresAt = b.ExpiresAt.Add(time.Hour)
+	if err := e.g.Grant(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), append(others[:3:3], want(b))...)
+}
+
+func TestRevokeRemovesOnlyItsLease(t *testing.T) {
+	e := setup(t)
+	e.fake.SetPolicy(requester, iamfake.Policy{Bindings: others})
+	ctx := context.Background()
+	one, two := lease("lease-1", time.Hour), lease("lease-2", 2*time.Hour)
+	two.Member = "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/gh/attribute.repository/o/r"
+	for _, b := range []granter.Binding{one, two} {
+		if err := e.g.Grant(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, e.bindings(), append(others[:3:3], want(one), want(two))...)
+
+	if err := e.g.Revoke(ctx, granter.Binding{LeaseID: one.LeaseID, Requester: requester}); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), append(others[:3:3], want(two))...)
+	if err := e.g.Revoke(ctx, two); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), others...)
+	calls(t, e, 4, 4)
+
+	// Revoking what is not there is success, and writes nothing.
+	if err := e.g.Revoke(ctx, one); err != nil {
+		t.Fatalf("revoke of an absent lease: %v", err)
+	}
+	check(t, e.bindings(), others...)
+	calls(t, e, 5, 4)
+}
+
+func TestConcurrentModificationIsRetriedAndKept(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	carol := iamfake.Binding{Role: "roles/iam.serviceAccountUser", Members: []string{"user:carol@example.com"}}
+	e.fake.ConcurrentWrite(requester, func(p *iamfake.Policy) { p.Bindings = append(p.Bindings, carol) })
+	b := lease("abc", time.Hour)
+	if err := e.g.Grant(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), carol, want(b))
+	calls(t, e, 2, 2)
+	if len(e.sleeps) != 1 {
+		t.Errorf("sleeps %v, want one backoff before the re-read", e.sleeps)
+	}
+
+	dave := iamfake.Binding{Role: granter.TokenCreatorRole, Members: []string{"user:dave@example.com"}}
+	e.fake.ConcurrentWrite(requester, func(p *iamfake.Policy) { p.Bindings = append(p.Bindings, dave) })
+	if err := e.g.Revoke(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings(), carol, dave)
+	calls(t, e, 4, 4)
+}
+
+func TestTransientErrorsAreRetried(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		code   int
+		n      int
+	}{
+		{"getIamPolicy", 429, 2},
+		{"getIamPolicy", 503, 1},
+		{"setIamPolicy", 500, 2},
+		{"setIamPolicy", 502, 1},
+		{"", 504, 3},
+	} {
+		t.Run(fmt.Sprintf("%s-%d", tc.method, tc.code), func(t *testing.T) {
+			e := setup(t)
+			e.fake.Fail(tc.method, tc.n, tc.code)
+			b := lease("x1", time.Hour)
+			if err := e.g.Grant(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+			check(t, e.bindings(), want(b))
+			if len(e.sleeps) != tc.n {
+				t.Fatalf("sleeps %v, want %d", e.sleeps, tc.n)
+			}
+			for i, d := range e.sleeps {
+				ceiling := min(granter.DefaultBaseDelay<<i, granter.DefaultMaxDelay)
+				if d < ceiling/2 || d > ceiling {
+					t.Errorf("backoff %d is %s, want within [%s, %s]", i+1, d, ceiling/2, ceiling)
+				}
+			}
+		})
+	}
+}
+
+func TestPersistentServerErrorFails(t *testing.T) {
+	e := setup(t)
+	e.fake.Fail("setIamPolicy", 100, 503)
+	err := e.g.Grant(context.Background(), lease("x1", time.Hour))
+	for _, s := range []string{requester, "setIamPolicy", "HTTP 503 Service Unavailable", "gave up after 6 attempts", "grant lease x1"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Fatalf("error %v does not say %q", err, s)
+		}
+	}
+	var gerr *googleapi.Error
+	if !errors.As(err, &gerr) || gerr.Code != 503 {
+		t.Errorf("error %v does not unwrap to the 503 googleapi.Error", err)
+	}
+	calls(t, e, granter.DefaultMaxAttempts, granter.DefaultMaxAttempts)
+	if len(e.sleeps) != granter.DefaultMaxAttempts-1 {
+		t.Errorf("sleeps %v, want %d", e.sleeps, granter.DefaultMaxAttempts-1)
+	}
+	check(t, e.bindings())
+}
+
+func TestPermanentErrorsFailAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, account string
+		code          int
+		says          string
+	}{
+		{"forbidden", requester, 403, "HTTP 403 Forbidden: scripted fault (the control plane's identity needs"},
+		{"bad request", requester, 400, "HTTP 400 Bad Request"},
+		{"unknown account", "nobody@proj.iam.gserviceaccount.com", 0, "HTTP 404 Not Found: Unknown service account"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			if tc.code != 0 {
+				e.fake.Fail("getIamPolicy", 1, tc.code)
+			}
+			b := lease("x1", time.Hour)
+			b.Requester = tc.account
+			err := e.g.Grant(context.Background(), b)
+			if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), tc.account) {
+				t.Fatalf("error %v, want one naming %s and saying %q", err, tc.account, tc.says)
+			}
+			calls(t, e, 1, 0)
+			if len(e.sleeps) != 0 {
+				t.Errorf("slept %v before a permanent error", e.sleeps)
+			}
+		})
+	}
+}
+
+func TestRetriesStopBeforeTheDeadline(t *testing.T) {
+	e := setup(t)
+	e.g.Now = time.Now
+	e.g.BaseDelay, e.g.MaxDelay = time.Minute, time.Hour
+	e.fake.Fail("", 100, 503)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := lease("x1", time.Hour)
+	b.ExpiresAt = time.Now().Add(time.Hour)
+	err := e.g.Grant(ctx, b)
+	if err == nil || !strings.Contains(err.Error(), "deadline is too near") || !strings.Contains(err.Error(), "HTTP 503") {
+		t.Fatalf("error %v, want giving up on the deadline with the 503", err)
+	}
+	calls(t, e, 1, 0)
+}
+
+func TestLeasesOnOneAccountAreIndependent(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	var bs []granter.Binding
+	for i := range errs {
+		b := lease(fmt.Sprintf("lease-%d", i), time.Duration(i+1)*time.Hour)
+		bs = append(bs, b)
+		wg.Go(func() { errs[i] = e.g.Grant(ctx, b) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, x := range e.bindings() {
+		got[x.Condition.Title] = true
+	}
+	if len(got) != len(bs) {
+		t.Fatalf("%d lease bindings after %d concurrent grants: %s", len(got), len(bs), dump(e.bindings()))
+	}
+	for i, b := range bs {
+		if i%2 == 0 {
+			if err := e.g.Revoke(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var left []iamfake.Binding
+	for i, b := range bs {
+		if i%2 == 1 {
+			left = append(left, want(b))
+		}
+	}
+	check(t, sortByTitle(e.bindings()), left...)
+}
+
+func sortByTitle(bs []iamfake.Binding) []iamfake.Binding {
+	out := append([]iamfake.Binding(nil), bs...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j].Condition.Title < out[i].Condition.Title {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func TestRemoveExpired(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	old := iamfake.Binding{Role: granter.TokenCreatorRole, Members: []string{"user:eve@example.com"}, Condition: &iamfake.Expr{
+		Title: "someone-else", Expression: `request.time < timestamp("2020-01-01T00:00:00Z")`}}
+	e.fake.SetPolicy(requester, iamfake.Policy{Bindings: []iamfake.Binding{old}})
+	short, long := lease("short", time.Hour), lease("long", 3*time.Hour)
+	for _, b := range []granter.Binding{short, long} {
+		if err := e.g.Grant(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := e.g.RemoveExpired(ctx, requester, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(removed, []string{granter.ConditionTitle("short")}) {
+		t.Fatalf("removed %q, want only the short lease", removed)
+	}
+	check(t, e.bindings(), old, want(long))
+
+	// Nothing expired: no write.
+	sets := e.fake.Calls("setIamPolicy")
+	if removed, err = e.g.RemoveExpired(ctx, requester, now.Add(2*time.Hour)); err != nil || len(removed) != 0 {
+		t.Fatalf("second sweep removed %q, %v", removed, err)
+	}
+	if e.fake.Calls("setIamPolicy") != sets {
+		t.Error("a sweep that removed nothing wrote the policy")
+	}
+}
+
+func TestGrantChecksItsInput(t *testing.T) {
+	e := setup(t)
+	for name, tc := range map[string]struct {
+		edit func(*granter.Binding)
+		says string
+	}{
+		"expired":      {func(b *granter.Binding) { b.ExpiresAt = now }, "already expired"},
+		"no member":    {func(b *granter.Binding) { b.Member = "" }, "not an IAM principal"},
+		"bare member":  {func(b *granter.Binding) { b.Member = "ci@proj.iam.gserviceaccount.com" }, "not an IAM principal"},
+		"no lease id":  {func(b *granter.Binding) { b.LeaseID = "" }, "lease id"},
+		"bad account":  {func(b *granter.Binding) { b.Requester = "projects/p/serviceAccounts/x@y" }, "not a service account email"},
+		"no requester": {func(b *granter.Binding) { b.Requester = "" }, "not a service account email"},
+	} {
+		b := lease("x1", time.Hour)
+		tc.edit(&b)
+		if err := e.g.Grant(context.Background(), b); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want %q", name, err, tc.says)
+		}
+	}
+	calls(t, e, 0, 0)
+}
+
+func TestApplicationDefaultCredentials(t *testing.T) {
+	e := setup(t)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", e.fake.CredentialsFile(t))
+	g, err := granter.New(context.Background(), granter.KindGCPIAM, granter.GCPIAMConfig{Endpoint: strings.TrimSuffix(e.fake.URL, "/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Name() != granter.KindGCPIAM {
+		t.Errorf("name %q", g.Name())
+	}
+	b := lease("adc", 1000*time.Hour)
+	b.ExpiresAt = time.Now().Add(time.Hour)
+	if err := g.Grant(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Revoke(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	check(t, e.bindings())
+}
+
+func TestNewGCPIAMRejectsBadConfig(t *testing.T) {
+	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
+	dir := t.TempDir()
+	odd := dir + "/odd.json"
+	if err := os.WriteFile(odd, []byte(`{"type":"gdch_service_account"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cfg  granter.GCPIAMConfig
+		says string
+	}{
+		{granter.GCPIAMConfig{Endpoint: "127.0.0.1:8080"}, "not an absolute URL"},
+		{granter.GCPIAMConfig{CredentialsFile: dir + "/missing.json"}, "credentials file"},
+		{granter.GCPIAMConfig{CredentialsFile: odd}, `type "gdch_service_account" (accepted: service_account`},
+	} {
+		if _, err := granter.NewGCPIAM(context.Background(), tc.cfg); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.says)
+		}
+	}
+}
+
+func TestSignInRefusedFailsAtOnce(t *testing.T) {
+	e := setup(t)
+	var creds map[string]string
+	data, err := os.ReadFile(e.fake.CredentialsFile(t))
+	if err == nil {
+		err = json.Unmarshal(data, &creds)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds["client_email"] = "impostor@proj.iam.gserviceaccount.com"
+	data, _ = json.Marshal(creds)
+	path := t.TempDir() + "/impostor.json"
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = e.g.Now
+	g.Sleep = e.g.Sleep
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if err == nil || !strings.Contains(err.Error(), requester) || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Fatalf("error %v, want the refused sign-in for %s", err, requester)
+	}
+	if n := e.fake.Calls("token"); n != 1 || len(e.sleeps) != 0 {
+		t.Errorf("%d sign-ins and sleeps %v, want one sign-in and no retry", n, e.sleeps)
+	}
+}
+
+func TestUnreachableEndpointIsRetriedThenFails(t *testing.T) {
+	e := setup(t)
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: "http://127.0.0.1:1/", CredentialsFile: e.fake.CredentialsFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = e.g.Now
+	g.Sleep = e.g.Sleep
+	g.MaxAttempts = 3
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "gave up after 3 attempts") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("error %v, want giving up on a refused connection", err)
+	}
+	if len(e.sleeps) != 2 {
+		t.Errorf("sleeps %v, want 2", e.sleeps)
+	}
+}
