@@ -239,6 +239,9 @@ type Claim struct {
 // ClaimsRelease defines model for ClaimsRelease.
 type ClaimsRelease struct {
 	Environment string `json:"environment"`
+
+	// ExecutionID The plan execution whose claims to release. A runner may release only the claims of an execution it announced itself (and must name it); releasing any other claim is an admin action.
+	ExecutionID string `json:"execution_id,omitempty,omitzero"`
 	PR          int    `json:"pr"`
 
 	// Stack One stack; empty releases all of the PR's claims in the environment.
@@ -282,20 +285,23 @@ type Execution struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts           Counts          `json:"counts,omitempty,omitzero"`
-	Edges            []Edge          `json:"edges,omitempty,omitzero"`
-	EdgesApproximate bool            `json:"edges_approximate,omitempty,omitzero"`
-	Environment      string          `json:"environment"`
-	ExecutionID      string          `json:"execution_id"`
-	FinishedAt       time.Time       `json:"finished_at,omitempty,omitzero"`
-	Op               ExecutionOp     `json:"op"`
-	PR               int             `json:"pr,omitempty,omitzero"`
-	Repo             string          `json:"repo,omitempty,omitzero"`
-	RunURL           string          `json:"run_url,omitempty,omitzero"`
-	SHA              string          `json:"sha,omitempty,omitzero"`
-	Stacks           []StackState    `json:"stacks,omitempty,omitzero"`
-	StartedAt        time.Time       `json:"started_at,omitempty,omitzero"`
-	Status           ExecutionStatus `json:"status"`
+	Counts           Counts `json:"counts,omitempty,omitzero"`
+	Edges            []Edge `json:"edges,omitempty,omitzero"`
+	EdgesApproximate bool   `json:"edges_approximate,omitempty,omitzero"`
+	Environment      string `json:"environment"`
+
+	// Error The runner's error at finalize; also why the server stored a success as failed (a stack that did not succeed).
+	Error       string          `json:"error,omitempty,omitzero"`
+	ExecutionID string          `json:"execution_id"`
+	FinishedAt  time.Time       `json:"finished_at,omitempty,omitzero"`
+	Op          ExecutionOp     `json:"op"`
+	PR          int             `json:"pr,omitempty,omitzero"`
+	Repo        string          `json:"repo,omitempty,omitzero"`
+	RunURL      string          `json:"run_url,omitempty,omitzero"`
+	SHA         string          `json:"sha,omitempty,omitzero"`
+	Stacks      []StackState    `json:"stacks,omitempty,omitzero"`
+	StartedAt   time.Time       `json:"started_at,omitempty,omitzero"`
+	Status      ExecutionStatus `json:"status"`
 }
 
 // ExecutionOp defines model for Execution.Op.
@@ -345,7 +351,7 @@ type GateCheck struct {
 	Repo        string `json:"repo,omitempty,omitzero"`
 	SHA         string `json:"sha,omitempty,omitzero"`
 
-	// Stacks The stacks to apply with the hashes of the plans the apply would use.
+	// Stacks Every stack the apply changes, each with the content hash of the plan the apply would use: exactly the changed stacks of the PR's latest finalized plan in the environment. A stack missing, an extra stack or a differing hash denies.
 	Stacks []StackPlan `json:"stacks,omitempty,omitzero"`
 }
 
@@ -371,8 +377,11 @@ type GateRevoke struct {
 // GatesSatisfy defines model for GatesSatisfy.
 type GatesSatisfy struct {
 	// Class The change class the grant covers (e.g. destructive).
-	Class       string    `json:"class"`
-	Environment string    `json:"environment"`
+	Class       string `json:"class"`
+	Environment string `json:"environment"`
+
+	// ExecutionID The finalized plan execution of the PR whose content the grant approves; empty approves the PR's latest finalized plan in the environment. The grant records that plan's stacks of the class under the target with their content hashes, and satisfies a gate only while the plan being applied has exactly that content on those stacks.
+	ExecutionID string    `json:"execution_id,omitempty,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at,omitempty,omitzero"`
 	PR          int       `json:"pr"`
 	Reason      string    `json:"reason"`
@@ -383,8 +392,11 @@ type GatesSatisfy struct {
 
 // Grant defines model for Grant.
 type Grant struct {
-	Class       string    `json:"class"`
-	Environment string    `json:"environment"`
+	Class       string `json:"class"`
+	Environment string `json:"environment"`
+
+	// ExecutionID The plan execution whose content the grant approves.
+	ExecutionID string    `json:"execution_id,omitempty,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at,omitempty,omitzero"`
 	GrantedAt   time.Time `json:"granted_at,omitempty,omitzero"`
 	ID          int64     `json:"id"`
@@ -393,7 +405,10 @@ type Grant struct {
 	Reason      string    `json:"reason,omitempty,omitzero"`
 	ReleasedAt  time.Time `json:"released_at,omitempty,omitzero"`
 	ReleasedBy  string    `json:"released_by,omitempty,omitzero"`
-	Target      string    `json:"target"`
+
+	// Stacks The approved stacks with the content hashes of their plans.
+	Stacks []StackPlan `json:"stacks,omitempty,omitzero"`
+	Target string      `json:"target"`
 }
 
 // GrantsRelease defines model for GrantsRelease.
@@ -822,7 +837,7 @@ type ClientInterface interface {
 
 	// ClaimsReleaseWithBody Release one stack's claim (stack set) or all of a PR's claims in an environment.
 	//
-	// Idempotent by nature; releasing what is not held is not an error.
+	// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -831,7 +846,7 @@ type ClientInterface interface {
 
 	// ClaimsRelease Release one stack's claim (stack set) or all of a PR's claims in an environment.
 	//
-	// Idempotent by nature; releasing what is not held is not an error.
+	// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -996,10 +1011,14 @@ type ClientInterface interface {
 
 	// GateCheckWithBody Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 	//
-	// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-	// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-	// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-	// grant is not active; UNAVAILABLE when the server cannot decide.
+	// Every check decides afresh over the PR's latest finalized plan in the environment (the
+	// latest the server received; after a merge the commit may differ from the plan's, which is
+	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1008,10 +1027,14 @@ type ClientInterface interface {
 
 	// GateCheck Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 	//
-	// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-	// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-	// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-	// grant is not active; UNAVAILABLE when the server cannot decide.
+	// Every check decides afresh over the PR's latest finalized plan in the environment (the
+	// latest the server received; after a merge the commit may differ from the plan's, which is
+	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1020,7 +1043,7 @@ type ClientInterface interface {
 
 	// GateRevokeWithBody End the lease a gate check granted (after apply, on every path).
 	//
-	// Idempotency key `execution_id`; revoking twice is not an error.
+	// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1029,7 +1052,7 @@ type ClientInterface interface {
 
 	// GateRevoke End the lease a gate check granted (after apply, on every path).
 	//
-	// Idempotency key `execution_id`; revoking twice is not an error.
+	// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1246,7 +1269,7 @@ func (c *Client) ClaimsList(ctx context.Context, params *ClaimsListParams, reqEd
 
 // ClaimsReleaseWithBody Release one stack's claim (stack set) or all of a PR's claims in an environment.
 //
-// Idempotent by nature; releasing what is not held is not an error.
+// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1265,7 +1288,7 @@ func (c *Client) ClaimsReleaseWithBody(ctx context.Context, contentType string, 
 
 // ClaimsRelease Release one stack's claim (stack set) or all of a PR's claims in an environment.
 //
-// Idempotent by nature; releasing what is not held is not an error.
+// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1620,10 +1643,14 @@ func (c *Client) GatesList(ctx context.Context, params *GatesListParams, reqEdit
 
 // GateCheckWithBody Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 //
-// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-// grant is not active; UNAVAILABLE when the server cannot decide.
+// Every check decides afresh over the PR's latest finalized plan in the environment (the
+// latest the server received; after a merge the commit may differ from the plan's, which is
+// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1642,10 +1669,14 @@ func (c *Client) GateCheckWithBody(ctx context.Context, contentType string, body
 
 // GateCheck Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 //
-// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-// grant is not active; UNAVAILABLE when the server cannot decide.
+// Every check decides afresh over the PR's latest finalized plan in the environment (the
+// latest the server received; after a merge the commit may differ from the plan's, which is
+// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1664,7 +1695,7 @@ func (c *Client) GateCheck(ctx context.Context, body GateCheckJSONRequestBody, r
 
 // GateRevokeWithBody End the lease a gate check granted (after apply, on every path).
 //
-// Idempotency key `execution_id`; revoking twice is not an error.
+// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1683,7 +1714,7 @@ func (c *Client) GateRevokeWithBody(ctx context.Context, contentType string, bod
 
 // GateRevoke End the lease a gate check granted (after apply, on every path).
 //
-// Idempotency key `execution_id`; revoking twice is not an error.
+// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2927,7 +2958,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClaimsReleaseWithBodyWithResponse Release one stack's claim (stack set) or all of a PR's claims in an environment.
 	//
-	// Idempotent by nature; releasing what is not held is not an error.
+	// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2936,7 +2967,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClaimsReleaseWithResponse Release one stack's claim (stack set) or all of a PR's claims in an environment.
 	//
-	// Idempotent by nature; releasing what is not held is not an error.
+	// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3109,10 +3140,14 @@ type ClientWithResponsesInterface interface {
 
 	// GateCheckWithBodyWithResponse Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 	//
-	// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-	// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-	// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-	// grant is not active; UNAVAILABLE when the server cannot decide.
+	// Every check decides afresh over the PR's latest finalized plan in the environment (the
+	// latest the server received; after a merge the commit may differ from the plan's, which is
+	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3121,10 +3156,14 @@ type ClientWithResponsesInterface interface {
 
 	// GateCheckWithResponse Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 	//
-	// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-	// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-	// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-	// grant is not active; UNAVAILABLE when the server cannot decide.
+	// Every check decides afresh over the PR's latest finalized plan in the environment (the
+	// latest the server received; after a merge the commit may differ from the plan's, which is
+	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3133,7 +3172,7 @@ type ClientWithResponsesInterface interface {
 
 	// GateRevokeWithBodyWithResponse End the lease a gate check granted (after apply, on every path).
 	//
-	// Idempotency key `execution_id`; revoking twice is not an error.
+	// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3142,7 +3181,7 @@ type ClientWithResponsesInterface interface {
 
 	// GateRevokeWithResponse End the lease a gate check granted (after apply, on every path).
 	//
-	// Idempotency key `execution_id`; revoking twice is not an error.
+	// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4429,7 +4468,7 @@ func (c *ClientWithResponses) ClaimsListWithResponse(ctx context.Context, params
 
 // ClaimsReleaseWithBodyWithResponse Release one stack's claim (stack set) or all of a PR's claims in an environment.
 //
-// Idempotent by nature; releasing what is not held is not an error.
+// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4444,7 +4483,7 @@ func (c *ClientWithResponses) ClaimsReleaseWithBodyWithResponse(ctx context.Cont
 
 // ClaimsReleaseWithResponse Release one stack's claim (stack set) or all of a PR's claims in an environment.
 //
-// Idempotent by nature; releasing what is not held is not an error.
+// Idempotent by nature; releasing what is not held is not an error. A runner must name the plan execution it announced itself and releases only that execution's claims; releasing another execution's claims is an admin action (PERMISSION_DENIED otherwise).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4731,10 +4770,14 @@ func (c *ClientWithResponses) GatesListWithResponse(ctx context.Context, params 
 
 // GateCheckWithBodyWithResponse Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 //
-// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-// grant is not active; UNAVAILABLE when the server cannot decide.
+// Every check decides afresh over the PR's latest finalized plan in the environment (the
+// latest the server received; after a merge the commit may differ from the plan's, which is
+// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4749,10 +4792,14 @@ func (c *ClientWithResponses) GateCheckWithBodyWithResponse(ctx context.Context,
 
 // GateCheckWithResponse Apply-time, fail-closed gate check; a satisfied gate leases a requester.
 //
-// Idempotency key `execution_id` (the apply's execution): a repeat returns the same lease.
-// FAILED_PRECONDITION when the PR has no finalized plan for this environment and commit;
-// PERMISSION_DENIED when plan hashes differ, another PR's claim blocks a stack, or a required
-// grant is not active; UNAVAILABLE when the server cannot decide.
+// Every check decides afresh over the PR's latest finalized plan in the environment (the
+// latest the server received; after a merge the commit may differ from the plan's, which is
+// recorded and audited): a repeat with the same `execution_id` decides again and renews the
+// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
+// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
+// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
+// their hashes, another PR's claim blocks a stack, no active grant approved this content,
+// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4767,7 +4814,7 @@ func (c *ClientWithResponses) GateCheckWithResponse(ctx context.Context, body Ga
 
 // GateRevokeWithBodyWithResponse End the lease a gate check granted (after apply, on every path).
 //
-// Idempotency key `execution_id`; revoking twice is not an error.
+// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4782,7 +4829,7 @@ func (c *ClientWithResponses) GateRevokeWithBodyWithResponse(ctx context.Context
 
 // GateRevokeWithResponse End the lease a gate check granted (after apply, on every path).
 //
-// Idempotency key `execution_id`; revoking twice is not an error.
+// Idempotency key `execution_id`; revoking twice, or revoking an execution that holds no lease, is not an error and changes nothing. Only the principal the lease was granted to (or an admin) may revoke it; the revoke ends the grants that lease used and, on a success, the claims of the PR. The environment and pr fields are ignored: what is ended is what the execution's lease took.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

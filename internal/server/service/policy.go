@@ -38,6 +38,9 @@ type Policy struct {
 type EnvPolicy struct {
 	// Requester is the service account a satisfied gate leases.
 	Requester string
+	// RunnerMember is the runners' IAM identity the granter lets impersonate Requester
+	// (e.g. "principalSet://iam.googleapis.com/..."); the gcp-iam granter needs it.
+	RunnerMember string
 	// LeaseTTL is how long a lease lasts (0: DefaultLeaseTTL).
 	LeaseTTL time.Duration
 	// Gates need a grant each.

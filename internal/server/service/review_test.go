@@ -51,7 +51,7 @@ func TestLateEventsDoNotChangeAFinalizedPlan(t *testing.T) {
 		}
 		// The gate still requires the destructive grant, and the forged hash does not pass.
 		_, err = f.gateA("ap1")
-		wantErr(t, err, store.ErrDenied, "no active grant for gate destructive")
+		wantErr(t, err, store.ErrDenied, "no active grant approved this plan's content for gate destructive")
 		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap2", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "forged"}}})
 		wantErr(t, err, store.ErrDenied, "stale plan")
@@ -93,7 +93,8 @@ func TestConcurrentWritesOnOneExecutionLoseNothing(t *testing.T) {
 			errs = make(chan error, 2)
 			go func() {
 				defer wg.Done()
-				_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded"})
+				_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded",
+					Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "additive", PlanHash: "h"}}})
 				errs <- err
 			}()
 			go func() {
@@ -131,15 +132,28 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 2, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "already holds a lease")
+		// A repeat decides again: it renews the lease while the gate holds.
+		f.now = f.now.Add(time.Minute)
 		again, err := f.gateA("ap1")
 		f.must(err)
-		if again != lease {
+		if again.Requester != lease.Requester || !again.ExpiresAt.Equal(f.now.Add(time.Hour)) {
 			t.Fatalf("repeat %+v, first %+v", again, lease)
 		}
-		// Once the lease expired, a repeat is denied.
-		f.now = lease.ExpiresAt
+		// Another principal cannot take over the execution's lease.
+		_, err = f.GateCheck(ctx, "intruder", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
+			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
+		wantErr(t, err, store.ErrDenied, "granted to another principal")
+		// A newer plan with other content: the repeat is denied, and the lease it held ends.
+		f.plan("p2", "prod", 1, "s2", map[string]api.Class{"a": "mutating", "b": "additive"})
 		_, err = f.gateA("ap1")
-		wantErr(t, err, store.ErrDenied, "expired")
+		wantErr(t, err, store.ErrDenied, `stacks changed in the plan but not named: "b"`)
+		var l *store.Lease
+		f.must(f.Store.Read(ctx, func(tx store.Tx) (err error) { l, err = tx.Lease("ap1"); return }))
+		if l.RevokedAt.IsZero() || l.Outcome != "denied on re-check" {
+			t.Fatalf("lease after a denied re-check %+v", l)
+		}
+		_, err = f.gateA("ap1")
+		wantErr(t, err, store.ErrDenied, "already revoked")
 		entries, err := f.Audit(ctx, 100, 0)
 		f.must(err)
 		outcomes := map[string]int{}
@@ -148,7 +162,7 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 				outcomes[e.Outcome]++
 			}
 		}
-		if outcomes["allowed"] != 2 || outcomes["denied"] != 3 {
+		if outcomes["allowed"] != 2 || outcomes["denied"] != 5 {
 			t.Fatalf("gate decisions audited %v", outcomes)
 		}
 	})
@@ -176,7 +190,7 @@ func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 			t.Fatalf("a cancelled plan claimed %+v", claims)
 		}
 		_, err = f.gateA("ap1")
-		wantErr(t, err, store.ErrPrecondition, "p1 of PR #1 in \"prod\" at commit s1 was cancelled")
+		wantErr(t, err, store.ErrPrecondition, "plan p1 of prod PR #1 was cancelled")
 
 		// A good plan, then the apply execution itself is cancelled before its gate check.
 		f.plan("p2", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
@@ -223,7 +237,7 @@ environment "staging" {
 		f.must(err)
 		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s2",
 			Stacks: []api.StackPlan{{Stack: "a"}}})
-		wantErr(t, err, store.ErrDenied, `no plan hash for changed stack "a"`)
+		wantErr(t, err, store.ErrPrecondition, `no plan hash for changed stack "a"`)
 	})
 }
 
@@ -234,22 +248,27 @@ func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
 			_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: target, Reason: "ok"})
 			f.must(err)
 		}
-		_, err := f.gateA("ap1")
+		_, err := f.GateCheck(ctx, "ci", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
+			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		f.must(err)
-		// A failed apply also ends the grants: they were given for that apply.
+		// Only the principal the lease was granted to (or an admin) ends it.
+		_, err = f.GateRevoke(ctx, "other-runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		wantErr(t, err, store.ErrDenied, "admin action")
+		// A failed apply also ends the grant it used: it approved that apply.
 		_, err = f.GateRevoke(ctx, "ci", &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		f.must(err)
 		grants, err := f.Grants(ctx, "prod", 1)
 		f.must(err)
 		for _, g := range grants {
-			if g.ReleasedAt.IsZero() || g.ReleasedBy != "ci" {
-				t.Fatalf("grant still active after revoke: %+v", g)
+			used := g.Target == "**" // the policy's gate is destructive on **; the grant on a was not used
+			if used != (!g.ReleasedAt.IsZero() && g.ReleasedBy == "ci") {
+				t.Fatalf("grant %+v after revoke (used by the lease: %v)", g, used)
 			}
 		}
 		entries, err := f.Audit(ctx, 10, 0)
 		f.must(err)
 		if len(entries) == 0 || entries[0].Action != "gate.revoke" || entries[0].Principal != "ci" ||
-			!strings.Contains(entries[0].Detail, "2 grants ended") {
+			!strings.Contains(entries[0].Detail, "1 grants ended") {
 			t.Fatalf("revoke audit %+v", entries)
 		}
 		_, err = f.gateA("ap2")

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/granter"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 )
 
@@ -25,6 +25,9 @@ const (
 	MaxLogChunk       = 1_500_000 // bytes of data in one log chunk (the contract's maxLength)
 	MaxDestructive    = 200       // destructive addresses kept per stack
 	MaxTextLen        = 16 << 10  // error messages, reasons
+	MaxShortLen       = 256       // repo, sha, base, actor, plan hashes
+	MaxURLLen         = 2048      // run_url
+	MaxReasons        = 10_000    // change reasons in one Init
 	DefaultLogReadMax = 1 << 20
 )
 
@@ -36,6 +39,8 @@ type Service struct {
 	Now func() time.Time
 	// Hub receives "execution changed" signals from every replica.
 	Hub *Hub
+	// Granter makes a satisfied gate's lease real (nil: granter.None, the lease is a record).
+	Granter granter.Granter
 }
 
 // New returns a service over s with policy p (nil: nothing gated).
@@ -74,6 +79,48 @@ func checkName(field, v string) error {
 	return nil
 }
 
+// checkText validates a bounded text field: valid UTF-8, no NUL byte, at most max bytes. One
+// rule for every store: PostgreSQL refuses NUL in text, so no store may accept it.
+func checkText(field, v string, max int) error {
+	switch {
+	case len(v) > max:
+		return invalid("%s is longer than %d bytes", field, max)
+	case !utf8.ValidString(v):
+		return invalid("%s is not valid UTF-8", field)
+	case strings.IndexByte(v, 0) >= 0:
+		return invalid("%s contains a NUL byte", field)
+	}
+	return nil
+}
+
+// checkTexts checks (field, value) pairs with checkText and one bound.
+func checkTexts(max int, pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := checkText(pairs[i], pairs[i+1], max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// interleave pairs one field name with each value, for checkTexts.
+func interleave(field string, values []string) []string {
+	out := make([]string, 0, 2*len(values))
+	for _, v := range values {
+		out = append(out, field, v)
+	}
+	return out
+}
+
+// sanitize makes free text (messages, errors) storable in every store: invalid UTF-8 and NUL
+// bytes become U+FFFD. Free text is shown, never matched, so it is repaired rather than refused.
+func sanitize(v string) string {
+	if utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
+		return v
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 // checkNames checks (field, value) pairs with checkName.
 func checkNames(pairs ...string) error {
 	for i := 0; i+1 < len(pairs); i += 2 {
@@ -84,9 +131,14 @@ func checkNames(pairs ...string) error {
 	return nil
 }
 
+// clip sanitizes free text and cuts it to at most n bytes, on a rune boundary.
 func clip(s string, n int) string {
+	s = sanitize(s)
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }
@@ -122,23 +174,64 @@ func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome
 	return err
 }
 
-// Init starts (or re-announces) an execution; the first stored copy wins.
+// Init starts (or re-announces) an execution as an unnamed principal; see InitAs.
 func (s *Service) Init(ctx context.Context, in *api.Init) (api.Ack, error) {
+	return s.InitAs(ctx, "", in)
+}
+
+func checkInit(in *api.Init) error {
 	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
-		return api.Ack{}, err
+		return err
 	}
 	if !in.Op.Valid() {
-		return api.Ack{}, invalid("op %q is not plan or apply", in.Op)
+		return invalid("op %q is not plan or apply", in.Op)
+	}
+	if in.PR < 0 {
+		return invalid("pr %d is negative (0: no pull request)", in.PR)
+	}
+	if err := checkTexts(MaxShortLen, "repo", in.Repo, "sha", in.SHA, "base", in.Base, "actor", in.Actor); err != nil {
+		return err
+	}
+	if err := checkText("run_url", in.RunURL, MaxURLLen); err != nil {
+		return err
 	}
 	for _, st := range in.Stacks {
 		if err := checkName("stack", st); err != nil {
-			return api.Ack{}, err
+			return err
 		}
 	}
 	for _, e := range in.Edges {
 		if err := checkNames("edge from", e.From, "edge to", e.To); err != nil {
-			return api.Ack{}, err
+			return err
 		}
+	}
+	if len(in.Reasons) > MaxReasons {
+		return invalid("%d change reasons, more than %d", len(in.Reasons), MaxReasons)
+	}
+	for i := range in.Reasons {
+		r := &in.Reasons[i]
+		if err := checkName("reason stack", r.Stack); err != nil {
+			return err
+		}
+		if err := checkTexts(MaxNameLen, "reason kind", r.Kind, "reason detail", r.Detail, "reason raw", r.Raw); err != nil {
+			return err
+		}
+		if len(r.Chain) > 64 {
+			return invalid("reason chain of %d steps, more than 64", len(r.Chain))
+		}
+		if err := checkTexts(MaxNameLen, interleave("reason chain", r.Chain)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InitAs starts (or re-announces) an execution; the first stored copy wins. The principal
+// that first announced it owns it (see ReleaseClaimsAs), and the server's clock at that moment
+// orders it among the PR's plans.
+func (s *Service) InitAs(ctx context.Context, principal string, in *api.Init) (api.Ack, error) {
+	if err := checkInit(in); err != nil {
+		return api.Ack{}, err
 	}
 	now := s.Now()
 	e := &store.Execution{}
@@ -166,6 +259,9 @@ func (s *Service) Init(ctx context.Context, in *api.Init) (api.Ack, error) {
 			}
 			ack = ackOf(cur)
 			return nil
+		}
+		if err := tx.StampExecution(e.ExecutionID, principal, now); err != nil {
+			return err
 		}
 		for _, name := range in.Stacks {
 			st := &store.Stack{}
@@ -258,6 +354,13 @@ func (s *Service) Finalize(ctx context.Context, in *api.Finalize) (api.Ack, erro
 		if err != nil {
 			return err
 		}
+		if e.Status == events.ExecutionSucceeded {
+			if why := unsettled(e.Op, stacks); why != "" {
+				// A success over a stack that did not succeed would be applicable: it is not.
+				e.Status = events.ExecutionFailed
+				e.Error = clip(strings.TrimSpace("finalized succeeded, but "+why+"; "+e.Error), MaxTextLen)
+			}
+		}
 		e.Class = in.Class
 		if e.Class == "" {
 			for _, st := range stacks {
@@ -275,6 +378,27 @@ func (s *Service) Finalize(ctx context.Context, in *api.Finalize) (api.Ack, erro
 		return tx.Notify(e.ExecutionID)
 	})
 	return ack, err
+}
+
+// unsettled names the first stack that keeps an execution of op from having succeeded: one
+// that failed, was cancelled or never finished, and for a plan also one skipped or without a
+// class (a plan is applicable only when every stack planned and was classified).
+func unsettled(op api.ExecutionOp, stacks []store.Stack) string {
+	for _, st := range stacks {
+		switch st.Status {
+		case events.StackSucceeded:
+			if op == api.ExecutionOp(events.OpPlan) && (st.Class == "" || st.Class == events.ClassUnclassified) {
+				return fmt.Sprintf("stack %q is unclassified", st.Stack)
+			}
+		case events.StackSkipped:
+			if op == api.ExecutionOp(events.OpPlan) {
+				return fmt.Sprintf("stack %q was not planned", st.Stack)
+			}
+		default:
+			return fmt.Sprintf("stack %q ended %s", st.Stack, st.Status)
+		}
+	}
+	return ""
 }
 
 // settlePR applies a finalized execution's consequences for its PR: claims, gates and the check.
@@ -330,273 +454,6 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 	}
 	return tx.PutCheck(api.Check{Environment: e.Environment, PR: e.PR, Check: CheckName(e.Op),
 		Conclusion: conclusion(e.Status), UpdatedAt: now})
-}
-
-// GateCheck decides, fail-closed, whether an apply may proceed, and leases the requester when
-// it may. Every decision is audited.
-func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateCheck) (api.GateLease, error) {
-	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
-		return api.GateLease{}, err
-	}
-	if in.PR <= 0 {
-		return api.GateLease{}, invalid("pr must be a positive pull request number")
-	}
-	if strings.TrimSpace(in.SHA) == "" {
-		return api.GateLease{}, invalid("sha is required: a gate is checked against the plan of one commit")
-	}
-	if len(in.Stacks) == 0 {
-		return api.GateLease{}, invalid("stacks is required: name every stack the apply changes with its plan hash")
-	}
-	for _, sp := range in.Stacks {
-		if err := checkName("stack", sp.Stack); err != nil {
-			return api.GateLease{}, err
-		}
-	}
-	now := s.Now()
-	target := fmt.Sprintf("%s PR #%d", in.Environment, in.PR)
-	var lease api.GateLease
-	var decision error
-	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		if err := tx.LockEnvironment(in.Environment); err != nil {
-			return err
-		}
-		deny := func(err error) error {
-			decision = err
-			return audit(tx, now, principal, "gate.check", target, "", "denied", err.Error())
-		}
-		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
-		// checks the gate before it announces the apply).
-		cancelled, _, err := tx.ExecutionCancel(in.ExecutionID)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if cancelled {
-			return deny(fmt.Errorf("%w: execution %s was cancelled", store.ErrDenied, in.ExecutionID))
-		}
-		if l, err := tx.Lease(in.ExecutionID); err == nil {
-			switch {
-			case l.Environment != in.Environment || l.PR != in.PR:
-				return deny(fmt.Errorf("%w: execution %s already holds a lease for %s PR #%d, not %s", store.ErrDenied, in.ExecutionID, l.Environment, l.PR, target))
-			case !l.RevokedAt.IsZero():
-				return deny(fmt.Errorf("%w: the lease of execution %s was already revoked", store.ErrDenied, in.ExecutionID))
-			case !now.Before(l.ExpiresAt):
-				return deny(fmt.Errorf("%w: the lease of execution %s expired at %s", store.ErrDenied, in.ExecutionID, l.ExpiresAt.UTC().Format(time.RFC3339)))
-			}
-			lease = api.GateLease{Requester: l.Requester, ExpiresAt: l.ExpiresAt}
-			return audit(tx, now, principal, "gate.check", target, "", "allowed",
-				fmt.Sprintf("repeat of execution %s, requester %s", in.ExecutionID, l.Requester))
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		requester := s.Policy.Environments[in.Environment].Requester
-		if requester == "" {
-			return deny(fmt.Errorf("%w: the policy names no requester for environment %q", store.ErrPrecondition, in.Environment))
-		}
-		plan, stacks, err := s.decide(tx, in, now)
-		if err != nil {
-			if errors.Is(err, store.ErrUnavailable) {
-				return err
-			}
-			return deny(err)
-		}
-		l := store.Lease{ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR,
-			Requester: requester, GrantedAt: now, ExpiresAt: now.Add(s.ttl(in.Environment, true))}
-		if err := tx.PutLease(l); err != nil {
-			return err
-		}
-		lease = api.GateLease{Requester: l.Requester, ExpiresAt: l.ExpiresAt}
-		return audit(tx, now, principal, "gate.check", target, "", "allowed",
-			fmt.Sprintf("plan %s, stacks %s, requester %s", plan.ExecutionID, strings.Join(stacks, ", "), l.Requester))
-	})
-	if err != nil {
-		return api.GateLease{}, err
-	}
-	return lease, decision
-}
-
-// decide applies the gate rules; it returns the plan and the stacks it allowed.
-func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*store.Execution, []string, error) {
-	at := " at commit " + in.SHA
-	plan, err := tx.LatestPlan(in.Environment, in.PR, in.SHA)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, fmt.Errorf("%w: PR #%d has no plan for environment %q%s", store.ErrPrecondition, in.PR, in.Environment, at)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	if !plan.Finalized {
-		return nil, nil, fmt.Errorf("%w: the latest plan %s of PR #%d in %q%s is not finalized", store.ErrPrecondition, plan.ExecutionID, in.PR, in.Environment, at)
-	}
-	if plan.Cancelled {
-		return nil, nil, fmt.Errorf("%w: the latest plan %s of PR #%d in %q%s was cancelled", store.ErrPrecondition, plan.ExecutionID, in.PR, in.Environment, at)
-	}
-	if plan.Status != events.ExecutionSucceeded {
-		return nil, nil, fmt.Errorf("%w: the latest plan %s of PR #%d in %q%s ended %s", store.ErrPrecondition, plan.ExecutionID, in.PR, in.Environment, at, plan.Status)
-	}
-	planned, err := tx.Stacks(plan.ExecutionID)
-	if err != nil {
-		return nil, nil, err
-	}
-	byName := map[string]store.Stack{}
-	for _, st := range planned {
-		byName[st.Stack] = st
-	}
-	var names []string
-	for _, sp := range in.Stacks {
-		st, ok := byName[sp.Stack]
-		if !ok {
-			return nil, nil, fmt.Errorf("%w: stack %q is not in plan %s", store.ErrDenied, sp.Stack, plan.ExecutionID)
-		}
-		if changed(st.Class) && st.PlanHash == "" {
-			return nil, nil, fmt.Errorf("%w: plan %s recorded no plan hash for changed stack %q", store.ErrDenied, plan.ExecutionID, sp.Stack)
-		}
-		if st.PlanHash != sp.PlanHash {
-			return nil, nil, fmt.Errorf("%w: the plan hash of stack %q differs from the one finalized by plan %s (stale plan)", store.ErrDenied, sp.Stack, plan.ExecutionID)
-		}
-		names = append(names, sp.Stack)
-	}
-	claims, err := tx.Claims(in.Environment, now)
-	if err != nil {
-		return nil, nil, err
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	for _, c := range claims {
-		if want[c.Stack] && c.PR != in.PR {
-			return nil, nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stack, c.PR, c.ExecutionID, in.Environment)
-		}
-	}
-	// The gates come from the policy applied to the plan being applied (not from the gates the
-	// PR's latest finalize recorded, which may be another commit's).
-	classes := map[string]events.Class{}
-	for n := range want {
-		if c := byName[n].Class; changed(c) {
-			classes[n] = c
-		}
-	}
-	var missing []string
-	for _, g := range s.Policy.RequiredGates(in.Environment, classes) {
-		grants, err := tx.Grants(store.GrantFilter{Environment: in.Environment, PR: in.PR, Class: g.Class, Target: g.Target, ActiveAt: now})
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(grants) == 0 {
-			missing = append(missing, fmt.Sprintf("%s on %s (stacks %s)", g.Class, g.Target, strings.Join(g.Stacks, ", ")))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, nil, fmt.Errorf("%w: no active grant for gate %s", store.ErrDenied, strings.Join(missing, "; "))
-	}
-	sort.Strings(names)
-	return plan, names, nil
-}
-
-// GateRevoke ends an apply's lease; a successful outcome releases the PR's claims.
-func (s *Service) GateRevoke(ctx context.Context, principal string, in *api.GateRevoke) (api.Ack, error) {
-	if err := checkName("execution_id", in.ExecutionID); err != nil {
-		return api.Ack{}, err
-	}
-	now := s.Now()
-	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		env, pr := in.Environment, in.PR
-		l, err := tx.Lease(in.ExecutionID)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			l = nil
-		case err != nil:
-			return err
-		default:
-			env, pr = l.Environment, l.PR
-		}
-		changedSomething := false
-		if l != nil && l.RevokedAt.IsZero() {
-			l.RevokedAt, l.Outcome = now, clip(in.Outcome, 64)
-			if err := tx.PutLease(*l); err != nil {
-				return err
-			}
-			changedSomething = true
-		}
-		ended := int64(0)
-		if env != "" && pr != 0 {
-			if err := tx.LockEnvironment(env); err != nil {
-				return err
-			}
-			if in.Outcome == "succeeded" {
-				n, err := tx.ReleaseClaims(env, pr, "")
-				if err != nil {
-					return err
-				}
-				changedSomething = changedSomething || n > 0
-			}
-			// The apply the grants were given for is over: a later apply needs a fresh grant.
-			if ended, err = endGrants(tx, env, pr, principal, now); err != nil {
-				return err
-			}
-			changedSomething = changedSomething || ended > 0
-		}
-		if !changedSomething {
-			return nil
-		}
-		return audit(tx, now, principal, "gate.revoke", fmt.Sprintf("%s PR #%d", env, pr), "", clip(in.Outcome, 64),
-			fmt.Sprintf("execution %s, %d grants ended", in.ExecutionID, ended))
-	})
-}
-
-// endGrants ends every grant of pr in env active at now; it returns how many.
-func endGrants(tx store.Tx, env string, pr int, by string, now time.Time) (int64, error) {
-	active, err := tx.Grants(store.GrantFilter{Environment: env, PR: pr, ActiveAt: now})
-	if err != nil {
-		return 0, err
-	}
-	done := map[[2]string]bool{}
-	var total int64
-	for _, g := range active {
-		key := [2]string{g.Class, g.Target}
-		if done[key] {
-			continue
-		}
-		done[key] = true
-		n, err := tx.ReleaseGrants(env, pr, g.Class, g.Target, by, now)
-		if err != nil {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
-}
-
-// Claims lists current claims (env empty: every environment).
-func (s *Service) Claims(ctx context.Context, env string) ([]api.Claim, error) {
-	var out []api.Claim
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Claims(env, s.Now()); return })
-	return out, err
-}
-
-// ReleaseClaims releases one stack's claim, or all of a PR's claims in an environment.
-func (s *Service) ReleaseClaims(ctx context.Context, principal string, in *api.ClaimsRelease) (api.Ack, error) {
-	if err := checkName("environment", in.Environment); err != nil {
-		return api.Ack{}, err
-	}
-	if in.PR <= 0 {
-		return api.Ack{}, invalid("pr must be a positive pull request number")
-	}
-	now := s.Now()
-	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		if err := tx.LockEnvironment(in.Environment); err != nil {
-			return err
-		}
-		n, err := tx.ReleaseClaims(in.Environment, in.PR, in.Stack)
-		if err != nil || n == 0 {
-			return err
-		}
-		what := "all stacks"
-		if in.Stack != "" {
-			what = "stack " + in.Stack
-		}
-		return audit(tx, now, principal, "claims.release", fmt.Sprintf("%s PR #%d", in.Environment, in.PR), "", "released", fmt.Sprintf("%s (%d claims)", what, n))
-	})
 }
 
 // Checks lists check conclusions.
@@ -670,104 +527,6 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 		return tx.Notify(e.ExecutionID)
 	})
 	return ack, err
-}
-
-func checkGrantKey(env string, pr int, class, target, reason string) error {
-	if err := checkName("environment", env); err != nil {
-		return err
-	}
-	if pr <= 0 {
-		return invalid("pr must be a positive pull request number")
-	}
-	if !api.Class(class).Valid() {
-		return invalid("class %q is not a change class", class)
-	}
-	if err := checkGlob(target); err != nil {
-		return invalid("target: %v", err)
-	}
-	if strings.TrimSpace(reason) == "" {
-		return invalid("reason is required")
-	}
-	return nil
-}
-
-// SatisfyGate grants a gate; an active grant with the same key is not duplicated.
-func (s *Service) SatisfyGate(ctx context.Context, principal string, in *api.GatesSatisfy) (api.Ack, error) {
-	if err := checkGrantKey(in.Environment, in.PR, in.Class, in.Target, in.Reason); err != nil {
-		return api.Ack{}, err
-	}
-	now := s.Now()
-	if !in.ExpiresAt.IsZero() && !in.ExpiresAt.After(now) {
-		return api.Ack{}, invalid("expires_at %s is in the past", in.ExpiresAt.Format(time.RFC3339))
-	}
-	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		if err := tx.LockEnvironment(in.Environment); err != nil {
-			return err
-		}
-		active, err := tx.Grants(store.GrantFilter{Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target, ActiveAt: now})
-		if err != nil || len(active) > 0 {
-			return err
-		}
-		if _, err := tx.AddGrant(api.Grant{Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target,
-			Principal: principal, Reason: clip(in.Reason, MaxTextLen), GrantedAt: now, ExpiresAt: in.ExpiresAt.UTC()}); err != nil {
-			return err
-		}
-		detail := ""
-		if !in.ExpiresAt.IsZero() {
-			detail = "expires " + in.ExpiresAt.UTC().Format(time.RFC3339)
-		}
-		return audit(tx, now, principal, "gates.satisfy", fmt.Sprintf("%s PR #%d %s on %s", in.Environment, in.PR, in.Class, in.Target), in.Reason, "granted", detail)
-	})
-}
-
-// ReleaseGrant ends the active grants with the key; releasing nothing is not an error.
-func (s *Service) ReleaseGrant(ctx context.Context, principal string, in *api.GrantsRelease) (api.Ack, error) {
-	if err := checkGrantKey(in.Environment, in.PR, in.Class, in.Target, in.Reason); err != nil {
-		return api.Ack{}, err
-	}
-	now := s.Now()
-	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		if err := tx.LockEnvironment(in.Environment); err != nil {
-			return err
-		}
-		n, err := tx.ReleaseGrants(in.Environment, in.PR, in.Class, in.Target, principal, now)
-		if err != nil || n == 0 {
-			return err
-		}
-		return audit(tx, now, principal, "grants.release", fmt.Sprintf("%s PR #%d %s on %s", in.Environment, in.PR, in.Class, in.Target), in.Reason, "released", "")
-	})
-}
-
-// Gates lists required gates with whether an active grant satisfies each.
-func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, error) {
-	var out []api.Gate
-	now := s.Now()
-	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		gates, err := tx.Gates(env, pr)
-		if err != nil {
-			return err
-		}
-		for _, g := range gates {
-			grants, err := tx.Grants(store.GrantFilter{Environment: g.Environment, PR: g.PR, Class: g.Class, Target: g.Target, ActiveAt: now})
-			if err != nil {
-				return err
-			}
-			g.Satisfied = len(grants) > 0
-			out = append(out, g)
-		}
-		return nil
-	})
-	return out, err
-}
-
-// Grants lists grants, newest first.
-func (s *Service) Grants(ctx context.Context, env string, pr int) ([]api.Grant, error) {
-	var out []api.Grant
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
-		out, err = tx.Grants(store.GrantFilter{Environment: env, PR: pr})
-		return
-	})
-	return out, err
 }
 
 // Executions lists executions newest first, without their stacks.

@@ -284,19 +284,26 @@ func TestGateCheckVerdicts(t *testing.T) {
 		_, err = check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "not finalized")
 
-		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive", "m": "mutating"})
-		_, err = check("ap1", 1, "other-sha", "a")
-		wantErr(t, err, store.ErrPrecondition, "at commit other-sha")
-		_, err = check("ap1", 1, "s1", "a!")
-		wantErr(t, err, store.ErrDenied, "stale plan")
-		_, err = check("ap1", 1, "s1", "zzz")
-		wantErr(t, err, store.ErrDenied, "not in plan")
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive", "m": "mutating", "n": "no-changes"})
+		_, err = check("ap1", 1, "s1", "a!", "m")
+		wantErr(t, err, store.ErrDenied, `with a plan hash that differs from the plan's (stale plan): "a"`)
+		_, err = check("ap1", 1, "s1", "a", "m", "zzz")
+		wantErr(t, err, store.ErrDenied, `named but not changed in the plan: "zzz"`)
+		_, err = check("ap1", 1, "s1", "a", "m", "n")
+		wantErr(t, err, store.ErrDenied, `named but not changed in the plan: "n"`)
 		_, err = check("ap1", 1, "s1", "a", "m")
 		wantErr(t, err, store.ErrDenied, "destructive on **")
-		// The mutating stack alone needs no grant.
-		lease, err := check("ap-m", 1, "s1", "m")
+		// Leaving the gated stack out of the request does not pass: the gate is decided over
+		// the plan, not over what the runner lists.
+		_, err = check("ap-m", 1, "s1", "m")
+		wantErr(t, err, store.ErrDenied, `changed in the plan but not named: "a"`)
+		// After a merge the commit differs from the plan's: the content decides, the sha is
+		// recorded.
+		f.plan("p-dev", "dev", 1, "s1", map[string]api.Class{"m": "mutating"})
+		lease, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap-dev", Environment: "dev", PR: 1, SHA: "merge-sha",
+			Stacks: []api.StackPlan{{Stack: "m", PlanHash: "h-m"}}})
 		f.must(err)
-		if lease.Requester != "deployer@proj.iam.gserviceaccount.com" || !lease.ExpiresAt.Equal(f.now.Add(time.Hour)) {
+		if lease.Requester != "dev-deployer@proj.iam.gserviceaccount.com" || !lease.ExpiresAt.Equal(f.now.Add(2*time.Hour)) {
 			t.Fatalf("lease %+v", lease)
 		}
 
@@ -310,10 +317,13 @@ func TestGateCheckVerdicts(t *testing.T) {
 		}
 		lease, err = check("ap1", 1, "s1", "a", "m")
 		f.must(err)
+		if lease.Requester != "deployer@proj.iam.gserviceaccount.com" || !lease.ExpiresAt.Equal(f.now.Add(time.Hour)) {
+			t.Fatalf("lease %+v", lease)
+		}
 		f.now = f.now.Add(time.Minute)
 		again, err := check("ap1", 1, "s1", "a", "m")
 		f.must(err)
-		if again != lease {
+		if again.Requester != lease.Requester || !again.ExpiresAt.Equal(f.now.Add(time.Hour)) {
 			t.Fatalf("repeat lease %+v, first %+v", again, lease)
 		}
 
@@ -342,14 +352,14 @@ func TestGateCheckVerdicts(t *testing.T) {
 		if len(grants) != 1 || grants[0].ReleasedAt.IsZero() || grants[0].ReleasedBy != "runner" {
 			t.Fatalf("grant after revoke %+v", grants)
 		}
-		_, err = check("ap2", 1, "s1", "a")
+		_, err = check("ap2", 1, "s1", "a", "m")
 		wantErr(t, err, store.ErrDenied, "no active grant")
 		// Releasing a grant by hand denies again.
 		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "again"})
 		f.must(err)
 		_, err = f.ReleaseGrant(ctx, "alice", &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "oops"})
 		f.must(err)
-		_, err = check("ap3", 1, "s1", "a")
+		_, err = check("ap3", 1, "s1", "a", "m")
 		wantErr(t, err, store.ErrDenied, "no active grant")
 
 		entries, err := f.Audit(ctx, 100, 0)
@@ -368,7 +378,7 @@ func TestGateCheckVerdicts(t *testing.T) {
 				}
 			}
 		}
-		if allowed != 3 || denied < 8 || admin != 3 {
+		if allowed != 3 || denied < 9 || admin != 3 {
 			t.Fatalf("audit: %d allowed, %d denied, %d admin entries: %+v", allowed, denied, admin, entries)
 		}
 	})
@@ -381,7 +391,7 @@ func TestGateFollowsThePlanBeingApplied(t *testing.T) {
 		f.plan("p2", "prod", 1, "s2", map[string]api.Class{"a": "no-changes"})
 		_, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
-		wantErr(t, err, store.ErrDenied, "no active grant for gate destructive on **")
+		wantErr(t, err, store.ErrDenied, `does not match plan p2: stacks named but not changed in the plan: "a"`)
 	})
 }
 
@@ -393,7 +403,7 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 		if len(claims) != 2 || claims[0].PR != 1 {
 			t.Fatalf("claims %+v", claims)
 		}
-		_, err := f.ReleaseClaims(ctx, "bob", &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b"})
+		_, err := f.ReleaseClaimsAs(ctx, Caller{Name: "bob", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b"})
 		f.must(err)
 		claims, _ = f.Claims(ctx, "prod")
 		if len(claims) != 1 || claims[0].Stack != "a" {

@@ -31,8 +31,6 @@ var (
 // Execution is one stored execution (stacks are read separately).
 type Execution struct {
 	api.Execution
-	// Error is the runner's error message at finalize.
-	Error string
 	// Finalized is set by the first Finalize.
 	Finalized bool
 	// Cancelled is set by an administrator's cancel.
@@ -84,6 +82,19 @@ type Lease struct {
 	ExecutionID, Environment, Requester, Outcome string
 	PR                                           int
 	GrantedAt, ExpiresAt, RevokedAt              time.Time
+	// Principal is who the lease was granted to; only it (or an admin) may revoke it.
+	Principal string
+	// SHA is the commit the apply named; PlanID the plan execution the gate decided over.
+	SHA, PlanID string
+	// GrantIDs are the grants the decision used; the revoke ends exactly these.
+	GrantIDs []int64
+	// Member is the runner identity the granter bound to the requester.
+	Member string
+	// Bound reports a granter binding that is (or may still be) in place and must be removed.
+	Bound bool
+	// UnbindAttempts counts failed removals; UnbindError is the last failure.
+	UnbindAttempts int
+	UnbindError    string
 }
 
 // ExecutionFilter selects executions, newest first.
@@ -129,9 +140,14 @@ type Tx interface {
 	SaveExecution(e *Execution) error
 	// Executions lists executions newest first.
 	Executions(f ExecutionFilter) ([]Execution, error)
-	// LatestPlan returns the newest plan execution of a PR in an environment (at sha when
-	// non-empty) or ErrNotFound.
-	LatestPlan(env string, pr int, sha string) (*Execution, error)
+	// LatestPlan returns the plan execution of a PR in an environment the server received
+	// last, or ErrNotFound. The order is the server's (StampExecution), never a client's clock.
+	LatestPlan(env string, pr int) (*Execution, error)
+	// StampExecution records the principal that announced an execution and when the server
+	// received it.
+	StampExecution(id, principal string, at time.Time) error
+	// ExecutionPrincipal returns the principal that announced an execution, or ErrNotFound.
+	ExecutionPrincipal(id string) (string, error)
 
 	// Stacks lists an execution's stacks, sorted by name.
 	Stacks(execID string) ([]Stack, error)
@@ -160,6 +176,9 @@ type Tx interface {
 	PutClaim(c api.Claim) error
 	// ReleaseClaims deletes a PR's claims in env (one stack when stack is non-empty).
 	ReleaseClaims(env string, pr int, stack string) (int64, error)
+	// ReleaseExecutionClaims deletes the claims one execution took in env (one stack when
+	// stack is non-empty).
+	ReleaseExecutionClaims(env, execID, stack string) (int64, error)
 
 	// ReplaceGates replaces the gates a PR requires in env.
 	ReplaceGates(env string, pr int, gates []api.Gate) error
@@ -172,11 +191,16 @@ type Tx interface {
 	Grants(f GrantFilter) ([]api.Grant, error)
 	// ReleaseGrants ends the grants active at `at` matching (env, pr, class, target).
 	ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error)
+	// ReleaseGrantIDs ends the listed grants still active at `at`.
+	ReleaseGrantIDs(ids []int64, by string, at time.Time) (int64, error)
 
 	// Lease returns the lease of an apply execution or ErrNotFound.
 	Lease(execID string) (*Lease, error)
 	// PutLease inserts or replaces a lease.
 	PutLease(l Lease) error
+	// LeasesToUnbind lists up to limit leases whose granter binding is still in place although
+	// they were revoked or expired at now, fewest failed attempts first.
+	LeasesToUnbind(now time.Time, limit int) ([]Lease, error)
 
 	// PutCheck inserts or replaces a check conclusion.
 	PutCheck(c api.Check) error

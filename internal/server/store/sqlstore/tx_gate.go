@@ -12,19 +12,30 @@ import (
 
 // The PR-level state: latest plans, claims, gates, grants, leases, checks and the audit log.
 
-func (t *sqlTx) LatestPlan(env string, pr int, sha string) (*store.Execution, error) {
-	q := "SELECT " + execCols + " FROM executions WHERE environment = ? AND pr = ? AND op = 'plan'"
-	args := []any{env, pr}
-	if sha != "" {
-		q += " AND sha = ?"
-		args = append(args, sha)
-	}
-	q += " ORDER BY started_at DESC, id DESC LIMIT 1"
-	e, err := scanExecution(t.row(q, args...))
+func (t *sqlTx) LatestPlan(env string, pr int) (*store.Execution, error) {
+	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE environment = ? AND pr = ? AND op = 'plan' "+
+		"ORDER BY received_at DESC, id DESC LIMIT 1", env, pr))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no plan for PR #%d in %q", store.ErrNotFound, pr, env)
 	}
 	return e, t.s.mapErr(err)
+}
+
+func (t *sqlTx) StampExecution(id, principal string, at time.Time) error {
+	n, err := t.exec("UPDATE executions SET principal = ?, received_at = ? WHERE id = ?", principal, ns(at), id)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	return err
+}
+
+func (t *sqlTx) ExecutionPrincipal(id string) (string, error) {
+	var p string
+	err := t.row("SELECT principal FROM executions WHERE id = ?", id).Scan(&p)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	return p, t.s.mapErr(err)
 }
 
 func (t *sqlTx) Claims(env string, now time.Time) ([]api.Claim, error) {
@@ -102,14 +113,15 @@ func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
 
 func (t *sqlTx) AddGrant(g api.Grant) (int64, error) {
 	var id int64
-	err := t.row("INSERT INTO grants (environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by) "+
-		"VALUES (?,?,?,?,?,?,?,?,?,?) RETURNING id",
-		g.Environment, g.PR, g.Class, g.Target, g.Principal, g.Reason, ns(g.GrantedAt), ns(g.ExpiresAt), ns(g.ReleasedAt), g.ReleasedBy).Scan(&id)
+	err := t.row("INSERT INTO grants (environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks) "+
+		"VALUES (?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id",
+		g.Environment, g.PR, g.Class, g.Target, g.Principal, g.Reason, ns(g.GrantedAt), ns(g.ExpiresAt), ns(g.ReleasedAt), g.ReleasedBy,
+		g.ExecutionID, toJSON(g.Stacks)).Scan(&id)
 	return id, t.s.mapErr(err)
 }
 
 func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
-	q := "SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by FROM grants " +
+	q := "SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks FROM grants " +
 		"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) AND (? = '' OR class = ?) AND (? = '' OR target = ?)"
 	args := []any{f.Environment, f.Environment, f.PR, f.PR, f.Class, f.Class, f.Target, f.Target}
 	if !f.ActiveAt.IsZero() {
@@ -125,11 +137,13 @@ func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 	for rows.Next() {
 		var g api.Grant
 		var granted, expires, released int64
+		var stacks string
 		if err := rows.Scan(&g.ID, &g.Environment, &g.PR, &g.Class, &g.Target, &g.Principal, &g.Reason,
-			&granted, &expires, &released, &g.ReleasedBy); err != nil {
+			&granted, &expires, &released, &g.ReleasedBy, &g.ExecutionID, &stacks); err != nil {
 			return nil, t.s.mapErr(err)
 		}
 		g.GrantedAt, g.ExpiresAt, g.ReleasedAt = tm(granted), tm(expires), tm(released)
+		fromJSON(stacks, &g.Stacks)
 		out = append(out, g)
 	}
 	return out, t.s.mapErr(rows.Err())
@@ -140,27 +154,78 @@ func (t *sqlTx) ReleaseGrants(env string, pr int, class, target, by string, at t
 		"AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)", ns(at), by, env, pr, class, target, ns(at))
 }
 
-func (t *sqlTx) Lease(execID string) (*store.Lease, error) {
+func (t *sqlTx) ReleaseGrantIDs(ids []int64, by string, at time.Time) (int64, error) {
+	var total int64
+	for _, id := range ids {
+		n, err := t.exec("UPDATE grants SET released_at = ?, released_by = ? WHERE id = ? AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)",
+			ns(at), by, id, ns(at))
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func (t *sqlTx) ReleaseExecutionClaims(env, execID, stack string) (int64, error) {
+	return t.exec("DELETE FROM claims WHERE environment = ? AND execution_id = ? AND (? = '' OR stack = ?)", env, execID, stack, stack)
+}
+
+const leaseCols = "execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at, " +
+	"principal, sha, plan_id, grant_ids, member, bound, unbind_attempts, unbind_error"
+
+func scanLease(sc interface{ Scan(...any) error }) (*store.Lease, error) {
 	var l store.Lease
-	var granted, expires, revoked int64
-	err := t.row("SELECT execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at FROM leases WHERE execution_id = ?", execID).
-		Scan(&l.ExecutionID, &l.Environment, &l.PR, &l.Requester, &l.Outcome, &granted, &expires, &revoked)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: lease for execution %q", store.ErrNotFound, execID)
+	var granted, expires, revoked, bound int64
+	var grants string
+	if err := sc.Scan(&l.ExecutionID, &l.Environment, &l.PR, &l.Requester, &l.Outcome, &granted, &expires, &revoked,
+		&l.Principal, &l.SHA, &l.PlanID, &grants, &l.Member, &bound, &l.UnbindAttempts, &l.UnbindError); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, t.s.mapErr(err)
-	}
-	l.GrantedAt, l.ExpiresAt, l.RevokedAt = tm(granted), tm(expires), tm(revoked)
+	l.GrantedAt, l.ExpiresAt, l.RevokedAt, l.Bound = tm(granted), tm(expires), tm(revoked), bound != 0
+	fromJSON(grants, &l.GrantIDs)
 	return &l, nil
 }
 
+func (t *sqlTx) Lease(execID string) (*store.Lease, error) {
+	l, err := scanLease(t.row("SELECT "+leaseCols+" FROM leases WHERE execution_id = ?", execID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: lease for execution %q", store.ErrNotFound, execID)
+	}
+	return l, t.s.mapErr(err)
+}
+
 func (t *sqlTx) PutLease(l store.Lease) error {
-	_, err := t.exec("INSERT INTO leases (execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at) VALUES (?,?,?,?,?,?,?,?) "+
+	grants := l.GrantIDs
+	if grants == nil {
+		grants = []int64{}
+	}
+	_, err := t.exec("INSERT INTO leases ("+leaseCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "+
 		"ON CONFLICT (execution_id) DO UPDATE SET environment = excluded.environment, pr = excluded.pr, requester = excluded.requester, "+
-		"outcome = excluded.outcome, granted_at = excluded.granted_at, expires_at = excluded.expires_at, revoked_at = excluded.revoked_at",
-		l.ExecutionID, l.Environment, l.PR, l.Requester, l.Outcome, ns(l.GrantedAt), ns(l.ExpiresAt), ns(l.RevokedAt))
+		"outcome = excluded.outcome, granted_at = excluded.granted_at, expires_at = excluded.expires_at, revoked_at = excluded.revoked_at, "+
+		"principal = excluded.principal, sha = excluded.sha, plan_id = excluded.plan_id, grant_ids = excluded.grant_ids, "+
+		"member = excluded.member, bound = excluded.bound, unbind_attempts = excluded.unbind_attempts, unbind_error = excluded.unbind_error",
+		l.ExecutionID, l.Environment, l.PR, l.Requester, l.Outcome, ns(l.GrantedAt), ns(l.ExpiresAt), ns(l.RevokedAt),
+		l.Principal, l.SHA, l.PlanID, toJSON(grants), l.Member, b2i(l.Bound), l.UnbindAttempts, l.UnbindError)
 	return err
+}
+
+func (t *sqlTx) LeasesToUnbind(now time.Time, limit int) ([]store.Lease, error) {
+	rows, err := t.query("SELECT "+leaseCols+" FROM leases WHERE bound = 1 AND (revoked_at > 0 OR expires_at <= ?) "+
+		"ORDER BY unbind_attempts, expires_at LIMIT ?", ns(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		out = append(out, *l)
+	}
+	return out, t.s.mapErr(rows.Err())
 }
 
 func (t *sqlTx) PutCheck(c api.Check) error {

@@ -116,15 +116,31 @@ var suite = []struct {
 			if len(got) != 2 || got[0].ExecutionID != "e1" {
 				t.Errorf("page 2: %v", ids(got))
 			}
-			latest, err := tx.LatestPlan("prod", 7, "abc")
-			if err != nil || latest.ExecutionID != "e3" {
-				t.Errorf("latest plan %v %v", latest, err)
-			}
-			if _, err := tx.LatestPlan("prod", 7, "other-sha"); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("latest plan at unknown sha: %v", err)
+			if _, err := tx.LatestPlan("prod", 8); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("latest plan of a PR without plans: %v", err)
 			}
 			return nil
 		})
+		// The latest plan is the one the server received last, whatever the client's clock said.
+		for i, id := range []string{"e3", "e0", "e2"} {
+			write(t, s, func(tx store.Tx) error {
+				return tx.StampExecution(id, "runner-"+id, t0.Add(time.Duration(i)*time.Hour))
+			})
+		}
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			latest, err := tx.LatestPlan("prod", 7)
+			if err != nil || latest.ExecutionID != "e2" {
+				t.Errorf("latest plan %v %v, want e2 (received last)", latest, err)
+			}
+			if p, err := tx.ExecutionPrincipal("e0"); err != nil || p != "runner-e0" {
+				t.Errorf("principal %q %v", p, err)
+			}
+			return nil
+		})
+		err := s.Write(ctx, func(tx store.Tx) error { return tx.StampExecution("missing", "x", t0) })
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("stamping an unknown execution: %v", err)
+		}
 	}},
 	{"log chunks dedup by key, read in offset order, gaps summarized", func(t *testing.T, s store.Store) {
 		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("e1", t0)); return err })
@@ -288,6 +304,86 @@ var suite = []struct {
 			c, err := tx.Check("prod", 1, "tfstackplan/plan")
 			if err != nil || c.Conclusion != "success" {
 				t.Errorf("check %+v %v", c, err)
+			}
+			return nil
+		})
+	}},
+	{"grants keep the plan content they approve; leases their principal, grants and binding", func(t *testing.T, s store.Store) {
+		approved := []api.StackPlan{{Stack: "a", PlanHash: "v1:aa"}, {Stack: "b", PlanHash: "v1:bb"}}
+		var g1, g2 int64
+		write(t, s, func(tx store.Tx) (err error) {
+			if g1, err = tx.AddGrant(api.Grant{Environment: "prod", PR: 1, Class: "destructive", Target: "**", GrantedAt: t0,
+				ExecutionID: "p1", Stacks: approved}); err != nil {
+				return err
+			}
+			g2, err = tx.AddGrant(api.Grant{Environment: "prod", PR: 1, Class: "mutating", Target: "**", GrantedAt: t0, ExecutionID: "p1"})
+			return err
+		})
+		l := store.Lease{ExecutionID: "ap", Environment: "prod", PR: 1, Requester: "sa@x", GrantedAt: t0, ExpiresAt: t0.Add(time.Hour),
+			Principal: "ci", SHA: "abc", PlanID: "p1", GrantIDs: []int64{g1}, Member: "serviceAccount:ci@x", Bound: true}
+		write(t, s, func(tx store.Tx) error {
+			if err := tx.PutLease(l); err != nil {
+				return err
+			}
+			return tx.PutLease(store.Lease{ExecutionID: "gone", Environment: "prod", PR: 2, GrantedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			got, err := tx.Grants(store.GrantFilter{Environment: "prod", Class: "destructive"})
+			if err != nil || len(got) != 1 || got[0].ExecutionID != "p1" || len(got[0].Stacks) != 2 || got[0].Stacks[1] != approved[1] {
+				t.Errorf("grant %+v %v", got, err)
+			}
+			back, err := tx.Lease("ap")
+			if err != nil || back.Principal != "ci" || back.SHA != "abc" || back.PlanID != "p1" || len(back.GrantIDs) != 1 ||
+				back.GrantIDs[0] != g1 || !back.Bound || back.Member != "serviceAccount:ci@x" {
+				t.Errorf("lease %+v %v", back, err)
+			}
+			// Bound, neither revoked nor expired: nothing to unbind yet; unbound leases never.
+			if due, err := tx.LeasesToUnbind(t0.Add(time.Minute), 10); err != nil || len(due) != 0 {
+				t.Errorf("due before expiry: %+v %v", due, err)
+			}
+			if due, err := tx.LeasesToUnbind(t0.Add(2*time.Hour), 10); err != nil || len(due) != 1 || due[0].ExecutionID != "ap" {
+				t.Errorf("due after expiry: %+v %v", due, err)
+			}
+			return nil
+		})
+		write(t, s, func(tx store.Tx) error {
+			n, err := tx.ReleaseGrantIDs([]int64{g1, g1}, "ci", t0.Add(time.Minute))
+			if n != 1 {
+				t.Errorf("released %d grants, want 1", n)
+			}
+			return err
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			active, _ := tx.Grants(store.GrantFilter{Environment: "prod", ActiveAt: t0.Add(2 * time.Minute)})
+			if len(active) != 1 || active[0].ID != g2 {
+				t.Errorf("active after releasing g1: %+v", active)
+			}
+			return nil
+		})
+	}},
+	{"claims release by execution", func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error {
+			for _, c := range []api.Claim{{Environment: "prod", Stack: "a", PR: 1, ExecutionID: "p1"},
+				{Environment: "prod", Stack: "b", PR: 1, ExecutionID: "p1"}, {Environment: "prod", Stack: "c", PR: 2, ExecutionID: "p2"}} {
+				if err := tx.PutClaim(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		write(t, s, func(tx store.Tx) error {
+			if n, err := tx.ReleaseExecutionClaims("prod", "p1", "b"); err != nil || n != 1 {
+				t.Errorf("one stack: %d %v", n, err)
+			}
+			if n, err := tx.ReleaseExecutionClaims("prod", "p1", ""); err != nil || n != 1 {
+				t.Errorf("the rest: %d %v", n, err)
+			}
+			return nil
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			left, _ := tx.Claims("prod", t0)
+			if len(left) != 1 || left[0].ExecutionID != "p2" {
+				t.Errorf("claims left %+v", left)
 			}
 			return nil
 		})

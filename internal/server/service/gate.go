@@ -1,0 +1,717 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/granter"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// The apply gate: approvals (grants) bound to a plan's content, the fail-closed check that
+// leases the requester, and the revoke that ends exactly what the lease took.
+
+// Caller is the authenticated principal of a request, as the service needs it.
+type Caller struct {
+	// Name identifies the principal in the audit log and in what it owns.
+	Name string
+	// Admin reports the admin role: it may end what other principals took.
+	Admin bool
+}
+
+func (s *Service) granter() granter.Granter {
+	if s.Granter == nil {
+		return granter.None{}
+	}
+	return s.Granter
+}
+
+func target(env string, pr int) string { return fmt.Sprintf("%s PR #%d", env, pr) }
+
+// GateCheck decides, fail-closed, whether an apply may proceed, and leases the requester when
+// it may. Every check decides afresh and is audited; a satisfied check binds the lease through
+// the granter, and a granter failure denies.
+func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateCheck) (api.GateLease, error) {
+	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
+		return api.GateLease{}, err
+	}
+	if in.PR <= 0 {
+		return api.GateLease{}, invalid("pr must be a positive pull request number")
+	}
+	if strings.TrimSpace(in.SHA) == "" {
+		return api.GateLease{}, invalid("sha is required: the commit being applied is recorded with the decision")
+	}
+	if err := checkText("sha", in.SHA, MaxShortLen); err != nil {
+		return api.GateLease{}, err
+	}
+	if len(in.Stacks) == 0 {
+		return api.GateLease{}, invalid("stacks is required: name every stack the apply changes with its plan hash")
+	}
+	seen := map[string]bool{}
+	for _, sp := range in.Stacks {
+		if err := checkName("stack", sp.Stack); err != nil {
+			return api.GateLease{}, err
+		}
+		if err := checkText("plan_hash", sp.PlanHash, MaxShortLen); err != nil {
+			return api.GateLease{}, err
+		}
+		if seen[sp.Stack] {
+			return api.GateLease{}, invalid("stack %q is named twice", sp.Stack)
+		}
+		seen[sp.Stack] = true
+	}
+	now := s.Now()
+	where := target(in.Environment, in.PR)
+	var lease store.Lease
+	var decision error
+	err := s.Store.Write(ctx, func(tx store.Tx) error {
+		decision = nil
+		if err := tx.LockEnvironment(in.Environment); err != nil {
+			return err
+		}
+		prev, err := tx.Lease(in.ExecutionID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			prev = nil
+		case err != nil:
+			return err
+		}
+		deny := func(err error) error {
+			decision = err
+			if prev != nil && prev.RevokedAt.IsZero() && prev.Environment == in.Environment && prev.PR == in.PR {
+				// The lease an earlier check gave no longer holds: end it now (the sweeper
+				// removes its binding) rather than let it run to its expiry.
+				prev.RevokedAt, prev.Outcome = now, "denied on re-check"
+				if err := tx.PutLease(*prev); err != nil {
+					return err
+				}
+			}
+			return audit(tx, now, principal, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
+		}
+		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
+		// checks the gate before it announces the apply).
+		cancelled, _, err := tx.ExecutionCancel(in.ExecutionID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if cancelled {
+			return deny(fmt.Errorf("%w: execution %s was cancelled", store.ErrDenied, in.ExecutionID))
+		}
+		if prev != nil {
+			switch {
+			case prev.Environment != in.Environment || prev.PR != in.PR:
+				decision = fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID, target(prev.Environment, prev.PR), where)
+				return audit(tx, now, principal, "gate.check", where, "", "denied", decision.Error())
+			case prev.Principal != "" && prev.Principal != principal:
+				decision = fmt.Errorf("%w: execution %s holds a lease granted to another principal", store.ErrDenied, in.ExecutionID)
+				return audit(tx, now, principal, "gate.check", where, "", "denied", decision.Error())
+			case !prev.RevokedAt.IsZero():
+				return deny(fmt.Errorf("%w: the lease of execution %s was already revoked (%s)", store.ErrDenied, in.ExecutionID, prev.Outcome))
+			}
+		}
+		ep := s.Policy.Environments[in.Environment]
+		if ep.Requester == "" {
+			return deny(fmt.Errorf("%w: the policy names no requester for environment %q", store.ErrPrecondition, in.Environment))
+		}
+		d, err := s.decide(tx, in, now)
+		if err != nil {
+			if errors.Is(err, store.ErrUnavailable) {
+				return err
+			}
+			return deny(err)
+		}
+		lease = store.Lease{ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR, Requester: ep.Requester,
+			GrantedAt: now, ExpiresAt: now.Add(s.ttl(in.Environment, true)), Principal: principal, SHA: in.SHA,
+			PlanID: d.plan.ExecutionID, GrantIDs: d.grants, Member: ep.RunnerMember,
+			// Marked bound before the granter is asked, so a crash in between still leaves the
+			// sweeper something to remove.
+			Bound: s.granter().Name() != granter.KindNone}
+		if prev != nil {
+			lease.GrantedAt, lease.UnbindAttempts, lease.UnbindError = prev.GrantedAt, prev.UnbindAttempts, prev.UnbindError
+			lease.Bound = lease.Bound || prev.Bound
+		}
+		if err := tx.PutLease(lease); err != nil {
+			return err
+		}
+		detail := fmt.Sprintf("execution %s, sha %s; plan %s at sha %s; stacks %s; grants %v; requester %s",
+			in.ExecutionID, in.SHA, d.plan.ExecutionID, d.plan.SHA, strings.Join(d.stacks, ", "), d.grants, lease.Requester)
+		if prev != nil {
+			detail = "re-check, " + detail
+		}
+		return audit(tx, now, principal, "gate.check", where, "", "allowed", detail)
+	})
+	if err != nil {
+		return api.GateLease{}, err
+	}
+	if decision != nil {
+		return api.GateLease{}, decision
+	}
+	if err := s.bind(ctx, principal, lease); err != nil {
+		return api.GateLease{}, err
+	}
+	return api.GateLease{Requester: lease.Requester, ExpiresAt: lease.ExpiresAt}, nil
+}
+
+// bind asks the granter to make a lease real; a failure revokes the lease and denies.
+func (s *Service) bind(ctx context.Context, principal string, l store.Lease) error {
+	g := s.granter()
+	if g.Name() == granter.KindNone {
+		return nil
+	}
+	gerr := g.Grant(ctx, binding(l))
+	if gerr == nil {
+		return nil
+	}
+	now := s.Now()
+	err := s.Store.Write(context.WithoutCancel(ctx), func(tx store.Tx) error {
+		cur, err := tx.Lease(l.ExecutionID)
+		if err != nil {
+			return err
+		}
+		if cur.RevokedAt.IsZero() {
+			cur.RevokedAt, cur.Outcome = now, "grant failed"
+		}
+		cur.Bound = true // whatever part of the grant took effect is removed by the sweeper
+		if err := tx.PutLease(*cur); err != nil {
+			return err
+		}
+		return audit(tx, now, principal, "gate.check", target(l.Environment, l.PR), "", "denied",
+			fmt.Sprintf("execution %s: the %s granter failed: %v", l.ExecutionID, g.Name(), gerr))
+	})
+	if err != nil {
+		return fmt.Errorf("%w: the %s granter failed (%v) and the lease could not be revoked: %v", store.ErrDenied, g.Name(), gerr, err)
+	}
+	return fmt.Errorf("%w: the %s granter could not grant %s to the runner: %v", store.ErrDenied, g.Name(), l.Requester, gerr)
+}
+
+func binding(l store.Lease) granter.Binding {
+	return granter.Binding{LeaseID: l.ExecutionID, Environment: l.Environment, Requester: l.Requester, Member: l.Member, ExpiresAt: l.ExpiresAt}
+}
+
+// decision is what a satisfied gate decided over.
+type decision struct {
+	plan   *store.Execution
+	stacks []string
+	grants []int64
+}
+
+// applicable checks that a plan can be applied at all: finalized, succeeded, not cancelled,
+// and every stack succeeded with a class. It returns the plan's stacks.
+func applicable(tx store.Tx, plan *store.Execution) ([]store.Stack, error) {
+	what := fmt.Sprintf("plan %s of %s", plan.ExecutionID, target(plan.Environment, plan.PR))
+	switch {
+	case plan.Cancelled:
+		return nil, fmt.Errorf("%w: %s was cancelled", store.ErrPrecondition, what)
+	case !plan.Finalized:
+		return nil, fmt.Errorf("%w: %s is not finalized", store.ErrPrecondition, what)
+	case plan.Status != events.ExecutionSucceeded:
+		return nil, fmt.Errorf("%w: %s ended %s", store.ErrPrecondition, what, plan.Status)
+	}
+	stacks, err := tx.Stacks(plan.ExecutionID)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range stacks {
+		switch {
+		case st.Status != events.StackSucceeded:
+			return nil, fmt.Errorf("%w: %s is not applicable: stack %q ended %s", store.ErrPrecondition, what, st.Stack, st.Status)
+		case st.Class == "" || st.Class == events.ClassUnclassified:
+			return nil, fmt.Errorf("%w: %s is not applicable: stack %q is unclassified", store.ErrPrecondition, what, st.Stack)
+		case changed(st.Class) && st.PlanHash == "":
+			return nil, fmt.Errorf("%w: %s recorded no plan hash for changed stack %q", store.ErrPrecondition, what, st.Stack)
+		}
+	}
+	return stacks, nil
+}
+
+// decide applies the gate rules over the PR's latest plan (the latest the server received).
+func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decision, error) {
+	plan, err := tx.LatestPlan(in.Environment, in.PR)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s has no plan", store.ErrPrecondition, target(in.Environment, in.PR))
+	}
+	if err != nil {
+		return nil, err
+	}
+	stacks, err := applicable(tx, plan)
+	if err != nil {
+		return nil, err
+	}
+	// The request must name exactly the plan's changed stacks, each with the plan's hash: the
+	// gate is decided over the plan, never over what the runner chose to list.
+	planned := map[string]store.Stack{}
+	for _, st := range stacks {
+		if changed(st.Class) {
+			planned[st.Stack] = st
+		}
+	}
+	var missing, extra, differ []string
+	requested := map[string]bool{}
+	for _, sp := range in.Stacks {
+		requested[sp.Stack] = true
+		st, ok := planned[sp.Stack]
+		switch {
+		case !ok:
+			extra = append(extra, sp.Stack)
+		case st.PlanHash != sp.PlanHash:
+			differ = append(differ, sp.Stack)
+		}
+	}
+	for name := range planned {
+		if !requested[name] {
+			missing = append(missing, name)
+		}
+	}
+	var problems []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"changed in the plan but not named", missing}, {"named but not changed in the plan", extra}, {"with a plan hash that differs from the plan's (stale plan)", differ}} {
+		if len(p.names) > 0 {
+			sort.Strings(p.names)
+			problems = append(problems, fmt.Sprintf("stacks %s: %s", p.what, strings.Join(quoteAll(p.names), ", ")))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: the apply does not match plan %s: %s", store.ErrDenied, plan.ExecutionID, strings.Join(problems, "; "))
+	}
+	claims, err := tx.Claims(in.Environment, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		if _, ok := planned[c.Stack]; ok && c.PR != in.PR {
+			return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stack, c.PR, c.ExecutionID, in.Environment)
+		}
+	}
+	classes := map[string]events.Class{}
+	names := make([]string, 0, len(planned))
+	for name, st := range planned {
+		classes[name] = st.Class
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var grantIDs []int64
+	var unmet []string
+	for _, g := range s.Policy.RequiredGates(in.Environment, classes) {
+		id, why, err := approving(tx, in.Environment, in.PR, g, planned, now)
+		if err != nil {
+			return nil, err
+		}
+		if id == 0 {
+			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), why))
+			continue
+		}
+		grantIDs = append(grantIDs, id)
+	}
+	if len(unmet) > 0 {
+		return nil, fmt.Errorf("%w: no active grant approved this plan's content for gate %s", store.ErrDenied, strings.Join(unmet, "; "))
+	}
+	return &decision{plan: plan, stacks: names, grants: grantIDs}, nil
+}
+
+// approving returns the newest active grant of gate g that approved exactly the content the
+// plan has on g's stacks, or 0 and why none did.
+func approving(tx store.Tx, env string, pr int, g api.Gate, planned map[string]store.Stack, now time.Time) (int64, string, error) {
+	grants, err := tx.Grants(store.GrantFilter{Environment: env, PR: pr, Class: g.Class, Target: g.Target, ActiveAt: now})
+	if err != nil {
+		return 0, "", err
+	}
+	why := ""
+	for _, gr := range grants {
+		if stack, ok := covers(gr, g.Stacks, func(name string) string { return planned[name].PlanHash }); !ok {
+			why = fmt.Sprintf(": grant %d approved plan %s, whose content differs on stack %q", gr.ID, gr.ExecutionID, stack)
+			continue
+		}
+		return gr.ID, "", nil
+	}
+	return 0, why, nil
+}
+
+// covers reports whether a grant approved every one of stacks at the hash hashOf gives; when
+// not, it returns the first stack it does not cover.
+func covers(g api.Grant, stacks []string, hashOf func(string) string) (string, bool) {
+	approved := make(map[string]string, len(g.Stacks))
+	for _, sp := range g.Stacks {
+		approved[sp.Stack] = sp.PlanHash
+	}
+	for _, name := range stacks {
+		if h, ok := approved[name]; !ok || h == "" || h != hashOf(name) {
+			return name, false
+		}
+	}
+	return "", true
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = fmt.Sprintf("%q", n)
+	}
+	return out
+}
+
+// GateRevoke ends an apply's lease; see GateRevokeAs. The caller is not an admin.
+func (s *Service) GateRevoke(ctx context.Context, principal string, in *api.GateRevoke) (api.Ack, error) {
+	return s.GateRevokeAs(ctx, Caller{Name: principal}, in)
+}
+
+// GateRevokeAs ends the lease of an apply execution: the lease, the grants its decision used
+// and, when the apply succeeded, the PR's claims. Only the principal the lease was granted to,
+// or an admin, may revoke it; an execution without a lease changes nothing, whatever
+// environment and PR the request names. The granter's binding is removed after the commit;
+// a failure is audited and left to the sweeper.
+func (s *Service) GateRevokeAs(ctx context.Context, caller Caller, in *api.GateRevoke) (api.Ack, error) {
+	if err := checkName("execution_id", in.ExecutionID); err != nil {
+		return api.Ack{}, err
+	}
+	outcome := clip(sanitize(in.Outcome), 64)
+	now := s.Now()
+	var revoked *store.Lease
+	err := s.Store.Write(ctx, func(tx store.Tx) error {
+		revoked = nil
+		l, err := tx.Lease(in.ExecutionID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if l.Principal != "" && l.Principal != caller.Name && !caller.Admin {
+			return fmt.Errorf("%w: the lease of execution %s was granted to another principal; ending it is an admin action", store.ErrDenied, in.ExecutionID)
+		}
+		if !l.RevokedAt.IsZero() {
+			return nil
+		}
+		if err := tx.LockEnvironment(l.Environment); err != nil {
+			return err
+		}
+		l.RevokedAt, l.Outcome = now, outcome
+		if err := tx.PutLease(*l); err != nil {
+			return err
+		}
+		released := int64(0)
+		if outcome == "succeeded" {
+			if released, err = tx.ReleaseClaims(l.Environment, l.PR, ""); err != nil {
+				return err
+			}
+		}
+		// The apply the grants approved is over: a later apply needs a fresh approval.
+		ended, err := tx.ReleaseGrantIDs(l.GrantIDs, caller.Name, now)
+		if err != nil {
+			return err
+		}
+		revoked = l
+		return audit(tx, now, caller.Name, "gate.revoke", target(l.Environment, l.PR), "", outcome,
+			fmt.Sprintf("execution %s, %d grants ended, %d claims released", in.ExecutionID, ended, released))
+	})
+	if err != nil || revoked == nil || !revoked.Bound {
+		return api.Ack{}, err
+	}
+	s.unbind(context.WithoutCancel(ctx), caller.Name, *revoked)
+	return api.Ack{}, nil
+}
+
+// unbind removes a revoked or expired lease's granter binding and records the outcome: done,
+// or one more failed attempt (audited) for the sweeper to retry.
+func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
+	gerr := s.granter().Revoke(ctx, binding(l))
+	now := s.Now()
+	_ = s.Store.Write(ctx, func(tx store.Tx) error {
+		cur, err := tx.Lease(l.ExecutionID)
+		if err != nil || !cur.Bound {
+			return err
+		}
+		if gerr == nil {
+			cur.Bound, cur.UnbindError = false, ""
+			if err := tx.PutLease(*cur); err != nil {
+				return err
+			}
+			return audit(tx, now, principal, "gate.unbind", target(cur.Environment, cur.PR), "", "removed",
+				fmt.Sprintf("execution %s: %s no longer granted to %s", cur.ExecutionID, cur.Requester, cur.Member))
+		}
+		cur.UnbindAttempts++
+		cur.UnbindError = clip(gerr.Error(), MaxTextLen)
+		if err := tx.PutLease(*cur); err != nil {
+			return err
+		}
+		return audit(tx, now, principal, "gate.unbind", target(cur.Environment, cur.PR), "", "failed",
+			fmt.Sprintf("execution %s, attempt %d (retried by the sweeper): %v", cur.ExecutionID, cur.UnbindAttempts, gerr))
+	})
+}
+
+// SweepLeases removes the granter bindings of leases revoked or expired at now (up to limit),
+// and returns how many it tried. serve runs it periodically; a failure stays for the next sweep.
+func (s *Service) SweepLeases(ctx context.Context, limit int) (int, error) {
+	if s.granter().Name() == granter.KindNone {
+		return 0, nil
+	}
+	var due []store.Lease
+	now := s.Now()
+	if err := s.Store.Read(ctx, func(tx store.Tx) (err error) { due, err = tx.LeasesToUnbind(now, limit); return }); err != nil {
+		return 0, err
+	}
+	for _, l := range due {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		s.unbind(ctx, "sweeper", l)
+	}
+	return len(due), nil
+}
+
+// RunSweeper sweeps leases every interval until ctx ends.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		_, _ = s.SweepLeases(ctx, 100)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Claims lists current claims (env empty: every environment).
+func (s *Service) Claims(ctx context.Context, env string) ([]api.Claim, error) {
+	var out []api.Claim
+	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Claims(env, s.Now()); return })
+	return out, err
+}
+
+// ReleaseClaims releases claims as a non-admin caller; see ReleaseClaimsAs.
+func (s *Service) ReleaseClaims(ctx context.Context, principal string, in *api.ClaimsRelease) (api.Ack, error) {
+	return s.ReleaseClaimsAs(ctx, Caller{Name: principal}, in)
+}
+
+// ReleaseClaimsAs releases one stack's claim, or all of a PR's claims in an environment. A
+// non-admin caller must name a plan execution it announced itself and releases only the
+// claims that execution took; anything else is an admin action.
+func (s *Service) ReleaseClaimsAs(ctx context.Context, caller Caller, in *api.ClaimsRelease) (api.Ack, error) {
+	if err := checkName("environment", in.Environment); err != nil {
+		return api.Ack{}, err
+	}
+	if in.PR <= 0 {
+		return api.Ack{}, invalid("pr must be a positive pull request number")
+	}
+	if in.Stack != "" {
+		if err := checkName("stack", in.Stack); err != nil {
+			return api.Ack{}, err
+		}
+	}
+	if in.ExecutionID != "" {
+		if err := checkName("execution_id", in.ExecutionID); err != nil {
+			return api.Ack{}, err
+		}
+	}
+	if !caller.Admin && in.ExecutionID == "" {
+		return api.Ack{}, fmt.Errorf("%w: a runner releases only the claims of its own execution (name it in execution_id); releasing a PR's claims is an admin action", store.ErrDenied)
+	}
+	now := s.Now()
+	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
+		if in.ExecutionID != "" && !caller.Admin {
+			owner, err := tx.ExecutionPrincipal(in.ExecutionID)
+			if err != nil {
+				return err
+			}
+			if owner == "" || owner != caller.Name {
+				return fmt.Errorf("%w: execution %s was not announced by %s; releasing its claims is an admin action", store.ErrDenied, in.ExecutionID, caller.Name)
+			}
+		}
+		if err := tx.LockEnvironment(in.Environment); err != nil {
+			return err
+		}
+		var n int64
+		var err error
+		if in.ExecutionID != "" {
+			n, err = tx.ReleaseExecutionClaims(in.Environment, in.ExecutionID, in.Stack)
+		} else {
+			n, err = tx.ReleaseClaims(in.Environment, in.PR, in.Stack)
+		}
+		if err != nil || n == 0 {
+			return err
+		}
+		what := "all stacks"
+		if in.Stack != "" {
+			what = "stack " + in.Stack
+		}
+		if in.ExecutionID != "" {
+			what += " of execution " + in.ExecutionID
+		}
+		return audit(tx, now, caller.Name, "claims.release", target(in.Environment, in.PR), "", "released", fmt.Sprintf("%s (%d claims)", what, n))
+	})
+}
+
+func checkGrantKey(env string, pr int, class, target, reason string) error {
+	if err := checkName("environment", env); err != nil {
+		return err
+	}
+	if pr <= 0 {
+		return invalid("pr must be a positive pull request number")
+	}
+	if !api.Class(class).Valid() {
+		return invalid("class %q is not a change class", class)
+	}
+	if err := checkName("target", target); err != nil {
+		return err
+	}
+	if err := checkGlob(target); err != nil {
+		return invalid("target: %v", err)
+	}
+	if strings.TrimSpace(reason) == "" {
+		return invalid("reason is required")
+	}
+	return checkText("reason", reason, MaxTextLen)
+}
+
+// SatisfyGate approves one plan's content for a gate: the stacks of the class under the target
+// in that plan (in.ExecutionID, or the PR's latest plan), with their content hashes. The grant
+// satisfies the gate only while the plan being applied has exactly that content on those
+// stacks. An active grant approving the same content is not duplicated.
+func (s *Service) SatisfyGate(ctx context.Context, principal string, in *api.GatesSatisfy) (api.Ack, error) {
+	if err := checkGrantKey(in.Environment, in.PR, in.Class, in.Target, in.Reason); err != nil {
+		return api.Ack{}, err
+	}
+	if in.ExecutionID != "" {
+		if err := checkName("execution_id", in.ExecutionID); err != nil {
+			return api.Ack{}, err
+		}
+	}
+	now := s.Now()
+	if !in.ExpiresAt.IsZero() && !in.ExpiresAt.After(now) {
+		return api.Ack{}, invalid("expires_at %s is in the past", in.ExpiresAt.Format(time.RFC3339))
+	}
+	where := target(in.Environment, in.PR)
+	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
+		if err := tx.LockEnvironment(in.Environment); err != nil {
+			return err
+		}
+		var plan *store.Execution
+		var err error
+		if in.ExecutionID == "" {
+			if plan, err = tx.LatestPlan(in.Environment, in.PR); errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("%w: %s has no plan to approve", store.ErrPrecondition, where)
+			}
+		} else if plan, err = tx.Execution(in.ExecutionID); err == nil &&
+			(plan.Op != api.ExecutionOp(events.OpPlan) || plan.Environment != in.Environment || plan.PR != in.PR) {
+			return fmt.Errorf("%w: execution %s is not a plan of %s", store.ErrInvalid, in.ExecutionID, where)
+		}
+		if err != nil {
+			return err
+		}
+		stacks, err := applicable(tx, plan)
+		if err != nil {
+			return err
+		}
+		var approved []api.StackPlan
+		for _, st := range stacks {
+			if string(st.Class) == in.Class && MatchGlob(in.Target, st.Stack) {
+				approved = append(approved, api.StackPlan{Stack: st.Stack, PlanHash: st.PlanHash})
+			}
+		}
+		if len(approved) == 0 {
+			return fmt.Errorf("%w: plan %s has no %s stack under %q: nothing to approve", store.ErrPrecondition, plan.ExecutionID, in.Class, in.Target)
+		}
+		active, err := tx.Grants(store.GrantFilter{Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target, ActiveAt: now})
+		if err != nil {
+			return err
+		}
+		hashes := map[string]string{}
+		names := make([]string, len(approved))
+		for i, sp := range approved {
+			hashes[sp.Stack], names[i] = sp.PlanHash, sp.Stack
+		}
+		for _, g := range active {
+			if _, ok := covers(g, names, func(n string) string { return hashes[n] }); ok && len(g.Stacks) == len(approved) {
+				return nil
+			}
+		}
+		if _, err := tx.AddGrant(api.Grant{Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target,
+			Principal: principal, Reason: clip(in.Reason, MaxTextLen), GrantedAt: now, ExpiresAt: in.ExpiresAt.UTC(),
+			ExecutionID: plan.ExecutionID, Stacks: approved}); err != nil {
+			return err
+		}
+		detail := fmt.Sprintf("plan %s at sha %s, stacks %s", plan.ExecutionID, plan.SHA, strings.Join(names, ", "))
+		if !in.ExpiresAt.IsZero() {
+			detail += "; expires " + in.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return audit(tx, now, principal, "gates.satisfy", fmt.Sprintf("%s %s on %s", where, in.Class, in.Target), in.Reason, "granted", detail)
+	})
+}
+
+// ReleaseGrant ends the active grants with the key; releasing nothing is not an error.
+func (s *Service) ReleaseGrant(ctx context.Context, principal string, in *api.GrantsRelease) (api.Ack, error) {
+	if err := checkGrantKey(in.Environment, in.PR, in.Class, in.Target, in.Reason); err != nil {
+		return api.Ack{}, err
+	}
+	now := s.Now()
+	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
+		if err := tx.LockEnvironment(in.Environment); err != nil {
+			return err
+		}
+		n, err := tx.ReleaseGrants(in.Environment, in.PR, in.Class, in.Target, principal, now)
+		if err != nil || n == 0 {
+			return err
+		}
+		return audit(tx, now, principal, "grants.release", fmt.Sprintf("%s %s on %s", target(in.Environment, in.PR), in.Class, in.Target), in.Reason, "released", "")
+	})
+}
+
+// Gates lists required gates with whether an active grant approved the content of the plan
+// that required each.
+func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, error) {
+	var out []api.Gate
+	now := s.Now()
+	err := s.Store.Read(ctx, func(tx store.Tx) error {
+		gates, err := tx.Gates(env, pr)
+		if err != nil {
+			return err
+		}
+		hashes := map[string]map[string]string{}
+		for _, g := range gates {
+			h, ok := hashes[g.ExecutionID]
+			if !ok {
+				stacks, err := tx.Stacks(g.ExecutionID)
+				if err != nil {
+					return err
+				}
+				h = map[string]string{}
+				for _, st := range stacks {
+					h[st.Stack] = st.PlanHash
+				}
+				hashes[g.ExecutionID] = h
+			}
+			grants, err := tx.Grants(store.GrantFilter{Environment: g.Environment, PR: g.PR, Class: g.Class, Target: g.Target, ActiveAt: now})
+			if err != nil {
+				return err
+			}
+			for _, gr := range grants {
+				if _, ok := covers(gr, g.Stacks, func(n string) string { return h[n] }); ok {
+					g.Satisfied = true
+					break
+				}
+			}
+			out = append(out, g)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Grants lists grants, newest first.
+func (s *Service) Grants(ctx context.Context, env string, pr int) ([]api.Grant, error) {
+	var out []api.Grant
+	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
+		out, err = tx.Grants(store.GrantFilter{Environment: env, PR: pr})
+		return
+	})
+	return out, err
+}
