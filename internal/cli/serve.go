@@ -17,6 +17,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/internal/server"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/granter"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
@@ -152,6 +153,9 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	defer st.Close()
 	svc := service.New(st, policy)
+	if svc.Granter, err = granter.New(ctx, policy.Granter, policy.GranterConfig); err != nil {
+		return fmt.Errorf("policy %s: %w", o.Policy, err)
+	}
 	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger})
 	if err != nil {
 		return err
@@ -167,6 +171,8 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go func() { _ = svc.Run(bg) }()
+	// Bindings of revoked or expired leases whose removal failed are retried until they go.
+	go svc.RunSweeper(bg, SweepInterval)
 	if o.LogRetention > 0 {
 		go prune(bg, st, o.LogRetention, logger)
 	}
@@ -194,6 +200,9 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	return nil
 }
+
+// SweepInterval is how often serve retries removing the granter bindings of ended leases.
+const SweepInterval = time.Minute
 
 // prune deletes old logs at start and then hourly.
 func prune(ctx context.Context, st store.Store, retention time.Duration, logger *slog.Logger) {

@@ -164,12 +164,15 @@ func (s *Service) bind(ctx context.Context, principal string, l store.Lease) err
 	if g.Name() == granter.KindNone {
 		return nil
 	}
-	gerr := g.Grant(ctx, binding(l))
+	gctx, cancel := context.WithTimeout(ctx, GranterBudget)
+	gerr := g.Grant(gctx, binding(l))
+	cancel()
 	if gerr == nil {
 		return nil
 	}
 	now := s.Now()
-	err := s.Store.Write(context.WithoutCancel(ctx), func(tx store.Tx) error {
+	ctx = context.WithoutCancel(ctx)
+	err := s.Store.Write(ctx, func(tx store.Tx) error {
 		cur, err := tx.Lease(l.ExecutionID)
 		if err != nil {
 			return err
@@ -187,8 +190,12 @@ func (s *Service) bind(ctx context.Context, principal string, l store.Lease) err
 	if err != nil {
 		return fmt.Errorf("%w: the %s granter failed (%v) and the lease could not be revoked: %v", store.ErrDenied, g.Name(), gerr, err)
 	}
+	s.unbind(ctx, principal, l) // whatever took effect goes now; the sweeper retries a failure
 	return fmt.Errorf("%w: the %s granter could not grant %s to the runner: %v", store.ErrDenied, g.Name(), l.Requester, gerr)
 }
+
+// GranterBudget bounds one call to the granter.
+const GranterBudget = 30 * time.Second
 
 func binding(l store.Lease) granter.Binding {
 	return granter.Binding{LeaseID: l.ExecutionID, Environment: l.Environment, Requester: l.Requester, Member: l.Member, ExpiresAt: l.ExpiresAt}
@@ -421,7 +428,9 @@ func (s *Service) GateRevokeAs(ctx context.Context, caller Caller, in *api.GateR
 // unbind removes a revoked or expired lease's granter binding and records the outcome: done,
 // or one more failed attempt (audited) for the sweeper to retry.
 func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
-	gerr := s.granter().Revoke(ctx, binding(l))
+	gctx, cancel := context.WithTimeout(ctx, GranterBudget)
+	gerr := s.granter().Revoke(gctx, binding(l))
+	cancel()
 	now := s.Now()
 	_ = s.Store.Write(ctx, func(tx store.Tx) error {
 		cur, err := tx.Lease(l.ExecutionID)
@@ -448,12 +457,25 @@ func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
 
 // SweepLeases removes the granter bindings of leases revoked or expired at now (up to limit),
 // and returns how many it tried. serve runs it periodically; a failure stays for the next sweep.
+// A granter that can also sweeps each requester's expired bindings the store no longer knows
+// of (a lost database, a crash between grant and record).
 func (s *Service) SweepLeases(ctx context.Context, limit int) (int, error) {
 	if s.granter().Name() == granter.KindNone {
 		return 0, nil
 	}
 	var due []store.Lease
 	now := s.Now()
+	if sw, ok := s.granter().(granter.Sweeper); ok {
+		seen := map[string]bool{}
+		for _, ep := range s.Policy.Environments {
+			if ep.Requester != "" && !seen[ep.Requester] {
+				seen[ep.Requester] = true
+				gctx, cancel := context.WithTimeout(ctx, GranterBudget)
+				_, _ = sw.RemoveExpired(gctx, ep.Requester, now)
+				cancel()
+			}
+		}
+	}
 	if err := s.Store.Read(ctx, func(tx store.Tx) (err error) { due, err = tx.LeasesToUnbind(now, limit); return }); err != nil {
 		return 0, err
 	}

@@ -13,15 +13,20 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/granter"
 )
 
 // Policy says, per environment, which change classes on which stack globs need a grant before
 // an apply, and which service account a satisfied gate leases. Example:
 //
 //	claim_ttl = "168h"
+//	granter "gcp-iam" {
+//	  credentials_file = "/etc/tfstackplan/granter.json" # optional: Application Default Credentials
+//	}
 //	environment "prod" {
-//	  requester = "deployer@project.iam.gserviceaccount.com"
-//	  lease_ttl = "2h"
+//	  requester     = "deployer@project.iam.gserviceaccount.com"
+//	  runner_member = "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/gh/attribute.repository/org/infra"
+//	  lease_ttl     = "2h"
 //	  gate {
 //	    classes = ["destructive", "unclassified"]
 //	    stacks  = ["**"]
@@ -32,6 +37,10 @@ type Policy struct {
 	ClaimTTL time.Duration
 	// Environments by name.
 	Environments map[string]EnvPolicy
+	// Granter selects what makes a lease real: granter.KindNone (the default) or
+	// granter.KindGCPIAM with GranterConfig.
+	Granter       string
+	GranterConfig granter.GCPIAMConfig
 }
 
 // EnvPolicy is one environment's rules.
@@ -60,15 +69,23 @@ const (
 )
 
 type policyFile struct {
-	ClaimTTL     string         `hcl:"claim_ttl,optional"`
-	Environments []policyEnvHCL `hcl:"environment,block"`
+	ClaimTTL     string             `hcl:"claim_ttl,optional"`
+	Granters     []policyGranterHCL `hcl:"granter,block"`
+	Environments []policyEnvHCL     `hcl:"environment,block"`
+}
+
+type policyGranterHCL struct {
+	Kind            string `hcl:"kind,label"`
+	Endpoint        string `hcl:"endpoint,optional"`
+	CredentialsFile string `hcl:"credentials_file,optional"`
 }
 
 type policyEnvHCL struct {
-	Name      string          `hcl:"name,label"`
-	Requester string          `hcl:"requester,optional"`
-	LeaseTTL  string          `hcl:"lease_ttl,optional"`
-	Gates     []policyGateHCL `hcl:"gate,block"`
+	Name         string          `hcl:"name,label"`
+	Requester    string          `hcl:"requester,optional"`
+	RunnerMember string          `hcl:"runner_member,optional"`
+	LeaseTTL     string          `hcl:"lease_ttl,optional"`
+	Gates        []policyGateHCL `hcl:"gate,block"`
 }
 
 type policyGateHCL struct {
@@ -79,7 +96,7 @@ type policyGateHCL struct {
 // LoadPolicy reads an HCL policy file; an empty path is the empty policy (nothing gated).
 func LoadPolicy(path string) (*Policy, error) {
 	if path == "" {
-		return &Policy{Environments: map[string]EnvPolicy{}}, nil
+		return &Policy{Environments: map[string]EnvPolicy{}, Granter: granter.KindNone}, nil
 	}
 	src, err := os.ReadFile(path)
 	if err != nil {
@@ -103,11 +120,27 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 	if p.ClaimTTL, err = parseTTL(filename, "claim_ttl", pf.ClaimTTL); err != nil {
 		return nil, err
 	}
+	switch len(pf.Granters) {
+	case 0:
+		p.Granter = granter.KindNone
+	case 1:
+		g := pf.Granters[0]
+		if g.Kind != granter.KindNone && g.Kind != granter.KindGCPIAM {
+			return nil, fmt.Errorf("policy %s: granter %q is not %q or %q", filename, g.Kind, granter.KindNone, granter.KindGCPIAM)
+		}
+		p.Granter, p.GranterConfig = g.Kind, granter.GCPIAMConfig{Endpoint: g.Endpoint, CredentialsFile: g.CredentialsFile}
+	default:
+		return nil, fmt.Errorf("policy %s: %d granter blocks; give at most one", filename, len(pf.Granters))
+	}
 	for _, e := range pf.Environments {
 		if _, dup := p.Environments[e.Name]; dup {
 			return nil, fmt.Errorf("policy %s: environment %q is defined twice", filename, e.Name)
 		}
-		ep := EnvPolicy{Requester: e.Requester}
+		if p.Granter == granter.KindGCPIAM && e.Requester != "" && e.RunnerMember == "" {
+			return nil, fmt.Errorf("policy %s: environment %q: the %s granter needs runner_member, the runners' IAM identity to let impersonate %s",
+				filename, e.Name, granter.KindGCPIAM, e.Requester)
+		}
+		ep := EnvPolicy{Requester: e.Requester, RunnerMember: e.RunnerMember}
 		if ep.LeaseTTL, err = parseTTL(filename, "environment "+e.Name+" lease_ttl", e.LeaseTTL); err != nil {
 			return nil, err
 		}

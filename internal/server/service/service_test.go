@@ -561,11 +561,24 @@ func TestPolicyParsing(t *testing.T) {
 		`environment "p" {}
 environment "p" {}`: "defined twice",
 		`bogus = 1`: "bogus",
+		`granter "vault" {}`: `granter "vault" is not "none" or "gcp-iam"`,
+		"granter \"none\" {}\ngranter \"none\" {}": "at most one",
+		"granter \"gcp-iam\" {}\nenvironment \"p\" {\n requester = \"sa@x\"\n}": "needs runner_member",
 	}
 	for src, want := range bad {
 		if _, err := ParsePolicy("p.hcl", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("policy %q: err %v, want mention of %q", src, err, want)
 		}
+	}
+	p, err := ParsePolicy("p.hcl", []byte(`granter "gcp-iam" {
+  endpoint = "http://127.0.0.1:9/"
+}
+environment "p" {
+  requester     = "sa@x"
+  runner_member = "serviceAccount:ci@x"
+}`))
+	if err != nil || p.Granter != "gcp-iam" || p.GranterConfig.Endpoint != "http://127.0.0.1:9/" || p.Environments["p"].RunnerMember != "serviceAccount:ci@x" {
+		t.Errorf("granter policy %+v %v", p, err)
 	}
 	for glob, cases := range map[string]map[string]bool{
 		"**":        {"a": true, "a/b/c": true},
