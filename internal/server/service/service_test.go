@@ -560,9 +560,9 @@ func TestPolicyParsing(t *testing.T) {
 		`claim_ttl = "soon"`: "positive duration",
 		`environment "p" {}
 environment "p" {}`: "defined twice",
-		`bogus = 1`: "bogus",
+		`bogus = 1`:          "bogus",
 		`granter "vault" {}`: `granter "vault" is not "none" or "gcp-iam"`,
-		"granter \"none\" {}\ngranter \"none\" {}": "at most one",
+		"granter \"none\" {}\ngranter \"none\" {}":                              "at most one",
 		"granter \"gcp-iam\" {}\nenvironment \"p\" {\n requester = \"sa@x\"\n}": "needs runner_member",
 	}
 	for src, want := range bad {
