@@ -25,6 +25,12 @@ func principal(ctx context.Context) string {
 	return p.Name
 }
 
+// caller is the request's principal as the service's ownership rules need it.
+func caller(ctx context.Context) service.Caller {
+	p, _ := auth.From(ctx)
+	return service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin)}
+}
+
 type queryKey struct{}
 
 func queryOf(ctx context.Context) url.Values {
@@ -39,7 +45,7 @@ func (h *handlers) event(kind string, err error) {
 }
 
 func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
-	ack, err := h.svc.Init(ctx, r.Body)
+	ack, err := h.svc.InitAs(ctx, principal(ctx), r.Body)
 	h.event("init", err)
 	if err != nil {
 		return api.InitdefaultJSONResponse(errResp(err)), nil
@@ -115,7 +121,7 @@ func (h *handlers) GateCheck(ctx context.Context, r api.GateCheckRequestObject) 
 }
 
 func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject) (api.GateRevokeResponseObject, error) {
-	ack, err := h.svc.GateRevoke(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.GateRevokeAs(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.GateRevokedefaultJSONResponse(errResp(err)), nil
 	}
@@ -147,7 +153,7 @@ func (h *handlers) ClaimsList(ctx context.Context, r api.ClaimsListRequestObject
 }
 
 func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequestObject) (api.ClaimsReleaseResponseObject, error) {
-	ack, err := h.svc.ReleaseClaims(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.ReleaseClaimsAs(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.ClaimsReleasedefaultJSONResponse(errResp(err)), nil
 	}
