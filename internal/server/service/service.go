@@ -311,6 +311,9 @@ func (s *Service) Finalize(ctx context.Context, in *api.Finalize) (api.Ack, erro
 		if !r.Status.Valid() || (r.Class != "" && !r.Class.Valid()) {
 			return api.Ack{}, invalid("stack %q: bad status %q or class %q", r.Stack, r.Status, r.Class)
 		}
+		if err := checkText("plan_hash", r.PlanHash, MaxShortLen); err != nil {
+			return api.Ack{}, err
+		}
 	}
 	now := s.Now()
 	var ack api.Ack
