@@ -1,0 +1,5 @@
+stack {
+  name        = "dev-network"
+  description = "dev network"
+  id          = "dev-network"
+}

@@ -1,0 +1,6 @@
+stack {
+  name        = "prod-app"
+  description = "prod application"
+  id          = "prod-app"
+  after       = ["/stacks/prod/network", "/stacks/prod/db"]
+}

@@ -1,0 +1,3 @@
+resource "terraform_data" "dashboard" {
+  input = { panels = ["latency", "errors", "saturation"] }
+}

@@ -1,0 +1,5 @@
+stack {
+  name        = "prod-network"
+  description = "prod network"
+  id          = "prod-network"
+}
