@@ -57,5 +57,6 @@ if command -v chromium >/dev/null 2>&1; then
 fi
 
 ./scripts/check-generated.sh
+./scripts/actionlint.sh
 go vet ./...
 go test -count=1 -timeout 40m ./... 2>&1 | tee /tmp/tfstackplan-test.log
