@@ -2,7 +2,7 @@
 # The project's test command (README; .ci/run calls it through `make test`).
 #
 # On a fresh machine it installs what the real-service tests need from Debian packages
-# (PostgreSQL, chromium) when missing and when it may (root with apt-get), starts a throwaway
+# (PostgreSQL, chromium, and shellcheck for the action's scripts) when missing and when it may (root with apt-get), starts a throwaway
 # PostgreSQL on a loopback port for this run only, checks that generated code is fresh, and runs
 # every Go test. Without the packages (not root, no apt) those tests skip and say how to enable
 # them.
@@ -20,6 +20,7 @@ find_pg() { pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tai
 find_pg
 [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] || need_pkgs+=(postgresql)
 command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+command -v shellcheck >/dev/null 2>&1 || need_pkgs+=(shellcheck)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need_pkgs[*]} from Debian packages"
