@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 
 	"google.golang.org/grpc/codes"
@@ -30,10 +33,26 @@ var httpStatus = map[codes.Code]int{
 	codes.Unavailable: 503, codes.DeadlineExceeded: 504, codes.Canceled: 499, codes.Internal: 500,
 }
 
+// The HTTP layer's own errors. Their messages are written for clients.
 var (
 	errRateLimited = errors.New("rate limit exceeded for this principal; retry later")
 	errTooLarge    = errors.New("request body too large")
 )
+
+// publicErrors are the errors whose messages reach clients: the service writes them for users
+// (invalid, not found, precondition, denied) or the HTTP layer does. Any other error may carry a
+// driver's text (SQL, table names, hosts) and is answered with a generic message.
+var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied,
+	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, errTooLarge}
+
+// genericMessages say what a hidden error means to a client, by code.
+var genericMessages = map[codes.Code]string{
+	codes.Unavailable:      "the database is unavailable; retry",
+	codes.AlreadyExists:    "the write conflicts with stored data",
+	codes.DeadlineExceeded: "the request timed out; retry",
+	codes.Canceled:         "the request was cancelled",
+	codes.Internal:         "internal error",
+}
 
 // errorResponse is the shape of every generated <Op>defaultJSONResponse.
 type errorResponse struct {
@@ -71,23 +90,44 @@ func codeOf(err error) codes.Code {
 	}
 }
 
+// errorMapper turns errors into the contract's answers and logs the detail of those whose
+// message it keeps from the client.
+type errorMapper struct{ log *slog.Logger }
+
 // errResp maps err to the HTTP status and Error body the contract specifies.
-func errResp(err error) errorResponse {
+func (m errorMapper) errResp(err error) errorResponse {
 	c := codeOf(err)
-	msg := err.Error()
-	if c == codes.Internal {
-		msg = "internal error"
+	status := httpStatus[c]
+	for _, public := range publicErrors {
+		if errors.Is(err, public) {
+			return errorResponse{StatusCode: status, Body: api.Error{Code: codeNames[c], Message: err.Error()}}
+		}
 	}
-	return errorResponse{StatusCode: httpStatus[c], Body: api.Error{Code: codeNames[c], Message: msg}}
+	msg, ok := genericMessages[c]
+	if !ok {
+		msg = genericMessages[codes.Internal]
+	}
+	id := rand.Text()[:16]
+	if c != codes.Canceled {
+		m.log.Error("request failed", "request_id", id, "code", codeNames[c], "err", err)
+	}
+	return errorResponse{StatusCode: status, Body: api.Error{Code: codeNames[c], Message: fmt.Sprintf("%s (request id %s)", msg, id)}}
 }
 
 // writeError writes err as the contract's JSON error.
-func writeError(w http.ResponseWriter, err error) {
-	e := errResp(err)
+func (m errorMapper) writeError(w http.ResponseWriter, err error) {
+	e := m.errResp(err)
 	if e.StatusCode == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(e.StatusCode)
 	_ = json.NewEncoder(w).Encode(e.Body)
+}
+
+// errorText is the status and message of err for pages that answer in plain text.
+func (m errorMapper) errorText(err error) (int, string) {
+	e := m.errResp(err)
+	return e.StatusCode, e.Body.Message
 }

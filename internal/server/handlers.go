@@ -14,6 +14,7 @@ import (
 
 // handlers implements the generated strict server interface over the service.
 type handlers struct {
+	errorMapper
 	svc     *service.Service
 	metrics *metrics
 }
@@ -48,7 +49,7 @@ func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitR
 	ack, err := h.svc.InitAs(ctx, principal(ctx), r.Body)
 	h.event("init", err)
 	if err != nil {
-		return api.InitdefaultJSONResponse(errResp(err)), nil
+		return api.InitdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Init200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -57,7 +58,7 @@ func (h *handlers) Phase(ctx context.Context, r api.PhaseRequestObject) (api.Pha
 	ack, err := h.svc.Phase(ctx, r.Body)
 	h.event("phase", err)
 	if err != nil {
-		return api.PhasedefaultJSONResponse(errResp(err)), nil
+		return api.PhasedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Phase200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -66,7 +67,7 @@ func (h *handlers) Phases(ctx context.Context, r api.PhasesRequestObject) (api.P
 	ack, err := h.svc.Phases(ctx, r.Body.Phases)
 	h.event("phase", err)
 	if err != nil {
-		return api.PhasesdefaultJSONResponse(errResp(err)), nil
+		return api.PhasesdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Phases200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -75,7 +76,7 @@ func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.U
 	ack, err := h.svc.Update(ctx, r.Body)
 	h.event("update", err)
 	if err != nil {
-		return api.UpdatedefaultJSONResponse(errResp(err)), nil
+		return api.UpdatedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Update200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -83,7 +84,7 @@ func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.U
 func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
 	ack, err := h.svc.LogChunk(ctx, r.Body)
 	if err != nil {
-		return api.LogChunkdefaultJSONResponse(errResp(err)), nil
+		return api.LogChunkdefaultJSONResponse(h.errResp(err)), nil
 	}
 	h.metrics.chunks.Inc()
 	h.metrics.logBytes.Add(float64(len(r.Body.Data)))
@@ -93,7 +94,7 @@ func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (a
 func (h *handlers) LogChunks(ctx context.Context, r api.LogChunksRequestObject) (api.LogChunksResponseObject, error) {
 	ack, err := h.svc.LogChunks(ctx, r.Body.Chunks)
 	if err != nil {
-		return api.LogChunksdefaultJSONResponse(errResp(err)), nil
+		return api.LogChunksdefaultJSONResponse(h.errResp(err)), nil
 	}
 	h.metrics.chunks.Add(float64(len(r.Body.Chunks)))
 	for _, c := range r.Body.Chunks {
@@ -106,7 +107,7 @@ func (h *handlers) Finalize(ctx context.Context, r api.FinalizeRequestObject) (a
 	ack, err := h.svc.Finalize(ctx, r.Body)
 	h.event("finalize", err)
 	if err != nil {
-		return api.FinalizedefaultJSONResponse(errResp(err)), nil
+		return api.FinalizedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Finalize200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -115,7 +116,7 @@ func (h *handlers) GateCheck(ctx context.Context, r api.GateCheckRequestObject) 
 	lease, err := h.svc.GateCheck(ctx, principal(ctx), r.Body)
 	h.metrics.gates.WithLabelValues(codeNames[codeOf(err)]).Inc()
 	if err != nil {
-		return api.GateCheckdefaultJSONResponse(errResp(err)), nil
+		return api.GateCheckdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.GateCheck200JSONResponse(lease), nil
 }
@@ -123,7 +124,7 @@ func (h *handlers) GateCheck(ctx context.Context, r api.GateCheckRequestObject) 
 func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject) (api.GateRevokeResponseObject, error) {
 	ack, err := h.svc.GateRevokeAs(ctx, caller(ctx), r.Body)
 	if err != nil {
-		return api.GateRevokedefaultJSONResponse(errResp(err)), nil
+		return api.GateRevokedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.GateRevoke200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -131,7 +132,7 @@ func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject
 func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) (api.GatesListResponseObject, error) {
 	out, err := h.svc.Gates(ctx, r.Params.Environment, r.Params.Pr)
 	if err != nil {
-		return api.GatesListdefaultJSONResponse(errResp(err)), nil
+		return api.GatesListdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.GatesList200JSONResponse(nonNil(out)), nil
 }
@@ -139,7 +140,7 @@ func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) 
 func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject) (api.GrantsListResponseObject, error) {
 	out, err := h.svc.Grants(ctx, r.Params.Environment, r.Params.Pr)
 	if err != nil {
-		return api.GrantsListdefaultJSONResponse(errResp(err)), nil
+		return api.GrantsListdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.GrantsList200JSONResponse(nonNil(out)), nil
 }
@@ -147,7 +148,7 @@ func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject
 func (h *handlers) ClaimsList(ctx context.Context, r api.ClaimsListRequestObject) (api.ClaimsListResponseObject, error) {
 	out, err := h.svc.Claims(ctx, r.Params.Environment)
 	if err != nil {
-		return api.ClaimsListdefaultJSONResponse(errResp(err)), nil
+		return api.ClaimsListdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.ClaimsList200JSONResponse(nonNil(out)), nil
 }
@@ -155,7 +156,7 @@ func (h *handlers) ClaimsList(ctx context.Context, r api.ClaimsListRequestObject
 func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequestObject) (api.ClaimsReleaseResponseObject, error) {
 	ack, err := h.svc.ReleaseClaimsAs(ctx, caller(ctx), r.Body)
 	if err != nil {
-		return api.ClaimsReleasedefaultJSONResponse(errResp(err)), nil
+		return api.ClaimsReleasedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.ClaimsRelease200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -163,7 +164,7 @@ func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequest
 func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject) (api.ChecksListResponseObject, error) {
 	out, err := h.svc.Checks(ctx, r.Params.Environment, r.Params.Pr)
 	if err != nil {
-		return api.ChecksListdefaultJSONResponse(errResp(err)), nil
+		return api.ChecksListdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.ChecksList200JSONResponse(nonNil(out)), nil
 }
@@ -171,7 +172,7 @@ func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject
 func (h *handlers) AdminChecksOverride(ctx context.Context, r api.AdminChecksOverrideRequestObject) (api.AdminChecksOverrideResponseObject, error) {
 	ack, err := h.svc.OverrideCheck(ctx, principal(ctx), r.Body)
 	if err != nil {
-		return api.AdminChecksOverridedefaultJSONResponse(errResp(err)), nil
+		return api.AdminChecksOverridedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.AdminChecksOverride200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -179,7 +180,7 @@ func (h *handlers) AdminChecksOverride(ctx context.Context, r api.AdminChecksOve
 func (h *handlers) AdminExecutionsCancel(ctx context.Context, r api.AdminExecutionsCancelRequestObject) (api.AdminExecutionsCancelResponseObject, error) {
 	ack, err := h.svc.CancelExecution(ctx, principal(ctx), r.Body)
 	if err != nil {
-		return api.AdminExecutionsCanceldefaultJSONResponse(errResp(err)), nil
+		return api.AdminExecutionsCanceldefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.AdminExecutionsCancel200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -187,7 +188,7 @@ func (h *handlers) AdminExecutionsCancel(ctx context.Context, r api.AdminExecuti
 func (h *handlers) AdminGatesSatisfy(ctx context.Context, r api.AdminGatesSatisfyRequestObject) (api.AdminGatesSatisfyResponseObject, error) {
 	ack, err := h.svc.SatisfyGate(ctx, principal(ctx), r.Body)
 	if err != nil {
-		return api.AdminGatesSatisfydefaultJSONResponse(errResp(err)), nil
+		return api.AdminGatesSatisfydefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.AdminGatesSatisfy200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -195,7 +196,7 @@ func (h *handlers) AdminGatesSatisfy(ctx context.Context, r api.AdminGatesSatisf
 func (h *handlers) AdminGrantsRelease(ctx context.Context, r api.AdminGrantsReleaseRequestObject) (api.AdminGrantsReleaseResponseObject, error) {
 	ack, err := h.svc.ReleaseGrant(ctx, principal(ctx), r.Body)
 	if err != nil {
-		return api.AdminGrantsReleasedefaultJSONResponse(errResp(err)), nil
+		return api.AdminGrantsReleasedefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.AdminGrantsRelease200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
@@ -204,7 +205,7 @@ func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListReque
 	out, err := h.svc.Executions(ctx, store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr,
 		Limit: r.Params.Limit, Before: r.Params.Before})
 	if err != nil {
-		return api.ExecutionsListdefaultJSONResponse(errResp(err)), nil
+		return api.ExecutionsListdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.ExecutionsList200JSONResponse(nonNil(out)), nil
 }
@@ -212,7 +213,7 @@ func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListReque
 func (h *handlers) ExecutionGet(ctx context.Context, r api.ExecutionGetRequestObject) (api.ExecutionGetResponseObject, error) {
 	out, err := h.svc.Execution(ctx, r.Id)
 	if err != nil {
-		return api.ExecutionGetdefaultJSONResponse(errResp(err)), nil
+		return api.ExecutionGetdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.ExecutionGet200JSONResponse(*out), nil
 }
@@ -221,7 +222,7 @@ func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api
 	latest := !queryOf(ctx).Has("generation")
 	out, err := h.svc.LogRead(ctx, r.Id, r.Params.Stack, r.Params.Generation, latest, r.Params.Offset, r.Params.Limit)
 	if err != nil {
-		return api.LogReaddefaultJSONResponse(errResp(err)), nil
+		return api.LogReaddefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.LogRead200JSONResponse(*out), nil
 }
@@ -229,14 +230,14 @@ func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api
 func (h *handlers) AuditList(ctx context.Context, r api.AuditListRequestObject) (api.AuditListResponseObject, error) {
 	out, err := h.svc.Audit(ctx, r.Params.Limit, r.Params.Before)
 	if err != nil {
-		return api.AuditListdefaultJSONResponse(errResp(err)), nil
+		return api.AuditListdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.AuditList200JSONResponse(nonNil(out)), nil
 }
 
 func (h *handlers) Health(ctx context.Context, _ api.HealthRequestObject) (api.HealthResponseObject, error) {
 	if err := h.svc.Ping(ctx); err != nil {
-		return api.HealthdefaultJSONResponse(errResp(err)), nil
+		return api.HealthdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Health200JSONResponse{Status: "ok", Version: buildinfo.Version(), Store: h.svc.Store.Kind()}, nil
 }

@@ -56,6 +56,7 @@ const DefaultRateLimit = 1000
 
 // Server is the control plane's HTTP handler.
 type Server struct {
+	errorMapper
 	cfg      Config
 	mux      *http.ServeMux
 	metrics  *metrics
@@ -156,16 +157,18 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	reg := prometheus.NewRegistry()
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg), limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
-	h := &handlers{svc: cfg.Service, metrics: s.metrics}
+	em := errorMapper{log: cfg.Logger}
+	s := &Server{errorMapper: em, cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg),
+		limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
+	h := &handlers{errorMapper: em, svc: cfg.Service, metrics: s.metrics}
 	s.direct = h.direct()
 	strict := api.NewStrictHandlerWithOptions(h, nil, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
+			s.writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			cfg.Logger.Error("response", "path", r.URL.Path, "err", err)
-			writeError(w, err)
+			s.writeError(w, err)
 		},
 	})
 	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
@@ -173,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 		BaseRouter:  s.mux,
 		Middlewares: []api.MiddlewareFunc{s.guard},
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
+			s.writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
 		},
 	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -184,14 +187,14 @@ func New(cfg Config) (*Server, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := cfg.Service.Ping(ctx); err != nil {
-			writeError(w, err)
+			s.writeError(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ui := &web.UI{Service: cfg.Service, Done: s.streamsDone}
+	ui := &web.UI{Service: cfg.Service, Done: s.streamsDone, Fail: s.errorText}
 	ui.Register(s.mux, s.webGuard)
 	return s, nil
 }
@@ -248,18 +251,18 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}()
 		r, err := s.authorize(r, rt.role)
 		if err != nil {
-			writeError(rec, err)
+			s.writeError(rec, err)
 			return
 		}
 		if rt.body != nil {
 			body, err := strictBody(r, rt)
 			if err != nil {
-				writeError(rec, err)
+				s.writeError(rec, err)
 				return
 			}
 			if direct := s.direct[rt.op]; direct != nil {
 				if err := direct(r.Context(), rec, body); err != nil {
-					writeError(rec, err)
+					s.writeError(rec, err)
 				}
 				return
 			}
@@ -300,7 +303,7 @@ func (s *Server) webGuard(next http.Handler) http.Handler {
 		r2, err := s.authorize(r, auth.RoleViewer)
 		if err != nil {
 			if r.Header.Get("Accept") == "text/event-stream" {
-				writeError(w, err)
+				s.writeError(w, err)
 				return
 			}
 			web.LoginPage(w, r, err)

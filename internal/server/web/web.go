@@ -76,11 +76,17 @@ type UI struct {
 	Service *service.Service
 	// Done ends live streams (server shutdown).
 	Done <-chan struct{}
+	// Fail maps an error to the status and message a page answers with; only it decides which
+	// error text a client may see (nil: 500 and a generic message).
+	Fail func(error) (status int, message string)
 }
 
 // Register adds the pages to mux; guard authenticates each page (not the login form).
 func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	pages() // parse the templates when the server starts, not on the first page
+	if u.Fail == nil {
+		u.Fail = func(error) (int, string) { return http.StatusInternalServerError, "internal error" }
+	}
 	g := func(f http.HandlerFunc) http.Handler { return guard(f) }
 	mux.Handle("GET /{$}", g(u.list))
 	mux.Handle("GET /ui/executions/{id}", g(u.execution))
@@ -104,15 +110,10 @@ func render(w http.ResponseWriter, name string, data any) {
 	_, _ = buf.WriteTo(w)
 }
 
-func fail(w http.ResponseWriter, err error) {
-	status := http.StatusServiceUnavailable
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, store.ErrInvalid):
-		status = http.StatusBadRequest
-	}
-	http.Error(w, err.Error(), status)
+// fail answers a page's error as Fail says.
+func (u *UI) fail(w http.ResponseWriter, err error) {
+	status, msg := u.Fail(err)
+	http.Error(w, msg, status)
 }
 
 type page struct {
@@ -157,7 +158,7 @@ func (u *UI) list(w http.ResponseWriter, r *http.Request) {
 	f, extra := listFilter(r)
 	xs, err := u.Service.Executions(r.Context(), f)
 	if err != nil {
-		fail(w, err)
+		u.fail(w, err)
 		return
 	}
 	p := page{Title: "Executions", Executions: xs, Filter: extra}
@@ -205,7 +206,7 @@ func layers(x *api.Execution) [][]api.StackState {
 func (u *UI) execution(w http.ResponseWriter, r *http.Request) {
 	x, err := u.Service.Execution(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
+		u.fail(w, err)
 		return
 	}
 	render(w, "execution", page{Title: x.ExecutionID, Execution: x, Layers: layers(x)})
@@ -214,7 +215,7 @@ func (u *UI) execution(w http.ResponseWriter, r *http.Request) {
 func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
 	cs, err := u.Service.Claims(r.Context(), r.URL.Query().Get("environment"))
 	if err != nil {
-		fail(w, err)
+		u.fail(w, err)
 		return
 	}
 	render(w, "claims", page{Title: "Claims", Claims: cs})
@@ -231,7 +232,7 @@ func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		fail(w, err)
+		u.fail(w, err)
 		return
 	}
 	render(w, "gates", p)
@@ -241,7 +242,7 @@ func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
 	entries, err := u.Service.Audit(r.Context(), 100, before)
 	if err != nil {
-		fail(w, err)
+		u.fail(w, err)
 		return
 	}
 	p := page{Title: "Audit", Audit: entries}
@@ -376,7 +377,7 @@ type logCursor struct{ gen, off int64 }
 func (u *UI) streamExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if _, err := u.Service.Execution(r.Context(), id); err != nil {
-		fail(w, err)
+		u.fail(w, err)
 		return
 	}
 	cursors := map[string]*logCursor{}
