@@ -194,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ui := &web.UI{Service: cfg.Service, Done: s.streamsDone, Fail: s.errorText}
+	ui := &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText}
 	ui.Register(s.mux, s.webGuard)
 	return s, nil
 }

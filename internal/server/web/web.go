@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -74,6 +73,8 @@ const (
 // UI serves the pages.
 type UI struct {
 	Service *service.Service
+	// Auth verifies the token the sign-in form posts.
+	Auth *auth.Authenticator
 	// Done ends live streams (server shutdown).
 	Done <-chan struct{}
 	// Fail maps an error to the status and message a page answers with; only it decides which
@@ -95,10 +96,14 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	mux.Handle("GET /ui/audit", g(u.audit))
 	mux.Handle("GET /ui/stream/executions", g(u.streamList))
 	mux.Handle("GET /ui/stream/executions/{id}", g(u.streamExecution))
-	mux.HandleFunc("POST /ui/login", login)
+	mux.HandleFunc("POST /ui/login", u.login)
 }
 
 func render(w http.ResponseWriter, name string, data any) {
+	renderStatus(w, http.StatusOK, name, data)
+}
+
+func renderStatus(w http.ResponseWriter, status int, name string, data any) {
 	var buf bytes.Buffer
 	if err := pages().ExecuteTemplate(&buf, name, data); err != nil {
 		http.Error(w, "rendering failed", http.StatusInternalServerError)
@@ -107,6 +112,7 @@ func render(w http.ResponseWriter, name string, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; form-action 'self'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
 	_, _ = buf.WriteTo(w)
 }
 
@@ -131,6 +137,8 @@ type page struct {
 	// "Older…" link keeps its separators instead of having them escaped.
 	Filter template.URL
 	Error  string
+	// CSRF is the sign-in form's token (the value of its cookie).
+	CSRF string
 }
 
 func listFilter(r *http.Request) (store.ExecutionFilter, template.URL) {
@@ -250,31 +258,6 @@ func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 		p.Next = strconv.FormatInt(entries[len(entries)-1].ID, 10)
 	}
 	render(w, "audit", p)
-}
-
-// LoginPage answers an unauthenticated page request with a token form.
-func LoginPage(w http.ResponseWriter, r *http.Request, err error) {
-	w.WriteHeader(http.StatusUnauthorized)
-	msg := "Paste an API token to read this page."
-	if errors.Is(err, auth.ErrNoRoles) {
-		msg = "This token may not read these pages."
-	}
-	render(w, "login", page{Title: "Sign in", Error: msg, Next: r.URL.RequestURI()})
-}
-
-func login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad form", http.StatusBadRequest)
-		return
-	}
-	next := r.PostForm.Get("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-		next = "/"
-	}
-	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: r.PostForm.Get("token"), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"})
-	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // sse writes Server-Sent Events.

@@ -1,0 +1,169 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+)
+
+// CSRFCookieName carries the sign-in form's anti-forgery token: the form posts it back in its
+// csrf field, and a cross-site page can neither read the cookie nor make the browser send it
+// (SameSite=Strict).
+const CSRFCookieName = "tfstackplan_csrf"
+
+// maxLoginBody bounds the sign-in form.
+const maxLoginBody = 64 << 10
+
+// crossOrigin refuses browser POSTs from other origins (Sec-Fetch-Site, else Origin against
+// Host).
+var crossOrigin = http.NewCrossOriginProtection()
+
+// LoginPage answers an unauthenticated page request with a token form.
+func LoginPage(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg := http.StatusUnauthorized, "Paste an API token to read this page."
+	if errors.Is(err, auth.ErrNoRoles) {
+		status, msg = http.StatusForbidden, "This token may not read these pages."
+	}
+	loginForm(w, r, status, msg, r.URL.RequestURI())
+}
+
+// loginForm renders the sign-in form with msg, keeping a valid anti-forgery cookie or setting a
+// new one.
+func loginForm(w http.ResponseWriter, r *http.Request, status int, msg, next string) {
+	token := ""
+	if c, err := r.Cookie(CSRFCookieName); err == nil && validCSRF(c.Value) {
+		token = c.Value
+	} else {
+		token = rand.Text()
+		http.SetCookie(w, &http.Cookie{Name: CSRFCookieName, Value: token, Path: "/ui/login", MaxAge: int((12 * time.Hour).Seconds()),
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	renderStatus(w, status, "login", page{Title: "Sign in", Error: msg, Next: safeNext(next), CSRF: token})
+}
+
+// validCSRF reports whether v looks like a token loginForm made (rand.Text: 26 base32 letters).
+func validCSRF(v string) bool {
+	if len(v) != 26 {
+		return false
+	}
+	for _, c := range v {
+		if (c < 'A' || c > 'Z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// secure reports whether the browser reached us over HTTPS (directly or through a proxy).
+func secure(r *http.Request) bool {
+	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// login checks the sign-in form (same origin, anti-forgery token, a token that verifies and may
+// read the pages), sets the page cookie and sends the browser on to a page of this site.
+func (u *UI) login(w http.ResponseWriter, r *http.Request) {
+	// What headers decide is refused before the body is read.
+	refuse := func(status int, msg string) {
+		EndConnection(w, r)
+		loginForm(w, r, status, msg, "/")
+	}
+	if err := crossOrigin.Check(r); err != nil {
+		refuse(http.StatusForbidden, "This sign-in came from another site: sign in from this page.")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
+		EndConnection(w, r)
+		http.Error(w, "the sign-in form is sent as application/x-www-form-urlencoded", http.StatusUnsupportedMediaType)
+		return
+	}
+	cookie, err := r.Cookie(CSRFCookieName)
+	if err != nil || !validCSRF(cookie.Value) {
+		refuse(http.StatusForbidden, "The sign-in form expired: sign in again.")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
+	if err := r.ParseForm(); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			http.Error(w, "the sign-in form is too large", http.StatusRequestEntityTooLarge)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			http.Error(w, "the sign-in form did not arrive in time", http.StatusRequestTimeout)
+		default:
+			http.Error(w, "the sign-in form could not be read", http.StatusBadRequest)
+		}
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(cookie.Value)) != 1 {
+		loginForm(w, r, http.StatusForbidden, "The sign-in form expired: sign in again.", next)
+		return
+	}
+	token := r.PostForm.Get("token")
+	p, err := u.verify(r.Context(), token)
+	switch {
+	case err != nil:
+		loginForm(w, r, http.StatusUnauthorized, "That token was not accepted.", next)
+		return
+	case !p.Has(auth.RoleViewer):
+		loginForm(w, r, http.StatusForbidden, "This token may not read these pages.", next)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: token, Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	http.SetCookie(w, &http.Cookie{Name: CSRFCookieName, Path: "/ui/login", MaxAge: -1})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// EndConnection makes the answer about to be written the connection's last and gives up on the
+// rest of r's body: a client refused on its headers must not hold the connection with a slow
+// body (http.Server would otherwise read up to 256 KiB of it before closing).
+func EndConnection(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// verify returns the principal of a token (under --insecure-no-auth, everyone's).
+func (u *UI) verify(ctx context.Context, token string) (auth.Principal, error) {
+	if u.Auth.Insecure {
+		return auth.Anonymous, nil
+	}
+	return u.Auth.Verify(ctx, token)
+}
+
+// safeNext returns next if it is a path of this site, else "/". Browsers read "/\" like "//"
+// (another host) and drop tabs and newlines, so besides a leading "//" it refuses backslashes and
+// control characters, percent-decoded too, and anything with a scheme or host.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	decoded, err := url.PathUnescape(next)
+	if err != nil || strings.HasPrefix(decoded, "//") {
+		return "/"
+	}
+	for _, s := range []string{next, decoded} {
+		for _, c := range s {
+			if c == '\\' || c < 0x20 || c == 0x7f {
+				return "/"
+			}
+		}
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return "/"
+	}
+	return next
+}
