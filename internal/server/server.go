@@ -297,19 +297,19 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	return body, nil
 }
 
-// webGuard authenticates web pages: viewers may read them.
+// webGuard authenticates web pages: viewers may read them. A rate-limited page is answered 429
+// like the API; only a request without usable credentials gets the sign-in form.
 func (s *Server) webGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2, err := s.authorize(r, auth.RoleViewer)
-		if err != nil {
-			if r.Header.Get("Accept") == "text/event-stream" {
-				s.writeError(w, err)
-				return
-			}
+		switch {
+		case err == nil:
+			next.ServeHTTP(w, r2)
+		case errors.Is(err, errRateLimited), r.Header.Get("Accept") == "text/event-stream":
+			s.writeError(w, err)
+		default:
 			web.LoginPage(w, r, err)
-			return
 		}
-		next.ServeHTTP(w, r2)
 	})
 }
 

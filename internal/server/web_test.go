@@ -97,6 +97,31 @@ func TestWebPages(t *testing.T) {
 
 }
 
+// TestRateLimitedPagesAnswer429: a rate-limited page or stream is answered 429 with
+// Retry-After, as the API is, not with the sign-in form.
+func TestRateLimitedPagesAnswer429(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) { c.RateLimit, c.Burst = 0.001, 2 })
+	for i := range 2 {
+		if status, body := ts.page(t, "/ui/claims", tokenOf["viewer"]); status != 200 {
+			t.Fatalf("page %d: %d %s", i, status, body)
+		}
+	}
+	for _, accept := range []string{"text/html", "text/event-stream"} {
+		req, _ := http.NewRequest("GET", ts.URL+"/ui/stream/executions", nil)
+		req.Header.Set("Cookie", "tfstackplan_token="+tokenOf["viewer"])
+		req.Header.Set("Accept", accept)
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || strings.Contains(string(body), `name="token"`) {
+			t.Fatalf("rate-limited %s: %d %v %s", accept, resp.StatusCode, resp.Header, body)
+		}
+	}
+}
+
 func TestWebStreamSendsStateAndLogs(t *testing.T) {
 	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
 	ts.seed(t)
