@@ -37,13 +37,20 @@ var httpStatus = map[codes.Code]int{
 var (
 	errRateLimited = errors.New("rate limit exceeded for this principal; retry later")
 	errTooLarge    = errors.New("request body too large")
+	// errBodyTimeout: the client did not send its body within Config.BodyTimeout.
+	errBodyTimeout = errors.New("request body not received in time")
+	// errMediaType: a body that is not the media type the route reads.
+	errMediaType = errors.New("unsupported content type")
 )
+
+// statusOverride answers these errors with a status more precise than their code's.
+var statusOverride = map[error]int{errBodyTimeout: http.StatusRequestTimeout, errMediaType: http.StatusUnsupportedMediaType}
 
 // publicErrors are the errors whose messages reach clients: the service writes them for users
 // (invalid, not found, precondition, denied) or the HTTP layer does. Any other error may carry a
 // driver's text (SQL, table names, hosts) and is answered with a generic message.
 var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied,
-	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, errTooLarge}
+	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, errTooLarge, errBodyTimeout, errMediaType}
 
 // genericMessages say what a hidden error means to a client, by code.
 var genericMessages = map[codes.Code]string{
@@ -77,8 +84,10 @@ func codeOf(err error) codes.Code {
 		return codes.Unauthenticated
 	case errors.Is(err, errRateLimited):
 		return codes.ResourceExhausted
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, errTooLarge), errors.Is(err, errMediaType):
 		return codes.InvalidArgument
+	case errors.Is(err, errBodyTimeout):
+		return codes.DeadlineExceeded
 	case errors.Is(err, store.ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -98,6 +107,11 @@ type errorMapper struct{ log *slog.Logger }
 func (m errorMapper) errResp(err error) errorResponse {
 	c := codeOf(err)
 	status := httpStatus[c]
+	for sentinel, s := range statusOverride {
+		if errors.Is(err, sentinel) {
+			status = s
+		}
+	}
 	for _, public := range publicErrors {
 		if errors.Is(err, public) {
 			return errorResponse{StatusCode: status, Body: api.Error{Code: codeNames[c], Message: err.Error()}}

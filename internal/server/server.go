@@ -5,18 +5,21 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
@@ -49,10 +52,32 @@ type Config struct {
 	RateLimit float64
 	Burst     int
 	Logger    *slog.Logger
+
+	// MaxConns caps the connections served at once (0: DefaultMaxConns); ConnHeadroom more are
+	// accepted past it (0: as many as MaxConns) and only get /healthz or a 503. Listener lowers
+	// both to fit the process's open-file limit.
+	MaxConns     int
+	ConnHeadroom int
+	// HeaderTimeout bounds reading a request's headers (0: DefaultHeaderTimeout), BodyTimeout its
+	// body (0: DefaultBodyTimeout) and IdleTimeout a keep-alive connection's wait for its next
+	// request (0: DefaultIdleTimeout).
+	HeaderTimeout time.Duration
+	BodyTimeout   time.Duration
+	IdleTimeout   time.Duration
 }
 
 // DefaultRateLimit is the per-principal request rate when Config.RateLimit is zero.
 const DefaultRateLimit = 1000
+
+// Defaults of Config's limits.
+const (
+	DefaultMaxConns      = 4096
+	DefaultHeaderTimeout = 10 * time.Second
+	DefaultBodyTimeout   = 30 * time.Second
+	DefaultIdleTimeout   = 2 * time.Minute
+	// MaxHeaderBytes bounds a request's line and headers (a Google ID token is about 1 KiB).
+	MaxHeaderBytes = 64 << 10
+)
 
 // Server is the control plane's HTTP handler.
 type Server struct {
@@ -82,6 +107,11 @@ type route struct {
 }
 
 func body[T any]() any { return new(T) }
+
+// tooLarge is the error of a body past the route's limit.
+func (rt route) tooLarge() error {
+	return fmt.Errorf("%w: the limit for %s is %d bytes", errTooLarge, rt.op, rt.limit)
+}
 
 var routes = map[string]route{
 	"POST /events/init":             {"Init", auth.RoleRunner, body[api.Init], MaxEventBody},
@@ -126,6 +156,8 @@ type metrics struct {
 	gates    *prometheus.CounterVec
 	chunks   prometheus.Counter
 	logBytes prometheus.Counter
+	conns    prometheus.Gauge
+	overflow *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -136,8 +168,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		gates:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_gate_checks_total", Help: "Gate checks by verdict code."}, []string{"code"}),
 		chunks:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_chunks_total", Help: "Log chunks accepted."}),
 		logBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_bytes_total", Help: "Log bytes accepted."}),
+		conns:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tfstackplan_http_connections", Help: "Connections being served (under the connection cap)."}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_http_overflow_connections_total", Help: "Connections past the cap, by what they got: healthz, busy (503), lost, dropped (closed unanswered)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.events, m.gates, m.chunks, m.logBytes,
+	reg.MustRegister(m.requests, m.latency, m.events, m.gates, m.chunks, m.logBytes, m.conns, m.overflow,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -156,6 +190,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.ConnHeadroom = cmp.Or(cfg.ConnHeadroom, cfg.MaxConns)
+	cfg.HeaderTimeout = cmp.Or(cfg.HeaderTimeout, DefaultHeaderTimeout)
+	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
 	reg := prometheus.NewRegistry()
 	em := errorMapper{log: cfg.Logger}
 	s := &Server{errorMapper: em, cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg),
@@ -171,14 +210,21 @@ func New(cfg Config) (*Server, error) {
 			s.writeError(w, err)
 		},
 	})
+	apiMux := http.NewServeMux()
 	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
-		BaseURL:     BasePath,
-		BaseRouter:  s.mux,
-		Middlewares: []api.MiddlewareFunc{s.guard},
+		BaseURL:    BasePath,
+		BaseRouter: apiMux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.writeError(w, fmt.Errorf("%w: %v", errInvalidBody, err))
 		},
 	})
+	// The guard runs before the generated code parses parameters, so nothing of a request is
+	// looked at before it is authenticated.
+	for key, rt := range routes {
+		method, path, _ := strings.Cut(key, " ")
+		s.mux.Handle(method+" "+BasePath+path, s.guard(rt, apiMux))
+	}
+	s.mux.Handle(BasePath+"/", s.guard(route{op: "unknown", role: auth.RoleAdmin}, apiMux))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
@@ -202,8 +248,41 @@ func New(cfg Config) (*Server, error) {
 // errInvalidBody marks a request the contract rejects as INVALID_ARGUMENT.
 var errInvalidBody = store.ErrInvalid
 
-// ServeHTTP serves every route.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves every route. A request's body must arrive within Config.BodyTimeout: the
+// deadline is the connection's, set per request with a body, so that it bounds the body alone.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// http.Server lifts the deadline itself once the body is read.
+		if http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, timeout: s.cfg.BodyTimeout}
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// deadlineBody says which limit a body read that hit its deadline broke.
+type deadlineBody struct {
+	io.ReadCloser
+	timeout time.Duration
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = bodyTimeoutError{b.timeout}
+	}
+	return n, err
+}
+
+// bodyTimeoutError is errBodyTimeout with its limit; it also is os.ErrDeadlineExceeded, which is
+// what the web pages look for, and it does not repeat the connection's addresses.
+type bodyTimeoutError struct{ limit time.Duration }
+
+func (e bodyTimeoutError) Error() string { return fmt.Sprintf("%v within %s", errBodyTimeout, e.limit) }
+
+func (e bodyTimeoutError) Is(target error) bool {
+	return target == errBodyTimeout || target == os.ErrDeadlineExceeded
+}
 
 func (s *Server) limiter(name string) *rate.Limiter {
 	s.limMu.Lock()
@@ -217,7 +296,7 @@ func (s *Server) limiter(name string) *rate.Limiter {
 }
 
 // authorize authenticates r, checks role and the principal's rate, and returns r carrying the
-// principal.
+// principal. It looks at headers only.
 func (s *Server) authorize(r *http.Request, role auth.Role) (*http.Request, error) {
 	if role == "" {
 		return r, nil
@@ -235,25 +314,32 @@ func (s *Server) authorize(r *http.Request, role auth.Role) (*http.Request, erro
 	return r.WithContext(auth.With(r.Context(), p)), nil
 }
 
-// guard wraps every API operation: authentication, authorization, rate limit, body size limit,
-// strict body decoding (unknown fields rejected) and metrics.
-func (s *Server) guard(next http.Handler) http.Handler {
+// refuse answers a request before its body is read, and then closes the connection.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	web.EndConnection(w, r)
+	s.writeError(w, err)
+}
+
+// guard wraps every API operation: authentication, authorization, rate limit, content type and
+// body size limit (all on headers, before the body is read), strict body decoding (unknown fields
+// rejected) and metrics.
+func (s *Server) guard(rt route, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rt, ok := routes[strings.Replace(r.Pattern, " "+BasePath, " ", 1)]
-		if !ok {
-			rt = route{op: "unknown", role: auth.RoleAdmin}
-		}
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
 			s.metrics.requests.WithLabelValues(rt.op, fmt.Sprint(rec.status)).Inc()
 			s.metrics.latency.WithLabelValues(rt.op).Observe(time.Since(start).Seconds())
 		}()
-		r, err := s.authorize(r, rt.role)
+		r2, err := s.authorize(r, rt.role)
+		if err == nil && rt.body != nil {
+			err = checkBodyHeaders(r, rt)
+		}
 		if err != nil {
-			s.writeError(rec, err)
+			s.refuse(rec, r, err)
 			return
 		}
+		r = r2
 		if rt.body != nil {
 			body, err := strictBody(r, rt)
 			if err != nil {
@@ -272,14 +358,29 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
+// checkBodyHeaders refuses, on its headers, a body the route would not read: not JSON, or
+// declaring more than the route's limit.
+func checkBodyHeaders(r *http.Request, rt route) error {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return fmt.Errorf("%w %q: %s takes application/json", errMediaType, r.Header.Get("Content-Type"), rt.op)
+	}
+	if r.ContentLength > rt.limit {
+		return rt.tooLarge()
+	}
+	return nil
+}
+
 // strictBody reads the body within the route's limit, decodes it rejecting unknown fields and
 // trailing data, and puts the bytes back for the generated decoder.
 func strictBody(r *http.Request, rt route) (any, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, rt.limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, fmt.Errorf("%w: the limit for %s is %d bytes", errTooLarge, rt.op, rt.limit)
+		switch {
+		case errors.As(err, &mbe):
+			return nil, rt.tooLarge()
+		case errors.Is(err, errBodyTimeout):
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w: reading body: %v", errInvalidBody, err)
 	}
@@ -306,7 +407,7 @@ func (s *Server) webGuard(next http.Handler) http.Handler {
 		case err == nil:
 			next.ServeHTTP(w, r2)
 		case errors.Is(err, errRateLimited), r.Header.Get("Accept") == "text/event-stream":
-			s.writeError(w, err)
+			s.refuse(w, r, err)
 		default:
 			web.LoginPage(w, r, err)
 		}
@@ -329,3 +430,6 @@ func (s *statusRecorder) Flush() {
 		f.Flush()
 	}
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

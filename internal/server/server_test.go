@@ -68,6 +68,7 @@ environment "prod" {
 
 type testServer struct {
 	*httptest.Server
+	srv   *Server
 	svc   *service.Service
 	store store.Store
 }
@@ -93,9 +94,13 @@ func newTestServer(t testing.TB, s store.Store, tweak func(*Config)) *testServer
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv)
+	// Served as `serve` serves it: its own http.Server settings and connection cap.
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Config = srv.HTTPServer()
+	ts.Listener = srv.Listener(ts.Listener)
+	ts.Start()
 	t.Cleanup(func() { ts.Close(); cancel() })
-	return &testServer{Server: ts, svc: svc, store: s}
+	return &testServer{Server: ts, srv: srv, svc: svc, store: s}
 }
 
 // call sends a JSON request as role ("" for none) and returns status and decoded body.
