@@ -64,6 +64,10 @@ type Config struct {
 	HeaderTimeout time.Duration
 	BodyTimeout   time.Duration
 	IdleTimeout   time.Duration
+	// MaxStreams caps live (SSE) streams in all (0: web.DefaultMaxStreams) and
+	// MaxStreamsPerPrincipal those of one principal (0: web.DefaultMaxStreamsPerPrincipal).
+	MaxStreams             int
+	MaxStreamsPerPrincipal int
 }
 
 // DefaultRateLimit is the per-principal request rate when Config.RateLimit is zero.
@@ -86,6 +90,7 @@ type Server struct {
 	mux      *http.ServeMux
 	metrics  *metrics
 	registry *prometheus.Registry
+	ui       *web.UI
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter
@@ -240,8 +245,9 @@ func New(cfg Config) (*Server, error) {
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ui := &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText}
-	ui.Register(s.mux, s.webGuard)
+	s.ui = &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText,
+		MaxStreams: cfg.MaxStreams, MaxStreamsPerPrincipal: cfg.MaxStreamsPerPrincipal}
+	s.ui.Register(s.mux, s.webGuard)
 	return s, nil
 }
 

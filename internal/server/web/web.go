@@ -4,13 +4,12 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,17 +58,6 @@ func parsePages() *template.Template {
 	}).ParseFS(templateFS, "templates/*.html"))
 }
 
-// Live-stream tuning.
-const (
-	// InitialLogTail is how much of each stack's log a freshly opened page receives.
-	InitialLogTail = 256 << 10
-	// maxLogPerPush bounds the log bytes one update sends per stack.
-	maxLogPerPush = 1 << 20
-	coalesce      = 100 * time.Millisecond
-	keepalive     = 15 * time.Second
-	refresh       = 10 * time.Second
-)
-
 // UI serves the pages.
 type UI struct {
 	Service *service.Service
@@ -80,6 +68,13 @@ type UI struct {
 	// Fail maps an error to the status and message a page answers with; only it decides which
 	// error text a client may see (nil: 500 and a generic message).
 	Fail func(error) (status int, message string)
+	// MaxStreams caps live streams in all (0: DefaultMaxStreams), MaxStreamsPerPrincipal those of
+	// one principal (0: DefaultMaxStreamsPerPrincipal).
+	MaxStreams             int
+	MaxStreamsPerPrincipal int
+
+	streams streamCaps
+	feeds   feeds
 }
 
 // Register adds the pages to mux; guard authenticates each page (not the login form).
@@ -88,6 +83,9 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	if u.Fail == nil {
 		u.Fail = func(error) (int, string) { return http.StatusInternalServerError, "internal error" }
 	}
+	u.streams = streamCaps{max: cmp.Or(u.MaxStreams, DefaultMaxStreams),
+		maxPer: cmp.Or(u.MaxStreamsPerPrincipal, DefaultMaxStreamsPerPrincipal), per: map[string]int{}}
+	u.feeds = feeds{m: map[string]*feed{}}
 	g := func(f http.HandlerFunc) http.Handler { return guard(f) }
 	mux.Handle("GET /{$}", g(u.list))
 	mux.Handle("GET /ui/executions/{id}", g(u.execution))
@@ -258,174 +256,4 @@ func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 		p.Next = strconv.FormatInt(entries[len(entries)-1].ID, 10)
 	}
 	render(w, "audit", p)
-}
-
-// sse writes Server-Sent Events.
-type sse struct {
-	w http.ResponseWriter
-	f http.Flusher
-}
-
-func startSSE(w http.ResponseWriter) (*sse, bool) {
-	f, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return nil, false
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	f.Flush()
-	return &sse{w: w, f: f}, true
-}
-
-func (s *sse) send(event string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data); err != nil {
-		return err
-	}
-	s.f.Flush()
-	return nil
-}
-
-func (s *sse) ping() error {
-	if _, err := fmt.Fprint(s.w, ": keepalive\n\n"); err != nil {
-		return err
-	}
-	s.f.Flush()
-	return nil
-}
-
-// follow calls push now and after every change of execID (coalesced), until the client leaves
-// or the server stops.
-func (u *UI) follow(w http.ResponseWriter, r *http.Request, execID string, push func(*sse) error) {
-	ch, cancel := u.Service.Hub.Subscribe(execID)
-	defer cancel()
-	s, ok := startSSE(w)
-	if !ok {
-		return
-	}
-	if push(s) != nil {
-		return
-	}
-	ka := time.NewTicker(keepalive)
-	defer ka.Stop()
-	rf := time.NewTicker(refresh)
-	defer rf.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-u.Done:
-			return
-		case <-ka.C:
-			if s.ping() != nil {
-				return
-			}
-			continue
-		case <-ch:
-			time.Sleep(coalesce)
-		case <-rf.C:
-		}
-		if push(s) != nil {
-			return
-		}
-	}
-}
-
-func (u *UI) streamList(w http.ResponseWriter, r *http.Request) {
-	f, _ := listFilter(r)
-	u.follow(w, r, service.AllExecutions, func(s *sse) error {
-		xs, err := u.Service.Executions(r.Context(), f)
-		if err != nil {
-			return nil // keep the stream; the next signal retries
-		}
-		var buf bytes.Buffer
-		if err := pages().ExecuteTemplate(&buf, "execrows", xs); err != nil {
-			return err
-		}
-		return s.send("rows", map[string]string{"html": buf.String()})
-	})
-}
-
-var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
-
-type logCursor struct{ gen, off int64 }
-
-func (u *UI) streamExecution(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if _, err := u.Service.Execution(r.Context(), id); err != nil {
-		u.fail(w, err)
-		return
-	}
-	cursors := map[string]*logCursor{}
-	var lastState string
-	u.follow(w, r, id, func(s *sse) error {
-		x, err := u.Service.Execution(r.Context(), id)
-		if err != nil {
-			return nil
-		}
-		var buf bytes.Buffer
-		if err := pages().ExecuteTemplate(&buf, "state", page{Execution: x, Layers: layers(x)}); err != nil {
-			return err
-		}
-		if state := buf.String(); state != lastState {
-			lastState = state
-			if err := s.send("state", map[string]string{"html": state}); err != nil {
-				return err
-			}
-		}
-		for _, st := range x.Stacks {
-			if err := u.pushLog(r, s, id, st, cursors); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-type logEvent struct {
-	Stack string `json:"stack"`
-	Text  string `json:"text,omitempty"`
-	Reset bool   `json:"reset,omitempty"`
-	Gap   int64  `json:"gap,omitempty"`
-}
-
-// pushLog sends what a stack's log gained since the cursor (a new generation resets the view).
-func (u *UI) pushLog(r *http.Request, s *sse, id string, st api.StackState, cursors map[string]*logCursor) error {
-	if st.LogBytes == 0 && st.LogGeneration == 0 {
-		return nil
-	}
-	c, seen := cursors[st.Stack]
-	reset := false
-	if !seen || c.gen != st.LogGeneration {
-		c = &logCursor{gen: st.LogGeneration, off: max(0, st.LogBytes-InitialLogTail)}
-		cursors[st.Stack] = c
-		reset = seen
-	}
-	sent := 0
-	for sent < maxLogPerPush {
-		sl, err := u.Service.LogRead(r.Context(), id, st.Stack, c.gen, false, c.off, maxLogPerPush-sent)
-		if err != nil || sl.NextOffset == c.off {
-			break
-		}
-		ev := logEvent{Stack: st.Stack, Reset: reset, Text: ansi.ReplaceAllString(string(sl.Data), "")}
-		for _, g := range sl.Gaps {
-			if g.From >= c.off && g.From < sl.NextOffset && len(sl.Data) == 0 {
-				ev.Gap += g.To - g.From
-			}
-		}
-		if err := s.send("log", ev); err != nil {
-			return err
-		}
-		reset = false
-		sent += len(sl.Data)
-		c.off = sl.NextOffset
-	}
-	return nil
 }
