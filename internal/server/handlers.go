@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"sync"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
@@ -17,6 +19,42 @@ type handlers struct {
 	errorMapper
 	svc     *service.Service
 	metrics *metrics
+
+	pingMu  sync.Mutex
+	pinging *pingCall
+}
+
+// pingCall is one store ping that every health and readiness check arriving while it runs
+// shares: a flood of those unauthenticated checks costs the database one query at a time.
+type pingCall struct {
+	done chan struct{}
+	err  error
+}
+
+// ping reports whether the store answers (within 3s).
+func (h *handlers) ping(ctx context.Context) error {
+	h.pingMu.Lock()
+	c := h.pinging
+	if c == nil {
+		c = &pingCall{done: make(chan struct{})}
+		h.pinging = c
+		go func() {
+			pctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			c.err = h.svc.Ping(pctx)
+			cancel()
+			h.pingMu.Lock()
+			h.pinging = nil
+			h.pingMu.Unlock()
+			close(c.done)
+		}()
+	}
+	h.pingMu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var _ api.StrictServerInterface = (*handlers)(nil)
@@ -236,7 +274,7 @@ func (h *handlers) AuditList(ctx context.Context, r api.AuditListRequestObject) 
 }
 
 func (h *handlers) Health(ctx context.Context, _ api.HealthRequestObject) (api.HealthResponseObject, error) {
-	if err := h.svc.Ping(ctx); err != nil {
+	if err := h.ping(ctx); err != nil {
 		return api.HealthdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Health200JSONResponse{Status: "ok", Version: buildinfo.Version(), Store: h.svc.Store.Kind()}, nil

@@ -235,9 +235,7 @@ func New(cfg Config) (*Server, error) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		if err := cfg.Service.Ping(ctx); err != nil {
+		if err := h.ping(r.Context()); err != nil {
 			s.writeError(w, err)
 			return
 		}
