@@ -270,6 +270,7 @@ type deadlineBody struct {
 	timeout time.Duration
 }
 
+// Read reads the body, naming a missed deadline bodyTimeoutError.
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -282,8 +283,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // what the web pages look for, and it does not repeat the connection's addresses.
 type bodyTimeoutError struct{ limit time.Duration }
 
+// Error says the body did not arrive within the limit.
 func (e bodyTimeoutError) Error() string { return fmt.Sprintf("%v within %s", errBodyTimeout, e.limit) }
 
+// Is matches errBodyTimeout and os.ErrDeadlineExceeded.
 func (e bodyTimeoutError) Is(target error) bool {
 	return target == errBodyTimeout || target == os.ErrDeadlineExceeded
 }
