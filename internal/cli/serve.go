@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tfstackplan/tfstackplan/internal/server/web"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -26,16 +26,19 @@ import (
 
 // ServeOptions are the options of `tfstackplan serve`.
 type ServeOptions struct {
-	IO              *IO
-	Listen          string
-	DB              string
-	Policy          string
-	Tokens          string
-	Audience        string
-	InsecureNoAuth  bool
-	RateLimit       float64
-	LogRetention    time.Duration
-	ShutdownTimeout time.Duration
+	IO             *IO
+	Listen         string
+	DB             string
+	Policy         string
+	Tokens         string
+	Audience       string
+	InsecureNoAuth bool
+	RateLimit      float64
+	// MaxConns, MaxStreams and MaxStreamsPerPrincipal cap connections and live streams (0:
+	// the server's defaults).
+	MaxConns, MaxStreams, MaxStreamsPerPrincipal int
+	LogRetention                                 time.Duration
+	ShutdownTimeout                              time.Duration
 	// Ready, when set, is called with the bound address once the server accepts connections.
 	Ready func(addr string)
 	// Validator replaces Google's ID token validator (tests use a loopback key server).
@@ -64,6 +67,9 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.StringVar(&opts.Audience, "audience", "", "accept Google ID tokens issued for this audience")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "accept every request as an administrator (only on a loopback --listen)")
 	f.Float64Var(&opts.RateLimit, "rate-limit", server.DefaultRateLimit, "requests per second allowed per principal")
+	f.IntVar(&opts.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once (lowered to fit the open-file limit); /healthz still answers past it")
+	f.IntVar(&opts.MaxStreams, "max-streams", web.DefaultMaxStreams, "live page streams open at once, in all")
+	f.IntVar(&opts.MaxStreamsPerPrincipal, "max-streams-per-principal", web.DefaultMaxStreamsPerPrincipal, "live page streams open at once per principal")
 	f.DurationVar(&opts.LogRetention, "log-retention", 30*24*time.Hour, "delete logs of executions started longer ago than this (0 keeps them)")
 	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
 	return cmd
@@ -156,7 +162,8 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if svc.Granter, err = granter.New(ctx, policy.Granter, policy.GranterConfig); err != nil {
 		return fmt.Errorf("policy %s: %w", o.Policy, err)
 	}
-	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger})
+	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger,
+		MaxConns: o.MaxConns, MaxStreams: o.MaxStreams, MaxStreamsPerPrincipal: o.MaxStreamsPerPrincipal})
 	if err != nil {
 		return err
 	}
@@ -176,13 +183,9 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if o.LogRetention > 0 {
 		go prune(bg, st, o.LogRetention, logger)
 	}
-	// ReadTimeout bounds a slow request body; live (SSE) streams are unaffected, since the server
-	// clears the read deadline once a request is read.
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	// Live pages hold SSE streams open: end them when shutdown starts so it only waits for API calls.
-	hs.RegisterOnShutdown(srv.CloseStreams)
+	hs := srv.HTTPServer()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(srv.Listener(ln)) }()
 	logger.Info("serving", "addr", ln.Addr().String(), "store", st.Kind(), "insecure_no_auth", o.InsecureNoAuth)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())

@@ -188,7 +188,9 @@ func (s *Service) bind(ctx context.Context, principal string, l store.Lease) err
 			fmt.Sprintf("execution %s: the %s granter failed: %v", l.ExecutionID, g.Name(), gerr))
 	})
 	if err != nil {
-		return fmt.Errorf("%w: the %s granter failed (%v) and the lease could not be revoked: %v", store.ErrDenied, g.Name(), gerr, err)
+		// The store's error stays out of the answer (it may carry database text); the lease is
+		// still marked bound, so the sweeper removes whatever part of the grant took effect.
+		return fmt.Errorf("%w: the %s granter failed (%v), and recording the refusal failed too", store.ErrDenied, g.Name(), gerr)
 	}
 	s.unbind(ctx, principal, l) // whatever took effect goes now; the sweeper retries a failure
 	return fmt.Errorf("%w: the %s granter could not grant %s to the runner: %v", store.ErrDenied, g.Name(), l.Requester, gerr)
