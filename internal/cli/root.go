@@ -70,6 +70,8 @@ func NewRootCmd(ios *IO) *cobra.Command {
 	root.AddCommand(newServeCmd(ios))
 	root.AddCommand(newRunCmd(ios))
 	root.AddCommand(newCopyCmd(ios))
+	root.AddCommand(newClaimsCmd(ios))
+	root.AddCommand(newExecutionsCmd(ios))
 	// Later verbs register here, one line each.
 
 	// Unknown sub-commands of a command group are usage errors, not silent help.

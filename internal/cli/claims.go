@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+)
+
+// ClaimsListOptions are the options of `tfstackplan claims list`.
+type ClaimsListOptions struct {
+	IO   *IO
+	Conn ConnOptions
+	// Environment filters the claims; empty: every environment.
+	Environment string
+	// JSON prints the claims as the API gives them instead of a table.
+	JSON bool
+}
+
+// ClaimsReleaseOptions are the options of `tfstackplan claims release`.
+type ClaimsReleaseOptions struct {
+	IO          *IO
+	Conn        ConnOptions
+	Environment string
+	PR          int
+	// Stack releases one stack's claim; empty: all of the PR's claims in the environment.
+	Stack string
+	// Execution names the plan execution whose claims to release; a runner must name its own.
+	Execution string
+	// Reason says why; required.
+	Reason string
+}
+
+func newClaimsCmd(ios *IO) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "claims",
+		Short: "List and release apply-lock claims",
+		Long: "A finalized plan claims its changed stacks for its pull request until that PR applies them\n" +
+			"(or the claim expires); another PR's apply of a claimed stack is denied.",
+	}
+	cmd.AddCommand(newClaimsListCmd(ios), newClaimsReleaseCmd(ios))
+	return cmd
+}
+
+func newClaimsListCmd(ios *IO) *cobra.Command {
+	opts := &ClaimsListOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "list [--environment ENV] [--json]",
+		Short: "List the current claims",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runClaimsList(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&opts.Environment, "environment", "e", "", "only the claims of this environment")
+	f.BoolVar(&opts.JSON, "json", false, "print JSON instead of a table")
+	addConnFlags(f, &opts.Conn)
+	return cmd
+}
+
+func runClaimsList(ctx context.Context, opts *ClaimsListOptions) error {
+	c, err := opts.Conn.dial()
+	if err != nil {
+		return err
+	}
+	params := &api.ClaimsListParams{Environment: opts.Environment}
+	claims, err := call[[]api.Claim](orBackground(ctx), c, "claims list", func(ctx context.Context) (*api.ClaimsListResponse, error) {
+		return c.api.ClaimsListWithResponse(ctx, params)
+	})
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, *claims)
+	}
+	if len(*claims) == 0 {
+		fmt.Fprintln(opts.IO.ErrOut, "no claims")
+		return nil
+	}
+	t := newTable(opts.IO.Out)
+	row(t, "ENVIRONMENT", "STACK", "PR", "EXECUTION", "SHA", "CLAIMED", "EXPIRES")
+	for _, cl := range *claims {
+		row(t, cl.Environment, cl.Stack, strconv.Itoa(cl.PR), cl.ExecutionID, short(cl.SHA, 12), stamp(cl.ClaimedAt), stamp(cl.ExpiresAt))
+	}
+	return t.Flush()
+}
+
+func newClaimsReleaseCmd(ios *IO) *cobra.Command {
+	opts := &ClaimsReleaseOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "release --environment ENV --pr N [--stack STACK] [--execution ID] --reason TEXT",
+		Short: "Release a PR's claims, or one stack's",
+		Long: "release frees the claims of a pull request in an environment (one stack's with --stack).\n" +
+			"A runner may release only the claims of an execution it announced itself, and must name\n" +
+			"it with --execution; releasing any other claim is an admin action. The server decides.\n" +
+			"Releasing what is not held is not an error.",
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runClaimsRelease(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	addEnvPRFlags(f, &opts.Environment, &opts.PR)
+	f.StringVar(&opts.Stack, "stack", "", "release only this stack's claim")
+	f.StringVar(&opts.Execution, "execution", "", "release only the claims of this plan execution (required of a runner)")
+	f.StringVar(&opts.Reason, "reason", "", "why (required)")
+	addConnFlags(f, &opts.Conn)
+	return cmd
+}
+
+func runClaimsRelease(ctx context.Context, opts *ClaimsReleaseOptions) error {
+	if err := requireFlag("environment", opts.Environment); err != nil {
+		return err
+	}
+	if err := requirePR(opts.PR); err != nil {
+		return err
+	}
+	if err := requireReason(opts.Reason); err != nil {
+		return err
+	}
+	c, err := opts.Conn.dial()
+	if err != nil {
+		return err
+	}
+	body := api.ClaimsRelease{Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution}
+	if _, err := call[api.Ack](orBackground(ctx), c, "claims release", func(ctx context.Context) (*api.ClaimsReleaseResponse, error) {
+		return c.api.ClaimsReleaseWithResponse(ctx, body)
+	}); err != nil {
+		return err
+	}
+	what := "all stacks"
+	if opts.Stack != "" {
+		what = "stack " + opts.Stack
+	}
+	if opts.Execution != "" {
+		what += " of execution " + opts.Execution
+	}
+	fmt.Fprintf(opts.IO.Out, "released the claims of %s PR #%d: %s\n", opts.Environment, opts.PR, what)
+	// The API's ClaimsRelease has no reason field yet: say so rather than let the operator
+	// believe the reason was recorded.
+	fmt.Fprintln(opts.IO.ErrOut, "tfstackplan: note: this server does not record a reason for a claims release")
+	return nil
+}
