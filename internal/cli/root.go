@@ -71,6 +71,7 @@ func NewRootCmd(ios *IO) *cobra.Command {
 	root.AddCommand(newRunCmd(ios))
 	root.AddCommand(newCopyCmd(ios))
 	root.AddCommand(newClaimsCmd(ios))
+	root.AddCommand(newAdminCmd(ios))
 	root.AddCommand(newExecutionsCmd(ios))
 	// Later verbs register here, one line each.
 
