@@ -29,7 +29,6 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
-	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
 )
 
@@ -178,13 +177,13 @@ func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
 	if baseURL == "" {
 		return c, nil
 	}
-	u, err := parseServerURL(baseURL)
+	u, err := gauth.ParseServerURL(baseURL)
 	if err != nil {
 		return nil, err
 	}
 	c.base = u
 	hc := &http.Client{
-		Transport:     &authTransport{base: u, token: token, next: newTransport()},
+		Transport:     &gauth.Transport{Origin: u, Token: token, Next: newTransport()},
 		CheckRedirect: sameHostRedirects(u),
 	}
 	server := strings.TrimSuffix(u.String(), "/") + "/api/v1"
@@ -194,26 +193,6 @@ func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
 	}
 	c.api = gen
 	return c, nil
-}
-
-func parseServerURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("server URL %q is malformed: %w", raw, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("server URL %q: scheme must be http or https", raw)
-	}
-	if u.Host == "" || u.Hostname() == "" {
-		return nil, fmt.Errorf("server URL %q has no host", raw)
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("server URL %q must not carry credentials", raw)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("server URL %q must not have a query or fragment", raw)
-	}
-	return u, nil
 }
 
 func newTransport() *http.Transport {
@@ -236,47 +215,13 @@ func sameHostRedirects(base *url.URL) func(*http.Request, []*http.Request) error
 		if len(via) > MaxRedirects {
 			return fmt.Errorf("stopped after %d redirects", MaxRedirects)
 		}
-		if !sameOrigin(base, req.URL) {
+		if !gauth.SameOrigin(base, req.URL) {
 			// Not followed: the 3xx itself becomes the answer (a non-2xx, so an error).
 			return http.ErrUseLastResponse
 		}
 		return nil
 	}
 }
-
-func sameOrigin(a, b *url.URL) bool {
-	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Host, b.Host)
-}
-
-// authTransport sets the User-Agent and, for the configured origin only, the bearer token.
-type authTransport struct {
-	base  *url.URL
-	token TokenFunc
-	next  http.RoundTripper
-}
-
-func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	r := req.Clone(req.Context())
-	r.Header.Set("User-Agent", buildinfo.UserAgent())
-	r.Header.Del("Authorization")
-	if t.token != nil && sameOrigin(t.base, r.URL) {
-		tok, err := t.token(r.Context())
-		if err != nil {
-			if req.Body != nil {
-				_ = req.Body.Close()
-			}
-			return nil, &tokenError{err}
-		}
-		r.Header.Set("Authorization", "Bearer "+tok)
-	}
-	return t.next.RoundTrip(r)
-}
-
-// tokenError is a failure to mint a bearer token: local, not the server's fault.
-type tokenError struct{ err error }
-
-func (e *tokenError) Error() string { return "minting bearer token: " + e.err.Error() }
-func (e *tokenError) Unwrap() error { return e.err }
 
 // ClientFromEnv builds a Client from TFSTACKPLAN_SERVER (empty: disabled). Auth comes from
 // APITokenFunc over TFSTACKPLAN_AUDIENCE; when the audience is set but credentials are not
@@ -588,7 +533,7 @@ func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time
 		}
 		res = c.once(ctx, op, perAttempt, send)
 		if res.transport != nil {
-			var te *tokenError
+			var te *gauth.TokenError
 			if errors.As(res.transport, &te) {
 				return res // local failure; retrying will not help and the server is not at fault
 			}

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"io/fs"
 	"os"
 	"path"
@@ -140,7 +141,7 @@ func (c *Config) validate() hcl.Diagnostics {
 		}
 		seen[env.Name] = true
 		if env.Server != "" {
-			if _, err := parseServerURL(env.Server); err != nil {
+			if _, err := gauth.ParseServerURL(env.Server); err != nil {
 				bad(env, "invalid server", err.Error())
 			}
 		}

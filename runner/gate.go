@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"net/http"
 	"strings"
 
@@ -89,7 +90,7 @@ func (c *Client) GateCheck(ctx context.Context, g events.GateCheck) GateVerdict 
 
 func verdictFrom(res result) GateVerdict {
 	if res.transport != nil {
-		var te *tokenError
+		var te *gauth.TokenError
 		if errors.As(res.transport, &te) {
 			return GateVerdict{Kind: VerdictUnconfirmable, Err: res.transport}
 		}

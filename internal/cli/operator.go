@@ -21,7 +21,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
-	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"github.com/tfstackplan/tfstackplan/internal/plan"
 	"github.com/tfstackplan/tfstackplan/runner"
@@ -88,7 +87,7 @@ func (c *ConnOptions) dial() (*opClient, error) {
 	if c.Timeout <= 0 {
 		return nil, Usagef("--timeout must be positive, not %s", c.Timeout)
 	}
-	base, err := operatorServerURL(server)
+	base, err := gauth.ParseServerURL(server)
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
@@ -110,7 +109,7 @@ func (c *ConnOptions) dial() (*opClient, error) {
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	hc := &http.Client{
-		Transport:     &operatorTransport{origin: base, token: tok, next: transport},
+		Transport:     &gauth.Transport{Origin: base, Token: tok, Next: cappingTransport{transport}},
 		CheckRedirect: sameServerRedirects(base),
 	}
 	gen, err := api.NewClientWithResponses(strings.TrimSuffix(base.String(), "/")+"/api/v1", api.WithHTTPClient(hc))
@@ -118,29 +117,6 @@ func (c *ConnOptions) dial() (*opClient, error) {
 		return nil, &UsageError{Err: fmt.Errorf("server URL %q: %w", server, err)}
 	}
 	return &opClient{api: gen, server: base.String(), timeout: c.Timeout}, nil
-}
-
-// operatorServerURL checks a server base URL: http or https, a host, no credentials, query or
-// fragment.
-func operatorServerURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("server URL %q is malformed: %w", raw, err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("server URL %q: scheme must be http or https", raw)
-	case u.Hostname() == "":
-		return nil, fmt.Errorf("server URL %q has no host", raw)
-	case u.User != nil:
-		return nil, fmt.Errorf("server URL %q must not carry credentials", raw)
-	case u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("server URL %q must not have a query or fragment", raw)
-	}
-	return u, nil
-}
-
-func sameOriginURL(a, b *url.URL) bool {
-	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Host, b.Host)
 }
 
 // redirectError is a redirect the client refused to follow.
@@ -154,7 +130,7 @@ func (e *redirectError) Error() string {
 // token must never reach another host.
 func sameServerRedirects(base *url.URL) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
-		if !sameOriginURL(base, req.URL) {
+		if !gauth.SameOrigin(base, req.URL) {
 			return &redirectError{to: req.URL.Redacted(), server: base.Redacted()}
 		}
 		if len(via) >= maxRedirects {
@@ -164,35 +140,11 @@ func sameServerRedirects(base *url.URL) func(*http.Request, []*http.Request) err
 	}
 }
 
-// operatorTransport sets the User-Agent, adds the bearer token to requests for the configured
-// origin only, and caps the size of answers.
-type operatorTransport struct {
-	origin *url.URL
-	token  gauth.TokenFunc
-	next   http.RoundTripper
-}
+// cappingTransport caps the size of answers.
+type cappingTransport struct{ next http.RoundTripper }
 
-// tokenError is a failure to mint a bearer token: local, not the server's.
-type tokenError struct{ err error }
-
-func (e *tokenError) Error() string { return "minting a bearer token: " + e.err.Error() }
-func (e *tokenError) Unwrap() error { return e.err }
-
-// RoundTrip sends r with the operator's headers.
-func (t *operatorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	r := req.Clone(req.Context())
-	r.Header.Set("User-Agent", buildinfo.UserAgent())
-	r.Header.Del("Authorization")
-	if t.token != nil && sameOriginURL(t.origin, r.URL) {
-		tok, err := t.token(r.Context())
-		if err != nil {
-			if req.Body != nil {
-				_ = req.Body.Close()
-			}
-			return nil, &tokenError{err}
-		}
-		r.Header.Set("Authorization", "Bearer "+tok)
-	}
+// RoundTrip sends r and caps its answer's body at maxAnswerBytes.
+func (t cappingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(r)
 	if err == nil {
 		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxAnswerBytes}
@@ -303,7 +255,7 @@ func call[T any, R apiAnswer[T]](ctx context.Context, c *opClient, op string, se
 // reach, or its answer could not be read.
 func (c *opClient) transportError(ctx, rctx context.Context, op string, err error) error {
 	var re *redirectError
-	var te *tokenError
+	var te *gauth.TokenError
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: %w", op, ctx.Err())

@@ -1,14 +1,20 @@
-// Package gauth mints the bearer tokens the runner sends to the control plane.
+// Package gauth mints the bearer tokens the runner and the operator commands send to the control
+// plane, and holds the one transport that sends them only to the configured server.
 package gauth
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"golang.org/x/oauth2"
 	"google.golang.org/api/idtoken"
+
+	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
 )
 
 // TokenFunc returns a bearer token for one request. A nil TokenFunc means unauthenticated.
@@ -93,3 +99,65 @@ func Static(token string) TokenFunc {
 	}
 	return func(context.Context) (string, error) { return token, nil }
 }
+
+// ParseServerURL checks a control plane's base URL: http or https, a host, and no credentials,
+// query or fragment (a bearer token goes to exactly this origin).
+func ParseServerURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("server URL %q is malformed: %w", raw, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("server URL %q: scheme must be http or https", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("server URL %q has no host", raw)
+	case u.User != nil:
+		return nil, fmt.Errorf("server URL %q must not carry credentials", raw)
+	case u.RawQuery != "" || u.Fragment != "":
+		return nil, fmt.Errorf("server URL %q must not have a query or fragment", raw)
+	}
+	return u, nil
+}
+
+// SameOrigin reports whether two URLs share scheme and host (port included).
+func SameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Host, b.Host)
+}
+
+// Transport sets the User-Agent on every request and, for requests to Origin only, a bearer
+// token from Token: a token never reaches another host, whatever the request names.
+type Transport struct {
+	// Origin is the control plane's base URL.
+	Origin *url.URL
+	// Token mints the bearer token (nil: requests go unauthenticated).
+	Token TokenFunc
+	// Next sends the request.
+	Next http.RoundTripper
+}
+
+// RoundTrip sends a copy of req with the headers set; a token that cannot be minted fails the
+// request with a *TokenError before anything is sent.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set("User-Agent", buildinfo.UserAgent())
+	r.Header.Del("Authorization")
+	if t.Token != nil && SameOrigin(t.Origin, r.URL) {
+		tok, err := t.Token(r.Context())
+		if err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return nil, &TokenError{Err: err}
+		}
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return t.Next.RoundTrip(r)
+}
+
+// TokenError is a failure to mint a bearer token: local, not the server's.
+type TokenError struct{ Err error }
+
+func (e *TokenError) Error() string { return "minting a bearer token: " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *TokenError) Unwrap() error { return e.Err }

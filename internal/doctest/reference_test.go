@@ -1,0 +1,92 @@
+package doctest_test
+
+// The reference pages are written by hand from the code; these tests fail when the code grows a
+// field, an attribute or an exit code the pages do not name.
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/cli"
+	"github.com/tfstackplan/tfstackplan/runner"
+)
+
+func readDoc(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// tagNames returns the names a struct's fields have under a tag (json, hcl), recursing into
+// nested structs, slices and pointers of the listed types.
+func tagNames(t reflect.Type, tag string, seen map[reflect.Type]bool) []string {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || seen[t] {
+		return nil
+	}
+	seen[t] = true
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get(tag), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out = append(out, name)
+		out = append(out, tagNames(f.Type, tag, seen)...)
+	}
+	return out
+}
+
+// TestResultDocumented: docs/result.md names every field of the result document.
+func TestResultDocumented(t *testing.T) {
+	doc := readDoc(t, "result.md")
+	for _, name := range tagNames(reflect.TypeFor[runner.Result](), "json", map[reflect.Type]bool{}) {
+		if !strings.Contains(doc, "`"+name+"`") {
+			t.Errorf("docs/result.md does not name the result field %q", name)
+		}
+	}
+	for _, kind := range []string{runner.KindUsage, runner.KindConfig, runner.KindTerramate, runner.KindScript,
+		runner.KindClassify, runner.KindGate, runner.KindCancelled, runner.KindInternal} {
+		if !strings.Contains(doc, "`"+kind+"`") {
+			t.Errorf("docs/result.md does not name the error kind %q", kind)
+		}
+	}
+	for _, v := range []runner.VerdictKind{runner.VerdictSatisfied, runner.VerdictNotClassified, runner.VerdictNotSatisfied,
+		runner.VerdictUnconfirmable, runner.VerdictUnreachable} {
+		if !strings.Contains(doc, "`"+v.String()+"`") {
+			t.Errorf("docs/result.md does not name the gate verdict %q", v)
+		}
+	}
+}
+
+// TestConfigDocumented: docs/configuration.md names every attribute of an environment block.
+func TestConfigDocumented(t *testing.T) {
+	doc := readDoc(t, "configuration.md")
+	for _, name := range tagNames(reflect.TypeFor[runner.Environment](), "hcl", map[reflect.Type]bool{}) {
+		if name == "name" { // the block's label
+			continue
+		}
+		if !strings.Contains(doc, "| `"+name+"` |") {
+			t.Errorf("docs/configuration.md has no row for the environment attribute %q", name)
+		}
+	}
+}
+
+// TestExitCodesDocumented: docs/exit-codes.md has a row for each exit code.
+func TestExitCodesDocumented(t *testing.T) {
+	doc := readDoc(t, "exit-codes.md")
+	for _, code := range []int{cli.ExitOK, cli.ExitFailure, cli.ExitUsage, cli.ExitGateDenied} {
+		if !strings.Contains(doc, "\n| "+string(rune('0'+code))+" |") {
+			t.Errorf("docs/exit-codes.md has no row for exit code %d", code)
+		}
+	}
+}
