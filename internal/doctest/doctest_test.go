@@ -5,11 +5,11 @@ package doctest_test
 //
 //   - a temporary directory: HOME, a `work` directory the first block starts in, git configured
 //     with a name and `main` as the default branch, nothing of the caller's environment but
-//     PATH's system directories (no GITHUB_*, no TFSTACKPLAN_*, no cloud credentials: the
-//     metadata server is a closed loopback port);
-//   - on PATH, tfstackplan built from this checkout, and terramate and tofu: the real ones that
-//     TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU name, else the project's stand-ins (see
-//     shim_test.go);
+//     PATH (no GITHUB_*, no TFSTACKPLAN_*, no cloud credentials: the metadata server is a
+//     closed loopback port);
+//   - first on PATH, tfstackplan built from this checkout, and terramate, tofu and terraform:
+//     the real ones that TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU name, else the project's
+//     stand-ins (see shim_test.go);
 //   - TFSTACKPLAN_SRC, the repository root, for the documents' commands that copy from the
 //     checkout (the script library);
 //   - the blocks run one after another, each in a fresh bash (set -eu -o pipefail) that starts
@@ -241,7 +241,7 @@ func newSandbox(t *testing.T, tc *toolchain) *sandbox {
 		}
 	}
 	s.env = append([]string{
-		"PATH=" + tc.bin + string(os.PathListSeparator) + systemPath(),
+		"PATH=" + tc.bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + home,
 		"TMPDIR=" + os.TempDir(),
 		"LANG=C.UTF-8",
@@ -257,22 +257,6 @@ func newSandbox(t *testing.T, tc *toolchain) *sandbox {
 		"TFSTACKPLAN_SRC=" + src,
 	}, tc.env...)
 	return s
-}
-
-// systemPath is PATH without the directories that could hold another terramate, tofu or
-// terraform than the sandbox's, nor the caller's own tools: only the system's.
-func systemPath() string {
-	var keep []string
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		switch d {
-		case "/usr/local/sbin", "/usr/sbin", "/usr/bin", "/sbin", "/bin":
-			keep = append(keep, d)
-		}
-	}
-	if len(keep) == 0 {
-		keep = []string{"/usr/bin", "/bin"}
-	}
-	return strings.Join(keep, string(os.PathListSeparator))
 }
 
 func runDoc(t *testing.T, blocks []*doctest.Block) {
