@@ -244,6 +244,9 @@ type ClaimsRelease struct {
 	ExecutionID string `json:"execution_id,omitempty,omitzero"`
 	PR          int    `json:"pr"`
 
+	// Reason Why; recorded in the audit log. Required when releasing as an admin.
+	Reason string `json:"reason,omitempty,omitzero"`
+
 	// Stack One stack; empty releases all of the PR's claims in the environment.
 	Stack string `json:"stack,omitempty,omitzero"`
 }

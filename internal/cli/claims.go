@@ -126,7 +126,7 @@ func runClaimsRelease(ctx context.Context, opts *ClaimsReleaseOptions) error {
 	if err != nil {
 		return err
 	}
-	body := api.ClaimsRelease{Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution}
+	body := api.ClaimsRelease{Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution, Reason: opts.Reason}
 	if _, err := call[api.Ack](orBackground(ctx), c, "claims release", func(ctx context.Context) (*api.ClaimsReleaseResponse, error) {
 		return c.api.ClaimsReleaseWithResponse(ctx, body)
 	}); err != nil {
@@ -140,8 +140,5 @@ func runClaimsRelease(ctx context.Context, opts *ClaimsReleaseOptions) error {
 		what += " of execution " + opts.Execution
 	}
 	fmt.Fprintf(opts.IO.Out, "released the claims of %s PR #%d: %s\n", opts.Environment, opts.PR, what)
-	// The API's ClaimsRelease has no reason field yet: say so rather than let the operator
-	// believe the reason was recorded.
-	fmt.Fprintln(opts.IO.ErrOut, "tfstackplan: note: this server does not record a reason for a claims release")
 	return nil
 }

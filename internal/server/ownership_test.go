@@ -40,7 +40,7 @@ func TestRunnersReleaseOnlyTheirOwnExecutionsClaims(t *testing.T) {
 		{"runner", map[string]any{"environment": "prod", "pr": 2}, 403},
 		{"runner", map[string]any{"environment": "prod", "pr": 2, "execution_id": "theirs"}, 403},
 		{"runner", map[string]any{"environment": "prod", "pr": 1, "execution_id": "own"}, 200},
-		{"admin", map[string]any{"environment": "prod", "pr": 2}, 200},
+		{"admin", map[string]any{"environment": "prod", "pr": 2, "reason": "abandoned"}, 200},
 	} {
 		if code, body, _ := ts.call(t, c.role, "POST", "/claims/release", c.body); code != c.want {
 			t.Errorf("%s releasing %v: %d %v, want %d", c.role, c.body, code, body, c.want)

@@ -536,6 +536,12 @@ func (s *Service) ReleaseClaimsAs(ctx context.Context, caller Caller, in *api.Cl
 			return api.Ack{}, err
 		}
 	}
+	if err := checkText("reason", in.Reason, MaxTextLen); err != nil {
+		return api.Ack{}, err
+	}
+	if caller.Admin && in.ExecutionID == "" && strings.TrimSpace(in.Reason) == "" {
+		return api.Ack{}, invalid("reason is required to release a PR's claims")
+	}
 	if !caller.Admin && in.ExecutionID == "" {
 		return api.Ack{}, fmt.Errorf("%w: a runner releases only the claims of its own execution (name it in execution_id); releasing a PR's claims is an admin action", store.ErrDenied)
 	}
@@ -570,7 +576,7 @@ func (s *Service) ReleaseClaimsAs(ctx context.Context, caller Caller, in *api.Cl
 		if in.ExecutionID != "" {
 			what += " of execution " + in.ExecutionID
 		}
-		return audit(tx, now, caller.Name, "claims.release", target(in.Environment, in.PR), "", "released", fmt.Sprintf("%s (%d claims)", what, n))
+		return audit(tx, now, caller.Name, "claims.release", target(in.Environment, in.PR), in.Reason, "released", fmt.Sprintf("%s (%d claims)", what, n))
 	})
 }
 

@@ -216,7 +216,13 @@ func TestRunnersEndOnlyWhatTheirOwnExecutionTook(t *testing.T) {
 			t.Fatalf("claims after the owner's release %+v", claims)
 		}
 		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1})
+		wantErr(t, err, store.ErrInvalid, "reason is required")
+		f.planWith("p3", 3, "s3", map[string][2]string{"c": {"additive", "v1:c"}})
+		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 3, Reason: "abandoned PR"})
 		f.must(err)
+		if entries, _ := f.Audit(ctx, 1, 0); len(entries) != 1 || entries[0].Action != "claims.release" || entries[0].Reason != "abandoned PR" || entries[0].Principal != "root" {
+			t.Fatalf("audit of an admin's release %+v", entries)
+		}
 	})
 }
 

@@ -403,7 +403,7 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 		if len(claims) != 2 || claims[0].PR != 1 {
 			t.Fatalf("claims %+v", claims)
 		}
-		_, err := f.ReleaseClaimsAs(ctx, Caller{Name: "bob", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b"})
+		_, err := f.ReleaseClaimsAs(ctx, Caller{Name: "bob", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b", Reason: "stale"})
 		f.must(err)
 		claims, _ = f.Claims(ctx, "prod")
 		if len(claims) != 1 || claims[0].Stack != "a" {
