@@ -1,0 +1,110 @@
+package service
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// BenchmarkServiceIngest is BenchmarkIngest (internal/server) without HTTP: 8 clients post
+// events (phase and update, alternating) flat out on their own stacks while 8 more post logs
+// at 20,000 chunks/s in batches of 64, straight into the service. b.N counts events.
+func BenchmarkServiceIngest(b *testing.B) {
+	for _, be := range storetest.Backends() {
+		b.Run(be.Name, func(b *testing.B) {
+			svc := New(be.Open(b), nil)
+			const clients, per, pace = 8, 64, 20000
+			stacks := make([]string, 2*clients)
+			for i := range stacks {
+				stacks[i] = fmt.Sprintf("stacks/s%02d", i)
+			}
+			if _, err := svc.Init(ctx, &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+				b.Fatal(err)
+			}
+			data := []byte(strings.Repeat("terraform output line ...\n", 20))[:512]
+			interval := time.Duration(float64(time.Second) * per * clients / pace)
+			var next, chunks atomic.Int64
+			stop := make(chan struct{})
+			var evLat, logLat [clients][]time.Duration
+			var failed atomic.Value
+			var wg, logs sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for seq := int64(1); next.Add(1) <= int64(b.N); seq++ {
+						t0 := time.Now()
+						var err error
+						if seq%2 == 0 {
+							_, err = svc.Phase(ctx, &api.PhaseEvent{ExecutionID: "bench", Stack: stacks[c], Phase: "plan", Seq: seq})
+						} else {
+							_, err = svc.Update(ctx, &api.Update{ExecutionID: "bench", Stack: stacks[c], Seq: seq, Status: "running"})
+						}
+						if err != nil {
+							failed.Store(err)
+							return
+						}
+						evLat[c] = append(evLat[c], time.Since(t0))
+					}
+				}()
+				logs.Add(1)
+				go func() {
+					defer logs.Done()
+					var off int64
+					due := time.Now()
+					batch := make([]api.LogChunk, per)
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(time.Until(due)):
+						}
+						for k := range batch {
+							batch[k] = api.LogChunk{ExecutionID: "bench", Stack: stacks[clients+c], Generation: 1, Offset: off, Data: data}
+							off += int64(len(data))
+						}
+						if _, err := svc.LogChunks(ctx, batch); err != nil {
+							failed.Store(err)
+							return
+						}
+						chunks.Add(per)
+						logLat[c] = append(logLat[c], time.Since(due))
+						due = due.Add(interval)
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			close(stop)
+			logs.Wait()
+			b.StopTimer()
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatal(err)
+			}
+			p99 := func(l [clients][]time.Duration) float64 {
+				var all []time.Duration
+				for _, x := range l {
+					all = append(all, x...)
+				}
+				if len(all) == 0 {
+					return 0
+				}
+				slices.Sort(all)
+				return float64(all[len(all)*99/100].Microseconds()) / 1000
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(chunks.Load())/elapsed.Seconds(), "chunks/s")
+			b.ReportMetric(p99(evLat), "event-p99-ms")
+			b.ReportMetric(p99(logLat), "log-p99-ms")
+		})
+	}
+}
