@@ -38,7 +38,9 @@ type Dialect struct {
 	// LockSQL takes a transaction-scoped lock on the int64 key given as the only argument; empty
 	// when the backend serializes writers anyway.
 	LockSQL string
-	// NotifySQL sends (channel, payload) to other replicas at commit; empty when there are none.
+	// NotifySQL sends (channel, payload) to other replicas; empty when there are none. The
+	// store sends it after commit, outside the writes' transactions, coalescing the
+	// notifications of many writes (see NotifyEvery).
 	NotifySQL string
 	// Channel is the notification channel name.
 	Channel string
@@ -77,6 +79,11 @@ type DB struct {
 	smu    sync.Mutex
 	stmts  map[string]*sql.Stmt
 	wanted map[string]bool
+
+	nmu      sync.Mutex
+	npending map[string]bool
+	nwake    chan struct{}
+	ndone    chan struct{}
 }
 
 // prepared returns the cached prepared statement of query on the writer connection, or nil
@@ -110,6 +117,10 @@ var Linger = 300 * time.Microsecond
 // MaxBatch bounds how many writes one group commit holds.
 const MaxBatch = 512
 
+// NotifyEvery is the least time between two sends of a multi-replica backend's notifications:
+// what is written in between is announced once, together, just after.
+var NotifyEvery = 10 * time.Millisecond
+
 type job struct {
 	ctx context.Context
 	fn  func(store.Tx) error
@@ -129,6 +140,12 @@ func Open(ctx context.Context, d Dialect, wdb, rdb *sql.DB) (*DB, error) {
 		s.done = make(chan struct{})
 		go s.writer()
 	}
+	if d.NotifySQL != "" {
+		s.npending = map[string]bool{}
+		s.nwake = make(chan struct{}, 1)
+		s.ndone = make(chan struct{})
+		go s.notifier()
+	}
 	return s, nil
 }
 
@@ -146,6 +163,9 @@ func (s *DB) Close() error {
 		if s.stop != nil {
 			close(s.stop)
 			<-s.done
+		}
+		if s.ndone != nil {
+			<-s.ndone // it sends what is pending, then ends
 		}
 		s.smu.Lock()
 		for _, st := range s.stmts {
@@ -187,8 +207,22 @@ func (s *DB) Listen(ctx context.Context, fn func(execID string)) error {
 	return nil
 }
 
-func (s *DB) dispatchLocal(ids []string) {
-	if s.d.NotifySQL != "" || len(ids) == 0 {
+// dispatch announces the executions committed writes changed: to this process's listeners, or
+// through the notifier to every replica.
+func (s *DB) dispatch(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if s.d.NotifySQL != "" {
+		s.nmu.Lock()
+		for _, id := range ids {
+			s.npending[id] = true
+		}
+		s.nmu.Unlock()
+		select {
+		case s.nwake <- struct{}{}:
+		default:
+		}
 		return
 	}
 	s.mu.Lock()
@@ -225,7 +259,58 @@ func (s *DB) mapErr(err error) error {
 			return m
 		}
 	}
-	return fmt.Errorf("%w: %s: %v", store.ErrUnavailable, s.d.Name, err)
+	// The driver's error stays wrapped too, so Retryable recognizes conflicts inside statements.
+	return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, s.d.Name, err)
+}
+
+// notifier sends the pending notifications, at most once per NotifyEvery, until Close. A
+// NOTIFY in each write's own transaction would serialize their commits on the database's
+// notification queue lock and cost a round trip each; sent here, a burst of writes to one
+// execution is one notification.
+func (s *DB) notifier() {
+	defer close(s.ndone)
+	for {
+		select {
+		case <-s.nwake:
+		case <-s.closing:
+			s.sendNotifications()
+			return
+		}
+		s.sendNotifications()
+		select {
+		case <-time.After(NotifyEvery):
+		case <-s.closing:
+		}
+	}
+}
+
+func (s *DB) sendNotifications() {
+	s.nmu.Lock()
+	ids := make([]string, 0, len(s.npending))
+	for id := range s.npending {
+		ids = append(ids, id)
+	}
+	clear(s.npending)
+	s.nmu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	sort.Strings(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Best effort: a lost notification leaves live pages stale until their next change or
+	// reload, never the data wrong.
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, s.q(s.d.NotifySQL), s.d.Channel, id); err != nil {
+			return
+		}
+	}
+	_ = tx.Commit()
 }
 
 // q rewrites ? placeholders for the dialect (cached).
@@ -365,7 +450,7 @@ func (s *DB) writeDirect(ctx context.Context, fn func(store.Tx) error) error {
 		var ids []string
 		ids, err = s.writeOnce(ctx, fn)
 		if err == nil {
-			s.dispatchLocal(ids)
+			s.dispatch(ids)
 			return nil
 		}
 		if s.d.Retryable == nil || !s.d.Retryable(err) || ctx.Err() != nil {
@@ -384,9 +469,6 @@ func (s *DB) writeOnce(ctx context.Context, fn func(store.Tx) error) ([]string, 
 	defer func() { _ = tx.Rollback() }()
 	t := &sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb, write: true}
 	if err := callSafely(fn, t); err != nil {
-		return nil, err
-	}
-	if err := t.flushNotify(); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -474,7 +556,7 @@ func (s *DB) runBatch(batch []*job) {
 	for i, j := range live {
 		j.err <- s.mapErr(results[i])
 	}
-	s.dispatchLocal(dedup(notify))
+	s.dispatch(dedup(notify))
 }
 
 var errRetryIsolated = errors.New("a write in the batch failed; retry with savepoints")

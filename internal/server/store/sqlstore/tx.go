@@ -121,18 +121,6 @@ func (t *sqlTx) row(query string, args ...any) *sql.Row {
 	return t.tx.QueryRowContext(t.ctx, t.s.q(query), args...)
 }
 
-func (t *sqlTx) flushNotify() error {
-	if t.s.d.NotifySQL == "" {
-		return nil
-	}
-	for _, id := range dedup(t.notify) {
-		if _, err := t.tx.ExecContext(t.ctx, t.s.q(t.s.d.NotifySQL), t.s.d.Channel, id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Notify records that the execution changed; delivered after commit.
 func (t *sqlTx) Notify(execID string) error {
 	for _, id := range t.notify {
