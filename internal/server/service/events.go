@@ -3,7 +3,8 @@ package service
 import (
 	"context"
 	"errors"
-	"time"
+	"slices"
+	"strings"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -18,16 +19,19 @@ func eventAck(tx store.Tx, execID string) (api.Ack, error) {
 	return cancelAck(cancelled, reason), err
 }
 
-// lockForEvent reads (and, inside Write, locks) the execution a stack event names: the lock
-// serializes the read-modify-write of its stacks with every other event, finalize and cancel
-// on the execution. It returns the event's Ack and whether the execution is finalized (a
-// finalized execution's stack state no longer changes).
-func lockForEvent(tx store.Tx, execID string) (api.Ack, bool, error) {
-	st, err := tx.EventState(execID)
-	if err != nil {
-		return api.Ack{}, false, err
+// oneWriter is implemented by stores that can run a write made of one statement without an
+// explicit transaction (sqlstore.DB.WriteOne): a runner event is then one round trip.
+type oneWriter interface {
+	WriteOne(ctx context.Context, fn func(store.Tx) error) error
+}
+
+// writeOne runs fn, which calls one single-statement Tx method (ApplyUpdate, AddPhaseEvent)
+// and Notify, as cheaply as the store allows.
+func (s *Service) writeOne(ctx context.Context, fn func(store.Tx) error) error {
+	if w, ok := s.Store.(oneWriter); ok {
+		return w.WriteOne(ctx, fn)
 	}
-	return cancelAck(st.Cancelled, st.CancelReason), st.Finalized, nil
+	return s.Store.Write(ctx, fn)
 }
 
 func (s *Service) stackOrNew(tx store.Tx, execID, name string) (*store.Stack, error) {
@@ -69,20 +73,40 @@ func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack,
 	}
 	now := s.Now()
 	execID := phases[0].ExecutionID
+	// Stack rows are locked in name order, so that two batches naming the same stacks never
+	// deadlock; each stack's own events keep their order (the later of equal seqs wins).
+	order := make([]*api.PhaseEvent, len(phases))
+	for i := range phases {
+		order[i] = &phases[i]
+	}
+	slices.SortStableFunc(order, func(a, b *api.PhaseEvent) int { return strings.Compare(a.Stack, b.Stack) })
+	write := s.Store.Write
+	if len(order) == 1 {
+		write = s.writeOne
+	}
 	var ack api.Ack
-	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		var err error
-		var finalized bool
-		if ack, finalized, err = lockForEvent(tx, execID); err != nil {
-			return err
-		}
+	err := write(ctx, func(tx store.Tx) error {
 		notify := false
-		for i := range phases {
-			changed, err := s.phaseTx(tx, &phases[i], finalized, now)
+		for i, in := range order {
+			at := in.At.UTC()
+			if in.At.IsZero() {
+				at = now
+			}
+			shown := in.Phase
+			if in.Status != "" {
+				shown = in.Phase + ": " + clip(in.Status, 64)
+			}
+			// Stored and shown in the history even once the execution is finalized; the stack's
+			// state then no longer changes.
+			st, added, err := tx.AddPhaseEvent(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
+				Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at}, shown, now)
 			if err != nil {
 				return err
 			}
-			notify = notify || changed
+			if i == 0 {
+				ack = cancelAck(st.Cancelled, st.CancelReason)
+			}
+			notify = notify || added
 		}
 		if !notify {
 			return nil
@@ -90,38 +114,6 @@ func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack,
 		return tx.Notify(execID)
 	})
 	return ack, err
-}
-
-// phaseTx stores one phase event inside a Write of its (locked) execution and reports whether
-// anything was stored.
-func (s *Service) phaseTx(tx store.Tx, in *api.PhaseEvent, finalized bool, now time.Time) (bool, error) {
-	at := in.At.UTC()
-	if in.At.IsZero() {
-		at = now
-	}
-	added, err := tx.AddPhase(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
-		Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at})
-	if err != nil || !added {
-		return false, err
-	}
-	if finalized {
-		return true, nil // stored and shown in the history, state unchanged
-	}
-	st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
-	if err != nil {
-		return false, err
-	}
-	if in.Seq < st.PhaseSeq {
-		return true, nil
-	}
-	st.Phase, st.PhaseSeq, st.UpdatedAt = in.Phase, in.Seq, now
-	if in.Status != "" {
-		st.Phase = in.Phase + ": " + clip(in.Status, 64)
-	}
-	if st.Status == events.StackPending {
-		st.Status = events.StackRunning
-	}
-	return true, tx.SaveStack(in.ExecutionID, st)
 }
 
 // Update records a stack's status and classification; the highest seq wins.
@@ -135,29 +127,23 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 	if in.Class != "" && !in.Class.Valid() {
 		return api.Ack{}, invalid("class %q is not a change class", in.Class)
 	}
-	now := s.Now()
+	destructive := in.Destructive
+	if len(destructive) > MaxDestructive {
+		destructive = destructive[:MaxDestructive]
+	}
+	st := &store.Stack{Seq: in.Seq}
+	st.StackState.Stack, st.Status, st.Class, st.Counts, st.PlanHash = in.Stack, in.Status, in.Class, in.Counts, in.PlanHash
+	st.Destructive, st.Error, st.UpdatedAt = destructive, clip(in.Error, MaxTextLen), s.Now()
 	var ack api.Ack
-	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		var err error
-		var finalized bool
-		if ack, finalized, err = lockForEvent(tx, in.ExecutionID); err != nil || finalized {
-			return err // a late update must not change a finalized plan's classes or hashes
-		}
-		st, err := s.stackOrNew(tx, in.ExecutionID, in.Stack)
+	err := s.writeOne(ctx, func(tx store.Tx) error {
+		// A late update must not change a finalized plan's classes or hashes: the store skips it.
+		state, applied, err := tx.ApplyUpdate(in.ExecutionID, st)
 		if err != nil {
 			return err
 		}
-		if in.Seq < st.Seq {
+		ack = cancelAck(state.Cancelled, state.CancelReason)
+		if !applied {
 			return nil
-		}
-		destructive := in.Destructive
-		if len(destructive) > MaxDestructive {
-			destructive = destructive[:MaxDestructive]
-		}
-		st.Seq, st.Status, st.Class, st.Counts, st.PlanHash = in.Seq, in.Status, in.Class, in.Counts, in.PlanHash
-		st.Destructive, st.Error, st.UpdatedAt = destructive, clip(in.Error, MaxTextLen), now
-		if err := tx.SaveStack(in.ExecutionID, st); err != nil {
-			return err
 		}
 		return tx.Notify(in.ExecutionID)
 	})

@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,51 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
+
+// Updates and phases of one stack posted concurrently in shuffled seq order end at the highest
+// seq; phase batches naming the same stacks in opposite orders never deadlock.
+func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		f.must(err)
+		const n = 200
+		seqs := make(chan int, n)
+		for _, s := range rand.Perm(n) {
+			seqs <- s + 1
+		}
+		close(seqs)
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*n)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for seq := range seqs {
+					_, err := f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "a", Seq: int64(seq), Status: "running", PlanHash: fmt.Sprint("h", seq)})
+					errs <- err
+					batch := []api.PhaseEvent{
+						{ExecutionID: "e1", Stack: "a", Phase: fmt.Sprint("p", seq), Seq: int64(seq)},
+						{ExecutionID: "e1", Stack: "b", Phase: fmt.Sprint("p", seq), Seq: int64(seq)},
+					}
+					if seq%2 == 0 {
+						batch[0], batch[1] = batch[1], batch[0]
+					}
+					_, err = f.Phases(ctx, batch)
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			f.must(err)
+		}
+		a, b := f.stackState("e1", "a"), f.stackState("e1", "b")
+		if a.PlanHash != fmt.Sprint("h", n) || a.Phase != fmt.Sprint("p", n) || b.Phase != fmt.Sprint("p", n) || a.Status != "running" {
+			t.Fatalf("after shuffled concurrent events: a %+v b %+v", a, b)
+		}
+	})
+}
 
 // BenchmarkServiceIngest is BenchmarkIngest (internal/server) without HTTP: 8 clients post
 // events (phase and update, alternating) flat out on their own stacks while 8 more post logs

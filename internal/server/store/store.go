@@ -130,7 +130,8 @@ type Tx interface {
 	Execution(id string) (*Execution, error)
 	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound,
 	// without locking the row: the check log chunks and gate checks make. Stack events, which
-	// must be serialized with finalize and cancel, use EventState instead.
+	// must be serialized with finalize and cancel, read it through ApplyUpdate and
+	// AddPhaseEvent.
 	ExecutionCancel(id string) (cancelled bool, reason string, err error)
 	// EventState returns what a runner event needs of its execution (cancelled and why,
 	// finalized) or ErrNotFound. Inside Write it locks the row like Execution, reading only
@@ -219,6 +220,23 @@ type Tx interface {
 	LockEnvironment(env string) error
 	// Notify tells every replica, after commit, that the execution changed.
 	Notify(execID string) error
+
+	// ApplyUpdate stores a runner's update of one stack: it takes the execution row in share
+	// mode (events of one execution run concurrently, while finalize and cancel, which lock it
+	// exclusively through Execution, wait for them and they for those; the execution is always
+	// locked before its stacks) and, unless the execution is finalized, writes the fields an
+	// update sets (Status, Class, Counts, PlanHash, Destructive, Error, Seq, UpdatedAt),
+	// creating the stack when missing, unless the stored Seq is higher. It returns the
+	// execution's state and whether the stack was written, or ErrNotFound. One statement where
+	// the backend allows.
+	ApplyUpdate(execID string, s *Stack) (state EventState, applied bool, err error)
+	// AddPhaseEvent stores a runner's phase event: it locks the execution as ApplyUpdate does,
+	// stores p in the history once (added reports whether it was new) and, when it is new and
+	// the execution not finalized, shows `shown` as the stack's current phase at p.Seq (updated
+	// at now) unless a newer one is shown: a missing stack is created running, a pending one
+	// becomes running. It returns the execution's state, or ErrNotFound. One statement where
+	// the backend allows.
+	AddPhaseEvent(p Phase, shown string, now time.Time) (state EventState, added bool, err error)
 }
 
 // Store opens units of work and runs housekeeping.

@@ -57,16 +57,18 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 		channel = DefaultChannel
 	}
 	d := sqlstore.Dialect{
-		Name:      "postgres",
-		Dollar:    true,
-		IDType:    "BIGSERIAL PRIMARY KEY",
-		BlobType:  "BYTEA",
-		ForUpdate: " FOR UPDATE",
-		LockSQL:   "SELECT pg_advisory_xact_lock(?)",
-		NotifySQL: "SELECT pg_notify(?, ?)",
-		Channel:   channel,
-		MapError:  mapError,
-		Retryable: retryable,
+		Name:        "postgres",
+		Dollar:      true,
+		IDType:      "BIGSERIAL PRIMARY KEY",
+		BlobType:    "BYTEA",
+		ForUpdate:   " FOR UPDATE",
+		ForShare:    " FOR SHARE",
+		WritableCTE: true,
+		LockSQL:     "SELECT pg_advisory_xact_lock(?)",
+		NotifySQL:   "SELECT pg_notify(?, ?)",
+		Channel:     channel,
+		MapError:    mapError,
+		Retryable:   retryable,
 		Listen: func(ctx context.Context, fn func(string)) error {
 			return listen(ctx, cfg, channel, fn)
 		},

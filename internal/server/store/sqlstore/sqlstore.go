@@ -35,6 +35,13 @@ type Dialect struct {
 	// (" FOR UPDATE"), so a read-modify-write of a row cannot lose a concurrent write; empty when
 	// the backend serializes writers anyway.
 	ForUpdate string
+	// ForShare is appended to the execution read of a runner event inside write transactions
+	// (" FOR SHARE"): events of one execution run concurrently while excluding (and excluded by)
+	// the ForUpdate reads of finalize and cancel; empty when the backend serializes writers.
+	ForShare string
+	// WritableCTE says WITH clauses may hold INSERTs: a runner event is then one statement,
+	// which WriteOne runs without an explicit transaction.
+	WritableCTE bool
 	// LockSQL takes a transaction-scoped lock on the int64 key given as the only argument; empty
 	// when the backend serializes writers anyway.
 	LockSQL string
@@ -444,11 +451,35 @@ func (s *DB) Write(ctx context.Context, fn func(store.Tx) error) error {
 	}
 }
 
+// WriteOne is Write for a fn that calls one Tx method made of one statement (ApplyUpdate,
+// AddPhaseEvent), besides Notify. With WritableCTE (and no group commit) the statement runs as a
+// transaction of its own, saving the round trips of BEGIN and COMMIT; a second statement
+// fails the write (after the first one committed: it is a programming error). Otherwise it is
+// Write.
+func (s *DB) WriteOne(ctx context.Context, fn func(store.Tx) error) error {
+	if !s.d.WritableCTE || s.jobs != nil {
+		return s.Write(ctx, fn)
+	}
+	return s.retry(ctx, func() ([]string, error) {
+		t := &sqlTx{s: s, ctx: ctx, db: s.wdb, write: true}
+		if err := callSafely(fn, t); err != nil {
+			return nil, err
+		}
+		return t.notify, nil
+	})
+}
+
 func (s *DB) writeDirect(ctx context.Context, fn func(store.Tx) error) error {
+	return s.retry(ctx, func() ([]string, error) { return s.writeOnce(ctx, fn) })
+}
+
+// retry runs a write, again after a transaction conflict the dialect deems retryable, and
+// announces the executions it changed.
+func (s *DB) retry(ctx context.Context, write func() ([]string, error)) error {
 	var err error
 	for attempt := 0; attempt < 8; attempt++ {
 		var ids []string
-		ids, err = s.writeOnce(ctx, fn)
+		ids, err = write()
 		if err == nil {
 			s.dispatch(ids)
 			return nil

@@ -23,6 +23,28 @@ type sqlTx struct {
 	notify []string
 	// write marks a read-write transaction: its execution and stack reads lock the rows.
 	write bool
+	// ran marks that a WriteOne (tx nil) ran its one statement.
+	ran bool
+}
+
+// execer runs statements: *sql.Tx, or *sql.DB in a WriteOne.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// target returns the transaction, or in a WriteOne the database for its one statement (which
+// is then a transaction of its own).
+func (t *sqlTx) target() execer {
+	if t.tx != nil {
+		return t.tx
+	}
+	if t.ran {
+		panic("sqlstore: a WriteOne ran more than one statement")
+	}
+	t.ran = true
+	return t.db
 }
 
 // forUpdate is the row-lock suffix of a read inside this transaction.
@@ -33,10 +55,18 @@ func (t *sqlTx) forUpdate() string {
 	return ""
 }
 
+// forShare is the shared row-lock suffix of a read inside this transaction.
+func (t *sqlTx) forShare() string {
+	if t.write {
+		return t.s.d.ForShare
+	}
+	return ""
+}
+
 // stmt returns the cached prepared statement for query bound to this write transaction, or nil
 // (run the query text) when the dialect does not cache statements or it is not prepared yet.
 func (t *sqlTx) stmt(query string) (*sql.Stmt, error) {
-	if !t.s.d.Prepare || t.db != t.s.wdb {
+	if !t.s.d.Prepare || t.db != t.s.wdb || t.tx == nil {
 		return nil, nil
 	}
 	st := t.s.prepared(t.s.q(query))
@@ -89,7 +119,7 @@ func (t *sqlTx) exec(query string, args ...any) (int64, error) {
 	case st != nil:
 		res, err = st.ExecContext(t.ctx, args...)
 	default:
-		res, err = t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+		res, err = t.target().ExecContext(t.ctx, t.s.q(query), args...)
 	}
 	if err != nil {
 		return 0, t.s.mapErr(err)
@@ -106,7 +136,7 @@ func (t *sqlTx) query(query string, args ...any) (*sql.Rows, error) {
 	case st != nil:
 		rows, err = st.QueryContext(t.ctx, args...)
 	default:
-		rows, err = t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+		rows, err = t.target().QueryContext(t.ctx, t.s.q(query), args...)
 	}
 	if err != nil {
 		return nil, t.s.mapErr(err)
@@ -118,7 +148,7 @@ func (t *sqlTx) row(query string, args ...any) *sql.Row {
 	if st, err := t.stmt(query); err == nil && st != nil {
 		return st.QueryRowContext(t.ctx, args...)
 	}
-	return t.tx.QueryRowContext(t.ctx, t.s.q(query), args...)
+	return t.target().QueryRowContext(t.ctx, t.s.q(query), args...)
 }
 
 // Notify records that the execution changed; delivered after commit.
@@ -194,9 +224,13 @@ func (t *sqlTx) ExecutionCancel(id string) (bool, string, error) {
 }
 
 func (t *sqlTx) EventState(id string) (store.EventState, error) {
+	return t.eventState(id, t.forUpdate())
+}
+
+func (t *sqlTx) eventState(id, lock string) (store.EventState, error) {
 	var cancelled, finalized int64
 	var st store.EventState
-	err := t.row("SELECT cancelled, cancel_reason, finalized FROM executions WHERE id = ?"+t.forUpdate(), id).Scan(&cancelled, &st.CancelReason, &finalized)
+	err := t.row(eventStateSQL+lock, id).Scan(&cancelled, &st.CancelReason, &finalized)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
@@ -314,10 +348,113 @@ func (t *sqlTx) SaveStack(execID string, s *store.Stack) error {
 	return err
 }
 
+// A runner event's writes are guarded: a stack keeps the fields of its newest seq, and nothing
+// changes once the execution is finalized. Each event first takes the execution row in share
+// mode. With WritableCTE the whole event is one statement, WITH e AS (the locked execution)
+// INSERT ... SELECT ... FROM e, which needs no explicit transaction (see DB.WriteOne).
+
+const eventStateSQL = "SELECT cancelled, cancel_reason, finalized FROM executions WHERE id = ?"
+
+const (
+	stackUpdateInsert   = "INSERT INTO stacks (execution_id, stack, status, class, counts, plan_hash, destructive, error, seq, updated_at) "
+	stackUpdateConflict = " ON CONFLICT (execution_id, stack) DO UPDATE SET status = excluded.status, class = excluded.class, " +
+		"counts = excluded.counts, plan_hash = excluded.plan_hash, destructive = excluded.destructive, error = excluded.error, " +
+		"seq = excluded.seq, updated_at = excluded.updated_at WHERE stacks.seq <= excluded.seq"
+	phaseInsert        = "INSERT INTO phases (execution_id, stack, phase, seq, status, message, at) "
+	phaseConflict      = " ON CONFLICT (execution_id, stack, phase, seq) DO NOTHING"
+	stackPhaseInsert   = "INSERT INTO stacks (execution_id, stack, status, phase, phase_seq, updated_at) "
+	stackPhaseConflict = " ON CONFLICT (execution_id, stack) DO UPDATE SET phase = excluded.phase, phase_seq = excluded.phase_seq, " +
+		"updated_at = excluded.updated_at, status = CASE WHEN stacks.status = ? THEN excluded.status ELSE stacks.status END " +
+		"WHERE stacks.phase_seq <= excluded.phase_seq"
+)
+
+var (
+	stackUpdateTypes = []string{"TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BIGINT", "BIGINT"}
+	phaseTypes       = []string{"TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "BIGINT"}
+	stackPhaseTypes  = []string{"TEXT", "TEXT", "TEXT", "TEXT", "BIGINT", "BIGINT"}
+)
+
+// values is the row of an INSERT of n parameters.
+func values(n int) string { return "VALUES (?" + strings.Repeat(",?", n-1) + ")" }
+
+// fromEvent is the row of an INSERT inside an event statement: its parameters, typed, selected
+// from the locked execution e (so no row when the execution does not exist), filtered by where.
+func fromEvent(types []string, where string) string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, typ := range types {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("CAST(? AS " + typ + ")")
+	}
+	b.WriteString(" FROM e" + where)
+	return b.String()
+}
+
+// eventStatement runs WITH e AS (execID's state, share-locked), ctes SELECT (state, the row
+// count of each of the counted CTEs) with args after execID, and returns what it selected.
+func (t *sqlTx) eventStatement(execID, ctes string, counted []string, args ...any) (store.EventState, []int64, error) {
+	var st store.EventState
+	q := "WITH e AS (" + eventStateSQL + t.forShare() + "), " + ctes + " SELECT e.cancelled, e.cancel_reason, e.finalized"
+	for _, c := range counted {
+		q += ", (SELECT COUNT(*) FROM " + c + ")"
+	}
+	var cancelled, finalized int64
+	counts := make([]int64, len(counted))
+	dest := []any{&cancelled, &st.CancelReason, &finalized}
+	for i := range counts {
+		dest = append(dest, &counts[i])
+	}
+	err := t.row(q+" FROM e", append([]any{execID}, args...)...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, counts, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
+	}
+	st.Cancelled, st.Finalized = cancelled != 0, finalized != 0
+	return st, counts, t.s.mapErr(err)
+}
+
+func (t *sqlTx) ApplyUpdate(execID string, s *store.Stack) (store.EventState, bool, error) {
+	args := []any{execID, s.StackState.Stack, string(s.Status), string(s.Class), toJSON(s.Counts), s.PlanHash,
+		toJSON(s.Destructive), s.Error, s.Seq, ns(s.UpdatedAt)}
+	if t.s.d.WritableCTE {
+		st, n, err := t.eventStatement(execID, "w AS ("+stackUpdateInsert+fromEvent(stackUpdateTypes, " WHERE e.finalized = 0")+
+			stackUpdateConflict+" RETURNING 1)", []string{"w"}, args...)
+		return st, n[0] > 0, err
+	}
+	st, err := t.eventState(execID, t.forShare())
+	if err != nil || st.Finalized {
+		return st, false, err
+	}
+	n, err := t.exec(stackUpdateInsert+values(len(args))+stackUpdateConflict, args...)
+	return st, n > 0, err
+}
+
+func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store.EventState, bool, error) {
+	phase := []any{p.ExecutionID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At)}
+	stack := []any{p.ExecutionID, p.Stack, string(api.StackStatusRunning), shown, p.Seq, ns(now)}
+	pending := string(api.StackStatusPending)
+	if t.s.d.WritableCTE {
+		args := append(append(phase, stack...), pending)
+		st, n, err := t.eventStatement(p.ExecutionID, "p AS ("+phaseInsert+fromEvent(phaseTypes, "")+phaseConflict+" RETURNING 1), "+
+			"w AS ("+stackPhaseInsert+fromEvent(stackPhaseTypes, " WHERE e.finalized = 0 AND EXISTS (SELECT 1 FROM p)")+
+			stackPhaseConflict+" RETURNING 1)", []string{"p"}, args...)
+		return st, n[0] > 0, err
+	}
+	st, err := t.eventState(p.ExecutionID, t.forShare())
+	if err != nil {
+		return st, false, err
+	}
+	n, err := t.exec(phaseInsert+values(len(phase))+phaseConflict, phase...)
+	if err != nil || n == 0 || st.Finalized {
+		return st, n > 0, err
+	}
+	_, err = t.exec(stackPhaseInsert+values(len(stack))+stackPhaseConflict, append(stack, pending)...)
+	return st, true, err
+}
+
 func (t *sqlTx) AddPhase(p store.Phase) (bool, error) {
-	n, err := t.exec("INSERT INTO phases (execution_id, stack, phase, seq, status, message, at) VALUES (?,?,?,?,?,?,?) "+
-		"ON CONFLICT (execution_id, stack, phase, seq) DO NOTHING",
-		p.ExecutionID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At))
+	n, err := t.exec(phaseInsert+values(7)+phaseConflict, p.ExecutionID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At))
 	return n > 0, err
 }
 

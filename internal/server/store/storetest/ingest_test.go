@@ -2,13 +2,250 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
 )
+
+// forEachBackend runs fn against a fresh store of every backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, s store.Store)) {
+	for _, b := range Backends() {
+		t.Run(b.Name, func(t *testing.T) { fn(t, b.Open(t)) })
+	}
+}
+
+func stackOf(t *testing.T, s store.Store, execID, name string) *store.Stack {
+	t.Helper()
+	var st *store.Stack
+	if err := s.Read(ctx, func(tx store.Tx) (err error) { st, err = tx.Stack(execID, name); return }); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// oneWriter is sqlstore.DB's WriteOne.
+type oneWriter interface {
+	WriteOne(ctx context.Context, fn func(store.Tx) error) error
+}
+
+// writeEvent runs one event write through WriteOne when the store has it (it is then one
+// statement on PostgreSQL), else through Write.
+func writeEvent(s store.Store, one bool, fn func(store.Tx) error) error {
+	if w, ok := s.(oneWriter); ok && one {
+		return w.WriteOne(ctx, fn)
+	}
+	return s.Write(ctx, fn)
+}
+
+// ApplyUpdate and AddPhaseEvent create a missing stack, keep what the other wrote, never move
+// a stack back to an older seq, and change nothing but the history once the execution is
+// finalized; through Write and WriteOne alike.
+func TestEventWritesGuardSeqsAndFinalize(t *testing.T) {
+	for _, one := range []bool{false, true} {
+		t.Run(fmt.Sprint("one=", one), func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, s store.Store) { testEventWrites(t, s, one) })
+		})
+	}
+}
+
+func testEventWrites(t *testing.T, s store.Store, one bool) {
+	e := exec1("e1", t0)
+	write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err })
+	apply := func(fn func(tx store.Tx) (store.EventState, bool, error)) bool {
+		t.Helper()
+		var applied bool
+		if err := writeEvent(s, one, func(tx store.Tx) (err error) { _, applied, err = fn(tx); return }); err != nil {
+			t.Fatal(err)
+		}
+		return applied
+	}
+	up := func(seq int64, status api.StackStatus, hash string) func(store.Tx) (store.EventState, bool, error) {
+		st := &store.Stack{Seq: seq}
+		st.StackState.Stack, st.Status, st.PlanHash, st.Class = "a", status, hash, "additive"
+		st.Destructive, st.UpdatedAt = []string{"x"}, t0
+		return func(tx store.Tx) (store.EventState, bool, error) { return tx.ApplyUpdate("e1", st) }
+	}
+	phase := func(stack string, seq int64, name string) func(store.Tx) (store.EventState, bool, error) {
+		return func(tx store.Tx) (store.EventState, bool, error) {
+			return tx.AddPhaseEvent(store.Phase{ExecutionID: "e1", Stack: stack, Phase: name, Seq: seq, At: t0}, name+" shown", t0)
+		}
+	}
+	if !apply(up(5, "running", "h5")) || apply(up(4, "failed", "h4")) || !apply(up(5, "succeeded", "h5b")) {
+		t.Fatal("update guard: want applied, refused, applied (equal seq)")
+	}
+	if !apply(phase("b", 3, "plan")) || !apply(phase("b", 2, "init")) || apply(phase("b", 3, "plan")) {
+		t.Fatal("phase history: want added, added (older, history only), not added (retry)")
+	}
+	// A phase on the updated stack keeps its update, and an update keeps the phase.
+	if !apply(phase("a", 9, "apply")) || !apply(up(6, "succeeded", "h6")) {
+		t.Fatal("cross writes refused")
+	}
+	a, b := stackOf(t, s, "e1", "a"), stackOf(t, s, "e1", "b")
+	if a.Seq != 6 || a.Status != "succeeded" || a.PlanHash != "h6" || a.Class != "additive" || a.Phase != "apply shown" ||
+		a.PhaseSeq != 9 || !slices.Equal(a.Destructive, []string{"x"}) {
+		t.Errorf("stack a %+v", a)
+	}
+	if b.Phase != "plan shown" || b.PhaseSeq != 3 || b.Status != "running" || b.Seq != 0 {
+		t.Errorf("stack b %+v", b)
+	}
+	// A pending stack (as init stores it) becomes running on its first phase.
+	write(t, s, func(tx store.Tx) error {
+		st := &store.Stack{}
+		st.StackState.Stack, st.Status = "c", "pending"
+		return tx.SaveStack("e1", st)
+	})
+	apply(phase("c", 1, "init"))
+	if c := stackOf(t, s, "e1", "c"); c.Status != "running" || c.Phase != "init shown" {
+		t.Errorf("stack c %+v", c)
+	}
+	// Once finalized (and cancelled), events report it and change only the phase history.
+	e.Finalized, e.Cancelled, e.CancelReason = true, true, "stop"
+	write(t, s, func(tx store.Tx) error { return tx.SaveExecution(e) })
+	var st store.EventState
+	var applied bool
+	if err := writeEvent(s, one, func(tx store.Tx) (err error) { st, applied, err = up(99, "failed", "forged")(tx); return }); err != nil ||
+		applied || st != (store.EventState{Cancelled: true, CancelReason: "stop", Finalized: true}) {
+		t.Fatalf("update after finalize: %+v %v %v", st, applied, err)
+	}
+	if !apply(phase("a", 100, "late")) {
+		t.Fatal("a late phase is not in the history")
+	}
+	if got := stackOf(t, s, "e1", "a"); got.PlanHash != "h6" || got.Phase != "apply shown" || got.Status != "succeeded" {
+		t.Fatalf("finalized stack changed: %+v", got)
+	}
+	for _, fn := range []func(store.Tx) error{
+		func(tx store.Tx) error { _, _, err := tx.ApplyUpdate("nope", &store.Stack{}); return err },
+		func(tx store.Tx) error {
+			_, _, err := tx.AddPhaseEvent(store.Phase{ExecutionID: "nope", Stack: "a"}, "", t0)
+			return err
+		},
+	} {
+		if err := writeEvent(s, one, fn); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("event on an unknown execution: %v", err)
+		}
+	}
+	if one {
+		if _, ok := s.(oneWriter); ok {
+			err := writeEvent(s, one, func(tx store.Tx) error {
+				if _, err := tx.Stacks("e1"); err != nil {
+					return err
+				}
+				_, err := tx.Stacks("e1")
+				return err
+			})
+			if s.Kind() == "postgres" && (err == nil || !strings.Contains(err.Error(), "more than one statement")) {
+				t.Errorf("a WriteOne of two statements: %v", err)
+			}
+		}
+	}
+}
+
+// Concurrent updates and phases of one stack, in shuffled seq order from many writers, end at
+// the highest seq.
+func TestConcurrentUpdatesOfOneStackEndAtMaxSeq(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("e1", t0)); return err })
+		const n, writers = 200, 8
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		next := make(chan int, n)
+		for _, q := range rand.Perm(n) {
+			next <- q + 1
+		}
+		close(next)
+		for range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for seq := range next {
+					errs <- writeEvent(s, seq%3 != 0, func(tx store.Tx) error {
+						if seq%2 == 0 {
+							_, _, err := tx.AddPhaseEvent(store.Phase{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: int64(seq)}, fmt.Sprint("phase ", seq), t0)
+							return err
+						}
+						st := &store.Stack{Seq: int64(seq)}
+						st.StackState.Stack, st.Status, st.PlanHash = "a", "running", fmt.Sprint("h", seq)
+						_, _, err := tx.ApplyUpdate("e1", st)
+						return err
+					})
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := stackOf(t, s, "e1", "a")
+		if a.Seq != n-1 || a.PlanHash != fmt.Sprint("h", n-1) || a.PhaseSeq != n || a.Phase != fmt.Sprint("phase ", n) {
+			t.Fatalf("stack after shuffled concurrent writes: %+v", a)
+		}
+	})
+}
+
+// An event holds its execution against finalize (which locks it through Execution) until it
+// commits, and finalize holds it against events, on every backend.
+func TestEventsExcludeFinalize(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("e1", t0)); return err })
+		held := make(chan struct{})
+		release := make(chan struct{})
+		done := make(chan error, 2)
+		go func() {
+			done <- s.Write(ctx, func(tx store.Tx) error {
+				u := &store.Stack{Seq: 1}
+				u.StackState.Stack, u.Status = "a", "running"
+				if st, _, err := tx.ApplyUpdate("e1", u); err != nil || st.Finalized {
+					return fmt.Errorf("event state %+v %v", st, err)
+				}
+				close(held)
+				<-release
+				u.Seq, u.Status = 2, "succeeded"
+				_, _, err := tx.ApplyUpdate("e1", u)
+				return err
+			})
+		}()
+		<-held
+		finalized := make(chan struct{})
+		go func() {
+			done <- s.Write(ctx, func(tx store.Tx) error {
+				e, err := tx.Execution("e1")
+				if err != nil {
+					return err
+				}
+				st, err := tx.Stack("e1", "a")
+				if err != nil || st.Status != "succeeded" {
+					return fmt.Errorf("finalize ran before the event committed: %+v %v", st, err)
+				}
+				e.Finalized = true
+				close(finalized)
+				return tx.SaveExecution(e)
+			})
+		}()
+		select {
+		case <-finalized:
+			t.Fatal("finalize did not wait for the event holding the execution")
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(release)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
 
 // replica opens one more PostgreSQL store on the schema u selects, closed when the test ends.
 func replica(t *testing.T, u, channel string) store.Store {
