@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,8 +12,84 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
+
+// Offsets and lengths are bounded at the edge, each refusal naming its field; the bound itself
+// is accepted.
+func TestLogOffsetsAreBounded(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		chunk := func(off, gap int64, data string) error {
+			_, err := f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: off, GapLength: gap, Data: []byte(data)})
+			return err
+		}
+		wantErr(t, chunk(math.MaxInt64, 0, "x"), store.ErrInvalid, "offset 9223372036854775807 exceeds")
+		wantErr(t, chunk(MaxLogOffset+1, 0, "x"), store.ErrInvalid, "offset")
+		wantErr(t, chunk(0, math.MaxInt64, ""), store.ErrInvalid, "gap_length 9223372036854775807 exceeds")
+		wantErr(t, chunk(10, MaxLogOffset-5, ""), store.ErrInvalid, "offset 10 + length")
+		wantErr(t, chunk(MaxLogOffset-1, 0, "xy"), store.ErrInvalid, "offset 1099511627775 + length 2")
+		f.must(chunk(0, 0, "abc"))
+		f.must(chunk(3, MaxLogOffset-4, ""))
+		f.must(chunk(MaxLogOffset-1, 0, "z"))
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		if st := x.Stacks[0]; st.LogBytes != MaxLogOffset || len(st.Gaps) != 1 || st.Gaps[0].To != MaxLogOffset-1 {
+			t.Fatalf("summary %+v", st)
+		}
+		sl, err := f.LogRead(ctx, "e1", "a", 1, false, 0, 100)
+		f.must(err)
+		if string(sl.Data) != "abc" || sl.NextOffset != 3 {
+			t.Fatalf("read %+v", sl)
+		}
+		sl, err = f.LogRead(ctx, "e1", "a", 1, false, 3, 100)
+		f.must(err)
+		if string(sl.Data) != "z" || sl.NextOffset != MaxLogOffset {
+			t.Fatalf("read past the gap %+v", sl)
+		}
+	})
+}
+
+// Rows stored before offsets were bounded (written here straight through the store) leave the
+// execution and its logs readable.
+func TestHostileStoredLogRowsStayReadable(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		f.must(err)
+		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
+			_, err := tx.AddLogChunks([]store.LogChunk{
+				{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("abc")},
+				{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, GapLength: math.MaxInt64},
+				{ExecutionID: "e1", Stack: "b", Generation: 1, Offset: math.MaxInt64 - 1, Data: []byte("xyz")},
+			})
+			return err
+		}))
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		if a, b := x.Stacks[0], x.Stacks[1]; a.LogBytes != math.MaxInt64 || len(a.Gaps) != 1 || a.Gaps[0].To != math.MaxInt64 || b.LogBytes != math.MaxInt64 {
+			t.Fatalf("stacks %+v %+v", a, b)
+		}
+		sl, err := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
+		f.must(err)
+		if string(sl.Data) != "abc" || sl.NextOffset != 3 {
+			t.Fatalf("read a %+v", sl)
+		}
+		sl, err = f.LogRead(ctx, "e1", "a", 0, true, 3, 100)
+		f.must(err)
+		if len(sl.Data) != 0 || sl.NextOffset != math.MaxInt64 || len(sl.Gaps) != 1 {
+			t.Fatalf("read a past its gap %+v", sl)
+		}
+		for _, off := range []int64{0, math.MaxInt64 - 1, math.MaxInt64} {
+			sl, err = f.LogRead(ctx, "e1", "b", 0, true, off, 100)
+			f.must(err)
+			if off == math.MaxInt64-1 && (string(sl.Data) != "x" || sl.NextOffset != math.MaxInt64) {
+				t.Fatalf("read b at %d: %+v", off, sl)
+			}
+		}
+	})
+}
 
 // Updates and phases of one stack posted concurrently in shuffled seq order end at the highest
 // seq; phase batches naming the same stacks in opposite orders never deadlock.

@@ -9,6 +9,10 @@ import (
 
 // Log chunks: storing them once and reading them back contiguously.
 
+// MaxLogOffset bounds where a stack's log may reach (1 TiB): a chunk's offset, a gap's length
+// and the offset just past either. The bound keeps every offset sum far from overflowing.
+const MaxLogOffset = 1 << 40
+
 func checkChunk(in *api.LogChunk) error {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return err
@@ -21,14 +25,20 @@ func checkChunk(in *api.LogChunk) error {
 		return invalid("generation %d is negative", in.Generation)
 	case in.Offset < 0:
 		return invalid("offset %d is negative", in.Offset)
+	case in.Offset > MaxLogOffset:
+		return invalid("offset %d exceeds %d", in.Offset, int64(MaxLogOffset))
 	case in.GapLength < 0:
 		return invalid("gap_length %d is negative", in.GapLength)
+	case in.GapLength > MaxLogOffset:
+		return invalid("gap_length %d exceeds %d", in.GapLength, int64(MaxLogOffset))
 	case in.GapLength > 0 && len(in.Data) > 0:
 		return invalid("a chunk carries data or records a gap, not both")
 	case len(in.Data) > MaxLogChunk:
 		return invalid("chunk of %d bytes exceeds %d", len(in.Data), MaxLogChunk)
 	case in.GapLength == 0 && len(in.Data) == 0:
 		return invalid("chunk has neither data nor gap_length")
+	case in.Offset+in.GapLength+int64(len(in.Data)) > MaxLogOffset:
+		return invalid("offset %d + length %d exceeds %d", in.Offset, in.GapLength+int64(len(in.Data)), int64(MaxLogOffset))
 	}
 	return nil
 }
@@ -124,18 +134,19 @@ func assemble(stack string, generation, offset int64, limit int, chunks []store.
 		if c.Offset > pos || len(data) >= limit {
 			break
 		}
+		end := c.End()
 		if c.GapLength > 0 {
-			out.Gaps = append(out.Gaps, api.LogGap{Generation: generation, From: c.Offset, To: c.End()})
+			out.Gaps = append(out.Gaps, api.LogGap{Generation: generation, From: c.Offset, To: end})
 			if len(data) > 0 {
 				break
 			}
-			pos = max(pos, c.End())
+			pos = max(pos, end)
 			continue
 		}
-		if c.End() <= pos {
+		if end <= pos {
 			continue
 		}
-		part := c.Data[pos-c.Offset:]
+		part := c.Data[pos-c.Offset : end-c.Offset]
 		if room := limit - len(data); len(part) > room {
 			part = part[:room]
 		}

@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -61,12 +62,17 @@ type LogChunk struct {
 	GapLength          int64
 }
 
-// End is the offset just past the chunk.
+// End is the offset just past the chunk, saturating at math.MaxInt64 (rows stored before
+// offsets were bounded may reach past it).
 func (c LogChunk) End() int64 {
+	n := int64(len(c.Data))
 	if c.GapLength > 0 {
-		return c.Offset + c.GapLength
+		n = c.GapLength
 	}
-	return c.Offset + int64(len(c.Data))
+	if c.Offset > math.MaxInt64-n {
+		return math.MaxInt64
+	}
+	return c.Offset + n
 }
 
 // LogSummary describes one stack's latest log generation.

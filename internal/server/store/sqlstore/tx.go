@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"time"
 
@@ -500,9 +501,22 @@ func (t *sqlTx) AddLogChunks(cs []store.LogChunk) (int64, error) {
 	return added, nil
 }
 
+// chunkEndSQL is the offset just past a log_chunks row c, saturating at its two arguments
+// (math.MaxInt64): rows stored before offsets were bounded may reach past int64, and neither
+// backend may compute c.off + c.n then (PostgreSQL fails, SQLite turns it into a float).
+const chunkEndSQL = "CASE WHEN c.off < 0 OR c.n < 0 THEN c.off WHEN c.n > ? - c.off THEN ? ELSE c.off + c.n END"
+
+// addSat is a + b for b >= 0, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 func (t *sqlTx) LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]store.LogChunk, error) {
-	rows, err := t.query("SELECT off, data, gap_length FROM log_chunks WHERE execution_id = ? AND stack = ? AND generation = ? AND off + n > ? ORDER BY off",
-		execID, stack, generation, from)
+	rows, err := t.query("SELECT off, data, gap_length FROM log_chunks WHERE execution_id = ? AND stack = ? AND generation = ? "+
+		"AND off >= 0 AND n > ? - off ORDER BY off", execID, stack, generation, max(from, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -527,10 +541,10 @@ func (t *sqlTx) LatestGeneration(execID, stack string) (int64, error) {
 }
 
 func (t *sqlTx) LogSummaries(execID string) ([]store.LogSummary, error) {
-	rows, err := t.query("SELECT c.stack, c.generation, MAX(c.off + c.n) FROM log_chunks c "+
+	rows, err := t.query("SELECT c.stack, c.generation, MAX("+chunkEndSQL+") FROM log_chunks c "+
 		"JOIN (SELECT stack, MAX(generation) AS g FROM log_chunks WHERE execution_id = ? GROUP BY stack) m "+
 		"ON m.stack = c.stack AND m.g = c.generation WHERE c.execution_id = ? GROUP BY c.stack, c.generation ORDER BY c.stack",
-		execID, execID)
+		int64(math.MaxInt64), int64(math.MaxInt64), execID, execID)
 	if err != nil {
 		return nil, err
 	}
@@ -561,7 +575,7 @@ func (t *sqlTx) LogSummaries(execID string) ([]store.LogSummary, error) {
 			return nil, t.s.mapErr(err)
 		}
 		if i, ok := index[stack]; ok && out[i].Generation == g {
-			out[i].Gaps = append(out[i].Gaps, api.LogGap{Generation: g, From: off, To: off + length})
+			out[i].Gaps = append(out[i].Gaps, api.LogGap{Generation: g, From: off, To: addSat(off, length)})
 		}
 	}
 	return out, t.s.mapErr(gaps.Err())

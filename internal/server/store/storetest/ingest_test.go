@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -242,6 +243,47 @@ func TestEventsExcludeFinalize(t *testing.T) {
 		for range 2 {
 			if err := <-done; err != nil {
 				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// Rows stored before offsets were bounded (a chunk at 2^63-1, a gap of that length) leave the
+// execution's log summaries and reads working on every backend.
+func TestHostileLogRowsStayReadable(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error {
+			if _, err := tx.CreateExecution(exec1("e1", t0)); err != nil {
+				return err
+			}
+			_, err := tx.AddLogChunks([]store.LogChunk{
+				{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("abc")},
+				{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: math.MaxInt64, Data: []byte("xyz")},
+				{ExecutionID: "e1", Stack: "b", Generation: 1, Offset: 0, Data: []byte("ok")},
+				{ExecutionID: "e1", Stack: "b", Generation: 1, Offset: 2, GapLength: math.MaxInt64},
+				{ExecutionID: "e1", Stack: "c", Generation: 1, Offset: math.MaxInt64 - 1, Data: []byte("hi")},
+			})
+			return err
+		})
+		var sums []store.LogSummary
+		if err := s.Read(ctx, func(tx store.Tx) (err error) { sums, err = tx.LogSummaries("e1"); return }); err != nil {
+			t.Fatalf("LogSummaries: %v", err)
+		}
+		if len(sums) != 3 || sums[0].Bytes != math.MaxInt64 || sums[1].Bytes != math.MaxInt64 || sums[2].Bytes != math.MaxInt64 ||
+			len(sums[1].Gaps) != 1 || sums[1].Gaps[0].From != 2 || sums[1].Gaps[0].To != math.MaxInt64 {
+			t.Fatalf("summaries %+v", sums)
+		}
+		for _, tc := range []struct {
+			stack string
+			from  int64
+			want  int
+		}{{"a", 0, 2}, {"a", 3, 1}, {"a", math.MaxInt64 - 1, 1}, {"b", 5, 1}, {"b", math.MaxInt64, 1}, {"c", 0, 1}} {
+			var got []store.LogChunk
+			if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.LogChunks("e1", tc.stack, 1, tc.from, 1<<20); return }); err != nil {
+				t.Fatalf("LogChunks %s from %d: %v", tc.stack, tc.from, err)
+			}
+			if len(got) != tc.want {
+				t.Errorf("LogChunks %s from %d: %d chunks, want %d", tc.stack, tc.from, len(got), tc.want)
 			}
 		}
 	})
