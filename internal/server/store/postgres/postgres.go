@@ -119,12 +119,21 @@ func listenOnce(ctx context.Context, cfg *pgx.ConnConfig, channel string, fn fun
 	}
 }
 
+// Error codes of values PostgreSQL refuses to store although SQLite takes them: text with a
+// NUL byte or invalid UTF-8, and a \u0000 escape in JSON.
+const (
+	codeInvalidByteSequence      = "22021"
+	codeUnsupportedUnicodeEscape = "22P05"
+)
+
 func mapError(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "23505":
 			return fmt.Errorf("%w: %s", store.ErrConflict, pe.Message)
+		case pe.Code == codeInvalidByteSequence, pe.Code == codeUnsupportedUnicodeEscape:
+			return fmt.Errorf("%w: text PostgreSQL cannot store: %s", store.ErrInvalid, pe.Message)
 		case strings.HasPrefix(pe.Code, "22"), strings.HasPrefix(pe.Code, "23"):
 			return fmt.Errorf("%w: %s", store.ErrInvalid, pe.Message)
 		}

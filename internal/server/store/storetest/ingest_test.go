@@ -289,6 +289,37 @@ func TestHostileLogRowsStayReadable(t *testing.T) {
 	})
 }
 
+// Text PostgreSQL cannot store (a NUL byte, invalid UTF-8) is ErrInvalid, never unavailable, and
+// the store keeps working; SQLite stores it as it is.
+func TestUnstorableTextIsInvalid(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("e1", t0)); return err })
+		for _, bad := range []string{"nul\x00byte", "bad \xff utf-8"} {
+			err := s.Write(ctx, func(tx store.Tx) error {
+				_, err := tx.AddPhase(store.Phase{ExecutionID: "e1", Stack: "a", Phase: "plan", Message: bad, Seq: 1})
+				return err
+			})
+			switch {
+			case s.Kind() == "postgres" && !errors.Is(err, store.ErrInvalid):
+				t.Errorf("%q: %v, want ErrInvalid", bad, err)
+			case s.Kind() == "postgres" && errors.Is(err, store.ErrUnavailable):
+				t.Errorf("%q: %v is also unavailable", bad, err)
+			case s.Kind() != "postgres" && err != nil:
+				t.Errorf("%q: %v", bad, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "invalid") {
+				t.Errorf("%q: message %q", bad, err)
+			}
+			write(t, s, func(tx store.Tx) error {
+				st := &store.Stack{Seq: 1}
+				st.StackState.Stack, st.Status = "a", "running"
+				_, _, err := tx.ApplyUpdate("e1", st)
+				return err
+			})
+		}
+	})
+}
+
 // replica opens one more PostgreSQL store on the schema u selects, closed when the test ends.
 func replica(t *testing.T, u, channel string) store.Store {
 	t.Helper()
