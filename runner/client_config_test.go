@@ -77,6 +77,17 @@ func TestParseConfigErrorsCarryPosition(t *testing.T) {
 		{"environment \"x\" {\n  server = \"ftp://h\"\n}\n", "cfg.hcl:1,1: invalid server"},
 		{"environment \"x\" {\n  log_file = \"../../etc/passwd\"\n}\n", "invalid log_file"},
 		{"environment \"x\" {}\nenvironment \"x\" {}\n", "cfg.hcl:2,1: duplicate environment"},
+		{"environment \"x\" {\n  plan_script = \"tfstackplan  plan\"\n}\n", "invalid plan_script"},
+		{"environment \"x\" {\n  apply_script = \" apply\"\n}\n", "invalid apply_script"},
+		{"environment \"x\" {\n  apply_script = \"a\\tb\"\n}\n", "invalid apply_script"},
+	}
+	// A script with several labels is named by its labels separated by single spaces.
+	cfg, err := ParseConfig("cfg.hcl", []byte("environment \"x\" {\n  plan_script = \"tfstackplan plan\"\n}\n"))
+	if err != nil {
+		t.Fatalf("multi-label script name: %v", err)
+	}
+	if x, _ := cfg.Environment("x"); x.PlanScript != "tfstackplan plan" {
+		t.Fatalf("plan_script %q", x.PlanScript)
 	}
 	for _, tc := range cases {
 		_, err := ParseConfig("cfg.hcl", []byte(tc.src))

@@ -156,8 +156,10 @@ func (c *Config) validate() hcl.Diagnostics {
 			}
 		}
 		for name, v := range map[string]string{"plan_script": env.PlanScript, "apply_script": env.ApplyScript} {
-			if strings.ContainsAny(v, " \t\n") {
-				bad(env, "invalid "+name, fmt.Sprintf("%q is not a terramate script name", v))
+			// A script's labels are words separated by single spaces ("tfstackplan plan" for
+			// `script "tfstackplan" "plan"`), as terramate script run takes them.
+			if v != "" && (strings.ContainsAny(v, "\t\n\r") || strings.Join(strings.Fields(v), " ") != v) {
+				bad(env, "invalid "+name, fmt.Sprintf("%q is not a terramate script name (labels separated by single spaces)", v))
 			}
 		}
 	}
