@@ -13,20 +13,14 @@ import (
 
 // Runner events that change a stack: phases and updates.
 
-// eventAck is the Ack of a runner event on execID: whether the runner must stop.
-func eventAck(tx store.Tx, execID string) (api.Ack, error) {
-	cancelled, reason, err := tx.ExecutionCancel(execID)
-	return cancelAck(cancelled, reason), err
-}
-
 // oneWriter is implemented by stores that can run a write made of one statement without an
 // explicit transaction (sqlstore.DB.WriteOne): a runner event is then one round trip.
 type oneWriter interface {
 	WriteOne(ctx context.Context, fn func(store.Tx) error) error
 }
 
-// writeOne runs fn, which calls one single-statement Tx method (ApplyUpdate, AddPhaseEvent)
-// and Notify, as cheaply as the store allows.
+// writeOne runs fn, which calls one single-statement Tx method (ApplyUpdate, AddPhaseEvent,
+// AddLogBatch) and Notify, as cheaply as the store allows.
 func (s *Service) writeOne(ctx context.Context, fn func(store.Tx) error) error {
 	if w, ok := s.Store.(oneWriter); ok {
 		return w.WriteOne(ctx, fn)

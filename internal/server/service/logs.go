@@ -71,20 +71,20 @@ func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack
 		return api.Ack{}, invalid("chunks carry %d bytes, more than %d", total, MaxBatchData)
 	}
 	execID := chunks[0].ExecutionID
+	rows := make([]store.LogChunk, len(chunks))
+	for i, in := range chunks {
+		rows[i] = store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
+			Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength}
+	}
 	var ack api.Ack
-	err := s.Store.Write(ctx, func(tx store.Tx) error {
-		var err error
-		if ack, err = eventAck(tx, execID); err != nil {
+	err := s.writeOne(ctx, func(tx store.Tx) error {
+		st, added, err := tx.AddLogBatch(execID, rows)
+		if err != nil {
 			return err
 		}
-		rows := make([]store.LogChunk, len(chunks))
-		for i, in := range chunks {
-			rows[i] = store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
-				Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength}
-		}
-		added, err := tx.AddLogChunks(rows)
-		if err != nil || added == 0 {
-			return err
+		ack = cancelAck(st.Cancelled, st.CancelReason)
+		if added == 0 {
+			return nil
 		}
 		return tx.Notify(execID)
 	})

@@ -135,9 +135,8 @@ type Tx interface {
 	// transaction ends, so read-modify-write of an execution (and its stacks) is serialized.
 	Execution(id string) (*Execution, error)
 	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound,
-	// without locking the row: the check log chunks and gate checks make. Stack events, which
-	// must be serialized with finalize and cancel, read it through ApplyUpdate and
-	// AddPhaseEvent.
+	// without locking the row: the check gate checks make. Runner events read it through
+	// ApplyUpdate, AddPhaseEvent and AddLogBatch.
 	ExecutionCancel(id string) (cancelled bool, reason string, err error)
 	// EventState returns what a runner event needs of its execution (cancelled and why,
 	// finalized) or ErrNotFound. Inside Write it locks the row like Execution, reading only
@@ -243,6 +242,10 @@ type Tx interface {
 	// becomes running. It returns the execution's state, or ErrNotFound. One statement where
 	// the backend allows.
 	AddPhaseEvent(p Phase, shown string, now time.Time) (state EventState, added bool, err error)
+	// AddLogBatch stores chunks of one execution, each once per (execution, stack, generation,
+	// offset) as AddLogChunks does; it returns the execution's state (read without locking) and
+	// how many chunks were new, or ErrNotFound. One statement where the backend allows.
+	AddLogBatch(execID string, cs []LogChunk) (state EventState, added int64, err error)
 }
 
 // Store opens units of work and runs housekeeping.

@@ -452,7 +452,7 @@ func (s *DB) Write(ctx context.Context, fn func(store.Tx) error) error {
 }
 
 // WriteOne is Write for a fn that calls one Tx method made of one statement (ApplyUpdate,
-// AddPhaseEvent), besides Notify. With WritableCTE (and no group commit) the statement runs as a
+// AddPhaseEvent, AddLogBatch), besides Notify. With WritableCTE (and no group commit) the statement runs as a
 // transaction of its own, saving the round trips of BEGIN and COMMIT; a second statement
 // fails the write (after the first one committed: it is a programming error). Otherwise it is
 // Write.

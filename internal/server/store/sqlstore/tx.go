@@ -454,6 +454,43 @@ func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store
 	return st, true, err
 }
 
+func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventState, int64, error) {
+	if t.s.d.WritableCTE {
+		return t.addLogBatchCTE(execID, cs)
+	}
+	st, err := t.eventState(execID, "")
+	if err != nil {
+		return st, 0, err
+	}
+	added, err := t.AddLogChunks(cs)
+	return st, added, err
+}
+
+// addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column.
+func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, int64, error) {
+	n := len(cs)
+	stacks, data := make([]string, n), make([][]byte, n)
+	gens, offs, sizes, gaps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, c := range cs {
+		a := chunkArgs(c)
+		stacks[i], gens[i], offs[i], data[i], sizes[i], gaps[i] = c.Stack, c.Generation, c.Offset, a[4].([]byte), a[5].(int64), c.GapLength
+	}
+	var st store.EventState
+	var cancelled, finalized, added int64
+	err := t.row("WITH e AS ("+eventStateSQL+"), "+
+		"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) "+
+		"AS c (stack, generation, off, data, n, gap_length)), "+
+		"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "+
+		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e"+chunkConflict+" RETURNING 1) "+
+		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w) FROM e",
+		execID, stacks, gens, offs, data, sizes, gaps, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, 0, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
+	}
+	st.Cancelled, st.Finalized = cancelled != 0, finalized != 0
+	return st, added, t.s.mapErr(err)
+}
+
 func (t *sqlTx) AddPhase(p store.Phase) (bool, error) {
 	n, err := t.exec(phaseInsert+values(7)+phaseConflict, p.ExecutionID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At))
 	return n > 0, err
@@ -481,7 +518,7 @@ func (t *sqlTx) AddLogChunk(c store.LogChunk) (bool, error) {
 }
 
 // maxRowsPerInsert keeps multi-row inserts to a few distinct (cacheable) statements.
-const maxRowsPerInsert = 32
+const maxRowsPerInsert = 64
 
 func (t *sqlTx) AddLogChunks(cs []store.LogChunk) (int64, error) {
 	var added int64

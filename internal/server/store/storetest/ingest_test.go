@@ -38,6 +38,15 @@ type oneWriter interface {
 	WriteOne(ctx context.Context, fn func(store.Tx) error) error
 }
 
+// forEachWrite runs fn on every backend, writing through Write (one false) and WriteOne.
+func forEachWrite(t *testing.T, fn func(t *testing.T, s store.Store, one bool)) {
+	for _, one := range []bool{false, true} {
+		t.Run(fmt.Sprint("one=", one), func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, s store.Store) { fn(t, s, one) })
+		})
+	}
+}
+
 // writeEvent runs one event write through WriteOne when the store has it (it is then one
 // statement on PostgreSQL), else through Write.
 func writeEvent(s store.Store, one bool, fn func(store.Tx) error) error {
@@ -50,13 +59,7 @@ func writeEvent(s store.Store, one bool, fn func(store.Tx) error) error {
 // ApplyUpdate and AddPhaseEvent create a missing stack, keep what the other wrote, never move
 // a stack back to an older seq, and change nothing but the history once the execution is
 // finalized; through Write and WriteOne alike.
-func TestEventWritesGuardSeqsAndFinalize(t *testing.T) {
-	for _, one := range []bool{false, true} {
-		t.Run(fmt.Sprint("one=", one), func(t *testing.T) {
-			forEachBackend(t, func(t *testing.T, s store.Store) { testEventWrites(t, s, one) })
-		})
-	}
-}
+func TestEventWritesGuardSeqsAndFinalize(t *testing.T) { forEachWrite(t, testEventWrites) }
 
 func testEventWrites(t *testing.T, s store.Store, one bool) {
 	e := exec1("e1", t0)
@@ -246,6 +249,42 @@ func TestEventsExcludeFinalize(t *testing.T) {
 			}
 		}
 	})
+}
+
+// AddLogBatch stores each chunk once and reads the execution's state; through Write and
+// WriteOne alike.
+func TestAddLogBatch(t *testing.T) { forEachWrite(t, testAddLogBatch) }
+
+func testAddLogBatch(t *testing.T, s store.Store, one bool) {
+	e := exec1("e1", t0)
+	write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err })
+	batch := func(id string, names ...string) (store.EventState, int64, error) {
+		var cs []store.LogChunk
+		for i, name := range names {
+			cs = append(cs, store.LogChunk{ExecutionID: id, Stack: name, Generation: 1, Offset: int64(i % 3), Data: []byte("x")})
+		}
+		var st store.EventState
+		var added int64
+		err := writeEvent(s, one, func(tx store.Tx) (err error) { st, added, err = tx.AddLogBatch(id, cs); return })
+		return st, added, err
+	}
+	if _, _, err := batch("nope", "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown execution: %v", err)
+	}
+	// a at offsets 0, 1, 2, then 0 again (a duplicate: the first stays); b at 1.
+	st, added, err := batch("e1", "a", "a", "a", "a", "b")
+	if err != nil || st != (store.EventState{}) || added != 4 {
+		t.Fatalf("state %+v added %d err %v", st, added, err)
+	}
+	if _, added, err = batch("e1", "a", "a", "a", "a", "b"); err != nil || added != 0 {
+		t.Fatalf("retry: added %d err %v", added, err)
+	}
+	e.Cancelled, e.CancelReason, e.Finalized = true, "stop", true
+	write(t, s, func(tx store.Tx) error { return tx.SaveExecution(e) })
+	st, added, err = batch("e1", "c")
+	if err != nil || st != (store.EventState{Cancelled: true, CancelReason: "stop", Finalized: true}) || added != 1 {
+		t.Fatalf("state %+v added %d err %v", st, added, err)
+	}
 }
 
 // Rows stored before offsets were bounded (a chunk at 2^63-1, a gap of that length) leave the
