@@ -91,6 +91,38 @@ func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 	})
 }
 
+// A log for a stack the execution never announced is refused, naming it; a stack known from
+// init, a phase or an update takes logs, and a refused batch stores nothing.
+func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		chunk := func(stack string, off int64) api.LogChunk {
+			return api.LogChunk{ExecutionID: "e1", Stack: stack, Generation: 1, Offset: off, Data: []byte(stack)}
+		}
+		_, err = f.LogChunks(ctx, []api.LogChunk{chunk("a", 0), chunk("ghost", 0)})
+		wantErr(t, err, store.ErrInvalid, `stack "ghost"`)
+		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "p", Phase: "plan", Seq: 1})
+		f.must(err)
+		_, err = f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "u", Seq: 1, Status: "running"})
+		f.must(err)
+		_, err = f.LogChunks(ctx, []api.LogChunk{chunk("a", 0), chunk("p", 0), chunk("u", 0)})
+		f.must(err)
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		if len(x.Stacks) != 3 {
+			t.Fatalf("stacks %+v", x.Stacks)
+		}
+		for _, st := range x.Stacks {
+			if st.LogBytes != 1 {
+				t.Errorf("stack %s: %d log bytes, want 1 (the refused batch stored nothing)", st.Stack, st.LogBytes)
+			}
+		}
+		_, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "missing", Stack: "a", Data: []byte("x")})
+		wantErr(t, err, store.ErrNotFound, "missing")
+	})
+}
+
 // Updates and phases of one stack posted concurrently in shuffled seq order end at the highest
 // seq; phase batches naming the same stacks in opposite orders never deadlock.
 func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {

@@ -78,11 +78,15 @@ func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack
 	}
 	var ack api.Ack
 	err := s.writeOne(ctx, func(tx store.Tx) error {
-		st, added, err := tx.AddLogBatch(execID, rows)
+		st, missing, added, err := tx.AddLogBatch(execID, rows)
 		if err != nil {
 			return err
 		}
 		ack = cancelAck(st.Cancelled, st.CancelReason)
+		// A log for a stack the execution never announced would be stored but never shown.
+		if len(missing) > 0 {
+			return invalid("stack %q is not a stack of execution %q (announce it with init, a phase or an update first)", missing[0], execID)
+		}
 		if added == 0 {
 			return nil
 		}

@@ -243,9 +243,11 @@ type Tx interface {
 	// the backend allows.
 	AddPhaseEvent(p Phase, shown string, now time.Time) (state EventState, added bool, err error)
 	// AddLogBatch stores chunks of one execution, each once per (execution, stack, generation,
-	// offset) as AddLogChunks does; it returns the execution's state (read without locking) and
-	// how many chunks were new, or ErrNotFound. One statement where the backend allows.
-	AddLogBatch(execID string, cs []LogChunk) (state EventState, added int64, err error)
+	// offset) as AddLogChunks does, unless some chunk names a stack the execution has none of:
+	// it returns the execution's state (read without locking), the names of the missing stacks
+	// (sorted, once each: nothing is stored then) and how many chunks were new, or ErrNotFound.
+	// One statement where the backend allows.
+	AddLogBatch(execID string, cs []LogChunk) (state EventState, missing []string, added int64, err error)
 }
 
 // Store opens units of work and runs housekeeping.

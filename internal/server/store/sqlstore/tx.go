@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -454,20 +456,24 @@ func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store
 	return st, true, err
 }
 
-func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventState, int64, error) {
+func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventState, []string, int64, error) {
 	if t.s.d.WritableCTE {
 		return t.addLogBatchCTE(execID, cs)
 	}
-	st, err := t.eventState(execID, "")
-	if err != nil {
-		return st, 0, err
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Stack
+	}
+	st, missing, err := t.logTarget(execID, names)
+	if err != nil || len(missing) > 0 {
+		return st, missing, 0, err
 	}
 	added, err := t.AddLogChunks(cs)
-	return st, added, err
+	return st, nil, added, err
 }
 
 // addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column.
-func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, int64, error) {
+func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, []string, int64, error) {
 	n := len(cs)
 	stacks, data := make([]string, n), make([][]byte, n)
 	gens, offs, sizes, gaps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -477,18 +483,95 @@ func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventS
 	}
 	var st store.EventState
 	var cancelled, finalized, added int64
+	var missingJSON sql.NullString
 	err := t.row("WITH e AS ("+eventStateSQL+"), "+
 		"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) "+
 		"AS c (stack, generation, off, data, n, gap_length)), "+
+		"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), "+
 		"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "+
-		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e"+chunkConflict+" RETURNING 1) "+
-		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w) FROM e",
-		execID, stacks, gens, offs, data, sizes, gaps, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added)
+		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m)"+
+		chunkConflict+" RETURNING 1) "+
+		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w), (SELECT json_agg(stack ORDER BY stack) FROM m) FROM e",
+		execID, stacks, gens, offs, data, sizes, gaps, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON)
 	if errors.Is(err, sql.ErrNoRows) {
-		return st, 0, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
+		return st, nil, 0, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
+	}
+	if err != nil {
+		return st, nil, 0, t.s.mapErr(err)
 	}
 	st.Cancelled, st.Finalized = cancelled != 0, finalized != 0
-	return st, added, t.s.mapErr(err)
+	var missing []string
+	if missingJSON.Valid {
+		if err := json.Unmarshal([]byte(missingJSON.String), &missing); err != nil {
+			return st, nil, 0, fmt.Errorf("%w: missing stacks %q: %v", store.ErrUnavailable, missingJSON.String, err)
+		}
+	}
+	return st, missing, added, nil
+}
+
+// maxNamesPerQuery bounds the IN list of one logTarget query; shorter lists are padded to a
+// power of two so that only a few distinct statements are prepared.
+const maxNamesPerQuery = 64
+
+// logTarget returns execID's state, read without locking, and the names among stacks (sorted,
+// once each) it has no stack of, or ErrNotFound.
+func (t *sqlTx) logTarget(execID string, stacks []string) (store.EventState, []string, error) {
+	var st store.EventState
+	want := append([]string(nil), stacks...)
+	sort.Strings(want)
+	want = slices.Compact(want)
+	known := make(map[string]bool, len(want))
+	rest := want
+	for first := true; first || len(rest) > 0; first = false {
+		k := min(len(rest), maxNamesPerQuery)
+		size := 1
+		for size < k {
+			size *= 2
+		}
+		args := make([]any, 0, size+1)
+		for i := range size {
+			name := ""
+			if k > 0 {
+				name = rest[min(i, k-1)]
+			}
+			args = append(args, name)
+		}
+		args = append(args, execID)
+		rows, err := t.query("SELECT e.cancelled, e.cancel_reason, e.finalized, s.stack FROM executions e "+
+			"LEFT JOIN stacks s ON s.execution_id = e.id AND s.stack IN (?"+strings.Repeat(",?", size-1)+") WHERE e.id = ?", args...)
+		if err != nil {
+			return st, nil, err
+		}
+		found := false
+		for rows.Next() {
+			var cancelled, finalized int64
+			var name sql.NullString
+			if err := rows.Scan(&cancelled, &st.CancelReason, &finalized, &name); err != nil {
+				rows.Close()
+				return st, nil, t.s.mapErr(err)
+			}
+			found = true
+			st.Cancelled, st.Finalized = cancelled != 0, finalized != 0
+			if name.Valid {
+				known[name.String] = true
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return st, nil, t.s.mapErr(err)
+		}
+		if !found {
+			return st, nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
+		}
+		rest = rest[k:]
+	}
+	var missing []string
+	for _, name := range want {
+		if !known[name] {
+			missing = append(missing, name)
+		}
+	}
+	return st, missing, nil
 }
 
 func (t *sqlTx) AddPhase(p store.Phase) (bool, error) {

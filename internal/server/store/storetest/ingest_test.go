@@ -251,39 +251,68 @@ func TestEventsExcludeFinalize(t *testing.T) {
 	})
 }
 
-// AddLogBatch stores each chunk once and reads the execution's state; through Write and
-// WriteOne alike.
+// AddLogBatch stores a batch only when every stack it names exists, and says which do not, for
+// any number of names; through Write and WriteOne alike.
 func TestAddLogBatch(t *testing.T) { forEachWrite(t, testAddLogBatch) }
 
 func testAddLogBatch(t *testing.T, s store.Store, one bool) {
 	e := exec1("e1", t0)
-	write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err })
-	batch := func(id string, names ...string) (store.EventState, int64, error) {
+	write(t, s, func(tx store.Tx) error {
+		if _, err := tx.CreateExecution(e); err != nil {
+			return err
+		}
+		for i := range 100 {
+			st := &store.Stack{}
+			st.StackState.Stack, st.Status = fmt.Sprintf("s%03d", i), "pending"
+			if err := tx.SaveStack("e1", st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	batch := func(id string, names ...string) (store.EventState, []string, int64, error) {
 		var cs []store.LogChunk
 		for i, name := range names {
 			cs = append(cs, store.LogChunk{ExecutionID: id, Stack: name, Generation: 1, Offset: int64(i % 3), Data: []byte("x")})
 		}
 		var st store.EventState
+		var missing []string
 		var added int64
-		err := writeEvent(s, one, func(tx store.Tx) (err error) { st, added, err = tx.AddLogBatch(id, cs); return })
-		return st, added, err
+		err := writeEvent(s, one, func(tx store.Tx) (err error) { st, missing, added, err = tx.AddLogBatch(id, cs); return })
+		return st, missing, added, err
 	}
-	if _, _, err := batch("nope", "a"); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := batch("nope", "s000"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown execution: %v", err)
 	}
-	// a at offsets 0, 1, 2, then 0 again (a duplicate: the first stays); b at 1.
-	st, added, err := batch("e1", "a", "a", "a", "a", "b")
-	if err != nil || st != (store.EventState{}) || added != 4 {
-		t.Fatalf("state %+v added %d err %v", st, added, err)
+	st, missing, added, err := batch("e1", "s001", "z,z", "s001", "a\"b", "s099", "z,z")
+	if err != nil || st != (store.EventState{}) || !slices.Equal(missing, []string{"a\"b", "z,z"}) || added != 0 {
+		t.Fatalf("state %+v missing %q added %d err %v", st, missing, added, err)
 	}
-	if _, added, err = batch("e1", "a", "a", "a", "a", "b"); err != nil || added != 0 {
+	var many []string
+	for i := range 150 {
+		many = append(many, fmt.Sprintf("s%03d", 149-i))
+	}
+	_, missing, added, err = batch("e1", many...)
+	if err != nil || len(missing) != 50 || missing[0] != "s100" || missing[49] != "s149" || added != 0 {
+		t.Fatalf("150 names: missing %v added %d err %v", missing, added, err)
+	}
+	var sums []store.LogSummary
+	if err := s.Read(ctx, func(tx store.Tx) (err error) { sums, err = tx.LogSummaries("e1"); return }); err != nil || len(sums) != 0 {
+		t.Fatalf("refused batches stored %+v %v", sums, err)
+	}
+	// s000 at offsets 0, 1, 2, then 0 again (a duplicate: the first stays); s001 at 1.
+	_, missing, added, err = batch("e1", "s000", "s000", "s000", "s000", "s001")
+	if err != nil || len(missing) != 0 || added != 4 {
+		t.Fatalf("stored batch: missing %v added %d err %v", missing, added, err)
+	}
+	if _, _, added, err = batch("e1", "s000", "s000", "s000", "s000", "s001"); err != nil || added != 0 {
 		t.Fatalf("retry: added %d err %v", added, err)
 	}
 	e.Cancelled, e.CancelReason, e.Finalized = true, "stop", true
 	write(t, s, func(tx store.Tx) error { return tx.SaveExecution(e) })
-	st, added, err = batch("e1", "c")
-	if err != nil || st != (store.EventState{Cancelled: true, CancelReason: "stop", Finalized: true}) || added != 1 {
-		t.Fatalf("state %+v added %d err %v", st, added, err)
+	st, missing, added, err = batch("e1", "s002")
+	if err != nil || st != (store.EventState{Cancelled: true, CancelReason: "stop", Finalized: true}) || len(missing) != 0 || added != 1 {
+		t.Fatalf("state %+v missing %v added %d err %v", st, missing, added, err)
 	}
 }
 
