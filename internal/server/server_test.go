@@ -214,7 +214,7 @@ func TestIdempotentEventsAndCancelOverHTTP(t *testing.T) {
 	for _, b := range storetest.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			ts := newTestServer(t, b.Open(t), nil)
-			init := map[string]any{"execution_id": "e1", "environment": "prod", "op": "plan", "pr": 5, "stacks": []string{"a"}}
+			init := map[string]any{"execution_id": "e1", "environment": "prod", "op": "plan", "pr": 5, "stacks": []string{"a", "b"}}
 			chunk := map[string]any{"execution_id": "e1", "stack": "a", "generation": 1, "offset": 0, "data": base64.StdEncoding.EncodeToString([]byte("hello\n"))}
 			for i := 0; i < 2; i++ {
 				for path, body := range map[string]any{"/events/init": init} {
