@@ -121,9 +121,17 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 	if in.Class != "" && !in.Class.Valid() {
 		return api.Ack{}, invalid("class %q is not a change class", in.Class)
 	}
+	if err := checkText("plan_hash", in.PlanHash, MaxShortLen); err != nil {
+		return api.Ack{}, err
+	}
 	destructive := in.Destructive
 	if len(destructive) > MaxDestructive {
 		destructive = destructive[:MaxDestructive]
+	}
+	for _, addr := range destructive {
+		if err := checkText("destructive address", addr, MaxNameLen); err != nil {
+			return api.Ack{}, err
+		}
 	}
 	st := &store.Stack{Seq: in.Seq}
 	st.StackState.Stack, st.Status, st.Class, st.Counts, st.PlanHash = in.Stack, in.Status, in.Class, in.Counts, in.PlanHash

@@ -268,3 +268,23 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 		}
 	})
 }
+
+// The same text rule for runner events on every store: a NUL in a hash or an address is
+// refused (PostgreSQL cannot store it; SQLite must not either), free text is repaired.
+func TestRunnerEventsFollowOneTextRule(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", PlanHash: "v1:\x00"})
+		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
+		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", Destructive: []string{"aws_db.x\x00"}})
+		wantErr(t, err, store.ErrInvalid, "destructive address contains a NUL byte")
+		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 2, Status: "failed", Error: "boom\x00"})
+		f.must(err)
+		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e", Stack: "a", Phase: "plan", Seq: 3, Status: "ok\x00", Message: "m\x00"})
+		f.must(err)
+		if st := f.stackState("e", "a"); st.Error != "boom\uFFFD" || st.Phase != "plan: ok\uFFFD" {
+			t.Fatalf("stack %+v", st)
+		}
+	})
+}
