@@ -288,3 +288,29 @@ func TestRunnerEventsFollowOneTextRule(t *testing.T) {
 		}
 	})
 }
+
+// An apply announced for another PR, finalized as a success without passing that PR's gate,
+// does not free the PR's claims; the apply that passed the gate does.
+func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
+		apply := func(id string) {
+			t.Helper()
+			_, err := f.InitAs(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"m"}})
+			f.must(err)
+			_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded",
+				Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "mutating", PlanHash: "v1:m"}}})
+			f.must(err)
+		}
+		apply("forged")
+		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 {
+			t.Fatalf("a forged apply freed the claims: %+v", claims)
+		}
+		_, err := f.check("ap", 1, sp("m", "v1:m"))
+		f.must(err)
+		apply("ap")
+		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
+			t.Fatalf("the gated apply left claims %+v", claims)
+		}
+	})
+}

@@ -451,8 +451,17 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 			return err
 		}
 	case e.Op == api.ExecutionOp(events.OpApply) && e.Status == events.ExecutionSucceeded:
-		if _, err := tx.ReleaseClaims(e.Environment, e.PR, ""); err != nil {
+		// Only an apply that passed the PR's gate ends the PR's claims: any runner can announce
+		// an apply naming any PR, and must not free another PR's stacks that way.
+		l, err := tx.Lease(e.ExecutionID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
 			return err
+		case l.Environment == e.Environment && l.PR == e.PR:
+			if _, err := tx.ReleaseClaims(e.Environment, e.PR, ""); err != nil {
+				return err
+			}
 		}
 	}
 	return tx.PutCheck(api.Check{Environment: e.Environment, PR: e.PR, Check: CheckName(e.Op),
