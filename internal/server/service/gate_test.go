@@ -314,3 +314,27 @@ func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
 		}
 	})
 }
+
+// A plan of the PR announced by another principal, with no changes, does not free the claims
+// the PR's own plan took (and so cannot open its stacks to another PR's apply).
+func TestAnotherPrincipalsPlanDoesNotFreeThePRsClaims(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
+		_, err := f.InitAs(ctx, "runner-of-pr-2", &api.Init{ExecutionID: "forged", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"m"}})
+		f.must(err)
+		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "forged", Status: "succeeded",
+			Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "no-changes"}}})
+		f.must(err)
+		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 || claims[0].ExecutionID != "p1" {
+			t.Fatalf("claims after another principal's plan %+v", claims)
+		}
+		f.planWith("p2", 2, "s2", map[string][2]string{"m": {"mutating", "v1:m2"}})
+		_, err = f.check("ap2", 2, sp("m", "v1:m2"))
+		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
+		// The PR's own re-plan without changes frees them.
+		f.planWith("p3", 1, "s3", map[string][2]string{"m": {"no-changes", ""}})
+		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
+			t.Fatalf("claims after the PR's own re-plan %+v", claims)
+		}
+	})
+}

@@ -421,13 +421,28 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 		if err != nil {
 			return err
 		}
+		planner, err := tx.ExecutionPrincipal(e.ExecutionID)
+		if err != nil {
+			return err
+		}
 		for _, c := range claims {
-			if c.PR == e.PR {
-				if _, still := classes[c.Stack]; !still {
-					if _, err := tx.ReleaseClaims(e.Environment, e.PR, c.Stack); err != nil {
-						return err
-					}
-				}
+			if c.PR != e.PR {
+				continue
+			}
+			if _, still := classes[c.Stack]; still {
+				continue
+			}
+			// A plan frees only the claims of plans its own principal announced: another
+			// principal's plan naming this PR must not unlock its stacks for other PRs.
+			owner, err := tx.ExecutionPrincipal(c.ExecutionID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			if owner != planner {
+				continue
+			}
+			if _, err := tx.ReleaseClaims(e.Environment, e.PR, c.Stack); err != nil {
+				return err
 			}
 		}
 		held := map[string]int{}
