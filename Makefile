@@ -4,8 +4,9 @@ BIN ?= bin/tfstackplan
 
 .PHONY: build test generate check-generated bench demo fuzz
 
+# A static binary (no cgo: SQLite is pure Go): no libc to match, and no dynamic loader at start.
 build:
-	$(GO) build -o $(BIN) ./cmd/tfstackplan
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/tfstackplan
 
 test:
 	./scripts/test.sh

@@ -104,7 +104,7 @@ export FAKETOFU_FIXTURES=$repo/testdata/tofu
 
 bin=$tmp/bin
 say "bench: building into $bin"
-go build -o "$bin/tfstackplan" ./cmd/tfstackplan
+CGO_ENABLED=0 go build -trimpath -o "$bin/tfstackplan" ./cmd/tfstackplan # as `make build` does
 go build -o "$bin/terramate" ./testdata/faketerramate
 go build -o "$bin/tofu" ./testdata/faketofu
 # tfstackplan on PATH for both sides: the library's ticks run it (offline on the bare side).

@@ -62,7 +62,7 @@ bin=${DEMO_BIN:-$root/bin/tfstackplan}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 if [ ! -x "$bin" ]; then
   echo "demo: building $bin"
-  (cd "$root" && go build -o "$bin" ./cmd/tfstackplan)
+  (cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$bin" ./cmd/tfstackplan)
 fi
 # The scripts run `tfstackplan run tick`: it must be on PATH.
 mkdir -p "$work/bin"
