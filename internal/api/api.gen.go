@@ -787,18 +787,18 @@ type ClientInterface interface {
 	// Corresponds with POST /admin/executions/cancel (the `AdminExecutionsCancel` operationId).
 	AdminExecutionsCancel(ctx context.Context, body AdminExecutionsCancelJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// AdminGatesSatisfyWithBody Grant a gate (admin), with a reason and optionally an expiry.
+	// AdminGatesSatisfyWithBody Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 	//
-	// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+	// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/gates/satisfy (the `AdminGatesSatisfy` operationId).
 	AdminGatesSatisfyWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// AdminGatesSatisfy Grant a gate (admin), with a reason and optionally an expiry.
+	// AdminGatesSatisfy Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 	//
-	// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+	// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1149,9 +1149,9 @@ func (c *Client) AdminExecutionsCancel(ctx context.Context, body AdminExecutions
 	return c.Client.Do(req)
 }
 
-// AdminGatesSatisfyWithBody Grant a gate (admin), with a reason and optionally an expiry.
+// AdminGatesSatisfyWithBody Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 //
-// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1168,9 +1168,9 @@ func (c *Client) AdminGatesSatisfyWithBody(ctx context.Context, contentType stri
 	return c.Client.Do(req)
 }
 
-// AdminGatesSatisfy Grant a gate (admin), with a reason and optionally an expiry.
+// AdminGatesSatisfy Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 //
-// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2902,18 +2902,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /admin/executions/cancel (the `AdminExecutionsCancel` operationId).
 	AdminExecutionsCancelWithResponse(ctx context.Context, body AdminExecutionsCancelJSONRequestBody, reqEditors ...RequestEditorFn) (*AdminExecutionsCancelResponse, error)
 
-	// AdminGatesSatisfyWithBodyWithResponse Grant a gate (admin), with a reason and optionally an expiry.
+	// AdminGatesSatisfyWithBodyWithResponse Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 	//
-	// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+	// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/gates/satisfy (the `AdminGatesSatisfy` operationId).
 	AdminGatesSatisfyWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdminGatesSatisfyResponse, error)
 
-	// AdminGatesSatisfyWithResponse Grant a gate (admin), with a reason and optionally an expiry.
+	// AdminGatesSatisfyWithResponse Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 	//
-	// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+	// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4370,9 +4370,9 @@ func (c *ClientWithResponses) AdminExecutionsCancelWithResponse(ctx context.Cont
 	return ParseAdminExecutionsCancelResponse(rsp)
 }
 
-// AdminGatesSatisfyWithBodyWithResponse Grant a gate (admin), with a reason and optionally an expiry.
+// AdminGatesSatisfyWithBodyWithResponse Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 //
-// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4385,9 +4385,9 @@ func (c *ClientWithResponses) AdminGatesSatisfyWithBodyWithResponse(ctx context.
 	return ParseAdminGatesSatisfyResponse(rsp)
 }
 
-// AdminGatesSatisfyWithResponse Grant a gate (admin), with a reason and optionally an expiry.
+// AdminGatesSatisfyWithResponse Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 //
-// Idempotency key (`pr`, `environment`, `class`, `target`); an active grant is not duplicated.
+// Idempotency key (`pr`, `environment`, `class`, `target` and the approved content): an active grant approving the same stacks at the same hashes is not duplicated. FAILED_PRECONDITION when the plan is not applicable or has no stack of the class under the target (nothing to approve).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5638,7 +5638,7 @@ type ServerInterface interface {
 	// AdminExecutionsCancel Cancel a running execution (admin); the runner learns it from its next event's Ack.
 	// (POST /admin/executions/cancel)
 	AdminExecutionsCancel(w http.ResponseWriter, r *http.Request)
-	// AdminGatesSatisfy Grant a gate (admin), with a reason and optionally an expiry.
+	// AdminGatesSatisfy Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 	// (POST /admin/gates/satisfy)
 	AdminGatesSatisfy(w http.ResponseWriter, r *http.Request)
 	// AdminGrantsRelease End an active grant (admin).
@@ -7374,7 +7374,7 @@ type StrictServerInterface interface {
 	// AdminExecutionsCancel Cancel a running execution (admin); the runner learns it from its next event's Ack.
 	// (POST /admin/executions/cancel)
 	AdminExecutionsCancel(ctx context.Context, request AdminExecutionsCancelRequestObject) (AdminExecutionsCancelResponseObject, error)
-	// AdminGatesSatisfy Grant a gate (admin), with a reason and optionally an expiry.
+	// AdminGatesSatisfy Approve one plan's content for a gate (admin), with a reason and optionally an expiry.
 	// (POST /admin/gates/satisfy)
 	AdminGatesSatisfy(ctx context.Context, request AdminGatesSatisfyRequestObject) (AdminGatesSatisfyResponseObject, error)
 	// AdminGrantsRelease End an active grant (admin).
