@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
@@ -185,7 +189,12 @@ func TestConnectionCapKeepsHealthzAnswering(t *testing.T) {
 // gaugeValue reads one unlabelled metric of s.
 func gaugeValue(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
-	mfs, err := s.registry.Gather()
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	s.registry.WriteTo(w)
+	_ = w.Flush()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(&b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 type handlers struct {
 	errorMapper
 	svc     *service.Service
-	metrics *metrics
+	metrics *serverMetrics
 
 	pingMu  sync.Mutex
 	pinging *pingCall

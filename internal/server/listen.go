@@ -71,7 +71,7 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 // capListener is the listener Listener returns.
 type capListener struct {
 	net.Listener
-	m                *metrics
+	m                *serverMetrics
 	served, headroom chan struct{} // semaphores
 }
 

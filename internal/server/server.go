@@ -20,12 +20,11 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/metrics"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/web"
@@ -88,8 +87,8 @@ type Server struct {
 	errorMapper
 	cfg      Config
 	mux      *http.ServeMux
-	metrics  *metrics
-	registry *prometheus.Registry
+	metrics  *serverMetrics
+	registry *metrics.Registry
 	ui       *web.UI
 
 	limMu    sync.Mutex
@@ -154,30 +153,29 @@ func Routes() map[string]auth.Role {
 	return out
 }
 
-type metrics struct {
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	events   *prometheus.CounterVec
-	gates    *prometheus.CounterVec
-	chunks   prometheus.Counter
-	logBytes prometheus.Counter
-	conns    prometheus.Gauge
-	overflow *prometheus.CounterVec
+type serverMetrics struct {
+	requests *metrics.CounterVec
+	latency  *metrics.HistogramVec
+	events   *metrics.CounterVec
+	gates    *metrics.CounterVec
+	chunks   *metrics.Counter
+	logBytes *metrics.Counter
+	conns    *metrics.Gauge
+	overflow *metrics.CounterVec
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_http_requests_total", Help: "API requests by operation and answer code."}, []string{"operation", "code"}),
-		latency:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tfstackplan_http_request_seconds", Help: "API request latency by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"operation"}),
-		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_events_total", Help: "Runner events accepted, by kind."}, []string{"kind"}),
-		gates:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_gate_checks_total", Help: "Gate checks by verdict code."}, []string{"code"}),
-		chunks:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_chunks_total", Help: "Log chunks accepted."}),
-		logBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_bytes_total", Help: "Log bytes accepted."}),
-		conns:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tfstackplan_http_connections", Help: "Connections being served (under the connection cap)."}),
-		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tfstackplan_http_overflow_connections_total", Help: "Connections past the cap, by what they got: healthz, busy (503), lost, dropped (closed unanswered)."}, []string{"outcome"}),
+func newMetrics(reg *metrics.Registry) *serverMetrics {
+	m := &serverMetrics{
+		requests: reg.NewCounterVec("tfstackplan_http_requests_total", "API requests by operation and answer code.", "operation", "code"),
+		latency:  reg.NewHistogramVec("tfstackplan_http_request_seconds", "API request latency by operation.", metrics.ExponentialBuckets(0.0005, 2, 14), "operation"),
+		events:   reg.NewCounterVec("tfstackplan_events_total", "Runner events accepted, by kind.", "kind"),
+		gates:    reg.NewCounterVec("tfstackplan_gate_checks_total", "Gate checks by verdict code.", "code"),
+		chunks:   reg.NewCounter("tfstackplan_log_chunks_total", "Log chunks accepted."),
+		logBytes: reg.NewCounter("tfstackplan_log_bytes_total", "Log bytes accepted."),
+		conns:    reg.NewGauge("tfstackplan_http_connections", "Connections being served (under the connection cap)."),
+		overflow: reg.NewCounterVec("tfstackplan_http_overflow_connections_total", "Connections past the cap, by what they got: healthz, busy (503), lost, dropped (closed unanswered).", "outcome"),
 	}
-	reg.MustRegister(m.requests, m.latency, m.events, m.gates, m.chunks, m.logBytes, m.conns, m.overflow,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.RegisterRuntime()
 	return m
 }
 
@@ -200,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.HeaderTimeout = cmp.Or(cfg.HeaderTimeout, DefaultHeaderTimeout)
 	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
-	reg := prometheus.NewRegistry()
+	reg := metrics.NewRegistry()
 	em := errorMapper{log: cfg.Logger}
 	s := &Server{errorMapper: em, cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg),
 		limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
@@ -242,7 +240,7 @@ func New(cfg Config) (*Server, error) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.mux.Handle("GET /metrics", reg.Handler())
 	s.ui = &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText,
 		MaxStreams: cfg.MaxStreams, MaxStreamsPerPrincipal: cfg.MaxStreamsPerPrincipal}
 	s.ui.Register(s.mux, s.webGuard)
