@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
@@ -106,7 +105,7 @@ type classifier struct {
 // decoded for small diffs and when a sensitivity mask flags something, and canonicalized for
 // the plan hash.
 type rawChange struct {
-	Actions         tfjson.Actions  `json:"actions"`
+	Actions         actionList      `json:"actions"`
 	Before          json.RawMessage `json:"before"`
 	After           json.RawMessage `json:"after"`
 	AfterUnknown    json.RawMessage `json:"after_unknown"`
@@ -146,10 +145,17 @@ func firstBytes(b []byte, n int) string {
 	return string(b)
 }
 
-// rawResourceChange is one element of resource_changes or resource_drift: tfjson's
-// ResourceChange, its Change replaced by rawChange.
+// resourceHead is the part of a resource change the classifier and the plan hash read.
+type resourceHead struct {
+	Address         string `json:"address"`
+	PreviousAddress string `json:"previous_address"`
+	DeposedKey      string `json:"deposed"`
+	ActionReason    string `json:"action_reason"`
+}
+
+// rawResourceChange is one element of resource_changes or resource_drift, its values raw.
 type rawResourceChange struct {
-	tfjson.ResourceChange
+	resourceHead
 	Change rawChange `json:"change"`
 }
 
@@ -338,7 +344,7 @@ func (c *classifier) topLevel(key string) error {
 
 // actionOf maps a change's actions to the one action it counts as; importing and moved (its
 // previous_address differs from its address) make a no-op an import or a move.
-func actionOf(a tfjson.Actions, importing, moved bool) (Action, string, error) {
+func actionOf(a actionList, importing, moved bool) (Action, string, error) {
 	switch {
 	case a.NoOp():
 		switch {
@@ -362,12 +368,12 @@ func actionOf(a tfjson.Actions, importing, moved bool) (Action, string, error) {
 		return ActionReplace, "delete-then-create", nil
 	case a.CreateBeforeDestroy():
 		return ActionReplace, "create-then-delete", nil
-	case len(a) == 2 && a[0] == tfjson.ActionForget && a[1] == tfjson.ActionCreate:
+	case len(a) == 2 && a[0] == actForget && a[1] == actCreate:
 		// A replace whose old object is forgotten, not destroyed (lifecycle destroy = false),
 		// as OpenTofu 1.12 plans it with or without create_before_destroy: a new object
 		// replaces the one in state, so it is as destructive as a replace.
 		return ActionReplace, "forget-then-create", nil
-	case len(a) == 2 && a[0] == tfjson.ActionCreate && a[1] == tfjson.ActionForget:
+	case len(a) == 2 && a[0] == actCreate && a[1] == actForget:
 		// The same in the other order.
 		return ActionReplace, "create-then-forget", nil
 	}
@@ -377,7 +383,7 @@ func actionOf(a tfjson.Actions, importing, moved bool) (Action, string, error) {
 func (c *classifier) resourceChange(drift bool) error {
 	rc := &c.rc
 	rc.Change.reset()
-	rc.ResourceChange = tfjson.ResourceChange{}
+	rc.resourceHead = resourceHead{}
 	if err := c.dec.Decode(rc); err != nil {
 		return err
 	}
@@ -404,7 +410,7 @@ func (c *classifier) resourceChange(drift bool) error {
 		}
 		s.DriftCount++
 		if len(s.Drift) < MaxChanges {
-			s.Drift = append(s.Drift, Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason)})
+			s.Drift = append(s.Drift, Change{Address: rc.Address, Action: action, Order: order, Reason: rc.ActionReason})
 		}
 		return nil
 	}
@@ -420,7 +426,7 @@ func (c *classifier) resourceChange(drift bool) error {
 		s.Counts.Import++
 		s.importsAlso++
 	}
-	out := Change{Address: rc.Address, Action: action, Order: order, Reason: string(rc.ActionReason), Importing: importing}
+	out := Change{Address: rc.Address, Action: action, Order: order, Reason: rc.ActionReason, Importing: importing}
 	if moved {
 		out.PreviousAddress = rc.PreviousAddress
 	}

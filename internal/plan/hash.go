@@ -11,7 +11,6 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	tfjson "github.com/hashicorp/terraform-json"
 )
 
 // PlanHashVersion is the version of the plan hash (Stack.PlanHash). A plan hash is the string
@@ -201,7 +200,7 @@ func (p *planHasher) sum() string {
 	return PlanHashVersion + ":" + hex.EncodeToString(h.Sum(nil))
 }
 
-func appendActions(b []byte, a tfjson.Actions) []byte {
+func appendActions(b []byte, a actionList) []byte {
 	b = append(b, '[')
 	for i, act := range a {
 		if i > 0 {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
@@ -556,22 +555,22 @@ func TestPlanReportAndEvent(t *testing.T) {
 
 func TestPlanActionOf(t *testing.T) {
 	cases := []struct {
-		actions   tfjson.Actions
+		actions   actionList
 		importing bool
 		want      Action
 		order     string
 	}{
-		{tfjson.Actions{"no-op"}, false, ActionNoOp, ""},
-		{tfjson.Actions{"no-op"}, true, ActionImport, ""},
-		{tfjson.Actions{"update"}, true, ActionUpdate, ""},
-		{tfjson.Actions{"create"}, false, ActionCreate, ""},
-		{tfjson.Actions{"read"}, false, ActionRead, ""},
-		{tfjson.Actions{"delete"}, false, ActionDelete, ""},
-		{tfjson.Actions{"forget"}, false, ActionForget, ""},
-		{tfjson.Actions{"delete", "create"}, false, ActionReplace, "delete-then-create"},
-		{tfjson.Actions{"create", "delete"}, false, ActionReplace, "create-then-delete"},
-		{tfjson.Actions{"forget", "create"}, false, ActionReplace, "forget-then-create"},
-		{tfjson.Actions{"create", "forget"}, false, ActionReplace, "create-then-forget"},
+		{actionList{"no-op"}, false, ActionNoOp, ""},
+		{actionList{"no-op"}, true, ActionImport, ""},
+		{actionList{"update"}, true, ActionUpdate, ""},
+		{actionList{"create"}, false, ActionCreate, ""},
+		{actionList{"read"}, false, ActionRead, ""},
+		{actionList{"delete"}, false, ActionDelete, ""},
+		{actionList{"forget"}, false, ActionForget, ""},
+		{actionList{"delete", "create"}, false, ActionReplace, "delete-then-create"},
+		{actionList{"create", "delete"}, false, ActionReplace, "create-then-delete"},
+		{actionList{"forget", "create"}, false, ActionReplace, "forget-then-create"},
+		{actionList{"create", "forget"}, false, ActionReplace, "create-then-forget"},
 	}
 	for _, tc := range cases {
 		got, order, err := actionOf(tc.actions, tc.importing, false)
@@ -582,14 +581,14 @@ func TestPlanActionOf(t *testing.T) {
 	// A no-op whose previous address differs is a move, unless it also imports.
 	for _, tc := range []struct {
 		importing bool
-		actions   tfjson.Actions
+		actions   actionList
 		want      Action
-	}{{false, tfjson.Actions{"no-op"}, ActionMove}, {true, tfjson.Actions{"no-op"}, ActionImport}, {false, tfjson.Actions{"update"}, ActionUpdate}} {
+	}{{false, actionList{"no-op"}, ActionMove}, {true, actionList{"no-op"}, ActionImport}, {false, actionList{"update"}, ActionUpdate}} {
 		if got, _, err := actionOf(tc.actions, tc.importing, true); err != nil || got != tc.want {
 			t.Errorf("actionOf(%v, %v, moved) = %s %v, want %s", tc.actions, tc.importing, got, err, tc.want)
 		}
 	}
-	for _, bad := range []tfjson.Actions{nil, {"create", "create"}, {"forget", "delete"}, {"explode"}} {
+	for _, bad := range []actionList{nil, {"create", "create"}, {"forget", "delete"}, {"explode"}} {
 		if a, _, err := actionOf(bad, false, false); err == nil {
 			t.Errorf("actionOf(%v) = %s, want an error", bad, a)
 		}
