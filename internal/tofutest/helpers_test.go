@@ -220,3 +220,40 @@ func loosen(r result) result {
 	}
 	return result{stdout: f(r.stdout), stderr: f(r.stderr), rc: r.rc}
 }
+
+// interruptOrder makes the place of tofu's "Stopping operation..." in stdout not matter: after
+// a signal, real tofu prints it before or after its "Interrupt received." paragraph depending
+// on which of its goroutines runs first. The line is counted, not placed, and the blank lines
+// around where it was are collapsed.
+func interruptOrder(r result) result {
+	const stop = "Stopping operation..."
+	var out []string
+	n := 0
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if line == stop {
+			n++
+			continue
+		}
+		if line == "" && len(out) > 0 && out[len(out)-1] == "" {
+			continue
+		}
+		out = append(out, line)
+	}
+	r.stdout = strings.Join(out, "\n") + strings.Repeat("["+stop+"]\n", n)
+	return r
+}
+
+// The two orders real tofu printed after a SIGTERM normalize to the same output; a missing
+// "Stopping operation..." does not.
+func TestInterruptOrder(t *testing.T) {
+	before := "seed: Refreshing state...\nStopping operation...\n\nInterrupt received.\nGracefully shutting down...\n\n\nPlanning failed.\n"
+	after := "seed: Refreshing state...\n\nInterrupt received.\nGracefully shutting down...\n\nStopping operation...\n\nPlanning failed.\n"
+	missing := "seed: Refreshing state...\n\nInterrupt received.\nGracefully shutting down...\n\nPlanning failed.\n"
+	a, b, c := interruptOrder(result{stdout: before}), interruptOrder(result{stdout: after}), interruptOrder(result{stdout: missing})
+	if a.stdout != b.stdout {
+		t.Fatalf("the two orders differ:\n%q\n%q", a.stdout, b.stdout)
+	}
+	if a.stdout == c.stdout {
+		t.Fatalf("a missing Stopping operation... went unnoticed: %q", c.stdout)
+	}
+}

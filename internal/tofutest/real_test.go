@@ -205,7 +205,7 @@ resource "terraform_data" "a" {
 			args := argv(t, "_cli", tc.name)
 			r := rt.signalled(t, rd, "", 2*time.Second, tc.sig, args...)
 			f := slow.signalled(t, fd, marker, 0, tc.sig, args...)
-			agree(t, tc.name, rd, fd, r, f)
+			agree(t, tc.name, rd, fd, interruptOrder(r), interruptOrder(f))
 			both(t, "show -json of the interrupted plan", rd, fd, argv(t, "_cli", "show-interrupted")...)
 			both(t, "apply of the interrupted plan", rd, fd, argv(t, "_cli", "apply-interrupted")...)
 
