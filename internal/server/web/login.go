@@ -133,7 +133,28 @@ func EndConnection(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	rc := http.NewResponseController(w)
+	// Read at most one byte of the body, for a moment: past a zero limit the server marks the
+	// body too large and, after the answer, half-closes the connection and gives the client
+	// time to read the answer. Closing outright with the body unread would reset the
+	// connection under a client still writing it, and the client would never see why.
+	_ = rc.SetReadDeadline(time.Now().Add(endReadWait))
+	_, _ = http.MaxBytesReader(unwrap(w), r.Body, 0).Read(make([]byte, 1))
+	_ = rc.SetReadDeadline(time.Now())
+}
+
+// endReadWait bounds how long EndConnection waits for a refused request's body to start.
+const endReadWait = 100 * time.Millisecond
+
+// unwrap returns the innermost ResponseWriter of wrappers that have an Unwrap method.
+func unwrap(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }
 
 // verify returns the principal of a token (under --insecure-no-auth, everyone's).
