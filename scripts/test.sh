@@ -59,5 +59,11 @@ fi
 
 ./scripts/check-generated.sh
 ./scripts/actionlint.sh
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change these files (run gofmt -w):" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
 go vet ./...
 go test -count=1 -timeout 40m ./... 2>&1 | tee /tmp/tfstackplan-test.log

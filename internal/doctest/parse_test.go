@@ -24,8 +24,8 @@ func TestParse(t *testing.T) {
 	}
 	checks := []struct {
 		lang, body, skip, file string
-		serve, runnable         bool
-		line                    int
+		serve, runnable        bool
+		line                   int
 	}{
 		{"sh", "tfstackplan version\n", "", "", false, true, 3},
 		{"sh", "gcloud auth login\n", "needs real cloud credentials", "", false, false, 8},

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
-
 )
 
 // PlanHashVersion is the version of the plan hash (Stack.PlanHash). A plan hash is the string

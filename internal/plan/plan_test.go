@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
