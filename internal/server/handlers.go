@@ -84,7 +84,7 @@ func (h *handlers) event(kind string, err error) {
 }
 
 func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
-	ack, err := h.svc.InitAs(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.Init(ctx, principal(ctx), r.Body)
 	h.event("init", err)
 	if err != nil {
 		return api.InitdefaultJSONResponse(h.errResp(err)), nil
@@ -160,7 +160,7 @@ func (h *handlers) GateCheck(ctx context.Context, r api.GateCheckRequestObject) 
 }
 
 func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject) (api.GateRevokeResponseObject, error) {
-	ack, err := h.svc.GateRevokeAs(ctx, caller(ctx), r.Body)
+	ack, err := h.svc.GateRevoke(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.GateRevokedefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -192,7 +192,7 @@ func (h *handlers) ClaimsList(ctx context.Context, r api.ClaimsListRequestObject
 }
 
 func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequestObject) (api.ClaimsReleaseResponseObject, error) {
-	ack, err := h.svc.ReleaseClaimsAs(ctx, caller(ctx), r.Body)
+	ack, err := h.svc.ReleaseClaims(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.ClaimsReleasedefaultJSONResponse(h.errResp(err)), nil
 	}

@@ -21,7 +21,7 @@ func TestWebListOlderLinkKeepsItsFilter(t *testing.T) {
 		if i%2 == 1 {
 			env = "dev"
 		}
-		_, err := ts.svc.Init(context.Background(), &api.Init{ExecutionID: fmt.Sprint("x", i), Environment: env, Op: "plan", PR: 7,
+		_, err := ts.svc.Init(context.Background(), "", &api.Init{ExecutionID: fmt.Sprint("x", i), Environment: env, Op: "plan", PR: 7,
 			SHA: "s", StartedAt: start.Add(time.Duration(i) * time.Minute)})
 		if err != nil {
 			t.Fatal(err)

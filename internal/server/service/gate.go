@@ -366,17 +366,12 @@ func quoteAll(names []string) []string {
 	return out
 }
 
-// GateRevoke ends an apply's lease; see GateRevokeAs. The caller is not an admin.
-func (s *Service) GateRevoke(ctx context.Context, principal string, in *api.GateRevoke) (api.Ack, error) {
-	return s.GateRevokeAs(ctx, Caller{Name: principal}, in)
-}
-
-// GateRevokeAs ends the lease of an apply execution: the lease, the grants its decision used
+// GateRevoke ends the lease of an apply execution: the lease, the grants its decision used
 // and, when the apply succeeded, the PR's claims. Only the principal the lease was granted to,
 // or an admin, may revoke it; an execution without a lease changes nothing, whatever
 // environment and PR the request names. The granter's binding is removed after the commit;
 // a failure is audited and left to the sweeper.
-func (s *Service) GateRevokeAs(ctx context.Context, caller Caller, in *api.GateRevoke) (api.Ack, error) {
+func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRevoke) (api.Ack, error) {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return api.Ack{}, err
 	}
@@ -459,25 +454,12 @@ func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
 
 // SweepLeases removes the granter bindings of leases revoked or expired at now (up to limit),
 // and returns how many it tried. serve runs it periodically; a failure stays for the next sweep.
-// A granter that can also sweeps each requester's expired bindings the store no longer knows
-// of (a lost database, a crash between grant and record).
 func (s *Service) SweepLeases(ctx context.Context, limit int) (int, error) {
 	if s.granter().Name() == granter.KindNone {
 		return 0, nil
 	}
 	var due []store.Lease
 	now := s.Now()
-	if sw, ok := s.granter().(granter.Sweeper); ok {
-		seen := map[string]bool{}
-		for _, ep := range s.Policy.Environments {
-			if ep.Requester != "" && !seen[ep.Requester] {
-				seen[ep.Requester] = true
-				gctx, cancel := context.WithTimeout(ctx, GranterBudget)
-				_, _ = sw.RemoveExpired(gctx, ep.Requester, now)
-				cancel()
-			}
-		}
-	}
 	if err := s.Store.Read(ctx, func(tx store.Tx) (err error) { due, err = tx.LeasesToUnbind(now, limit); return }); err != nil {
 		return 0, err
 	}
@@ -490,12 +472,42 @@ func (s *Service) SweepLeases(ctx context.Context, limit int) (int, error) {
 	return len(due), nil
 }
 
-// RunSweeper sweeps leases every interval until ctx ends.
+// sweepAccounts asks a granter that can to remove, from each requester of the policy, the
+// expired bindings the store no longer knows of (a lost database, a crash between grant and
+// record). They grant nothing once expired, so this is tidying, done rarely.
+func (s *Service) sweepAccounts(ctx context.Context) {
+	sw, ok := s.granter().(granter.Sweeper)
+	if !ok {
+		return
+	}
+	now := s.Now()
+	seen := map[string]bool{}
+	for _, ep := range s.Policy.Environments {
+		if ep.Requester == "" || seen[ep.Requester] {
+			continue
+		}
+		seen[ep.Requester] = true
+		gctx, cancel := context.WithTimeout(ctx, GranterBudget)
+		_, _ = sw.RemoveExpired(gctx, ep.Requester, now)
+		cancel()
+	}
+}
+
+// AccountSweepInterval is how often RunSweeper tidies the requesters' expired bindings.
+const AccountSweepInterval = time.Hour
+
+// RunSweeper sweeps leases every interval, and the requester accounts every
+// AccountSweepInterval, until ctx ends.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var lastAccounts time.Time
 	for {
 		_, _ = s.SweepLeases(ctx, 100)
+		if time.Since(lastAccounts) >= AccountSweepInterval {
+			s.sweepAccounts(ctx)
+			lastAccounts = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -511,15 +523,10 @@ func (s *Service) Claims(ctx context.Context, env string) ([]api.Claim, error) {
 	return out, err
 }
 
-// ReleaseClaims releases claims as a non-admin caller; see ReleaseClaimsAs.
-func (s *Service) ReleaseClaims(ctx context.Context, principal string, in *api.ClaimsRelease) (api.Ack, error) {
-	return s.ReleaseClaimsAs(ctx, Caller{Name: principal}, in)
-}
-
-// ReleaseClaimsAs releases one stack's claim, or all of a PR's claims in an environment. A
+// ReleaseClaims releases one stack's claim, or all of a PR's claims in an environment. A
 // non-admin caller must name a plan execution it announced itself and releases only the
 // claims that execution took; anything else is an admin action.
-func (s *Service) ReleaseClaimsAs(ctx context.Context, caller Caller, in *api.ClaimsRelease) (api.Ack, error) {
+func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.ClaimsRelease) (api.Ack, error) {
 	if err := checkName("environment", in.Environment); err != nil {
 		return api.Ack{}, err
 	}

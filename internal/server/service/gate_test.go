@@ -21,7 +21,7 @@ func (f *fixture) planWith(id string, pr int, sha string, stacks map[string][2]s
 		results = append(results, api.StackResult{Stack: name, Status: "succeeded", Class: api.Class(ch[0]), PlanHash: ch[1]})
 	}
 	f.now = f.now.Add(time.Second)
-	_, err := f.InitAs(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: sha, Stacks: names})
+	_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: sha, Stacks: names})
 	f.must(err)
 	_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 	f.must(err)
@@ -126,7 +126,7 @@ func TestTheLatestPlanIsTheOneTheServerReceivedLast(t *testing.T) {
 		// A newer plan, backdated by its client, then cancelled: it is still the latest, so the
 		// older plan does not pass in its place.
 		f.now = f.now.Add(time.Minute)
-		_, err := f.InitAs(ctx, "runner", &api.Init{ExecutionID: "new", Environment: "prod", Op: "plan", PR: 1, SHA: "s2",
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "new", Environment: "prod", Op: "plan", PR: 1, SHA: "s2",
 			Stacks: []string{"m"}, StartedAt: f.now.Add(-24 * time.Hour)})
 		f.must(err)
 		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "new", Reason: "stop"})
@@ -154,7 +154,7 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 			pr := 10 + i
 			id := "p-" + c.name
 			f.now = f.now.Add(time.Second)
-			_, err := f.InitAs(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a", "b"}})
 			f.must(err)
 			if c.update != nil {
 				u := *c.update
@@ -177,7 +177,7 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 			wantErr(t, err, store.ErrPrecondition, "ended failed")
 		}
 		// An apply whose stacks were skipped (nothing to apply) still succeeds.
-		_, err := f.InitAs(ctx, "runner", &api.Init{ExecutionID: "apply", Environment: "dev", Op: "apply", PR: 1, Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "apply", Environment: "dev", Op: "apply", PR: 1, Stacks: []string{"a", "b"}})
 		f.must(err)
 		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "apply", Status: "succeeded", Stacks: []api.StackResult{
 			{Stack: "a", Status: "succeeded"}, {Stack: "b", Status: "skipped"}}})
@@ -193,7 +193,7 @@ func TestRunnersEndOnlyWhatTheirOwnExecutionTook(t *testing.T) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "v1:d"}})
 		f.must(f.approve(1, ""))
 		// A made-up execution id naming PR 1 ends nothing of PR 1's.
-		_, err := f.GateRevoke(ctx, "runner-of-pr-2", &api.GateRevoke{ExecutionID: "made-up", Environment: "prod", PR: 1, Outcome: "succeeded"})
+		_, err := f.GateRevoke(ctx, Caller{Name: "runner-of-pr-2"}, &api.GateRevoke{ExecutionID: "made-up", Environment: "prod", PR: 1, Outcome: "succeeded"})
 		f.must(err)
 		if grants, _ := f.Grants(ctx, "prod", 1); len(grants) != 1 || !grants[0].ReleasedAt.IsZero() {
 			t.Fatalf("PR 1's grant after a stranger's revoke %+v", grants)
@@ -203,22 +203,22 @@ func TestRunnersEndOnlyWhatTheirOwnExecutionTook(t *testing.T) {
 		}
 		// PR 2's runner cannot drop PR 1's claim and then pass the gate.
 		f.planWith("p2", 2, "s2", map[string][2]string{"d": {"mutating", "v1:d2"}})
-		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "runner-of-pr-2"}, &api.ClaimsRelease{Environment: "prod", PR: 1})
+		_, err = f.ReleaseClaims(ctx, Caller{Name: "runner-of-pr-2"}, &api.ClaimsRelease{Environment: "prod", PR: 1})
 		wantErr(t, err, store.ErrDenied, "admin action")
-		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "runner-of-pr-2"}, &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
+		_, err = f.ReleaseClaims(ctx, Caller{Name: "runner-of-pr-2"}, &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
 		wantErr(t, err, store.ErrDenied, "was not announced by runner-of-pr-2")
 		_, err = f.check("ap2", 2, sp("d", "v1:d2"))
 		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
 		// The runner that announced p1 may release p1's claims; an admin may release any.
-		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "runner"}, &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
+		_, err = f.ReleaseClaims(ctx, Caller{Name: "runner"}, &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
 		f.must(err)
 		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
 			t.Fatalf("claims after the owner's release %+v", claims)
 		}
-		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1})
+		_, err = f.ReleaseClaims(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1})
 		wantErr(t, err, store.ErrInvalid, "reason is required")
 		f.planWith("p3", 3, "s3", map[string][2]string{"c": {"additive", "v1:c"}})
-		_, err = f.ReleaseClaimsAs(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 3, Reason: "abandoned PR"})
+		_, err = f.ReleaseClaims(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 3, Reason: "abandoned PR"})
 		f.must(err)
 		if entries, _ := f.Audit(ctx, 1, 0); len(entries) != 1 || entries[0].Action != "claims.release" || entries[0].Reason != "abandoned PR" || entries[0].Principal != "root" {
 			t.Fatalf("audit of an admin's release %+v", entries)
@@ -244,7 +244,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 		} {
 			in := base
 			c.edit(&in)
-			_, err := f.Init(ctx, &in)
+			_, err := f.Init(ctx, "", &in)
 			if err == nil {
 				t.Fatalf("%s: accepted", c.name)
 			}
@@ -257,7 +257,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 			Stacks: []api.StackPlan{sp("a", "v1:\x00")}})
 		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
 		// Free text is repaired, never refused: a runner's error message with a NUL is stored.
-		_, err = f.Init(ctx, &base)
+		_, err = f.Init(ctx, "", &base)
 		f.must(err)
 		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "e", Status: "failed", Error: "tofu said \x00 and \xff"})
 		f.must(err)
@@ -273,7 +273,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 // refused (PostgreSQL cannot store it; SQLite must not either), free text is repaired.
 func TestRunnerEventsFollowOneTextRule(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", PlanHash: "v1:\x00"})
 		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
@@ -296,7 +296,7 @@ func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
 		apply := func(id string) {
 			t.Helper()
-			_, err := f.InitAs(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"m"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"m"}})
 			f.must(err)
 			_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded",
 				Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "mutating", PlanHash: "v1:m"}}})
@@ -320,7 +320,7 @@ func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
 func TestAnotherPrincipalsPlanDoesNotFreeThePRsClaims(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
-		_, err := f.InitAs(ctx, "runner-of-pr-2", &api.Init{ExecutionID: "forged", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"m"}})
+		_, err := f.Init(ctx, "runner-of-pr-2", &api.Init{ExecutionID: "forged", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"m"}})
 		f.must(err)
 		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "forged", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "no-changes"}}})

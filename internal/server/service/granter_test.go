@@ -84,7 +84,7 @@ func TestASatisfiedGateGrantsImpersonationAndTheRevokeTakesItBack(t *testing.T) 
 		if l := f.lease("ap1"); !l.Bound || l.Member != ciMember {
 			t.Fatalf("stored lease %+v", l)
 		}
-		_, err = f.GateRevoke(ctx, "runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
 		f.must(err)
 		if got := bound(fake, "ap1"); len(got) != 0 {
 			t.Fatalf("after the revoke the lease still binds %v", got)
@@ -129,7 +129,7 @@ func TestAFailedRevokeIsAuditedAndRetriedBySweeper(t *testing.T) {
 		_, err := f.check("ap1", 1, sp("m", "v1:m"))
 		f.must(err)
 		fake.Fail("", 1, 403)
-		_, err = f.GateRevoke(ctx, "runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		f.must(err) // the lease is ended; removing its binding is the server's job from here
 		if got := bound(fake, "ap1"); len(got) != 1 {
 			t.Fatalf("binding after a failed removal %v", got)
@@ -167,6 +167,34 @@ func TestAnExpiredLeaseIsUnboundBySweeper(t *testing.T) {
 		f.must(err)
 		if n != 1 || len(bound(fake, "ap1")) != 0 {
 			t.Fatalf("sweep after expiry tried %d; still bound %v", n, bound(fake, "ap1"))
+		}
+	})
+}
+
+// A binding the store no longer knows of (here: its lease row is gone) is removed from the
+// requester once it has expired, by the account sweep.
+func TestTheAccountSweepRemovesExpiredBindingsTheStoreForgot(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		fake := withIAM(t, f)
+		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
+		_, err := f.check("ap1", 1, sp("m", "v1:m"))
+		f.must(err)
+		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
+			l, err := tx.Lease("ap1")
+			if err != nil {
+				return err
+			}
+			l.Bound = false // as if the record of the binding were lost
+			return tx.PutLease(*l)
+		}))
+		f.sweepAccounts(ctx)
+		if len(bound(fake, "ap1")) != 1 {
+			t.Fatal("a live binding was swept")
+		}
+		f.now = f.now.Add(2 * time.Hour)
+		f.sweepAccounts(ctx)
+		if got := bound(fake, "ap1"); len(got) != 0 {
+			t.Fatalf("an expired binding survived the account sweep: %v", got)
 		}
 	})
 }

@@ -20,7 +20,7 @@ import (
 // is accepted.
 func TestLogOffsetsAreBounded(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		chunk := func(off, gap int64, data string) error {
 			_, err := f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: off, GapLength: gap, Data: []byte(data)})
@@ -56,7 +56,7 @@ func TestLogOffsetsAreBounded(t *testing.T) {
 // execution and its logs readable.
 func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
 			_, err := tx.AddLogChunks([]store.LogChunk{
@@ -95,7 +95,7 @@ func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 // init, a phase or an update takes logs, and a refused batch stores nothing.
 func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		chunk := func(stack string, off int64) api.LogChunk {
 			return api.LogChunk{ExecutionID: "e1", Stack: stack, Generation: 1, Offset: off, Data: []byte(stack)}
@@ -127,7 +127,7 @@ func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 // seq; phase batches naming the same stacks in opposite orders never deadlock.
 func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		const n = 200
 		seqs := make(chan int, n)
@@ -180,7 +180,7 @@ func BenchmarkServiceIngest(b *testing.B) {
 			for i := range stacks {
 				stacks[i] = fmt.Sprintf("stacks/s%02d", i)
 			}
-			if _, err := svc.Init(ctx, &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+			if _, err := svc.Init(ctx, "", &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
 				b.Fatal(err)
 			}
 			data := []byte(strings.Repeat("terraform output line ...\n", 20))[:512]

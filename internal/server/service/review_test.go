@@ -63,7 +63,7 @@ func TestConcurrentWritesOnOneExecutionLoseNothing(t *testing.T) {
 		const rounds = 50
 		for i := range rounds {
 			id := fmt.Sprint("e", i)
-			_, err := f.Init(ctx, &api.Init{ExecutionID: id, Environment: "dev", Op: "plan", PR: 3, SHA: "s", Stacks: []string{"a"}})
+			_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: "dev", Op: "plan", PR: 3, SHA: "s", Stacks: []string{"a"}})
 			f.must(err)
 			var wg sync.WaitGroup
 			errs := make(chan error, 2)
@@ -171,7 +171,7 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		// A plan cancelled while running stays cancelled even when its runner finalizes success.
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "p1", Reason: "wrong branch"})
 		f.must(err)
@@ -194,7 +194,7 @@ func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 
 		// A good plan, then the apply execution itself is cancelled before its gate check.
 		f.plan("p2", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
-		_, err = f.Init(ctx, &api.Init{ExecutionID: "ap2", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "ap2", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "ap2", Reason: "hold"})
 		f.must(err)
@@ -230,7 +230,7 @@ environment "staging" {
 
 		// A changed stack finalized without a plan hash never matches, not even an empty one.
 		f.now = f.now.Add(time.Second)
-		_, err = f.Init(ctx, &api.Init{ExecutionID: "p2", Environment: "prod", Op: "plan", PR: 1, SHA: "s2", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "p2", Environment: "prod", Op: "plan", PR: 1, SHA: "s2", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "p2", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "mutating"}}})
@@ -252,10 +252,10 @@ func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		f.must(err)
 		// Only the principal the lease was granted to (or an admin) ends it.
-		_, err = f.GateRevoke(ctx, "other-runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		_, err = f.GateRevoke(ctx, Caller{Name: "other-runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		wantErr(t, err, store.ErrDenied, "admin action")
 		// A failed apply also ends the grant it used: it approved that apply.
-		_, err = f.GateRevoke(ctx, "ci", &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		_, err = f.GateRevoke(ctx, Caller{Name: "ci"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		f.must(err)
 		grants, err := f.Grants(ctx, "prod", 1)
 		f.must(err)

@@ -174,11 +174,6 @@ func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome
 	return err
 }
 
-// Init starts (or re-announces) an execution as an unnamed principal; see InitAs.
-func (s *Service) Init(ctx context.Context, in *api.Init) (api.Ack, error) {
-	return s.InitAs(ctx, "", in)
-}
-
 func checkInit(in *api.Init) error {
 	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
 		return err
@@ -226,10 +221,10 @@ func checkInit(in *api.Init) error {
 	return nil
 }
 
-// InitAs starts (or re-announces) an execution; the first stored copy wins. The principal
-// that first announced it owns it (see ReleaseClaimsAs), and the server's clock at that moment
+// Init starts (or re-announces) an execution; the first stored copy wins. The principal
+// that first announced it owns it (see ReleaseClaims), and the server's clock at that moment
 // orders it among the PR's plans.
-func (s *Service) InitAs(ctx context.Context, principal string, in *api.Init) (api.Ack, error) {
+func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api.Ack, error) {
 	if err := checkInit(in); err != nil {
 		return api.Ack{}, err
 	}
@@ -421,7 +416,21 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 		if err != nil {
 			return err
 		}
-		planner, err := tx.ExecutionPrincipal(e.ExecutionID)
+		// A plan frees only the claims of plans its own principal announced: another
+		// principal's plan naming this PR must not unlock its stacks for other PRs.
+		owners := map[string]string{}
+		ownerOf := func(execID string) (string, error) {
+			if o, ok := owners[execID]; ok {
+				return o, nil
+			}
+			o, err := tx.ExecutionPrincipal(execID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return "", err
+			}
+			owners[execID] = o
+			return o, nil
+		}
+		planner, err := ownerOf(e.ExecutionID)
 		if err != nil {
 			return err
 		}
@@ -432,10 +441,8 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 			if _, still := classes[c.Stack]; still {
 				continue
 			}
-			// A plan frees only the claims of plans its own principal announced: another
-			// principal's plan naming this PR must not unlock its stacks for other PRs.
-			owner, err := tx.ExecutionPrincipal(c.ExecutionID)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
+			owner, err := ownerOf(c.ExecutionID)
+			if err != nil {
 				return err
 			}
 			if owner != planner {

@@ -69,7 +69,7 @@ func (f *fixture) plan(id, env string, pr int, sha string, classes map[string]ap
 		results = append(results, api.StackResult{Stack: s, Status: "succeeded", Class: c, PlanHash: "h-" + s})
 	}
 	f.now = f.now.Add(time.Second)
-	_, err := f.Init(ctx, &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
+	_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
 	f.must(err)
 	_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 	f.must(err)
@@ -89,11 +89,11 @@ func TestInitIdempotentAndUnknownExecution(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		in := &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", PR: 3, Stacks: []string{"a", "b"},
 			Reasons: []api.ChangeReason{{Stack: "a", Kind: "watched-file", Detail: "main.tf"}}}
-		_, err := f.Init(ctx, in)
+		_, err := f.Init(ctx, "", in)
 		f.must(err)
 		again := *in
 		again.Repo = "changed"
-		_, err = f.Init(ctx, &again)
+		_, err = f.Init(ctx, "", &again)
 		f.must(err)
 		x, err := f.Execution(ctx, "e1")
 		f.must(err)
@@ -106,14 +106,14 @@ func TestInitIdempotentAndUnknownExecution(t *testing.T) {
 		wantErr(t, err, store.ErrNotFound, "")
 		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "nope", Status: "succeeded"})
 		wantErr(t, err, store.ErrNotFound, "")
-		_, err = f.Init(ctx, &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
+		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
 		wantErr(t, err, store.ErrInvalid, "op")
 	})
 }
 
 func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 20})
 		f.must(err)
@@ -137,7 +137,7 @@ func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 func TestPhasesBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"e1", "e2"} {
-			_, err := f.Init(ctx, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 			f.must(err)
 		}
 		batch := []api.PhaseEvent{
@@ -175,7 +175,7 @@ func TestPhasesBatch(t *testing.T) {
 
 func TestLogsDedupGenerationsAndGaps(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		post := func(c api.LogChunk) {
 			c.ExecutionID, c.Stack = "e1", "a"
@@ -279,7 +279,7 @@ func TestGateCheckVerdicts(t *testing.T) {
 		_, err := check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "no plan")
 
-		_, err = f.Init(ctx, &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "not finalized")
@@ -334,9 +334,9 @@ func TestGateCheckVerdicts(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
 
 		// Revoking with success releases PR 1's claims; revoked leases are not reused.
-		_, err = f.GateRevoke(ctx, "runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
 		f.must(err)
-		_, err = f.GateRevoke(ctx, "runner", &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
 		f.must(err)
 		claims, _ := f.Claims(ctx, "prod")
 		for _, c := range claims {
@@ -403,7 +403,7 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 		if len(claims) != 2 || claims[0].PR != 1 {
 			t.Fatalf("claims %+v", claims)
 		}
-		_, err := f.ReleaseClaimsAs(ctx, Caller{Name: "bob", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b", Reason: "stale"})
+		_, err := f.ReleaseClaims(ctx, Caller{Name: "bob", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b", Reason: "stale"})
 		f.must(err)
 		claims, _ = f.Claims(ctx, "prod")
 		if len(claims) != 1 || claims[0].Stack != "a" {
@@ -424,7 +424,7 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 
 func TestChecksOverrideAndCancel(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
 		f.must(err)
 		ack, err := f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "e1", Reason: "wrong branch"})
 		f.must(err)
@@ -490,7 +490,7 @@ func TestConcurrentDecisionsStayConsistent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		// Two PRs finalize plans touching the same stack at once: exactly one holds the claim.
 		for _, pr := range []int{1, 2} {
-			_, err := f.Init(ctx, &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
+			_, err := f.Init(ctx, "", &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
 			f.must(err)
 		}
 		var wg sync.WaitGroup
@@ -596,7 +596,7 @@ environment "p" {
 
 func TestLogChunksBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		batch := []api.LogChunk{
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("a0 ")},
