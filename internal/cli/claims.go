@@ -107,7 +107,7 @@ func newClaimsReleaseCmd(ios *IO) *cobra.Command {
 	addEnvPRFlags(f, &opts.Environment, &opts.PR)
 	f.StringVar(&opts.Stack, "stack", "", "release only this stack's claim")
 	f.StringVar(&opts.Execution, "execution", "", "release only the claims of this plan execution (required of a runner)")
-	f.StringVar(&opts.Reason, "reason", "", "why (required)")
+	f.StringVar(&opts.Reason, "reason", "", "why (required; recorded in the audit log)")
 	addConnFlags(f, &opts.Conn)
 	return cmd
 }
