@@ -11,21 +11,19 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/tickfile"
 )
 
 // EnvTickDir names the directory where `run tick` records each tick for the driver that
 // started the scripts (set by `run plan|apply`, one directory per script run).
-const EnvTickDir = "TFSTACKPLAN_TICK_DIR"
+const EnvTickDir = tickfile.EnvDir
 
 // tickFile is the file in EnvTickDir that ticks are appended to, one JSON object a line.
-const tickFile = "ticks.jsonl"
+const tickFile = tickfile.Name
 
 // TickBudget bounds the whole online tick: building the client (minting a token included)
 // and one Phase event.
 const TickBudget = 2 * time.Second
-
-// maxTickField bounds each field of a recorded tick, so one append stays one small write.
-const maxTickField = 1024
 
 // TickOptions are the inputs of one `run tick`.
 type TickOptions struct {
@@ -42,13 +40,7 @@ type TickOptions struct {
 }
 
 // tickRecord is one line of the tick file.
-type tickRecord struct {
-	Stack   string `json:"stack"`
-	Phase   string `json:"phase"`
-	Status  string `json:"status,omitempty"`
-	Message string `json:"message,omitempty"`
-	At      int64  `json:"at"` // unix nanoseconds
-}
+type tickRecord = tickfile.Record
 
 // ErrTickUsage is returned when a tick has no phase or no stack.
 var ErrTickUsage = errors.New("run tick needs --phase and a stack (--stack or TFSTACKPLAN_STACK)")
@@ -78,8 +70,7 @@ func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 		return "", ErrTickUsage
 	}
 	if dir := getenv(EnvTickDir); dir != "" {
-		recordTick(dir, tickRecord{Stack: clipField(stack), Phase: clipField(o.Phase), Status: clipField(o.Status),
-			Message: clipField(o.Message), At: now().UnixNano()})
+		recordTick(dir, tickRecord{Stack: stack, Phase: o.Phase, Status: o.Status, Message: o.Message, At: now().UnixNano()})
 		return "", nil
 	}
 	server, exec := strings.TrimSpace(getenv(EnvServer)), getenv(EnvExecution)
@@ -116,28 +107,9 @@ func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 	}
 }
 
-func clipField(s string) string {
-	if len(s) > maxTickField {
-		return s[:maxTickField]
-	}
-	return s
-}
-
-// recordTick appends one line to the tick file; O_APPEND keeps concurrent ticks of parallel
-// stacks from interleaving. Failing to record is silent: the driver then relies on
-// terramate's output alone.
-func recordTick(dir string, r tickRecord) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return
-	}
-	f, err := os.OpenFile(filepath.Join(dir, tickFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	_, _ = f.Write(append(b, '\n'))
-	_ = f.Close()
-}
+// recordTick appends one line to the tick file (fields clipped to tickfile.MaxField).
+// Failing to record is silent: the driver then relies on terramate's output alone.
+func recordTick(dir string, r tickRecord) { _ = tickfile.Append(dir, r) }
 
 // tickReader reads the tick file as it grows: each call to next returns the complete lines
 // appended since the last call. Lines that do not parse are skipped.

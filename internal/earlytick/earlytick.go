@@ -1,0 +1,129 @@
+// Package earlytick answers the common `tfstackplan run tick` calls from its init function,
+// before the rest of the binary is initialized, and ends the process there.
+//
+// A tick runs between every two commands of every stack's script, so its start-up cost is
+// paid thousands of times in one CI run. Most of that cost is the initialization of packages
+// a tick never uses (Google's API clients, gRPC, protobuf, the SQL drivers, HCL, cobra). Go
+// initializes packages one at a time, each time the first in import-path order whose imports
+// are all initialized (the Go specification, "Package initialization"). This package and
+// internal/tickfile import nothing that os does not already import (not even strings: an
+// import that sorts late, like path/filepath, made it wait for almost every other package),
+// so it runs right after os, long before the heavy ones; internal/cli's tests check that
+// with GODEBUG=inittrace=1. internal/cli imports it, so every binary with the command line
+// has it.
+//
+// It handles exactly the calls whose outcome needs nothing else:
+//
+//	tfstackplan run tick [--phase P] [--stack S] [--status S] [--message M]
+//
+// with no other argument, each flag at most once, as `--flag value` or `--flag=value`, a
+// non-blank phase and a non-blank stack (--stack, or TFSTACKPLAN_STACK), and either
+//   - TFSTACKPLAN_TICK_DIR set (under `run plan|apply`): the tick is appended to the
+//     driver's tick file, exit 0; or
+//   - no TFSTACKPLAN_SERVER or no TFSTACKPLAN_EXECUTION (offline): nothing to do, exit 0.
+//
+// Every other call (help, an unknown or repeated flag, a missing value, phase or stack, a
+// tick sent straight to a server) is left alone: init returns and the full command line runs
+// it as it always did. The outcome is the same either way (internal/cli's tests compare the
+// two paths call by call); only the cost differs.
+package earlytick
+
+import (
+	"os"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/tickfile"
+)
+
+// The environment a tick reads; the same names as runner's EnvStack, EnvServer and
+// EnvExecution (runner cannot be imported here: it is one of the heavy packages).
+const (
+	envStack     = "TFSTACKPLAN_STACK"
+	envServer    = "TFSTACKPLAN_SERVER"
+	envExecution = "TFSTACKPLAN_EXECUTION"
+)
+
+func init() {
+	if Handle(os.Args[1:], os.Getenv, time.Now) {
+		os.Exit(0)
+	}
+}
+
+// Handle carries out the tick that args (the command line without the program name) describe
+// when it is one of the calls this package handles, and reports whether it did; the process
+// then has nothing left to do and exits 0. A tick file that cannot be written is ignored, as
+// `run tick` always does: the driver then relies on terramate's output.
+func Handle(args []string, getenv func(string) string, now func() time.Time) bool {
+	if len(args) < 2 || args[0] != "run" || args[1] != "tick" {
+		return false
+	}
+	var r tickfile.Record
+	seen := map[string]bool{}
+	for rest := args[2:]; len(rest) > 0; {
+		arg := rest[0]
+		rest = rest[1:]
+		if len(arg) < 2 || arg[:2] != "--" {
+			return false
+		}
+		name, value, hasValue := cut(arg[2:], '=')
+		if seen[name] {
+			return false
+		}
+		if !hasValue {
+			if len(rest) == 0 {
+				return false
+			}
+			value, rest = rest[0], rest[1:]
+		}
+		switch name {
+		case "phase":
+			r.Phase = value
+		case "stack":
+			r.Stack = value
+		case "status":
+			r.Status = value
+		case "message":
+			r.Message = value
+		default:
+			return false
+		}
+		seen[name] = true
+	}
+	if r.Stack == "" {
+		r.Stack = getenv(envStack)
+	}
+	if blank(r.Phase) || blank(r.Stack) {
+		return false
+	}
+	if dir := getenv(tickfile.EnvDir); dir != "" {
+		r.At = now().UnixNano()
+		_ = tickfile.Append(dir, r)
+		return true
+	}
+	return blank(getenv(envServer)) || getenv(envExecution) == ""
+}
+
+// cut is strings.Cut for one byte.
+func cut(s string, sep byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// blank reports whether s is empty or white space only: strings.TrimSpace(s) == "", with
+// Unicode's White_Space property spelled out (unicode.IsSpace's list).
+func blank(s string) bool {
+	for _, r := range s {
+		switch r {
+		case '\t', '\n', '\v', '\f', '\r', ' ', 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000:
+		default:
+			if r < 0x2000 || r > 0x200A {
+				return false
+			}
+		}
+	}
+	return true
+}
