@@ -49,11 +49,32 @@ func ClassifyFile(stack, path string) (*Stack, error) {
 	return Classify(stack, path, f)
 }
 
+// maxReadBuffer is the read buffer for plans of unknown or large size.
+const maxReadBuffer = 256 << 10
+
+// readBufferSize fits the read buffer to r's size when r can tell it: most plans are a few
+// kilobytes, and a 256 KiB buffer allocated and zeroed per plan cost more than reading them.
+func readBufferSize(r io.Reader) int {
+	var n int64 = -1
+	switch v := r.(type) {
+	case interface{ Len() int }: // bytes.Reader, strings.Reader, bytes.Buffer
+		n = int64(v.Len())
+	case interface{ Stat() (os.FileInfo, error) }: // *os.File
+		if fi, err := v.Stat(); err == nil && fi.Mode().IsRegular() {
+			n = fi.Size()
+		}
+	}
+	if n < 0 || n >= maxReadBuffer {
+		return maxReadBuffer
+	}
+	return max(int(n)+1, 4<<10) // +1: a file that grew since does not need a second buffer fill to be read whole
+}
+
 // Classify reads the plan JSON from r (named file in messages) for stack, in one streaming
 // pass that also computes the plan hash of its change set (see PlanHashVersion). See
 // ClassifyFile for the error contract.
 func Classify(stack, file string, r io.Reader) (*Stack, error) {
-	br := bufio.NewReaderSize(r, 256<<10)
+	br := bufio.NewReaderSize(r, readBufferSize(r))
 	c := &classifier{
 		s:       &Stack{Name: stack, File: file, Class: events.ClassUnclassified, Destructive: []Change{}, Changes: []Change{}},
 		secrets: newSecretSet(),

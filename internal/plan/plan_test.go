@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -620,5 +621,33 @@ func TestPlanCreateThenForget(t *testing.T) {
 	}
 	if len(s.Destructive) != 1 || s.Destructive[0].Order != "create-then-forget" {
 		t.Errorf("destructive %+v, want the replace create-then-forget", s.Destructive)
+	}
+}
+
+func TestReadBufferSizeFitsTheInput(t *testing.T) {
+	small := filepath.Join(t.TempDir(), "small.json")
+	if err := os.WriteFile(small, make([]byte, 7000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		want int
+	}{
+		{"a small file", f, 7001},
+		{"a tiny reader", strings.NewReader("{}"), 4 << 10},
+		{"a large reader", bytes.NewReader(make([]byte, 1<<20)), maxReadBuffer},
+		{"an unknown size", pr, maxReadBuffer},
+	} {
+		if got := readBufferSize(tc.r); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
