@@ -50,64 +50,31 @@ const MaxPhases = 1000
 // would: a phase history entry (idempotent), and the stack's current phase when the event is
 // the newest and the execution is not finalized.
 func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack, error) {
-	if len(phases) == 0 {
-		return api.Ack{}, invalid("phases is empty")
-	}
-	if len(phases) > MaxPhases {
-		return api.Ack{}, invalid("%d phases in one request, more than %d", len(phases), MaxPhases)
-	}
-	for i := range phases {
+	execOf := func(i int) string { return phases[i].ExecutionID }
+	err := checkBatch("phases", len(phases), MaxPhases, execOf, func(i int) error {
 		in := &phases[i]
-		if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack, "phase", in.Phase); err != nil {
-			return api.Ack{}, err
-		}
-		if in.ExecutionID != phases[0].ExecutionID {
-			return api.Ack{}, invalid("phases name executions %q and %q; one request carries one execution", phases[0].ExecutionID, in.ExecutionID)
-		}
+		return checkNames("execution_id", in.ExecutionID, "stack", in.Stack, "phase", in.Phase)
+	})
+	if err != nil {
+		return api.Ack{}, err
 	}
 	now := s.Now()
-	execID := phases[0].ExecutionID
-	// Stack rows are locked in name order, so that two batches naming the same stacks never
-	// deadlock; each stack's own events keep their order (the later of equal seqs wins).
-	order := make([]*api.PhaseEvent, len(phases))
-	for i := range phases {
-		order[i] = &phases[i]
-	}
-	slices.SortStableFunc(order, func(a, b *api.PhaseEvent) int { return strings.Compare(a.Stack, b.Stack) })
-	write := s.Store.Write
-	if len(order) == 1 {
-		write = s.writeOne
-	}
-	var ack api.Ack
-	err := write(ctx, func(tx store.Tx) error {
-		notify := false
-		for i, in := range order {
-			at := in.At.UTC()
-			if in.At.IsZero() {
-				at = now
-			}
-			shown := in.Phase
-			if in.Status != "" {
-				shown = in.Phase + ": " + clip(in.Status, 64)
-			}
-			// Stored and shown in the history even once the execution is finalized; the stack's
-			// state then no longer changes.
-			st, added, err := tx.AddPhaseEvent(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
-				Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at}, shown, now)
-			if err != nil {
-				return err
-			}
-			if i == 0 {
-				ack = cancelAck(st.Cancelled, st.CancelReason)
-			}
-			notify = notify || added
+	stackOf := func(i int) string { return phases[i].Stack }
+	return s.writeBatch(ctx, execOf(0), len(phases), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
+		in := &phases[i]
+		at := in.At.UTC()
+		if in.At.IsZero() {
+			at = now
 		}
-		if !notify {
-			return nil
+		shown := in.Phase
+		if in.Status != "" {
+			shown = in.Phase + ": " + clip(in.Status, 64)
 		}
-		return tx.Notify(execID)
+		// Stored and shown in the history even once the execution is finalized; the stack's
+		// state then no longer changes.
+		return tx.AddPhaseEvent(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
+			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at}, shown, now)
 	})
-	return ack, err
 }
 
 // Update records a stack's status and classification; the highest seq wins.
@@ -148,6 +115,63 @@ func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
 			return nil
 		}
 		return tx.Notify(in.ExecutionID)
+	})
+	return ack, err
+}
+
+// checkBatch checks what every batch of runner events must be: not empty, at most max events,
+// each valid (check) and naming the execution of the first (execOf).
+func checkBatch(what string, n, max int, execOf func(i int) string, check func(i int) error) error {
+	if n == 0 {
+		return invalid("%s is empty", what)
+	}
+	if n > max {
+		return invalid("%d %s in one request, more than %d", n, what, max)
+	}
+	for i := range n {
+		if err := check(i); err != nil {
+			return err
+		}
+		if execOf(i) != execOf(0) {
+			return invalid("%s name executions %q and %q; one request carries one execution", what, execOf(0), execOf(i))
+		}
+	}
+	return nil
+}
+
+// writeBatch writes the n events of a batch of execution execID in one transaction (as cheaply
+// as the store allows when n is 1), event i with write. Stack rows are locked in name order
+// (stackOf), so that two batches naming the same stacks never deadlock; each stack's own events
+// keep their order (the later of equal seqs wins). It answers with the execution's state, and
+// notifies when some event changed something.
+func (s *Service) writeBatch(ctx context.Context, execID string, n int, stackOf func(i int) string,
+	write func(tx store.Tx, i int) (state store.EventState, changed bool, err error)) (api.Ack, error) {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(stackOf(a), stackOf(b)) })
+	run := s.Store.Write
+	if n == 1 {
+		run = s.writeOne
+	}
+	var ack api.Ack
+	err := run(ctx, func(tx store.Tx) error {
+		notify := false
+		for k, i := range order {
+			state, changed, err := write(tx, i)
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				ack = cancelAck(state.Cancelled, state.CancelReason)
+			}
+			notify = notify || changed
+		}
+		if !notify {
+			return nil
+		}
+		return tx.Notify(execID)
 	})
 	return ack, err
 }
