@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,10 +36,18 @@ type memServer struct {
 	releases     []api.GrantsRelease
 	requester    string
 	auth         []string // Authorization headers seen
+
+	// updateBatches counts Updates requests.
+	updateBatches int
+	// refuseUpdates, when not 0, is the HTTP status Updates answers with, as a server without
+	// the operation does (an older tfstackplan answers a runner 403, an admin 404).
+	refuseUpdates int
+	// requests counts requests by path below /api/v1.
+	requests map[string]int
 }
 
 func newMemServer() *memServer {
-	return &memServer{inits: map[string]api.Init{}, cancels: map[string]string{}, requester: "sa-apply@example.iam"}
+	return &memServer{inits: map[string]api.Init{}, cancels: map[string]string{}, requester: "sa-apply@example.iam", requests: map[string]int{}}
 }
 
 // start serves m on a loopback httptest server under /api/v1.
@@ -49,6 +58,7 @@ func (m *memServer) start(t testing.TB) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
 		m.auth = append(m.auth, r.Header.Get("Authorization"))
+		m.requests[strings.TrimPrefix(r.URL.Path, "/api/v1")]++
 		m.mu.Unlock()
 		h.ServeHTTP(w, r)
 	}))
@@ -87,11 +97,33 @@ func (m *memServer) Phases(_ context.Context, r api.PhasesRequestObject) (api.Ph
 	return api.Phases200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.Phases[0].ExecutionID))}, nil
 }
 
+// invalidUpdate is the real server's answer to an update without a stack.
+var invalidUpdate = api.Error{Code: "INVALID_ARGUMENT", Message: "stack is required"}
+
 func (m *memServer) Update(_ context.Context, r api.UpdateRequestObject) (api.UpdateResponseObject, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if r.Body.Stack == "" {
+		return api.UpdatedefaultJSONResponse{StatusCode: http.StatusBadRequest, Body: invalidUpdate}, nil
+	}
 	m.updates = append(m.updates, *r.Body)
 	return api.Update200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
+func (m *memServer) Updates(_ context.Context, r api.UpdatesRequestObject) (api.UpdatesResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refuseUpdates != 0 {
+		return api.UpdatesdefaultJSONResponse{StatusCode: m.refuseUpdates, Body: api.Error{Message: http.StatusText(m.refuseUpdates)}}, nil
+	}
+	for _, u := range r.Body.Updates {
+		if u.Stack == "" { // one invalid update refuses the batch
+			return api.UpdatesdefaultJSONResponse{StatusCode: http.StatusBadRequest, Body: invalidUpdate}, nil
+		}
+	}
+	m.updates = append(m.updates, r.Body.Updates...)
+	m.updateBatches++
+	return api.Updates200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.Updates[0].ExecutionID))}, nil
 }
 
 func (m *memServer) LogChunk(_ context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {

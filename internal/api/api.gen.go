@@ -573,6 +573,11 @@ type Update struct {
 	Status   StackStatus `json:"status"`
 }
 
+// Updates defines model for Updates.
+type Updates struct {
+	Updates []Update `json:"updates"`
+}
+
 // EnvironmentQuery defines model for EnvironmentQuery.
 type EnvironmentQuery = string
 
@@ -670,6 +675,9 @@ type PhasesJSONRequestBody = PhaseEvents
 
 // UpdateJSONRequestBody defines body for Update for application/json ContentType.
 type UpdateJSONRequestBody = Update
+
+// UpdatesJSONRequestBody defines body for Updates for application/json ContentType.
+type UpdatesJSONRequestBody = Updates
 
 // GateCheckJSONRequestBody defines body for GateCheck for application/json ContentType.
 type GateCheckJSONRequestBody = GateCheck
@@ -991,6 +999,36 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /events/update (the `Update` operationId).
 	Update(ctx context.Context, body UpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdatesWithBody Report several stacks' updates of one execution in one request.
+	//
+	// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+	// classified in one tick relay period, every stack at the end of a run) together, so a run
+	// of many stacks costs the server a few requests instead of one per stack. Each update is
+	// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+	// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+	// so one invalid update refuses the whole request. Every update must name the same
+	// execution; at most 1000 updates a request.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /events/updates (the `Updates` operationId).
+	UpdatesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Updates Report several stacks' updates of one execution in one request.
+	//
+	// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+	// classified in one tick relay period, every stack at the end of a run) together, so a run
+	// of many stacks costs the server a few requests instead of one per stack. Each update is
+	// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+	// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+	// so one invalid update refuses the whole request. Every update must name the same
+	// execution; at most 1000 updates a request.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /events/updates (the `Updates` operationId).
+	Updates(ctx context.Context, body UpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExecutionsList Executions, newest first.
 	//
@@ -1574,6 +1612,56 @@ func (c *Client) UpdateWithBody(ctx context.Context, contentType string, body io
 // Corresponds with POST /events/update (the `Update` operationId).
 func (c *Client) Update(ctx context.Context, body UpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdatesWithBody Report several stacks' updates of one execution in one request.
+//
+// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+// classified in one tick relay period, every stack at the end of a run) together, so a run
+// of many stacks costs the server a few requests instead of one per stack. Each update is
+// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+// so one invalid update refuses the whole request. Every update must name the same
+// execution; at most 1000 updates a request.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /events/updates (the `Updates` operationId).
+func (c *Client) UpdatesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdatesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Updates Report several stacks' updates of one execution in one request.
+//
+// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+// classified in one tick relay period, every stack at the end of a run) together, so a run
+// of many stacks costs the server a few requests instead of one per stack. Each update is
+// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+// so one invalid update refuses the whole request. Every update must name the same
+// execution; at most 1000 updates a request.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /events/updates (the `Updates` operationId).
+func (c *Client) Updates(ctx context.Context, body UpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdatesRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2410,6 +2498,46 @@ func NewUpdateRequestWithBody(server string, contentType string, body io.Reader)
 	return req, nil
 }
 
+// NewUpdatesRequest calls the generic Updates builder with application/json body
+func NewUpdatesRequest(server string, body UpdatesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdatesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewUpdatesRequestWithBody constructs an http.Request for the Updates method, with any body, and a specified content type
+func NewUpdatesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/updates")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewExecutionsListRequest constructs an http.Request for the ExecutionsList method
 func NewExecutionsListRequest(server string, params *ExecutionsListParams) (*http.Request, error) {
 	var err error
@@ -3112,6 +3240,36 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /events/update (the `Update` operationId).
 	UpdateWithResponse(ctx context.Context, body UpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateResponse, error)
+
+	// UpdatesWithBodyWithResponse Report several stacks' updates of one execution in one request.
+	//
+	// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+	// classified in one tick relay period, every stack at the end of a run) together, so a run
+	// of many stacks costs the server a few requests instead of one per stack. Each update is
+	// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+	// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+	// so one invalid update refuses the whole request. Every update must name the same
+	// execution; at most 1000 updates a request.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/updates (the `Updates` operationId).
+	UpdatesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdatesResponse, error)
+
+	// UpdatesWithResponse Report several stacks' updates of one execution in one request.
+	//
+	// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+	// classified in one tick relay period, every stack at the end of a run) together, so a run
+	// of many stacks costs the server a few requests instead of one per stack. Each update is
+	// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+	// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+	// so one invalid update refuses the whole request. Every update must name the same
+	// execution; at most 1000 updates a request.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/updates (the `Updates` operationId).
+	UpdatesWithResponse(ctx context.Context, body UpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatesResponse, error)
 
 	// ExecutionsListWithResponse Executions, newest first.
 	//
@@ -3926,6 +4084,54 @@ func (r UpdateResponse) ContentType() string {
 	return ""
 }
 
+type UpdatesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Ack
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdatesResponse) GetJSON200() *Ack {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UpdatesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdatesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdatesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdatesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdatesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ExecutionsListResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4719,6 +4925,48 @@ func (c *ClientWithResponses) UpdateWithResponse(ctx context.Context, body Updat
 	return ParseUpdateResponse(rsp)
 }
 
+// UpdatesWithBodyWithResponse Report several stacks' updates of one execution in one request.
+//
+// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+// classified in one tick relay period, every stack at the end of a run) together, so a run
+// of many stacks costs the server a few requests instead of one per stack. Each update is
+// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+// so one invalid update refuses the whole request. Every update must name the same
+// execution; at most 1000 updates a request.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/updates (the `Updates` operationId).
+func (c *ClientWithResponses) UpdatesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdatesResponse, error) {
+	rsp, err := c.UpdatesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdatesResponse(rsp)
+}
+
+// UpdatesWithResponse Report several stacks' updates of one execution in one request.
+//
+// Bulk form of Update: the driver sends the updates it has at one moment (the stacks
+// classified in one tick relay period, every stack at the end of a run) together, so a run
+// of many stacks costs the server a few requests instead of one per stack. Each update is
+// stored as Update would store it (the same validation and idempotency key, `execution_id`,
+// `stack`, `seq`; the highest `seq` wins); the updates are stored together or not at all,
+// so one invalid update refuses the whole request. Every update must name the same
+// execution; at most 1000 updates a request.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/updates (the `Updates` operationId).
+func (c *ClientWithResponses) UpdatesWithResponse(ctx context.Context, body UpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatesResponse, error) {
+	rsp, err := c.Updates(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdatesResponse(rsp)
+}
+
 // ExecutionsListWithResponse Executions, newest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5366,6 +5614,39 @@ func ParseUpdateResponse(rsp *http.Response) (*UpdateResponse, error) {
 	return response, nil
 }
 
+// ParseUpdatesResponse parses an HTTP response from a UpdatesWithResponse call
+func ParseUpdatesResponse(rsp *http.Response) (*UpdatesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdatesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Ack
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseExecutionsListResponse parses an HTTP response from a ExecutionsListWithResponse call
 func ParseExecutionsListResponse(rsp *http.Response) (*ExecutionsListResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5677,6 +5958,9 @@ type ServerInterface interface {
 	// Update Report one stack's status, classification and plan hash.
 	// (POST /events/update)
 	Update(w http.ResponseWriter, r *http.Request)
+	// Updates Report several stacks' updates of one execution in one request.
+	// (POST /events/updates)
+	Updates(w http.ResponseWriter, r *http.Request)
 	// ExecutionsList Executions, newest first.
 	// (GET /executions)
 	ExecutionsList(w http.ResponseWriter, r *http.Request, params ExecutionsListParams)
@@ -5996,6 +6280,20 @@ func (siw *ServerInterfaceWrapper) Update(w http.ResponseWriter, r *http.Request
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Update(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Updates operation middleware
+func (siw *ServerInterfaceWrapper) Updates(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Updates(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -6442,6 +6740,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/phase", wrapper.Phase)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/phases", wrapper.Phases)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/update", wrapper.Update)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/updates", wrapper.Updates)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/log", wrapper.LogChunk)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/logs", wrapper.LogChunks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/finalize", wrapper.Finalize)
@@ -7054,6 +7353,45 @@ func (response UpdatedefaultJSONResponse) VisitUpdateResponse(w http.ResponseWri
 	return err
 }
 
+type UpdatesRequestObject struct {
+	Body *UpdatesJSONRequestBody
+}
+
+type UpdatesResponseObject interface {
+	VisitUpdatesResponse(w http.ResponseWriter) error
+}
+
+type Updates200JSONResponse struct{ AckJSONResponse }
+
+func (response Updates200JSONResponse) VisitUpdatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdatesdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response UpdatesdefaultJSONResponse) VisitUpdatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ExecutionsListRequestObject struct {
 	Params ExecutionsListParams
 }
@@ -7413,6 +7751,9 @@ type StrictServerInterface interface {
 	// Update Report one stack's status, classification and plan hash.
 	// (POST /events/update)
 	Update(ctx context.Context, request UpdateRequestObject) (UpdateResponseObject, error)
+	// Updates Report several stacks' updates of one execution in one request.
+	// (POST /events/updates)
+	Updates(ctx context.Context, request UpdatesRequestObject) (UpdatesResponseObject, error)
 	// ExecutionsList Executions, newest first.
 	// (GET /executions)
 	ExecutionsList(ctx context.Context, request ExecutionsListRequestObject) (ExecutionsListResponseObject, error)
@@ -7921,6 +8262,37 @@ func (sh *strictHandler) Update(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(UpdateResponseObject); ok {
 		if err := validResponse.VisitUpdateResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Updates operation middleware
+func (sh *strictHandler) Updates(w http.ResponseWriter, r *http.Request) {
+	var request UpdatesRequestObject
+
+	var body UpdatesJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Updates(ctx, request.(UpdatesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Updates")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdatesResponseObject); ok {
+		if err := validResponse.VisitUpdatesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -119,6 +119,15 @@ func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.U
 	return api.Update200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
+func (h *handlers) Updates(ctx context.Context, r api.UpdatesRequestObject) (api.UpdatesResponseObject, error) {
+	ack, err := h.svc.Updates(ctx, r.Body.Updates)
+	if err != nil {
+		return api.UpdatesdefaultJSONResponse(h.errResp(err)), nil
+	}
+	h.metrics.events.WithLabelValues("update").Add(float64(len(r.Body.Updates)))
+	return api.Updates200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
 func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
 	ack, err := h.svc.LogChunk(ctx, r.Body)
 	if err != nil {
@@ -321,6 +330,13 @@ func (h *handlers) direct() map[string]directFunc {
 				return err
 			}
 			return resp.VisitUpdateResponse(w)
+		},
+		"Updates": func(ctx context.Context, w http.ResponseWriter, body any) error {
+			resp, err := h.Updates(ctx, api.UpdatesRequestObject{Body: body.(*api.Updates)})
+			if err != nil {
+				return err
+			}
+			return resp.VisitUpdatesResponse(w)
 		},
 	}
 }

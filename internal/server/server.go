@@ -39,7 +39,10 @@ const (
 	MaxEventBody = 1 << 20
 	// MaxPhasesBody bounds a Phases request: service.MaxPhases small events.
 	MaxPhasesBody = 4 << 20
-	MaxLogsBody   = 12 << 20 // service.MaxBatchData of data, base64-encoded, plus JSON
+	// MaxUpdatesBody bounds an Updates request: up to service.MaxUpdates updates, most of them
+	// small (a driver's batch stays within MaxEventBody unless one update alone is larger).
+	MaxUpdatesBody = 4 << 20
+	MaxLogsBody    = 12 << 20 // service.MaxBatchData of data, base64-encoded, plus JSON
 )
 
 // Config configures a Server.
@@ -122,6 +125,7 @@ var routes = map[string]route{
 	"POST /events/phase":            {"Phase", auth.RoleRunner, body[api.PhaseEvent], MaxEventBody},
 	"POST /events/phases":           {"Phases", auth.RoleRunner, body[api.PhaseEvents], MaxPhasesBody},
 	"POST /events/update":           {"Update", auth.RoleRunner, body[api.Update], MaxEventBody},
+	"POST /events/updates":          {"Updates", auth.RoleRunner, body[api.Updates], MaxUpdatesBody},
 	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
 	"POST /events/logs":             {"LogChunks", auth.RoleRunner, body[api.LogChunks], MaxLogsBody},
 	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxEventBody},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -79,44 +80,31 @@ func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack,
 
 // Update records a stack's status and classification; the highest seq wins.
 func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
-	if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack); err != nil {
-		return api.Ack{}, err
-	}
-	if !in.Status.Valid() {
-		return api.Ack{}, invalid("status %q is not a stack status", in.Status)
-	}
-	if in.Class != "" && !in.Class.Valid() {
-		return api.Ack{}, invalid("class %q is not a change class", in.Class)
-	}
-	if err := checkText("plan_hash", in.PlanHash, MaxShortLen); err != nil {
-		return api.Ack{}, err
-	}
-	destructive := in.Destructive
-	if len(destructive) > MaxDestructive {
-		destructive = destructive[:MaxDestructive]
-	}
-	for _, addr := range destructive {
-		if err := checkText("destructive address", addr, MaxNameLen); err != nil {
-			return api.Ack{}, err
-		}
-	}
-	st := &store.Stack{Seq: in.Seq}
-	st.StackState.Stack, st.Status, st.Class, st.Counts, st.PlanHash = in.Stack, in.Status, in.Class, in.Counts, in.PlanHash
-	st.Destructive, st.Error, st.UpdatedAt = destructive, clip(in.Error, MaxTextLen), s.Now()
-	var ack api.Ack
-	err := s.writeOne(ctx, func(tx store.Tx) error {
-		// A late update must not change a finalized plan's classes or hashes: the store skips it.
-		state, applied, err := tx.ApplyUpdate(in.ExecutionID, st)
-		if err != nil {
-			return err
-		}
-		ack = cancelAck(state.Cancelled, state.CancelReason)
-		if !applied {
-			return nil
-		}
-		return tx.Notify(in.ExecutionID)
+	return s.Updates(ctx, []api.Update{*in})
+}
+
+// MaxUpdates bounds the updates of one Updates request.
+const MaxUpdates = 1000
+
+// Updates stores several stack updates of one execution in one transaction, each as Update
+// would: the stack's status, class, counts, plan hash, destructive addresses and error, unless
+// the stored seq is higher or the execution is finalized. One invalid update refuses them all.
+func (s *Service) Updates(ctx context.Context, updates []api.Update) (api.Ack, error) {
+	now := s.Now()
+	stacks := make([]*store.Stack, len(updates))
+	execOf := func(i int) string { return updates[i].ExecutionID }
+	err := checkBatch("updates", len(updates), MaxUpdates, execOf, func(i int) (err error) {
+		stacks[i], err = updateStack(&updates[i], now)
+		return err
 	})
-	return ack, err
+	if err != nil {
+		return api.Ack{}, err
+	}
+	stackOf := func(i int) string { return updates[i].Stack }
+	return s.writeBatch(ctx, execOf(0), len(updates), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
+		// A late update must not change a finalized plan's classes or hashes: the store skips it.
+		return tx.ApplyUpdate(execOf(0), stacks[i])
+	})
 }
 
 // checkBatch checks what every batch of runner events must be: not empty, at most max events,
@@ -174,4 +162,33 @@ func (s *Service) writeBatch(ctx context.Context, execID string, n int, stackOf 
 		return tx.Notify(execID)
 	})
 	return ack, err
+}
+
+// updateStack validates one update and returns the stack state it writes (updated at now).
+func updateStack(in *api.Update, now time.Time) (*store.Stack, error) {
+	if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack); err != nil {
+		return nil, err
+	}
+	if !in.Status.Valid() {
+		return nil, invalid("status %q is not a stack status", in.Status)
+	}
+	if in.Class != "" && !in.Class.Valid() {
+		return nil, invalid("class %q is not a change class", in.Class)
+	}
+	if err := checkText("plan_hash", in.PlanHash, MaxShortLen); err != nil {
+		return nil, err
+	}
+	destructive := in.Destructive
+	if len(destructive) > MaxDestructive {
+		destructive = destructive[:MaxDestructive]
+	}
+	for _, addr := range destructive {
+		if err := checkText("destructive address", addr, MaxNameLen); err != nil {
+			return nil, err
+		}
+	}
+	st := &store.Stack{Seq: in.Seq}
+	st.StackState.Stack, st.Status, st.Class, st.Counts, st.PlanHash = in.Stack, in.Status, in.Class, in.Counts, in.PlanHash
+	st.Destructive, st.Error, st.UpdatedAt = destructive, clip(in.Error, MaxTextLen), now
+	return st, nil
 }

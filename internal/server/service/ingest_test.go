@@ -124,7 +124,7 @@ func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 }
 
 // Updates and phases of one stack posted concurrently in shuffled seq order end at the highest
-// seq; phase batches naming the same stacks in opposite orders never deadlock.
+// seq; phase and update batches naming the same stacks in opposite orders never deadlock.
 func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
@@ -136,7 +136,7 @@ func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 		}
 		close(seqs)
 		var wg sync.WaitGroup
-		errs := make(chan error, 2*n)
+		errs := make(chan error, 3*n)
 		for range 8 {
 			wg.Add(1)
 			go func() {
@@ -153,6 +153,15 @@ func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 					}
 					_, err = f.Phases(ctx, batch)
 					errs <- err
+					updates := []api.Update{
+						{ExecutionID: "e1", Stack: "b", Seq: int64(seq), Status: "running", PlanHash: fmt.Sprint("h", seq)},
+						{ExecutionID: "e1", Stack: "a", Seq: int64(seq), Status: "running", PlanHash: fmt.Sprint("h", seq)},
+					}
+					if seq%2 == 0 {
+						updates[0], updates[1] = updates[1], updates[0]
+					}
+					_, err = f.Updates(ctx, updates)
+					errs <- err
 				}
 			}()
 		}
@@ -162,7 +171,7 @@ func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 			f.must(err)
 		}
 		a, b := f.stackState("e1", "a"), f.stackState("e1", "b")
-		if a.PlanHash != fmt.Sprint("h", n) || a.Phase != fmt.Sprint("p", n) || b.Phase != fmt.Sprint("p", n) || a.Status != "running" {
+		if a.PlanHash != fmt.Sprint("h", n) || b.PlanHash != fmt.Sprint("h", n) || a.Phase != fmt.Sprint("p", n) || b.Phase != fmt.Sprint("p", n) || a.Status != "running" {
 			t.Fatalf("after shuffled concurrent events: a %+v b %+v", a, b)
 		}
 	})
