@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -143,6 +144,8 @@ type Client struct {
 	broken   error // why a configured server cannot be used; GateCheck then denies
 	breaker  *breaker
 	inflight chan struct{}
+	// noUpdates is set once the server showed it has no Updates operation.
+	noUpdates atomic.Bool
 
 	mu       sync.Mutex
 	audience string
@@ -335,6 +338,87 @@ func (c *Client) Phases(ctx context.Context, phases []events.PhaseEvent) error {
 // Update reports a stack's status and classification.
 func (c *Client) Update(ctx context.Context, u events.Update) error {
 	return c.event(ctx, "Update", func(ctx context.Context) (*http.Response, error) { return c.api.Update(ctx, u) })
+}
+
+// Bounds of one Updates request the client sends.
+const (
+	// MaxUpdateBatch bounds the updates of one request (the server takes up to 1000).
+	MaxUpdateBatch = 500
+	// MaxUpdateBatchBytes bounds the encoded updates of one request, below the server's body
+	// limit; an update larger than it alone goes alone.
+	MaxUpdateBatchBytes = 1 << 20
+)
+
+// Updates reports several stacks' updates of one execution (best-effort), in order, in as few
+// requests as MaxUpdateBatch and MaxUpdateBatchBytes allow; the server stores each request's
+// updates together or not at all. A server without the operation (it answers 403, 404 or 405:
+// an older tfstackplan refuses a runner an unknown path with 403) gets one Update a request
+// from then on; a batch refused as invalid is sent again one update a request, so that only
+// the invalid update is lost, as with Update. It returns the first error, a server-side
+// cancel before any other; every batch is sent whatever the earlier ones met.
+func (c *Client) Updates(ctx context.Context, updates []events.Update) error {
+	if !c.Enabled() || len(updates) == 0 {
+		return nil
+	}
+	var errs updateErrors
+	if c.noUpdates.Load() {
+		for _, u := range updates {
+			errs.add(c.Update(ctx, u))
+		}
+		return errs.first()
+	}
+	encoded := make([][]byte, len(updates))
+	for i, u := range updates {
+		b, err := json.Marshal(u)
+		if err != nil {
+			return fmt.Errorf("Updates: %w", err)
+		}
+		encoded[i] = b
+	}
+	for start := 0; start < len(updates); {
+		end, size := start+1, len(encoded[start])
+		for end < len(updates) && end-start < MaxUpdateBatch && size+1+len(encoded[end]) <= MaxUpdateBatchBytes {
+			size += 1 + len(encoded[end])
+			end++
+		}
+		body := append(append([]byte(`{"updates":[`), bytes.Join(encoded[start:end], []byte(","))...), "]}"...)
+		err := c.event(ctx, "Updates", func(ctx context.Context) (*http.Response, error) {
+			return c.api.UpdatesWithBody(ctx, "application/json", bytes.NewReader(body))
+		})
+		var ae *APIError
+		switch {
+		case errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || ae.StatusCode == http.StatusNotFound || ae.StatusCode == http.StatusMethodNotAllowed):
+			c.noUpdates.Store(true)
+			fallthrough
+		case errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest && end-start > 1:
+			for _, u := range updates[start:end] {
+				errs.add(c.Update(ctx, u))
+			}
+		default:
+			errs.add(err)
+		}
+		start = end
+	}
+	return errs.first()
+}
+
+// updateErrors keeps the first error of several calls, and the first server-side cancel.
+type updateErrors struct{ err, cancel error }
+
+func (e *updateErrors) add(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+	if e.cancel == nil && errors.Is(err, ErrCancelRequested) {
+		e.cancel = err
+	}
+}
+
+func (e *updateErrors) first() error {
+	if e.cancel != nil {
+		return e.cancel
+	}
+	return e.err
 }
 
 // LogChunk posts a slice of one stack's log, or a gap (best-effort).

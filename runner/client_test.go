@@ -179,7 +179,7 @@ func TestDisabledClient(t *testing.T) {
 	ctx := context.Background()
 	in, ph, up, lc, fin := clientRoundTripEvents()
 	errs := []error{
-		c.Init(ctx, in), c.Phase(ctx, ph), c.Update(ctx, up), c.LogChunk(ctx, lc), c.LogChunks(ctx, []events.LogChunk{lc}), c.Finalize(ctx, fin),
+		c.Init(ctx, in), c.Phase(ctx, ph), c.Update(ctx, up), c.Updates(ctx, []events.Update{up}), c.LogChunk(ctx, lc), c.LogChunks(ctx, []events.LogChunk{lc}), c.Finalize(ctx, fin),
 		c.GateRevoke(ctx, events.GateRevoke{ExecutionID: "x"}), c.ClaimsRelease(ctx, "prod", 1, ""),
 		c.AdminChecksOverride(ctx, 1, "prod", "c", "success", "r"), c.AdminExecutionsCancel(ctx, "x", "r"),
 		c.AdminGatesSatisfy(ctx, 1, "prod", "destructive", "*", "r"), c.AdminGrantsRelease(ctx, 1, "prod", "destructive", "*", "r"),

@@ -848,9 +848,13 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			}
 			batch = batch[n:]
 		}
+		var updates []events.Update
 		for _, stack := range done {
-			r.classifyEarly(stack)
+			if u, ok := r.classifyEarly(stack); ok {
+				updates = append(updates, u)
+			}
 		}
+		r.event("Update", r.client.Updates(pctx, updates))
 	}
 	if !r.client.Enabled() {
 		var once sync.Once
@@ -987,11 +991,11 @@ func (r *run) classifyStack(e *StackEntry, status, file string, fresh bool, ferr
 }
 
 // classifyEarly classifies a stack of `run plan` as soon as it ticks done (its plan JSON is
-// written by then) and reports it, so the server shows each stack's class while the others
-// still run and the work after terramate returns is only what is left.
-func (r *run) classifyEarly(path string) {
+// written by then) and returns its update to report, so the server shows each stack's class
+// while the others still run and the work after terramate returns is only what is left.
+func (r *run) classifyEarly(path string) (events.Update, bool) {
 	if r.o.Op != OpPlan || r.early[path] != nil {
-		return
+		return events.Update{}, false
 	}
 	var e *StackEntry
 	for i := range r.res.Stacks {
@@ -1002,22 +1006,25 @@ func (r *run) classifyEarly(path string) {
 	}
 	file, fresh, ferr := r.planFile(path)
 	if e == nil || ferr != nil || !fresh {
-		return
+		return events.Update{}, false
 	}
 	s := r.classifyStack(e, StatusSucceeded, file, fresh, nil)
 	if s.Class == events.ClassUnclassified {
-		return // decided again, with terramate's verdict, after the run
+		return events.Update{}, false // decided again, with terramate's verdict, after the run
 	}
 	r.early[path] = s
-	r.sendUpdate(context.Background(), path, StatusSucceeded, s)
+	return r.update(path, StatusSucceeded, s), true
 }
 
-// sendUpdates reports the status and classification of the stacks at idx (best-effort).
+// sendUpdates reports the status and classification of the stacks at idx (best-effort), in
+// as few requests as the client allows.
 func (r *run) sendUpdates(ctx context.Context, idx []int) {
+	updates := make([]events.Update, 0, len(idx))
 	for _, i := range idx {
 		e := r.res.Stacks[i]
-		r.sendUpdate(ctx, e.Path, e.Status, r.classed[e.Path])
+		updates = append(updates, r.update(e.Path, e.Status, r.classed[e.Path]))
 	}
+	r.event("Update", r.client.Updates(ctx, updates))
 }
 
 // sendAllUpdates reports every stack's status and classification (best-effort).
@@ -1029,10 +1036,11 @@ func (r *run) sendAllUpdates(ctx context.Context) {
 	r.sendUpdates(ctx, idx)
 }
 
-func (r *run) sendUpdate(ctx context.Context, path, status string, s *plan.Stack) {
+// update is a stack's Update event, next in the run's seq order.
+func (r *run) update(path, status string, s *plan.Stack) events.Update {
 	u := s.Event()
 	u.ExecutionID, u.Stack, u.Status, u.Seq, u.At = r.o.ExecutionID, path, wireStatus(status), r.seqNext(), r.now().UTC()
-	r.event("Update", r.client.Update(ctx, u))
+	return u
 }
 
 // wireStatus maps a result status onto the wire's stack status.

@@ -1,0 +1,185 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server"
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// manyStacksPlan runs `run plan` over stacks s00..s<n-1> against client. The script writes
+// every plan but the last stack's (recorded plans of several classes), ticks the first
+// early stacks done in one write to the tick file (so the relay sees them in one period or
+// two), echoes the others as started, and ticks the last one failed.
+func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
+	t.Helper()
+	var stacks []string
+	for i := range n {
+		stacks = append(stacks, fmt.Sprintf("s%02d", i))
+	}
+	root := runRepo(t, stacks)
+	kinds := []string{"create", "delete", "no-changes", "update"}
+	plans := map[string][]byte{}
+	for _, k := range kinds {
+		b, err := os.ReadFile(filepath.Join("../testdata/tofu", k, "plan.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[k] = b
+	}
+	stage := t.TempDir()
+	exec := scriptedTerramate(stacks, nil)
+	return Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", ExecutionID: id,
+		Getenv: func(string) string { return "" },
+		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+			if len(args) < 2 || args[0] != "script" {
+				return exec(ctx, name, args, dir, env, stdout, stderr)
+			}
+			tickDir := ""
+			for _, kv := range env {
+				if v, ok := strings.CutPrefix(kv, EnvTickDir+"="); ok {
+					tickDir = v
+				}
+			}
+			now := time.Now().UnixNano()
+			for i, s := range stacks {
+				path := "stacks/prod/" + s
+				if i == n-1 {
+					fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
+					recordTick(stage, tickRecord{Stack: path, Phase: "plan", Status: "failed", At: now})
+					continue
+				}
+				if err := os.WriteFile(filepath.Join(root, path, DefaultPlanJSONFile), plans[kinds[i%len(kinds)]], 0o644); err != nil {
+					return err
+				}
+				if i < early {
+					recordTick(stage, tickRecord{Stack: path, Phase: "done", Status: "succeeded", At: now})
+				} else {
+					fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
+				}
+			}
+			ticks, err := os.ReadFile(filepath.Join(stage, tickFile))
+			if err != nil {
+				return err
+			}
+			f, err := os.OpenFile(filepath.Join(tickDir, tickFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write(ticks)
+			return err
+		}},
+	})
+}
+
+// A 20-stack plan reports its stacks' updates in a few Updates requests (those classified in
+// one relay period together, the rest together at the end), never one Update per stack, and
+// the server holds every stack's update as the result says: its status, class, plan hash and
+// destructive addresses, as stored before the Finalize (which would overwrite some of them).
+func TestRunPlanBatchesUpdates(t *testing.T) {
+	const n, early, id = 20, 15, "exec-batched"
+	svc := service.New(storetest.OpenSQLite(t), nil)
+	srv, err := server.New(server.Config{Service: svc, Auth: &auth.Authenticator{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	requests := map[string]int{}
+	var beforeFinalize *api.Execution
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := strings.TrimPrefix(r.URL.Path, server.BasePath)
+		mu.Lock()
+		requests[op]++
+		if op == "/events/finalize" && beforeFinalize == nil {
+			beforeFinalize, _ = svc.Execution(r.Context(), id)
+		}
+		mu.Unlock()
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	c, err := NewClient(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := manyStacksPlan(t, c, id, n, early)
+	if len(res.Warnings) > 0 {
+		t.Errorf("warnings: %v", res.Warnings)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("requests by path: %v", requests)
+	// The early stacks' updates go with the relay's Phases request(s), at most one Updates each;
+	// the others' in one request after terramate returns.
+	if requests["/events/update"] != 0 || requests["/events/updates"] < 2 || requests["/events/updates"] > requests["/events/phases"]+1 ||
+		requests["/events/updates"] > 3 {
+		t.Errorf("requests %v: want no Update, and one Updates per relay period that classified stacks plus one", requests)
+	}
+	if beforeFinalize == nil {
+		t.Fatal("the run did not finalize")
+	}
+	onServer := map[string]api.StackState{}
+	for _, st := range beforeFinalize.Stacks {
+		onServer[st.Stack] = st
+	}
+	classes := map[events.Class]int{}
+	for _, e := range res.Stacks {
+		st := onServer[e.Path]
+		wantStatus := wireStatus(e.Status)
+		if st.Status != wantStatus || st.Class != e.Class || st.PlanHash != e.PlanHash || st.Counts != e.Counts.Events() ||
+			!slices.Equal(nonNilStrings(st.Destructive), e.Destructive) {
+			t.Errorf("%s on the server before finalize: %s %s %q %+v %v; the run: %s %s %q %+v %v", e.Path,
+				st.Status, st.Class, st.PlanHash, st.Counts, st.Destructive, wantStatus, e.Class, e.PlanHash, e.Counts.Events(), e.Destructive)
+		}
+		classes[e.Class]++
+	}
+	if len(res.Stacks) != n || res.Stacks[n-1].Status != StatusFailed || classes[events.ClassDestructive] == 0 || classes[events.ClassNoChanges] == 0 {
+		t.Errorf("the run's stacks are not the mix this test needs: %d stacks, classes %v", len(res.Stacks), classes)
+	}
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Against a server without Updates, every stack's update still arrives, one a request.
+func TestRunPlanUpdatesAnOlderServer(t *testing.T) {
+	const n, early = 6, 3
+	m, c := memClient(t)
+	m.refuseUpdates = http.StatusForbidden
+	res := manyStacksPlan(t, c, "exec-old", n, early)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	got := map[string]events.StackStatus{}
+	for _, u := range m.updates {
+		got[u.Stack] = u.Status
+	}
+	for _, e := range res.Stacks {
+		if got[e.Path] != wireStatus(e.Status) {
+			t.Errorf("%s: the server's last update says %q, the run %q", e.Path, got[e.Path], e.Status)
+		}
+	}
+	if m.requests["/events/updates"] != 1 || m.requests["/events/update"] != n {
+		t.Errorf("requests %v, want one refused Updates, then one Update per stack", m.requests)
+	}
+}
