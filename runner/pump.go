@@ -225,6 +225,7 @@ type LogPump struct {
 	cancelPost context.CancelFunc
 	watchBroke atomic.Bool
 	stopped    atomic.Pointer[error]
+	stackWakes atomic.Int64 // wake-ups of the stack goroutines (for tests and diagnostics)
 }
 
 // NewLogPump builds a pump that posts via p, reading the file named file in each stack
@@ -675,7 +676,7 @@ func (s *stackTail) run(ctx context.Context) {
 			s.obsRead.Store(s.readOff)
 		}
 		if haveToken && !s.inflight {
-			if !stopped && s.dueToPost(draining) {
+			if due, _ := s.postDue(draining); due && !stopped {
 				s.post(done) // the post releases the token
 			} else {
 				<-p.sem
@@ -689,11 +690,18 @@ func (s *stackTail) run(ctx context.Context) {
 		if s.waiter != nil {
 			budgetCh = s.waiter.ch
 		}
+		// The timer runs only until the head of the queue falls due; then the stack waits for a
+		// post slot, and the slot's release wakes it.
 		var semCh chan<- struct{}
-		if !stopped && !s.inflight && s.dueToPost(draining) {
-			semCh = p.sem
+		sleep := time.Hour
+		if !s.inflight {
+			if due, wait := s.postDue(draining); due && !stopped {
+				semCh = p.sem
+			} else if wait > 0 {
+				sleep = wait
+			}
 		}
-		timer.Reset(s.nextTimer(draining))
+		timer.Reset(sleep)
 		select {
 		case semCh <- struct{}{}:
 			haveToken, look = true, true
@@ -712,6 +720,7 @@ func (s *stackTail) run(ctx context.Context) {
 			s.inflight = false
 			s.posted(err)
 		}
+		p.stackWakes.Add(1)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -721,40 +730,28 @@ func (s *stackTail) run(ctx context.Context) {
 	}
 }
 
-// dueToPost reports whether the head of the queue may be posted now: a gap record or a sealed
+// postDue reports whether the head of the queue may be posted now: a gap record or a sealed
 // chunk once its backoff passed; the open chunk once it is full, its coalescing delay passed,
-// or the pump drains.
-func (s *stackTail) dueToPost(draining bool) bool {
+// or the pump drains. If not, wait is how long until it may (0 when the queue is empty).
+func (s *stackTail) postDue(draining bool) (due bool, wait time.Duration) {
 	if len(s.queue) == 0 {
-		return false
+		return false, 0
 	}
-	now := time.Now()
-	if now.Before(s.retryAt) {
-		return false
+	at := s.retryAt
+	if head := s.queue[0]; head.open && !draining && !s.full(head) {
+		if c := head.opened.Add(s.p.opts.Coalesce); c.After(at) {
+			at = c
+		}
 	}
-	head := s.queue[0]
-	if !head.open {
-		return true
+	if wait := time.Until(at); wait > 0 {
+		return false, wait
 	}
-	return draining || s.full(head) || !now.Before(head.opened.Add(s.p.opts.Coalesce))
+	return true, 0
 }
 
 // full reports whether an open chunk has no room left for another read.
 func (s *stackTail) full(it *pumpItem) bool {
 	return it.rawLen+int64(len(s.ms.hold)) >= int64(s.p.opts.MaxChunk)
-}
-
-// nextTimer is how long to sleep before the next look when nothing else happens.
-func (s *stackTail) nextTimer(draining bool) time.Duration {
-	d := time.Hour
-	if !s.inflight && len(s.queue) > 0 {
-		now := time.Now()
-		d = min(d, s.retryAt.Sub(now))
-		if head := s.queue[0]; head.open && !draining {
-			d = max(d, head.opened.Add(s.p.opts.Coalesce).Sub(now))
-		}
-	}
-	return max(d, time.Millisecond)
 }
 
 // pread reads exactly len(b) bytes at off, or reports false.
