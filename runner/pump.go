@@ -27,6 +27,20 @@ package runner
 // stacks are also polled every SafetyPoll in case an event was lost. Both ways run the same
 // code on the same observations, so they yield the same result.
 //
+// Wake-ups. Events are taken in rounds at least MinReadInterval apart (the first after a quiet
+// spell at once); meanwhile the kernel queues them, so a log written line by line wakes the
+// pump once per MinReadInterval, not once per write (see dispatch). A stack's timer runs only
+// until its next chunk is due (a due chunk waiting for a post slot is woken by the slot).
+//
+// Liveness. A byte appended to a watched stack's log is read at most MinReadInterval after it
+// was written (plus the time the round takes to collect the events queued meanwhile), at most
+// PollInterval after for a polled stack, and at most SafetyPoll after should its event be lost
+// (a queue overflow wakes every stack at once). It is posted at most Coalesce after it was
+// read, unless the server is slower than the logs grow (MaxInFlight posts in flight, MaxBuffered
+// bytes held). With the defaults: 20 ms + 50 ms for a watched stack, 100 ms + 50 ms polled.
+// Bytes truncated away (the next command's `tee`) sooner than that after they were written may
+// be lost, and are reported as a gap.
+//
 // Reading and memory. Appended bytes are read as soon as the pump sees them (so that a
 // truncation right after them, the next command's `tee`, loses nothing) into the stack's open
 // chunk, which is posted once it is full or Coalesce after its first byte. A stack holds at
@@ -48,6 +62,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -98,9 +113,11 @@ type PumpOptions struct {
 	MaxBatch   int
 	BatchBytes int
 	NoBatch    bool
-	// MinReadInterval spaces out the reads a burst of file events triggers (default 20 ms):
-	// the first event after a quiet spell is read at once, later ones in a burst at most this
-	// often. Without it a log written in many small pieces wakes the pump once per write.
+	// MinReadInterval spaces out the rounds in which file events reach the stacks (default
+	// 20 ms): the first event after a quiet spell is handled at once, later ones wait, queued
+	// in the kernel, until MinReadInterval after the previous round. Without it a log written
+	// in many small pieces wakes the pump once per write. It bounds how late a watched stack
+	// reads what was written (see Liveness in pump.go).
 	MinReadInterval time.Duration
 	// PostTimeout bounds one post attempt (default 10 s).
 	PostTimeout time.Duration
@@ -225,7 +242,13 @@ type LogPump struct {
 	cancelPost context.CancelFunc
 	watchBroke atomic.Bool
 	stopped    atomic.Pointer[error]
-	stackWakes atomic.Int64 // wake-ups of the stack goroutines (for tests and diagnostics)
+
+	// Counters for tests and diagnostics: events and errors dispatch received (the round
+	// markers' included), its rounds, and the stack goroutines' wake-ups.
+	events, rounds, stackWakes atomic.Int64
+	// holdHook, when set (tests), is called as dispatch holds events back, and the hold lasts
+	// until it returns.
+	holdHook func(time.Duration)
 }
 
 // NewLogPump builds a pump that posts via p, reading the file named file in each stack
@@ -363,71 +386,216 @@ func (p *LogPump) launch(s *stackTail) {
 }
 
 // dispatch turns fsnotify events on stack directories into wake-ups of the stacks concerned.
+//
+// It throttles at the source, in rounds at least MinReadInterval apart: the first event after
+// a quiet spell starts a round at once; an event that comes sooner is held until
+// MinReadInterval after the previous round began. Meanwhile dispatch does not receive, so
+// fsnotify's reader blocks on its unbuffered channel instead of waking for every write, and
+// the kernel queues the events (merging consecutive identical ones, as a log written line by
+// line makes). A round takes every event queued before it began and wakes each stack concerned
+// once. When nothing happens, dispatch waits without any timer.
+//
+// fsnotify hands events over one at a time, so "everything queued" needs a marker: each round
+// begins by writing to a file in a private temporary directory that is watched too, and takes
+// events until that write's own event comes through (or an overflow, which may have dropped
+// it). Without a usable temporary directory a round takes what fsnotify has at hand, and an
+// event its reader had not handed over yet waits for the next round.
 func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 	defer p.bg.Done()
-	base := filepath.Base(p.file)
-	// Writes are throttled per stack: the first write event after a quiet spell wakes the stack
-	// at once, later ones in a burst are folded into one wake-up per MinReadInterval (the
-	// ticker delivers the trailing one), so a log written in many small pieces does not wake
-	// the pump once per write.
-	flush := time.NewTicker(p.opts.MinReadInterval)
-	defer flush.Stop()
-	var deferred []*stackTail
+	d := &dispatcher{p: p, w: w, base: filepath.Base(p.file)}
+	defer d.setMarker()()
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	var last time.Time // when the last round began
 	for {
-		select {
-		case <-p.stopBg:
+		if _, alive := d.take(true); !alive {
 			return
-		case <-flush.C:
-			now := time.Now().UnixNano()
-			for _, s := range deferred {
-				s.writeDeferred = false
-				s.lastWake = now
-				s.poke()
-			}
-			deferred = deferred[:0]
-		case ev, ok := <-w.Events:
-			if !ok {
-				p.pollEverything()
-				return
-			}
-			p.mu.Lock()
-			inDir := p.byDir[filepath.Dir(ev.Name)]
-			self := p.byDir[ev.Name]
-			p.mu.Unlock()
-			if filepath.Base(ev.Name) == base {
-				now := time.Now().UnixNano()
-				for _, s := range inDir {
-					if !ev.Has(fsnotify.Write) {
-						s.pathChanged.Store(true)
-					} else if now-s.lastWake < int64(p.opts.MinReadInterval) {
-						if !s.writeDeferred {
-							s.writeDeferred = true
-							deferred = append(deferred, s)
-						}
-						continue
-					}
-					s.lastWake = now
-					s.poke()
-				}
-			}
-			for _, s := range self {
-				// The directory itself went away: its watch is gone, fall back to polling.
-				if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-					s.polled.Store(true)
-				}
-				s.pathChanged.Store(true)
-				s.poke()
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				p.pollEverything()
-				return
-			}
-			if !errors.Is(err, fsnotify.ErrEventOverflow) {
-				p.pollEverything()
-			}
-			p.pokeAll()
 		}
+		if wait := p.opts.MinReadInterval - time.Since(last); wait > 0 && !p.holdEvents(hold, wait) {
+			return
+		}
+		last = time.Now()
+		p.rounds.Add(1)
+		if !d.drain() {
+			return
+		}
+		d.wake()
+	}
+}
+
+// dispatcher is dispatch's state: the round marker and the stacks the current round wakes.
+type dispatcher struct {
+	p       *LogPump
+	w       *fsnotify.Watcher
+	base    string
+	pending []*stackTail
+
+	marker     *os.File // nil: no marker, rounds end when fsnotify has nothing at hand
+	markerName string
+	marked     bool // the marker's event (or an overflow) came through
+}
+
+// setMarker creates and watches the round marker (see dispatch), if it can, and returns the
+// function that removes it.
+func (d *dispatcher) setMarker() (remove func()) {
+	dir, err := os.MkdirTemp("", "tfstackplan-pump-")
+	if err != nil {
+		return func() {}
+	}
+	removeDir := func() { _ = os.RemoveAll(dir) }
+	// Created before the directory is watched, so that only the rounds' writes make events.
+	f, err := os.Create(filepath.Join(dir, "round"))
+	if err != nil {
+		return removeDir
+	}
+	if err := d.w.Add(dir); err != nil {
+		_ = f.Close()
+		return removeDir
+	}
+	d.marker, d.markerName = f, f.Name()
+	return func() {
+		_ = f.Close()
+		removeDir()
+	}
+}
+
+// take receives one event or error, waiting for one (or the end of the pump) when block is
+// set, and notes what it means. got: something was received; alive: dispatch goes on.
+func (d *dispatcher) take(block bool) (got, alive bool) {
+	var (
+		ev      fsnotify.Event
+		err     error
+		isEvent bool
+		ok      bool
+	)
+	if block {
+		select {
+		case <-d.p.stopBg:
+			return false, false
+		case ev, ok = <-d.w.Events:
+			isEvent = true
+		case err, ok = <-d.w.Errors:
+		}
+	} else {
+		select {
+		case ev, ok = <-d.w.Events:
+			isEvent = true
+		case err, ok = <-d.w.Errors:
+		default:
+			return false, true
+		}
+	}
+	p := d.p
+	p.events.Add(1)
+	switch {
+	case !ok:
+		// The watcher was closed.
+		p.pollEverything()
+		return false, false
+	case isEvent && ev.Name == d.markerName && d.marker != nil:
+		d.marked = true
+	case isEvent:
+		d.note(ev)
+	default:
+		if !errors.Is(err, fsnotify.ErrEventOverflow) {
+			p.pollEverything()
+		}
+		// Events were dropped (or fsnotify failed): every stack looks again.
+		p.pokeAll()
+		d.marked = true // the marker's event may be among those dropped
+	}
+	return true, true
+}
+
+// drain takes the events of a round: up to the marker's, or without a marker whatever
+// fsnotify has at hand (yielding once before concluding that nothing is left, to let its
+// reader reach its next send; what it has not reached waits for the next round). It reports
+// false when dispatch must end.
+func (d *dispatcher) drain() bool {
+	if d.marker != nil {
+		if _, err := d.marker.WriteAt([]byte{'.'}, 0); err == nil {
+			for d.marked = false; !d.marked; {
+				if _, alive := d.take(true); !alive {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	yielded := false
+	for {
+		got, alive := d.take(false)
+		switch {
+		case !alive:
+			return false
+		case got:
+			yielded = false
+		case yielded:
+			return true
+		default:
+			runtime.Gosched()
+			yielded = true
+		}
+	}
+}
+
+// note records which stacks an event concerns; wake wakes them.
+func (d *dispatcher) note(ev fsnotify.Event) {
+	p := d.p
+	p.mu.Lock()
+	inDir := p.byDir[filepath.Dir(ev.Name)]
+	self := p.byDir[ev.Name]
+	p.mu.Unlock()
+	if filepath.Base(ev.Name) == d.base {
+		for _, s := range inDir {
+			if !ev.Has(fsnotify.Write) {
+				s.pathChanged.Store(true)
+			}
+			d.add(s)
+		}
+	}
+	for _, s := range self {
+		// The directory itself went away: its watch is gone, fall back to polling.
+		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+			s.polled.Store(true)
+		}
+		s.pathChanged.Store(true)
+		d.add(s)
+	}
+}
+
+// add puts s on the round's list once.
+func (d *dispatcher) add(s *stackTail) {
+	if !s.pending {
+		s.pending = true
+		d.pending = append(d.pending, s)
+	}
+}
+
+// wake wakes the stacks the round's events concern, once each.
+func (d *dispatcher) wake() {
+	for _, s := range d.pending {
+		s.pending = false
+		s.poke()
+	}
+	clear(d.pending)
+	d.pending = d.pending[:0]
+}
+
+// holdEvents waits for d (or the end of the pump) without receiving events; it reports false
+// when dispatch must end.
+func (p *LogPump) holdEvents(t *time.Timer, d time.Duration) bool {
+	if p.holdHook != nil {
+		p.holdHook(d)
+		d = 0
+	}
+	t.Reset(d)
+	select {
+	case <-p.stopBg:
+		t.Stop()
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -617,9 +785,7 @@ type stackTail struct {
 	errs       []string
 	refused    bool // a problem with the log file was already recorded
 
-	// owned by the dispatch goroutine: write-event throttling
-	lastWake      int64 // unix nanoseconds of the last write wake-up
-	writeDeferred bool  // a write event waits for the next flush tick
+	pending bool // owned by the dispatch goroutine: on the current round's list
 }
 
 // poke wakes the stack's goroutine without blocking.

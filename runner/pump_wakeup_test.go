@@ -2,12 +2,79 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
+
+// pumpGate holds the dispatcher in its first throttle pause until released, so that a test can
+// queue file events in the kernel meanwhile; later pauses pass at once.
+type pumpGate struct {
+	held chan struct{}
+	open chan struct{}
+}
+
+// pumpGated starts a pump whose dispatcher pauses are controlled by the returned gate.
+func pumpGated(t *testing.T, root string, p LogPoster, o PumpOptions, stacks ...string) (*LogPump, *pumpGate) {
+	t.Helper()
+	g := &pumpGate{held: make(chan struct{}, 1), open: make(chan struct{})}
+	pump := NewLogPump(p, root, "tfstackplan.log", "exec-1")
+	if err := pump.SetOptions(o); err != nil {
+		t.Fatal(err)
+	}
+	pump.holdHook = func(time.Duration) {
+		select {
+		case g.held <- struct{}{}:
+		default:
+		}
+		<-g.open
+	}
+	for _, s := range stacks {
+		if err := pump.AddStack(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pump.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if pump.watcher == nil {
+		t.Skip("fsnotify is not available here")
+	}
+	t.Cleanup(g.release)
+	return pump, g
+}
+
+// pause writes lines to l until the dispatcher pauses (the first event after a quiet spell
+// makes a round at once, the next ones are held) and returns the rounds made so far.
+func (g *pumpGate) pause(t *testing.T, pump *LogPump, l *pumpLog) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		l.write("before the pause " + strconv.Itoa(i) + "\n")
+		select {
+		case <-g.held:
+			return pump.rounds.Load()
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dispatcher did not pause")
+		}
+	}
+}
+
+func (g *pumpGate) release() {
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
 
 // pumpLog is a stack's log file as a test writes it, one write per call.
 type pumpLog struct {
@@ -57,6 +124,105 @@ func pumpDelivered(t *testing.T, pump *LogPump, coll *pumpCollector, logs ...*pu
 	if !rep.Complete || len(rep.Gaps) != 0 {
 		t.Errorf("report %+v", rep)
 	}
+}
+
+// A burst of writes to one log during a throttle pause costs one dispatcher round, and a
+// handful of events (the kernel merges the identical ones), not one wake-up per write.
+func TestPumpBurstOfWritesIsOneRound(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where the dispatcher keeps its round marker
+	root := t.TempDir()
+	a := openPumpLog(t, root, "a")
+	coll := newPumpCollector(21)
+	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
+
+	rounds := gate.pause(t, pump, a)
+	const n = 1000
+	for i := range n {
+		a.write(fmt.Sprintf("line %d\n", i))
+	}
+	gate.release()
+	a.observed(pump)
+	if r := pump.rounds.Load() - rounds; r != 1 {
+		t.Errorf("%d dispatcher rounds after the pause, want 1", r)
+	}
+	if e := pump.events.Load(); e > 20 {
+		t.Errorf("the dispatcher received %d events for %d writes", e, n+2)
+	}
+	pumpDelivered(t, pump, coll, a)
+	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+		t.Errorf("the round marker was not removed: %v %v", ents, err)
+	}
+}
+
+// Events queued during a pause from several logs (which the kernel cannot merge) are all
+// taken by the round that ends it, and nothing is lost; without a round marker (no usable
+// temporary directory) rounds may take less, but still nothing is lost.
+func TestPumpRoundTakesEverythingQueuedDuringThePause(t *testing.T) {
+	for _, marker := range []bool{true, false} {
+		t.Run(fmt.Sprintf("marker=%v", marker), func(t *testing.T) {
+			tmp := t.TempDir()
+			if !marker {
+				tmp = filepath.Join(tmp, "missing")
+			}
+			t.Setenv("TMPDIR", tmp)
+			root := t.TempDir()
+			a, b := openPumpLog(t, root, "a"), openPumpLog(t, root, "b")
+			pumpStackDir(t, root, "c") // its log appears during the pause
+			coll := newPumpCollector(22)
+			pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a", "b", "c")
+
+			rounds := gate.pause(t, pump, a)
+			c := openPumpLog(t, root, "c")
+			for i := range 300 {
+				line := "line " + strconv.Itoa(i) + "\n"
+				a.write(line)
+				b.write(line)
+				c.write(line)
+			}
+			gate.release()
+			for _, l := range []*pumpLog{a, b, c} {
+				l.observed(pump)
+			}
+			if r := pump.rounds.Load() - rounds; marker && r != 1 {
+				t.Errorf("%d dispatcher rounds after the pause, want 1: it takes everything queued", r)
+			}
+			pumpDelivered(t, pump, coll, a, b, c)
+		})
+	}
+}
+
+// An inotify queue overflow during a pause (the round marker's own event is dropped too) ends
+// the round and makes every stack look: a log whose event was dropped is still read.
+func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip("no inotify queue limit to exceed here")
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || limit > 1<<16 {
+		t.Skipf("inotify queue limit %q: too large to exceed in a test", b)
+	}
+	t.Setenv("TMPDIR", t.TempDir())
+	root := t.TempDir()
+	x, y := openPumpLog(t, root, "x"), openPumpLog(t, root, "y")
+	pumpStackDir(t, root, "z")
+	coll := newPumpCollector(23)
+	// The safety poll is longer than the test: only the overflow handling can find z's log.
+	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "x", "y", "z")
+
+	gate.pause(t, pump, x)
+	for range limit + 100 { // alternating logs: nothing to merge, the queue overflows
+		x.write("x")
+		y.write("y")
+	}
+	z := openPumpLog(t, root, "z") // its events are dropped
+	z.write("after the overflow\n")
+	gate.release()
+	for _, l := range []*pumpLog{x, y, z} {
+		l.observed(pump)
+	}
+	pumpDelivered(t, pump, coll, x, y, z)
 }
 
 // A stack whose chunk is due while every post slot is taken sleeps until a slot frees instead
