@@ -29,8 +29,10 @@ package runner
 //
 // Wake-ups. Events are taken in rounds at least MinReadInterval apart (the first after a quiet
 // spell at once); meanwhile the kernel queues them, so a log written line by line wakes the
-// pump once per MinReadInterval, not once per write (see dispatch). A stack's timer runs only
-// until its next chunk is due (a due chunk waiting for a post slot is woken by the slot).
+// pump once per MinReadInterval, not once per write (see dispatch). No timer runs unless
+// something is due: the poller's only while a stack is polled (otherwise once per SafetyPoll),
+// a stack's only until its next chunk is due (a due chunk waiting for a post slot is woken by
+// the slot).
 //
 // Liveness. A byte appended to a watched stack's log is read at most MinReadInterval after it
 // was written (plus the time the round takes to collect the events queued meanwhile), at most
@@ -242,10 +244,12 @@ type LogPump struct {
 	cancelPost context.CancelFunc
 	watchBroke atomic.Bool
 	stopped    atomic.Pointer[error]
+	npolled    atomic.Int64  // stacks polled every PollInterval
+	pollKick   chan struct{} // tells the poller a stack became polled
 
 	// Counters for tests and diagnostics: events and errors dispatch received (the round
-	// markers' included), its rounds, and the stack goroutines' wake-ups.
-	events, rounds, stackWakes atomic.Int64
+	// markers' included), its rounds, the poller's wake-ups and the stack goroutines'.
+	events, rounds, pollWakes, stackWakes atomic.Int64
 	// holdHook, when set (tests), is called as dispatch holds events back, and the hold lasts
 	// until it returns.
 	holdHook func(time.Duration)
@@ -261,7 +265,7 @@ func NewLogPump(p LogPoster, root, file, execID string) *LogPump {
 		poster: p, root: root, file: file, execID: execID,
 		opts:   PumpOptions{}.withDefaults(),
 		byName: map[string]*stackTail{}, byDir: map[string][]*stackTail{},
-		drainCh: make(chan struct{}), stopBg: make(chan struct{}),
+		drainCh: make(chan struct{}), stopBg: make(chan struct{}), pollKick: make(chan struct{}, 1),
 		postCtx: postCtx, cancelPost: cancel,
 	}
 	return lp
@@ -374,12 +378,15 @@ func (p *LogPump) launch(s *stackTail) {
 		return
 	}
 	s.ms = maskStream{m: p.opts.Masker, lineStart: true}
-	s.polled.Store(true)
+	watched := false
 	if p.watcher != nil && !p.watchBroke.Load() {
 		if err := p.watcher.Add(s.watchDir); err == nil {
-			s.polled.Store(false)
+			watched = true
 			p.byDir[s.watchDir] = append(p.byDir[s.watchDir], s)
 		}
+	}
+	if !watched {
+		p.markPolled(s)
 	}
 	p.wg.Add(1)
 	go s.run(p.runCtx)
@@ -557,7 +564,7 @@ func (d *dispatcher) note(ev fsnotify.Event) {
 	for _, s := range self {
 		// The directory itself went away: its watch is gone, fall back to polling.
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-			s.polled.Store(true)
+			p.markPolled(s)
 		}
 		s.pathChanged.Store(true)
 		d.add(s)
@@ -606,25 +613,55 @@ func (p *LogPump) pollEverything() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.stacks {
-		s.polled.Store(true)
+		p.markPolled(s)
 		s.pathChanged.Store(true)
 		s.poke()
 	}
 }
 
-// poll wakes polled stacks every PollInterval and every stack every SafetyPoll.
+// markPolled makes s polled every PollInterval from now on (a stack never goes back to
+// being watched) and has the poller adjust its timer.
+func (p *LogPump) markPolled(s *stackTail) {
+	if s.polled.Swap(true) {
+		return
+	}
+	p.npolled.Add(1)
+	select {
+	case p.pollKick <- struct{}{}:
+	default:
+	}
+}
+
+// poll wakes polled stacks every PollInterval and every stack every SafetyPoll. Its timer is
+// armed for the next PollInterval only while some stack is polled; otherwise it fires once
+// per SafetyPoll.
 func (p *LogPump) poll() {
 	defer p.bg.Done()
-	t := time.NewTicker(p.opts.PollInterval)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	every := max(1, int(p.opts.SafetyPoll/p.opts.PollInterval))
-	for tick := 1; ; tick++ {
+	now := time.Now()
+	nextPoll, nextSafety := now.Add(p.opts.PollInterval), now.Add(p.opts.SafetyPoll)
+	for {
+		at := nextSafety
+		if p.npolled.Load() > 0 && nextPoll.Before(at) {
+			at = nextPoll
+		}
+		t.Reset(time.Until(at))
 		select {
 		case <-p.stopBg:
 			return
+		case <-p.pollKick:
+			// A stack became polled: its first poll is due PollInterval after the last one.
+			continue
 		case <-t.C:
 		}
-		all := tick%every == 0
+		p.pollWakes.Add(1)
+		now := time.Now()
+		all := !now.Before(nextSafety)
+		if all {
+			nextSafety = now.Add(p.opts.SafetyPoll)
+		}
+		nextPoll = now.Add(p.opts.PollInterval)
 		p.mu.Lock()
 		for _, s := range p.stacks {
 			if all || s.polled.Load() {

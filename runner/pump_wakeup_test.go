@@ -225,6 +225,37 @@ func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
 	pumpDelivered(t, pump, coll, x, y, z)
 }
 
+// With every stack watched and nothing written, neither the dispatcher nor the poller nor a
+// stack wakes up (the poller's timer is armed for the safety poll only); a polled stack
+// brings the poll interval back.
+func TestPumpTimersRestWhenIdle(t *testing.T) {
+	root := t.TempDir()
+	pumpStackDir(t, root, "a")
+	pumpStackDir(t, root, "b")
+	coll := newPumpCollector(24)
+	pump := pumpSimple(t, root, coll, PumpOptions{PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a", "b")
+	if pump.watcher == nil {
+		t.Skip("fsnotify is not available here")
+	}
+	time.Sleep(50 * time.Millisecond) // fifty poll intervals
+	if p, r, s := pump.pollWakes.Load(), pump.rounds.Load(), pump.stackWakes.Load(); p+r+s != 0 {
+		t.Errorf("idle pump woke up: poller %d, dispatcher %d, stacks %d times", p, r, s)
+	}
+	if err := pump.AddStack("later"); err != nil { // no directory yet: polled
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pump.pollWakes.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("a polled stack is not polled")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if rep := pump.Drain(context.Background()); !rep.Complete {
+		t.Errorf("report %+v", rep)
+	}
+}
+
 // A stack whose chunk is due while every post slot is taken sleeps until a slot frees instead
 // of looking again every millisecond.
 func TestPumpStackWaitingForPostSlotSleeps(t *testing.T) {
