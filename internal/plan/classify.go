@@ -46,7 +46,7 @@ func ClassifyFile(stack, path string) (*Stack, error) {
 	if fi.IsDir() {
 		return failed(stack, path, errors.New("is a directory, not a plan file"), newSecretSet())
 	}
-	return Classify(stack, path, f)
+	return classify(stack, path, f, bufferFor(fi.Size()))
 }
 
 // maxReadBuffer is the read buffer for plans of unknown or large size.
@@ -64,6 +64,11 @@ func readBufferSize(r io.Reader) int {
 			n = fi.Size()
 		}
 	}
+	return bufferFor(n)
+}
+
+// bufferFor is the read buffer for a plan of n bytes (n < 0: unknown).
+func bufferFor(n int64) int {
 	if n < 0 || n >= maxReadBuffer {
 		return maxReadBuffer
 	}
@@ -74,7 +79,12 @@ func readBufferSize(r io.Reader) int {
 // pass that also computes the plan hash of its change set (see PlanHashVersion). See
 // ClassifyFile for the error contract.
 func Classify(stack, file string, r io.Reader) (*Stack, error) {
-	br := bufio.NewReaderSize(r, readBufferSize(r))
+	return classify(stack, file, r, readBufferSize(r))
+}
+
+// classify is Classify with a read buffer of bufSize bytes.
+func classify(stack, file string, r io.Reader, bufSize int) (*Stack, error) {
+	br := bufio.NewReaderSize(r, bufSize)
 	c := &classifier{
 		s:       &Stack{Name: stack, File: file, Class: events.ClassUnclassified, Destructive: []Change{}, Changes: []Change{}},
 		secrets: newSecretSet(),
