@@ -404,9 +404,10 @@ func (p *LogPump) launch(s *stackTail) {
 //
 // fsnotify hands events over one at a time, so "everything queued" needs a marker: each round
 // begins by writing to a file in a private temporary directory that is watched too, and takes
-// events until that write's own event comes through (or an overflow, which may have dropped
-// it). Without a usable temporary directory a round takes what fsnotify has at hand, and an
-// event its reader had not handed over yet waits for the next round.
+// events until that write's own event comes through, or an overflow (which may have dropped
+// it), or MinReadInterval passed (it was lost some other way). Without a usable marker a round
+// takes what fsnotify has at hand, and an event its reader had not handed over yet waits for
+// the next round.
 func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 	defer p.bg.Done()
 	d := &dispatcher{p: p, w: w, base: filepath.Base(p.file)}
@@ -415,7 +416,7 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 	hold.Stop()
 	var last time.Time // when the last round began
 	for {
-		if _, alive := d.take(true); !alive {
+		if _, alive := d.take(true, nil); !alive {
 			return
 		}
 		if wait := p.opts.MinReadInterval - time.Since(last); wait > 0 && !p.holdEvents(hold, wait) {
@@ -423,7 +424,7 @@ func (p *LogPump) dispatch(w *fsnotify.Watcher) {
 		}
 		last = time.Now()
 		p.rounds.Add(1)
-		if !d.drain() {
+		if !d.drain(hold) {
 			return
 		}
 		d.wake()
@@ -438,6 +439,7 @@ type dispatcher struct {
 	pending []*stackTail
 
 	marker     *os.File // nil: no marker, rounds end when fsnotify has nothing at hand
+	markerDir  string
 	markerName string
 	marked     bool // the marker's event (or an overflow) came through
 }
@@ -459,16 +461,17 @@ func (d *dispatcher) setMarker() (remove func()) {
 		_ = f.Close()
 		return removeDir
 	}
-	d.marker, d.markerName = f, f.Name()
+	d.marker, d.markerDir, d.markerName = f, dir, f.Name()
 	return func() {
 		_ = f.Close()
 		removeDir()
 	}
 }
 
-// take receives one event or error, waiting for one (or the end of the pump) when block is
-// set, and notes what it means. got: something was received; alive: dispatch goes on.
-func (d *dispatcher) take(block bool) (got, alive bool) {
+// take receives one event or error and notes what it means. With block set it waits for one,
+// for the end of the pump or for timeout (nil: none). got: something was received; alive:
+// dispatch goes on.
+func (d *dispatcher) take(block bool, timeout <-chan time.Time) (got, alive bool) {
 	var (
 		ev      fsnotify.Event
 		err     error
@@ -479,6 +482,8 @@ func (d *dispatcher) take(block bool) (got, alive bool) {
 		select {
 		case <-d.p.stopBg:
 			return false, false
+		case <-timeout:
+			return false, true
 		case ev, ok = <-d.w.Events:
 			isEvent = true
 		case err, ok = <-d.w.Errors:
@@ -499,8 +504,13 @@ func (d *dispatcher) take(block bool) (got, alive bool) {
 		// The watcher was closed.
 		p.pollEverything()
 		return false, false
-	case isEvent && ev.Name == d.markerName && d.marker != nil:
+	case isEvent && d.marker != nil && (ev.Name == d.markerName || ev.Name == d.markerDir):
 		d.marked = true
+		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+			// Gone (a temporary-directory cleaner): rounds go on without it.
+			_ = d.marker.Close()
+			d.marker = nil
+		}
 	case isEvent:
 		d.note(ev)
 	default:
@@ -514,16 +524,22 @@ func (d *dispatcher) take(block bool) (got, alive bool) {
 	return true, true
 }
 
-// drain takes the events of a round: up to the marker's, or without a marker whatever
-// fsnotify has at hand (yielding once before concluding that nothing is left, to let its
-// reader reach its next send; what it has not reached waits for the next round). It reports
-// false when dispatch must end.
-func (d *dispatcher) drain() bool {
+// drain takes the events of a round (see dispatch): up to the marker's, within MinReadInterval
+// (timed with t), or without a marker whatever fsnotify has at hand (yielding once before
+// concluding that nothing is left, to let its reader reach its next send). It reports false
+// when dispatch must end.
+func (d *dispatcher) drain(t *time.Timer) bool {
 	if d.marker != nil {
 		if _, err := d.marker.WriteAt([]byte{'.'}, 0); err == nil {
+			t.Reset(d.p.opts.MinReadInterval)
+			defer t.Stop()
 			for d.marked = false; !d.marked; {
-				if _, alive := d.take(true); !alive {
+				got, alive := d.take(true, t.C)
+				if !alive {
 					return false
+				}
+				if !got {
+					return true // the marker's event is late or lost: the rest waits for the next round
 				}
 			}
 			return true
@@ -531,7 +547,7 @@ func (d *dispatcher) drain() bool {
 	}
 	yielded := false
 	for {
-		got, alive := d.take(false)
+		got, alive := d.take(false, nil)
 		switch {
 		case !alive:
 			return false

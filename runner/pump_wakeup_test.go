@@ -13,8 +13,8 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
-// pumpGate holds the dispatcher in its first throttle pause until released, so that a test can
-// queue file events in the kernel meanwhile; later pauses pass at once.
+// pumpGate holds the dispatcher's throttle pauses until released, so that a test can queue
+// file events in the kernel meanwhile; after the release pauses pass at once.
 type pumpGate struct {
 	held chan struct{}
 	open chan struct{}
@@ -110,7 +110,7 @@ func (l *pumpLog) observed(pump *LogPump) {
 	pumpWaitObserved(l.t, pump, l.stack, 0, int64(len(l.data)))
 }
 
-// delivered drains the pump and checks that every log arrived whole and in order.
+// pumpDelivered drains the pump and checks that every log arrived whole and in order.
 func pumpDelivered(t *testing.T, pump *LogPump, coll *pumpCollector, logs ...*pumpLog) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -223,6 +223,33 @@ func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
 		l.observed(pump)
 	}
 	pumpDelivered(t, pump, coll, x, y, z)
+}
+
+// Rounds go on when a temporary-directory cleaner removes the round marker.
+func TestPumpSurvivesRemovedRoundMarker(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	root := t.TempDir()
+	a := openPumpLog(t, root, "a")
+	coll := newPumpCollector(26)
+	pump := pumpSimple(t, root, coll, PumpOptions{MinReadInterval: 5 * time.Millisecond, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
+	if pump.watcher == nil {
+		t.Skip("fsnotify is not available here")
+	}
+	a.write("before\n")
+	a.observed(pump)
+	dirs, err := filepath.Glob(filepath.Join(tmp, "tfstackplan-pump-*"))
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("round marker directories: %v %v", dirs, err)
+	}
+	if err := os.RemoveAll(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		a.write("after " + strconv.Itoa(i) + "\n")
+		a.observed(pump)
+	}
+	pumpDelivered(t, pump, coll, a)
 }
 
 // With every stack watched and nothing written, neither the dispatcher nor the poller nor a
