@@ -93,7 +93,7 @@ func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitR
 }
 
 func (h *handlers) Phase(ctx context.Context, r api.PhaseRequestObject) (api.PhaseResponseObject, error) {
-	ack, err := h.svc.Phase(ctx, r.Body)
+	ack, err := h.svc.Phase(ctx, caller(ctx), r.Body)
 	h.event("phase", err)
 	if err != nil {
 		return api.PhasedefaultJSONResponse(h.errResp(err)), nil
@@ -102,7 +102,7 @@ func (h *handlers) Phase(ctx context.Context, r api.PhaseRequestObject) (api.Pha
 }
 
 func (h *handlers) Phases(ctx context.Context, r api.PhasesRequestObject) (api.PhasesResponseObject, error) {
-	ack, err := h.svc.Phases(ctx, r.Body.Phases)
+	ack, err := h.svc.Phases(ctx, caller(ctx), r.Body.Phases)
 	h.event("phase", err)
 	if err != nil {
 		return api.PhasesdefaultJSONResponse(h.errResp(err)), nil
@@ -111,7 +111,7 @@ func (h *handlers) Phases(ctx context.Context, r api.PhasesRequestObject) (api.P
 }
 
 func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.UpdateResponseObject, error) {
-	ack, err := h.svc.Update(ctx, r.Body)
+	ack, err := h.svc.Update(ctx, caller(ctx), r.Body)
 	h.event("update", err)
 	if err != nil {
 		return api.UpdatedefaultJSONResponse(h.errResp(err)), nil
@@ -120,7 +120,7 @@ func (h *handlers) Update(ctx context.Context, r api.UpdateRequestObject) (api.U
 }
 
 func (h *handlers) Updates(ctx context.Context, r api.UpdatesRequestObject) (api.UpdatesResponseObject, error) {
-	ack, err := h.svc.Updates(ctx, r.Body.Updates)
+	ack, err := h.svc.Updates(ctx, caller(ctx), r.Body.Updates)
 	if err != nil {
 		return api.UpdatesdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -129,7 +129,7 @@ func (h *handlers) Updates(ctx context.Context, r api.UpdatesRequestObject) (api
 }
 
 func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
-	ack, err := h.svc.LogChunk(ctx, r.Body)
+	ack, err := h.svc.LogChunk(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.LogChunkdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -139,7 +139,7 @@ func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (a
 }
 
 func (h *handlers) LogChunks(ctx context.Context, r api.LogChunksRequestObject) (api.LogChunksResponseObject, error) {
-	ack, err := h.svc.LogChunks(ctx, r.Body.Chunks)
+	ack, err := h.svc.LogChunks(ctx, caller(ctx), r.Body.Chunks)
 	if err != nil {
 		return api.LogChunksdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -151,7 +151,7 @@ func (h *handlers) LogChunks(ctx context.Context, r api.LogChunksRequestObject) 
 }
 
 func (h *handlers) Finalize(ctx context.Context, r api.FinalizeRequestObject) (api.FinalizeResponseObject, error) {
-	ack, err := h.svc.Finalize(ctx, r.Body)
+	ack, err := h.svc.Finalize(ctx, caller(ctx), r.Body)
 	h.event("finalize", err)
 	if err != nil {
 		return api.FinalizedefaultJSONResponse(h.errResp(err)), nil

@@ -26,7 +26,10 @@ func TestRunnersReleaseOnlyTheirOwnExecutionsClaims(t *testing.T) {
 		}
 		fin := map[string]any{"execution_id": id, "status": "succeeded",
 			"stacks": []map[string]any{{"stack": stack, "status": "succeeded", "class": "mutating", "plan_hash": "v1:" + stack}}}
-		if code, body, _ := ts.call(t, "runner", "POST", "/events/finalize", fin); code != 200 {
+		if role == "" {
+			role = "admin" // only its own runner, or an admin, finalizes someone else's execution
+		}
+		if code, body, _ := ts.call(t, role, "POST", "/events/finalize", fin); code != 200 {
 			t.Fatalf("finalize %s: %d %v", id, code, body)
 		}
 	}
@@ -61,5 +64,77 @@ func TestRunnersReleaseOnlyTheirOwnExecutionsClaims(t *testing.T) {
 	}
 	if code, body, _ := ts.call(t, "runner", "POST", "/gates/check", check); code != 403 {
 		t.Fatalf("check after the admin's revoke: %d %v", code, body)
+	}
+}
+
+// Every runner event names its execution, and only the principal that announced it (or an
+// admin) may send it: another runner's token is refused with 403 on each event path, singly and
+// batched, and changes nothing, not even with a seq that would otherwise win.
+func TestRunnerEventsOnlyForTheirOwnExecution(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			for _, c := range []struct{ role, id string }{{"runner", "mine"}, {"runner2", "theirs"}} {
+				init := map[string]any{"execution_id": c.id, "environment": "prod", "op": "plan", "pr": 7, "sha": "s", "stacks": []string{"a"}}
+				if code, body, _ := ts.call(t, c.role, "POST", "/events/init", init); code != 200 {
+					t.Fatalf("init %s: %d %v", c.id, code, body)
+				}
+			}
+			update := func(id string) map[string]any {
+				return map[string]any{"execution_id": id, "stack": "a", "seq": 1 << 40, "status": "succeeded",
+					"class": "no-changes", "plan_hash": "v1:forged"}
+			}
+			phase := func(id string) map[string]any {
+				return map[string]any{"execution_id": id, "stack": "a", "seq": 1 << 40, "phase": "forged"}
+			}
+			chunk := func(id string) map[string]any {
+				return map[string]any{"execution_id": id, "stack": "a", "offset": 0, "data": "Zm9yZ2VkCg=="}
+			}
+			finalize := func(id string) map[string]any {
+				return map[string]any{"execution_id": id, "status": "succeeded",
+					"stacks": []map[string]any{{"stack": "a", "status": "succeeded", "class": "no-changes", "plan_hash": "v1:forged"}}}
+			}
+			events := []struct {
+				path string
+				body func(id string) map[string]any
+			}{
+				{"/events/phase", phase},
+				{"/events/phases", func(id string) map[string]any { return map[string]any{"phases": []any{phase(id)}} }},
+				{"/events/update", update},
+				{"/events/updates", func(id string) map[string]any { return map[string]any{"updates": []any{update(id)}} }},
+				{"/events/log", chunk},
+				{"/events/logs", func(id string) map[string]any { return map[string]any{"chunks": []any{chunk(id)}} }},
+				{"/events/finalize", finalize},
+			}
+			for _, ev := range events {
+				if code, body, _ := ts.call(t, "runner", "POST", ev.path, ev.body("theirs")); code != 403 || body["code"] != "PERMISSION_DENIED" {
+					t.Errorf("runner on another principal's execution, %s: %d %v, want 403 PERMISSION_DENIED", ev.path, code, body)
+				}
+				if code, body, _ := ts.call(t, "runner", "POST", ev.path, ev.body("nobody-announced-this")); code != 404 {
+					t.Errorf("runner on an unknown execution, %s: %d %v, want 404", ev.path, code, body)
+				}
+			}
+			st := ts.stacksOf(t, "theirs")["a"]
+			if st["status"] != "pending" || st["plan_hash"] != nil || st["class"] != nil || st["phase"] != nil {
+				t.Errorf("another runner's refused events changed the stack: %v", st)
+			}
+			if code, body, _ := ts.call(t, "viewer", "GET", "/executions/theirs/log?stack=a", nil); (code != 200 && code != 404) || body["data"] != nil {
+				t.Errorf("another runner's refused chunk is readable: %d %v", code, body)
+			}
+			if code, body, _ := ts.call(t, "viewer", "GET", "/executions/theirs", nil); code != 200 || body["status"] != "running" {
+				t.Errorf("another runner's refused finalize ended the execution: %d %v", code, body)
+			}
+			// Each execution's own runner, and an admin on anyone's, is heard on every path.
+			for _, who := range []struct{ role, id string }{{"runner", "mine"}, {"runner2", "theirs"}, {"admin", "mine"}} {
+				for _, ev := range events {
+					if code, body, _ := ts.call(t, who.role, "POST", ev.path, ev.body(who.id)); code != 200 {
+						t.Errorf("%s on %s, %s: %d %v, want 200", who.role, who.id, ev.path, code, body)
+					}
+				}
+			}
+			if st := ts.stacksOf(t, "theirs")["a"]; st["plan_hash"] != "v1:forged" || st["status"] != "succeeded" {
+				t.Errorf("the owner's own events were not stored: %v", st)
+			}
+		})
 	}
 }

@@ -40,6 +40,11 @@ token "runner" {
   principal = "ci-runner"
   roles     = ["runner"]
 }
+token "runner2" {
+  secret    = "runner2-secret-0123456789"
+  principal = "other-runner"
+  roles     = ["runner"]
+}
 token "admin" {
   secret    = "admin-secret-0123456789"
   principal = "alice"
@@ -51,9 +56,10 @@ identity "deployer@proj.iam.gserviceaccount.com" {
 `
 
 var tokenOf = map[string]string{
-	"viewer": "viewer-secret-0123456789",
-	"runner": "runner-secret-0123456789",
-	"admin":  "admin-secret-0123456789",
+	"viewer":  "viewer-secret-0123456789",
+	"runner":  "runner-secret-0123456789",
+	"runner2": "runner2-secret-0123456789",
+	"admin":   "admin-secret-0123456789",
 }
 
 const serverPolicy = `

@@ -39,9 +39,10 @@ func (s *Service) stackOrNew(tx store.Tx, execID, name string) (*store.Stack, er
 	return st, err
 }
 
-// Phase records that a stack entered a phase; the stack shows its latest phase by seq.
-func (s *Service) Phase(ctx context.Context, in *api.PhaseEvent) (api.Ack, error) {
-	return s.Phases(ctx, []api.PhaseEvent{*in})
+// Phase records that a stack entered a phase; the stack shows its latest phase by seq. Like
+// every runner event, only the principal that announced the execution (or an admin) sends it.
+func (s *Service) Phase(ctx context.Context, caller Caller, in *api.PhaseEvent) (api.Ack, error) {
+	return s.Phases(ctx, caller, []api.PhaseEvent{*in})
 }
 
 // MaxPhases bounds the events of one Phases request.
@@ -50,7 +51,7 @@ const MaxPhases = 1000
 // Phases stores several phase events of one execution in one transaction, each as Phase
 // would: a phase history entry (idempotent), and the stack's current phase when the event is
 // the newest and the execution is not finalized.
-func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack, error) {
+func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseEvent) (api.Ack, error) {
 	execOf := func(i int) string { return phases[i].ExecutionID }
 	err := checkBatch("phases", len(phases), MaxPhases, execOf, func(i int) error {
 		in := &phases[i]
@@ -61,7 +62,7 @@ func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack,
 	}
 	now := s.Now()
 	stackOf := func(i int) string { return phases[i].Stack }
-	return s.writeBatch(ctx, execOf(0), len(phases), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
+	return s.writeBatch(ctx, caller, execOf(0), len(phases), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
 		in := &phases[i]
 		at := in.At.UTC()
 		if in.At.IsZero() {
@@ -79,8 +80,8 @@ func (s *Service) Phases(ctx context.Context, phases []api.PhaseEvent) (api.Ack,
 }
 
 // Update records a stack's status and classification; the highest seq wins.
-func (s *Service) Update(ctx context.Context, in *api.Update) (api.Ack, error) {
-	return s.Updates(ctx, []api.Update{*in})
+func (s *Service) Update(ctx context.Context, caller Caller, in *api.Update) (api.Ack, error) {
+	return s.Updates(ctx, caller, []api.Update{*in})
 }
 
 // MaxUpdates bounds the updates of one Updates request.
@@ -89,7 +90,7 @@ const MaxUpdates = 1000
 // Updates stores several stack updates of one execution in one transaction, each as Update
 // would: the stack's status, class, counts, plan hash, destructive addresses and error, unless
 // the stored seq is higher or the execution is finalized. One invalid update refuses them all.
-func (s *Service) Updates(ctx context.Context, updates []api.Update) (api.Ack, error) {
+func (s *Service) Updates(ctx context.Context, caller Caller, updates []api.Update) (api.Ack, error) {
 	now := s.Now()
 	stacks := make([]*store.Stack, len(updates))
 	execOf := func(i int) string { return updates[i].ExecutionID }
@@ -101,7 +102,7 @@ func (s *Service) Updates(ctx context.Context, updates []api.Update) (api.Ack, e
 		return api.Ack{}, err
 	}
 	stackOf := func(i int) string { return updates[i].Stack }
-	return s.writeBatch(ctx, execOf(0), len(updates), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
+	return s.writeBatch(ctx, caller, execOf(0), len(updates), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
 		// A late update must not change a finalized plan's classes or hashes: the store skips it.
 		return tx.ApplyUpdate(execOf(0), stacks[i])
 	})
@@ -127,13 +128,16 @@ func checkBatch(what string, n, max int, execOf func(i int) string, check func(i
 	return nil
 }
 
-// writeBatch writes the n events of a batch of execution execID in one transaction (as cheaply
-// as the store allows when n is 1), event i with write. Stack rows are locked in name order
+// writeBatch writes the n events of a batch of execution execID, once caller is found to own
+// it, in one transaction (as cheaply as the store allows when n is 1), event i with write. Stack rows are locked in name order
 // (stackOf), so that two batches naming the same stacks never deadlock; each stack's own events
 // keep their order (the later of equal seqs wins). It answers with the execution's state, and
 // notifies when some event changed something.
-func (s *Service) writeBatch(ctx context.Context, execID string, n int, stackOf func(i int) string,
+func (s *Service) writeBatch(ctx context.Context, caller Caller, execID string, n int, stackOf func(i int) string,
 	write func(tx store.Tx, i int) (state store.EventState, changed bool, err error)) (api.Ack, error) {
+	if err := s.checkOwner(ctx, caller, execID); err != nil {
+		return api.Ack{}, err
+	}
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i

@@ -23,7 +23,7 @@ func (f *fixture) planWith(id string, pr int, sha string, stacks map[string][2]s
 	f.now = f.now.Add(time.Second)
 	_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: sha, Stacks: names})
 	f.must(err)
-	_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
+	_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 	f.must(err)
 }
 
@@ -159,14 +159,14 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 			if c.update != nil {
 				u := *c.update
 				u.ExecutionID = id
-				_, err = f.Update(ctx, &u)
+				_, err = f.Update(ctx, runner, &u)
 				f.must(err)
 			}
 			results := []api.StackResult{{Stack: "a", Status: "succeeded", Class: "mutating", PlanHash: "v1:a"}}
 			if c.result != nil {
 				results = append(results, *c.result)
 			}
-			_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
+			_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 			f.must(err)
 			e, err := f.Execution(ctx, id)
 			f.must(err)
@@ -179,7 +179,7 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 		// An apply whose stacks were skipped (nothing to apply) still succeeds.
 		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "apply", Environment: "dev", Op: "apply", PR: 1, Stacks: []string{"a", "b"}})
 		f.must(err)
-		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "apply", Status: "succeeded", Stacks: []api.StackResult{
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "apply", Status: "succeeded", Stacks: []api.StackResult{
 			{Stack: "a", Status: "succeeded"}, {Stack: "b", Status: "skipped"}}})
 		f.must(err)
 		if e, _ := f.Execution(ctx, "apply"); e.Status != "succeeded" {
@@ -244,7 +244,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 		} {
 			in := base
 			c.edit(&in)
-			_, err := f.Init(ctx, "", &in)
+			_, err := f.Init(ctx, "runner", &in)
 			if err == nil {
 				t.Fatalf("%s: accepted", c.name)
 			}
@@ -257,9 +257,9 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 			Stacks: []api.StackPlan{sp("a", "v1:\x00")}})
 		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
 		// Free text is repaired, never refused: a runner's error message with a NUL is stored.
-		_, err = f.Init(ctx, "", &base)
+		_, err = f.Init(ctx, "runner", &base)
 		f.must(err)
-		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "e", Status: "failed", Error: "tofu said \x00 and \xff"})
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e", Status: "failed", Error: "tofu said \x00 and \xff"})
 		f.must(err)
 		e, err := f.Execution(ctx, "e")
 		f.must(err)
@@ -273,15 +273,15 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 // refused (PostgreSQL cannot store it; SQLite must not either), free text is repaired.
 func TestRunnerEventsFollowOneTextRule(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
-		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", PlanHash: "v1:\x00"})
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", PlanHash: "v1:\x00"})
 		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
-		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", Destructive: []string{"aws_db.x\x00"}})
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", Destructive: []string{"aws_db.x\x00"}})
 		wantErr(t, err, store.ErrInvalid, "destructive address contains a NUL byte")
-		_, err = f.Update(ctx, &api.Update{ExecutionID: "e", Stack: "a", Seq: 2, Status: "failed", Error: "boom\x00"})
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e", Stack: "a", Seq: 2, Status: "failed", Error: "boom\x00"})
 		f.must(err)
-		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e", Stack: "a", Phase: "plan", Seq: 3, Status: "ok\x00", Message: "m\x00"})
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e", Stack: "a", Phase: "plan", Seq: 3, Status: "ok\x00", Message: "m\x00"})
 		f.must(err)
 		if st := f.stackState("e", "a"); st.Error != "boom\uFFFD" || st.Phase != "plan: ok\uFFFD" {
 			t.Fatalf("stack %+v", st)
@@ -298,7 +298,7 @@ func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
 			t.Helper()
 			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"m"}})
 			f.must(err)
-			_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded",
+			_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded",
 				Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "mutating", PlanHash: "v1:m"}}})
 			f.must(err)
 		}
@@ -322,7 +322,7 @@ func TestAnotherPrincipalsPlanDoesNotFreeThePRsClaims(t *testing.T) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
 		_, err := f.Init(ctx, "runner-of-pr-2", &api.Init{ExecutionID: "forged", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"m"}})
 		f.must(err)
-		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "forged", Status: "succeeded",
+		_, err = f.Finalize(ctx, Caller{Name: "runner-of-pr-2"}, &api.Finalize{ExecutionID: "forged", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "no-changes"}}})
 		f.must(err)
 		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 || claims[0].ExecutionID != "p1" {

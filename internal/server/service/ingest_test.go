@@ -20,10 +20,10 @@ import (
 // is accepted.
 func TestLogOffsetsAreBounded(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		chunk := func(off, gap int64, data string) error {
-			_, err := f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: off, GapLength: gap, Data: []byte(data)})
+			_, err := f.LogChunk(ctx, runner, &api.LogChunk{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: off, GapLength: gap, Data: []byte(data)})
 			return err
 		}
 		wantErr(t, chunk(math.MaxInt64, 0, "x"), store.ErrInvalid, "offset 9223372036854775807 exceeds")
@@ -56,7 +56,7 @@ func TestLogOffsetsAreBounded(t *testing.T) {
 // execution and its logs readable.
 func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
 			_, err := tx.AddLogChunks([]store.LogChunk{
@@ -95,18 +95,18 @@ func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 // init, a phase or an update takes logs, and a refused batch stores nothing.
 func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		chunk := func(stack string, off int64) api.LogChunk {
 			return api.LogChunk{ExecutionID: "e1", Stack: stack, Generation: 1, Offset: off, Data: []byte(stack)}
 		}
-		_, err = f.LogChunks(ctx, []api.LogChunk{chunk("a", 0), chunk("ghost", 0)})
+		_, err = f.LogChunks(ctx, runner, []api.LogChunk{chunk("a", 0), chunk("ghost", 0)})
 		wantErr(t, err, store.ErrInvalid, `stack "ghost"`)
-		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "p", Phase: "plan", Seq: 1})
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "p", Phase: "plan", Seq: 1})
 		f.must(err)
-		_, err = f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "u", Seq: 1, Status: "running"})
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "u", Seq: 1, Status: "running"})
 		f.must(err)
-		_, err = f.LogChunks(ctx, []api.LogChunk{chunk("a", 0), chunk("p", 0), chunk("u", 0)})
+		_, err = f.LogChunks(ctx, runner, []api.LogChunk{chunk("a", 0), chunk("p", 0), chunk("u", 0)})
 		f.must(err)
 		x, err := f.Execution(ctx, "e1")
 		f.must(err)
@@ -118,7 +118,7 @@ func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 				t.Errorf("stack %s: %d log bytes, want 1 (the refused batch stored nothing)", st.Stack, st.LogBytes)
 			}
 		}
-		_, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "missing", Stack: "a", Data: []byte("x")})
+		_, err = f.LogChunk(ctx, runner, &api.LogChunk{ExecutionID: "missing", Stack: "a", Data: []byte("x")})
 		wantErr(t, err, store.ErrNotFound, "missing")
 	})
 }
@@ -127,7 +127,7 @@ func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 // seq; phase and update batches naming the same stacks in opposite orders never deadlock.
 func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		const n = 200
 		seqs := make(chan int, n)
@@ -142,7 +142,7 @@ func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for seq := range seqs {
-					_, err := f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "a", Seq: int64(seq), Status: "running", PlanHash: fmt.Sprint("h", seq)})
+					_, err := f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "a", Seq: int64(seq), Status: "running", PlanHash: fmt.Sprint("h", seq)})
 					errs <- err
 					batch := []api.PhaseEvent{
 						{ExecutionID: "e1", Stack: "a", Phase: fmt.Sprint("p", seq), Seq: int64(seq)},
@@ -151,7 +151,7 @@ func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 					if seq%2 == 0 {
 						batch[0], batch[1] = batch[1], batch[0]
 					}
-					_, err = f.Phases(ctx, batch)
+					_, err = f.Phases(ctx, runner, batch)
 					errs <- err
 					updates := []api.Update{
 						{ExecutionID: "e1", Stack: "b", Seq: int64(seq), Status: "running", PlanHash: fmt.Sprint("h", seq)},
@@ -160,7 +160,7 @@ func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 					if seq%2 == 0 {
 						updates[0], updates[1] = updates[1], updates[0]
 					}
-					_, err = f.Updates(ctx, updates)
+					_, err = f.Updates(ctx, runner, updates)
 					errs <- err
 				}
 			}()
@@ -189,7 +189,7 @@ func BenchmarkServiceIngest(b *testing.B) {
 			for i := range stacks {
 				stacks[i] = fmt.Sprintf("stacks/s%02d", i)
 			}
-			if _, err := svc.Init(ctx, "", &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+			if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
 				b.Fatal(err)
 			}
 			data := []byte(strings.Repeat("terraform output line ...\n", 20))[:512]
@@ -209,9 +209,9 @@ func BenchmarkServiceIngest(b *testing.B) {
 						t0 := time.Now()
 						var err error
 						if seq%2 == 0 {
-							_, err = svc.Phase(ctx, &api.PhaseEvent{ExecutionID: "bench", Stack: stacks[c], Phase: "plan", Seq: seq})
+							_, err = svc.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "bench", Stack: stacks[c], Phase: "plan", Seq: seq})
 						} else {
-							_, err = svc.Update(ctx, &api.Update{ExecutionID: "bench", Stack: stacks[c], Seq: seq, Status: "running"})
+							_, err = svc.Update(ctx, runner, &api.Update{ExecutionID: "bench", Stack: stacks[c], Seq: seq, Status: "running"})
 						}
 						if err != nil {
 							failed.Store(err)
@@ -236,7 +236,7 @@ func BenchmarkServiceIngest(b *testing.B) {
 							batch[k] = api.LogChunk{ExecutionID: "bench", Stack: stacks[clients+c], Generation: 1, Offset: off, Data: data}
 							off += int64(len(data))
 						}
-						if _, err := svc.LogChunks(ctx, batch); err != nil {
+						if _, err := svc.LogChunks(ctx, runner, batch); err != nil {
 							failed.Store(err)
 							return
 						}

@@ -44,16 +44,17 @@ func checkChunk(in *api.LogChunk) error {
 }
 
 // LogChunk stores log bytes (or a gap) once per (execution, stack, generation, offset).
-func (s *Service) LogChunk(ctx context.Context, in *api.LogChunk) (api.Ack, error) {
-	return s.LogChunks(ctx, []api.LogChunk{*in})
+func (s *Service) LogChunk(ctx context.Context, caller Caller, in *api.LogChunk) (api.Ack, error) {
+	return s.LogChunks(ctx, caller, []api.LogChunk{*in})
 }
 
 // MaxBatchData bounds the log bytes one LogChunks call carries.
 const MaxBatchData = 8 << 20
 
 // LogChunks stores several chunks of one execution in one transaction, each once per
-// (execution, stack, generation, offset).
-func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack, error) {
+// (execution, stack, generation, offset). Only the principal that announced the execution (or
+// an admin) sends its logs.
+func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.LogChunk) (api.Ack, error) {
 	if len(chunks) == 0 {
 		return api.Ack{}, invalid("chunks is empty")
 	}
@@ -71,6 +72,9 @@ func (s *Service) LogChunks(ctx context.Context, chunks []api.LogChunk) (api.Ack
 		return api.Ack{}, invalid("chunks carry %d bytes, more than %d", total, MaxBatchData)
 	}
 	execID := chunks[0].ExecutionID
+	if err := s.checkOwner(ctx, caller, execID); err != nil {
+		return api.Ack{}, err
+	}
 	rows := make([]store.LogChunk, len(chunks))
 	for i, in := range chunks {
 		rows[i] = store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,

@@ -36,13 +36,13 @@ func TestLateEventsDoNotChangeAFinalizedPlan(t *testing.T) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
 		before := f.stackState("p1", "a")
 		// A late (or forged) update with a higher seq tries to declassify the stack.
-		ack, err := f.Update(ctx, &api.Update{ExecutionID: "p1", Stack: "a", Seq: 99, Status: "succeeded",
+		ack, err := f.Update(ctx, runner, &api.Update{ExecutionID: "p1", Stack: "a", Seq: 99, Status: "succeeded",
 			Class: "no-changes", PlanHash: "forged"})
 		f.must(err)
 		if ack.Cancel {
 			t.Fatalf("ack %+v", ack)
 		}
-		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "p1", Stack: "a", Phase: "plan", Status: "late", Seq: 100})
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "p1", Stack: "a", Phase: "plan", Status: "late", Seq: 100})
 		f.must(err)
 		after := f.stackState("p1", "a")
 		if after.Class != before.Class || after.PlanHash != before.PlanHash || after.Status != before.Status ||
@@ -63,19 +63,19 @@ func TestConcurrentWritesOnOneExecutionLoseNothing(t *testing.T) {
 		const rounds = 50
 		for i := range rounds {
 			id := fmt.Sprint("e", i)
-			_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: "dev", Op: "plan", PR: 3, SHA: "s", Stacks: []string{"a"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "dev", Op: "plan", PR: 3, SHA: "s", Stacks: []string{"a"}})
 			f.must(err)
 			var wg sync.WaitGroup
 			errs := make(chan error, 2)
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				_, err := f.Phase(ctx, &api.PhaseEvent{ExecutionID: id, Stack: "a", Phase: "plan", Seq: 1})
+				_, err := f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: id, Stack: "a", Phase: "plan", Seq: 1})
 				errs <- err
 			}()
 			go func() {
 				defer wg.Done()
-				_, err := f.Update(ctx, &api.Update{ExecutionID: id, Stack: "a", Seq: 1, Status: "running", Class: "additive", PlanHash: "h"})
+				_, err := f.Update(ctx, runner, &api.Update{ExecutionID: id, Stack: "a", Seq: 1, Status: "running", Class: "additive", PlanHash: "h"})
 				errs <- err
 			}()
 			wg.Wait()
@@ -93,7 +93,7 @@ func TestConcurrentWritesOnOneExecutionLoseNothing(t *testing.T) {
 			errs = make(chan error, 2)
 			go func() {
 				defer wg.Done()
-				_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded",
+				_, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded",
 					Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "additive", PlanHash: "h"}}})
 				errs <- err
 			}()
@@ -171,11 +171,11 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		// A plan cancelled while running stays cancelled even when its runner finalizes success.
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "p1", Reason: "wrong branch"})
 		f.must(err)
-		ack, err := f.Finalize(ctx, &api.Finalize{ExecutionID: "p1", Status: "succeeded",
+		ack, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p1", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "mutating", PlanHash: "h-a"}}})
 		f.must(err)
 		if !ack.Cancel {
@@ -194,7 +194,7 @@ func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 
 		// A good plan, then the apply execution itself is cancelled before its gate check.
 		f.plan("p2", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
-		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "ap2", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "ap2", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "ap2", Reason: "hold"})
 		f.must(err)
@@ -230,9 +230,9 @@ environment "staging" {
 
 		// A changed stack finalized without a plan hash never matches, not even an empty one.
 		f.now = f.now.Add(time.Second)
-		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "p2", Environment: "prod", Op: "plan", PR: 1, SHA: "s2", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "p2", Environment: "prod", Op: "plan", PR: 1, SHA: "s2", Stacks: []string{"a"}})
 		f.must(err)
-		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "p2", Status: "succeeded",
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p2", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "mutating"}}})
 		f.must(err)
 		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s2",

@@ -41,6 +41,8 @@ type Service struct {
 	Hub *Hub
 	// Granter makes a satisfied gate's lease real (nil: granter.None, the lease is a record).
 	Granter granter.Granter
+
+	owners owners // who announced each execution (checkOwner)
 }
 
 // New returns a service over s with policy p (nil: nothing gated).
@@ -286,10 +288,11 @@ func conclusion(status api.ExecutionStatus) string {
 
 func changed(c api.Class) bool { return c != "" && c != events.ClassNoChanges }
 
-// Finalize ends an execution (the first finalize wins). A successful plan of a PR claims its
+// Finalize ends an execution (the first finalize wins); only the principal that announced it,
+// or an admin, may. A successful plan of a PR claims its
 // changed stacks in the environment and records the gates they need; a successful apply releases
 // the PR's claims; either concludes the PR's check.
-func (s *Service) Finalize(ctx context.Context, in *api.Finalize) (api.Ack, error) {
+func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize) (api.Ack, error) {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return api.Ack{}, err
 	}
@@ -309,6 +312,9 @@ func (s *Service) Finalize(ctx context.Context, in *api.Finalize) (api.Ack, erro
 		if err := checkText("plan_hash", r.PlanHash, MaxShortLen); err != nil {
 			return api.Ack{}, err
 		}
+	}
+	if err := s.checkOwner(ctx, caller, in.ExecutionID); err != nil {
+		return api.Ack{}, err
 	}
 	now := s.Now()
 	var ack api.Ack

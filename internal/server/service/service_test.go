@@ -69,9 +69,9 @@ func (f *fixture) plan(id, env string, pr int, sha string, classes map[string]ap
 		results = append(results, api.StackResult{Stack: s, Status: "succeeded", Class: c, PlanHash: "h-" + s})
 	}
 	f.now = f.now.Add(time.Second)
-	_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
+	_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
 	f.must(err)
-	_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
+	_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 	f.must(err)
 }
 
@@ -89,39 +89,39 @@ func TestInitIdempotentAndUnknownExecution(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		in := &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", PR: 3, Stacks: []string{"a", "b"},
 			Reasons: []api.ChangeReason{{Stack: "a", Kind: "watched-file", Detail: "main.tf"}}}
-		_, err := f.Init(ctx, "", in)
+		_, err := f.Init(ctx, "runner", in)
 		f.must(err)
 		again := *in
 		again.Repo = "changed"
-		_, err = f.Init(ctx, "", &again)
+		_, err = f.Init(ctx, "runner", &again)
 		f.must(err)
 		x, err := f.Execution(ctx, "e1")
 		f.must(err)
 		if x.Repo != "" || len(x.Stacks) != 2 || x.Stacks[0].Status != "pending" || len(x.Stacks[0].Reasons) != 1 {
 			t.Fatalf("execution %+v", x)
 		}
-		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "nope", Stack: "a", Phase: "init"})
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "nope", Stack: "a", Phase: "init"})
 		wantErr(t, err, store.ErrNotFound, "nope")
-		_, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "nope", Stack: "a", Data: []byte("x")})
+		_, err = f.LogChunk(ctx, runner, &api.LogChunk{ExecutionID: "nope", Stack: "a", Data: []byte("x")})
 		wantErr(t, err, store.ErrNotFound, "")
-		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "nope", Status: "succeeded"})
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "nope", Status: "succeeded"})
 		wantErr(t, err, store.ErrNotFound, "")
-		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
+		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
 		wantErr(t, err, store.ErrInvalid, "op")
 	})
 }
 
 func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
-		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 20})
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 20})
 		f.must(err)
-		_, err = f.Phase(ctx, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "init", Seq: 10})
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "init", Seq: 10})
 		f.must(err)
-		_, err = f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 2, Status: "succeeded", Class: "mutating", PlanHash: "new"})
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 2, Status: "succeeded", Class: "mutating", PlanHash: "new"})
 		f.must(err)
-		_, err = f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 1, Status: "running", PlanHash: "old"})
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 1, Status: "running", PlanHash: "old"})
 		f.must(err)
 		x, err := f.Execution(ctx, "e1")
 		f.must(err)
@@ -137,7 +137,7 @@ func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 func TestPhasesBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"e1", "e2"} {
-			_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 			f.must(err)
 		}
 		batch := []api.PhaseEvent{
@@ -146,40 +146,40 @@ func TestPhasesBatch(t *testing.T) {
 			{ExecutionID: "e1", Stack: "a", Phase: "done", Status: "succeeded", Seq: 4},
 			{ExecutionID: "e1", Stack: "b", Phase: "init", Seq: 2},
 		}
-		_, err := f.Phases(ctx, batch)
+		_, err := f.Phases(ctx, runner, batch)
 		f.must(err)
-		_, err = f.Phases(ctx, batch) // a retry
+		_, err = f.Phases(ctx, runner, batch) // a retry
 		f.must(err)
 		x, err := f.Execution(ctx, "e1")
 		f.must(err)
 		if a, b := x.Stacks[0], x.Stacks[1]; a.Phase != "done: succeeded" || b.Phase != "plan" || a.Status != "running" {
 			t.Fatalf("stacks %+v %+v", a, b)
 		}
-		_, err = f.Phases(ctx, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "x", Seq: 9}, {ExecutionID: "e2", Stack: "a", Phase: "x", Seq: 9}})
+		_, err = f.Phases(ctx, runner, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "x", Seq: 9}, {ExecutionID: "e2", Stack: "a", Phase: "x", Seq: 9}})
 		wantErr(t, err, store.ErrInvalid, "one execution")
-		_, err = f.Phases(ctx, nil)
+		_, err = f.Phases(ctx, runner, nil)
 		wantErr(t, err, store.ErrInvalid, "empty")
-		_, err = f.Phases(ctx, make([]api.PhaseEvent, MaxPhases+1))
+		_, err = f.Phases(ctx, runner, make([]api.PhaseEvent, MaxPhases+1))
 		wantErr(t, err, store.ErrInvalid, "more than")
-		_, err = f.Phases(ctx, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "y", Seq: 10}, {ExecutionID: "e1", Stack: "", Phase: "y", Seq: 11}})
+		_, err = f.Phases(ctx, runner, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "y", Seq: 10}, {ExecutionID: "e1", Stack: "", Phase: "y", Seq: 11}})
 		wantErr(t, err, store.ErrInvalid, "stack")
 		x, err = f.Execution(ctx, "e1")
 		f.must(err)
 		if x.Stacks[0].Phase != "done: succeeded" {
 			t.Fatalf("a refused batch changed stack a: %+v", x.Stacks[0])
 		}
-		_, err = f.Phases(ctx, []api.PhaseEvent{{ExecutionID: "nope", Stack: "a", Phase: "init"}})
+		_, err = f.Phases(ctx, runner, []api.PhaseEvent{{ExecutionID: "nope", Stack: "a", Phase: "init"}})
 		wantErr(t, err, store.ErrNotFound, "")
 	})
 }
 
 func TestLogsDedupGenerationsAndGaps(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		post := func(c api.LogChunk) {
 			c.ExecutionID, c.Stack = "e1", "a"
-			_, err := f.LogChunk(ctx, &c)
+			_, err := f.LogChunk(ctx, runner, &c)
 			f.must(err)
 		}
 		post(api.LogChunk{Generation: 0, Offset: 0, Data: []byte("gen zero")})
@@ -220,7 +220,7 @@ func TestLogsDedupGenerationsAndGaps(t *testing.T) {
 		if st := x.Stacks[0]; st.LogGeneration != 1 || st.LogBytes != 25 || len(st.Gaps) != 1 {
 			t.Fatalf("stack log summary %+v", st)
 		}
-		_, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Data: []byte("x"), GapLength: 3})
+		_, err = f.LogChunk(ctx, runner, &api.LogChunk{ExecutionID: "e1", Stack: "a", Data: []byte("x"), GapLength: 3})
 		wantErr(t, err, store.ErrInvalid, "not both")
 	})
 }
@@ -229,7 +229,7 @@ func TestFinalizeFirstWinsClaimsGatesAndCheck(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive", "b": "no-changes", "c": "additive"})
 		// A second finalize does not change anything.
-		_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: "p1", Status: "failed"})
+		_, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p1", Status: "failed"})
 		f.must(err)
 		x, err := f.Execution(ctx, "p1")
 		f.must(err)
@@ -279,7 +279,7 @@ func TestGateCheckVerdicts(t *testing.T) {
 		_, err := check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "no plan")
 
-		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "not finalized")
@@ -424,14 +424,14 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 
 func TestChecksOverrideAndCancel(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
 		f.must(err)
 		ack, err := f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "e1", Reason: "wrong branch"})
 		f.must(err)
 		if !ack.Cancel {
 			t.Fatalf("cancel ack %+v", ack)
 		}
-		ack, err = f.LogChunk(ctx, &api.LogChunk{ExecutionID: "e1", Stack: "a", Data: []byte("still stored")})
+		ack, err = f.LogChunk(ctx, runner, &api.LogChunk{ExecutionID: "e1", Stack: "a", Data: []byte("still stored")})
 		f.must(err)
 		if !ack.Cancel || ack.Reason != "wrong branch" {
 			t.Fatalf("event ack after cancel %+v", ack)
@@ -441,7 +441,7 @@ func TestChecksOverrideAndCancel(t *testing.T) {
 		if string(sl.Data) != "still stored" {
 			t.Fatalf("event after cancel not stored: %q", sl.Data)
 		}
-		_, err = f.Finalize(ctx, &api.Finalize{ExecutionID: "e1", Status: "cancelled"})
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: "cancelled"})
 		f.must(err)
 		checks, _ := f.Checks(ctx, "dev", 4)
 		if len(checks) != 1 || checks[0].Conclusion != "cancelled" {
@@ -490,7 +490,7 @@ func TestConcurrentDecisionsStayConsistent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		// Two PRs finalize plans touching the same stack at once: exactly one holds the claim.
 		for _, pr := range []int{1, 2} {
-			_, err := f.Init(ctx, "", &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
 			f.must(err)
 		}
 		var wg sync.WaitGroup
@@ -498,7 +498,7 @@ func TestConcurrentDecisionsStayConsistent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := f.Finalize(ctx, &api.Finalize{ExecutionID: fmt.Sprint("p", pr), Status: "succeeded",
+				_, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: fmt.Sprint("p", pr), Status: "succeeded",
 					Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "additive", PlanHash: "h-a"}}})
 				if err != nil {
 					t.Error(err)
@@ -596,7 +596,7 @@ environment "p" {
 
 func TestLogChunksBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		batch := []api.LogChunk{
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("a0 ")},
@@ -604,9 +604,9 @@ func TestLogChunksBatch(t *testing.T) {
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("a1 ")},
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("XX ")}, // duplicate key: first wins
 		}
-		_, err = f.LogChunks(ctx, batch)
+		_, err = f.LogChunks(ctx, runner, batch)
 		f.must(err)
-		_, err = f.LogChunks(ctx, batch) // a retry of the whole batch
+		_, err = f.LogChunks(ctx, runner, batch) // a retry of the whole batch
 		f.must(err)
 		for stack, want := range map[string]string{"a": "a0 a1 ", "b": "b0 "} {
 			sl, err := f.LogRead(ctx, "e1", stack, 0, true, 0, 100)
@@ -616,21 +616,44 @@ func TestLogChunksBatch(t *testing.T) {
 			}
 		}
 		// A batch with one bad chunk stores nothing.
-		_, err = f.LogChunks(ctx, []api.LogChunk{
+		_, err = f.LogChunks(ctx, runner, []api.LogChunk{
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 6, Data: []byte("a2 ")},
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: -1, Data: []byte("bad")},
 		})
 		wantErr(t, err, store.ErrInvalid, "negative")
-		_, err = f.LogChunks(ctx, []api.LogChunk{
+		_, err = f.LogChunks(ctx, runner, []api.LogChunk{
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 6, Data: []byte("a2 ")},
 			{ExecutionID: "other", Stack: "a", Generation: 1, Offset: 0, Data: []byte("x")},
 		})
 		wantErr(t, err, store.ErrInvalid, "one execution")
-		_, err = f.LogChunks(ctx, []api.LogChunk{{ExecutionID: "missing", Stack: "a", Generation: 1, Data: []byte("x")}})
+		_, err = f.LogChunks(ctx, runner, []api.LogChunk{{ExecutionID: "missing", Stack: "a", Generation: 1, Data: []byte("x")}})
 		wantErr(t, err, store.ErrNotFound, "")
 		sl, _ := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
 		if string(sl.Data) != "a0 a1 " {
 			t.Fatalf("rejected batch stored something: %q", sl.Data)
 		}
+	})
+}
+
+// runner is the caller of the tests' runner events: the principal their executions are
+// announced by.
+var runner = Caller{Name: "runner"}
+
+// An execution announced without a principal is an admin's alone; a cached owner answers as
+// the store would, for every caller.
+func TestEventsOfAnExecutionWithoutPrincipal(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "anon", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		for range 2 { // the second time from the owners cache
+			_, err = f.Phase(ctx, Caller{}, &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
+			wantErr(t, err, store.ErrDenied, "not announced by")
+			_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
+			wantErr(t, err, store.ErrDenied, "not announced by runner")
+			_, err = f.Phase(ctx, Caller{Name: "alice", Admin: true}, &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
+			f.must(err)
+		}
+		_, err = f.Phase(ctx, Caller{Name: "alice", Admin: true}, &api.PhaseEvent{ExecutionID: "unknown", Stack: "a", Phase: "plan"})
+		wantErr(t, err, store.ErrNotFound, "unknown")
 	})
 }

@@ -30,7 +30,7 @@ func (f *fixture) stackStates(id string) map[string]api.StackState {
 func TestUpdatesBatchStoresEachAsUpdateDoes(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"batch", "single"} {
-			_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
 			f.must(err)
 		}
 		updates := func(id string) []api.Update {
@@ -44,10 +44,10 @@ func TestUpdatesBatchStoresEachAsUpdateDoes(t *testing.T) {
 				{ExecutionID: id, Stack: "c", Seq: 5, Status: "succeeded", Class: "no-changes", PlanHash: "v1:c5"}, // equal seq, later: wins
 			}
 		}
-		_, err := f.Updates(ctx, updates("batch"))
+		_, err := f.Updates(ctx, runner, updates("batch"))
 		f.must(err)
 		for _, u := range updates("single") {
-			_, err := f.Update(ctx, &u)
+			_, err := f.Update(ctx, runner, &u)
 			f.must(err)
 		}
 		got, want := f.stackStates("batch"), f.stackStates("single")
@@ -59,7 +59,7 @@ func TestUpdatesBatchStoresEachAsUpdateDoes(t *testing.T) {
 			t.Fatalf("stacks after the batch: %+v", got)
 		}
 		f.now = f.now.Add(time.Minute)
-		_, err = f.Updates(ctx, updates("batch")) // a retry
+		_, err = f.Updates(ctx, runner, updates("batch")) // a retry
 		f.must(err)
 		if again := f.stackStates("batch"); !reflect.DeepEqual(again, got) {
 			t.Fatalf("a retried batch changed the stacks: %+v, was %+v", again, got)
@@ -73,7 +73,7 @@ func TestUpdatesBatchStoresEachAsUpdateDoes(t *testing.T) {
 func TestUpdatesBatchRefusedWhole(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"e1", "e2"} {
-			_, err := f.Init(ctx, "", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 			f.must(err)
 		}
 		before := f.stackStates("e1")
@@ -104,7 +104,7 @@ func TestUpdatesBatchRefusedWhole(t *testing.T) {
 			{"unknown execution", []api.Update{{ExecutionID: "nope", Stack: "a", Seq: 10, Status: "succeeded"}, {ExecutionID: "nope", Stack: "b", Seq: 10, Status: "succeeded"}}, store.ErrNotFound, "nope"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				_, err := f.Updates(ctx, c.batch)
+				_, err := f.Updates(ctx, runner, c.batch)
 				wantErr(t, err, c.want, c.mention)
 				if after := f.stackStates("e1"); !reflect.DeepEqual(after, before) {
 					t.Fatalf("a refused batch changed e1: %+v, was %+v", after, before)
@@ -112,7 +112,7 @@ func TestUpdatesBatchRefusedWhole(t *testing.T) {
 			})
 		}
 		// The single form refuses what the batch refuses, with the same words.
-		_, err := f.Update(ctx, &api.Update{ExecutionID: "e1", Stack: "b", Seq: 10, Status: "done"})
+		_, err := f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "b", Seq: 10, Status: "done"})
 		wantErr(t, err, store.ErrInvalid, `status "done" is not a stack status`)
 	})
 }
@@ -123,7 +123,7 @@ func TestUpdatesBatchAfterFinalizeAndCancel(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive", "b": "additive"})
 		before := f.stackStates("p1")
-		ack, err := f.Updates(ctx, []api.Update{
+		ack, err := f.Updates(ctx, runner, []api.Update{
 			{ExecutionID: "p1", Stack: "a", Seq: 99, Status: "succeeded", Class: "no-changes", PlanHash: "forged"},
 			{ExecutionID: "p1", Stack: "b", Seq: 99, Status: "failed"},
 		})
@@ -134,11 +134,11 @@ func TestUpdatesBatchAfterFinalizeAndCancel(t *testing.T) {
 		if after := f.stackStates("p1"); !reflect.DeepEqual(after, before) {
 			t.Fatalf("late batch changed a finalized plan: %+v, was %+v", after, before)
 		}
-		_, err = f.Init(ctx, "", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		_, err = f.CancelExecution(ctx, "alice", &api.ExecutionsCancel{ExecutionID: "e2", Reason: "wrong branch"})
 		f.must(err)
-		ack, err = f.Updates(ctx, []api.Update{{ExecutionID: "e2", Stack: "b", Seq: 1, Status: "running"}, {ExecutionID: "e2", Stack: "a", Seq: 1, Status: "running"}})
+		ack, err = f.Updates(ctx, runner, []api.Update{{ExecutionID: "e2", Stack: "b", Seq: 1, Status: "running"}, {ExecutionID: "e2", Stack: "a", Seq: 1, Status: "running"}})
 		f.must(err)
 		if !ack.Cancel || ack.Reason != "wrong branch" {
 			t.Fatalf("ack after cancel %+v", ack)
@@ -173,11 +173,11 @@ func (t *failingTx) ApplyUpdate(execID string, s *store.Stack) (store.EventState
 // A store failure part way through a batch rolls back the updates already written.
 func TestUpdatesBatchAllOrNothing(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
 		f.must(err)
 		before := f.stackStates("e1")
 		failing := New(failingStore{Store: f.Store, n: 3}, nil)
-		_, err = failing.Updates(ctx, []api.Update{
+		_, err = failing.Updates(ctx, runner, []api.Update{
 			{ExecutionID: "e1", Stack: "a", Seq: 1, Status: "succeeded", PlanHash: "v1:a"},
 			{ExecutionID: "e1", Stack: "b", Seq: 1, Status: "succeeded", PlanHash: "v1:b"},
 			{ExecutionID: "e1", Stack: "c", Seq: 1, Status: "succeeded", PlanHash: "v1:c"},
