@@ -144,8 +144,8 @@ type Client struct {
 	broken   error // why a configured server cannot be used; GateCheck then denies
 	breaker  *breaker
 	inflight chan struct{}
-	// noUpdates is set once the server showed it has no Updates operation.
-	noUpdates atomic.Bool
+	// noUpdates and noPhases are set once the server showed it lacks the batch operation.
+	noUpdates, noPhases atomic.Bool
 
 	mu       sync.Mutex
 	audience string
@@ -325,14 +325,14 @@ func (c *Client) Phase(ctx context.Context, p events.PhaseEvent) error {
 	return c.event(ctx, "Phase", func(ctx context.Context) (*http.Response, error) { return c.api.Phase(ctx, p) })
 }
 
-// Phases reports several phase events of one execution in one request (best-effort); the
-// server stores them together or not at all.
+// MaxPhaseBatch bounds the phase events of one Phases request (the server takes up to 1000).
+const MaxPhaseBatch = 500
+
+// Phases reports several phase events of one execution (best-effort), in order, in as few
+// requests as MaxPhaseBatch and MaxUpdateBatchBytes allow, falling back as Updates does.
 func (c *Client) Phases(ctx context.Context, phases []events.PhaseEvent) error {
-	if len(phases) == 0 {
-		return nil
-	}
-	body := api.PhaseEvents{Phases: phases}
-	return c.event(ctx, "Phases", func(ctx context.Context) (*http.Response, error) { return c.api.Phases(ctx, body) })
+	return sendBatched(c, ctx, phases, batchOp{name: "Phases", field: "phases", max: MaxPhaseBatch, none: &c.noPhases,
+		post: c.api.PhasesWithBody}, c.Phase)
 }
 
 // Update reports a stack's status and classification.
@@ -357,42 +357,59 @@ const (
 // the invalid update is lost, as with Update. It returns the first error, a server-side
 // cancel before any other; every batch is sent whatever the earlier ones met.
 func (c *Client) Updates(ctx context.Context, updates []events.Update) error {
-	if !c.Enabled() || len(updates) == 0 {
+	return sendBatched(c, ctx, updates, batchOp{name: "Updates", field: "updates", max: MaxUpdateBatch, none: &c.noUpdates,
+		post: c.api.UpdatesWithBody}, c.Update)
+}
+
+// batchOp describes a batch operation of runner events: its name, the JSON field of its body
+// that lists the events, the most events of one request, the flag set once the server showed
+// it lacks the operation, and the generated call that posts an encoded body.
+type batchOp struct {
+	name, field string
+	max         int
+	none        *atomic.Bool
+	post        func(ctx context.Context, contentType string, body io.Reader, reqEditors ...api.RequestEditorFn) (*http.Response, error)
+}
+
+// sendBatched sends items with op as Updates describes it, and each one alone with single when
+// op cannot carry it.
+func sendBatched[T any](c *Client, ctx context.Context, items []T, op batchOp, single func(context.Context, T) error) error {
+	if !c.Enabled() || len(items) == 0 {
 		return nil
 	}
 	var errs updateErrors
-	if c.noUpdates.Load() {
-		for _, u := range updates {
-			errs.add(c.Update(ctx, u))
+	if op.none.Load() {
+		for _, it := range items {
+			errs.add(single(ctx, it))
 		}
 		return errs.first()
 	}
-	encoded := make([][]byte, len(updates))
-	for i, u := range updates {
-		b, err := json.Marshal(u)
+	encoded := make([][]byte, len(items))
+	for i, it := range items {
+		b, err := json.Marshal(it)
 		if err != nil {
-			return fmt.Errorf("Updates: %w", err)
+			return fmt.Errorf("%s: %w", op.name, err)
 		}
 		encoded[i] = b
 	}
-	for start := 0; start < len(updates); {
+	for start := 0; start < len(items); {
 		end, size := start+1, len(encoded[start])
-		for end < len(updates) && end-start < MaxUpdateBatch && size+1+len(encoded[end]) <= MaxUpdateBatchBytes {
+		for end < len(items) && end-start < op.max && size+1+len(encoded[end]) <= MaxUpdateBatchBytes {
 			size += 1 + len(encoded[end])
 			end++
 		}
-		body := append(append([]byte(`{"updates":[`), bytes.Join(encoded[start:end], []byte(","))...), "]}"...)
-		err := c.event(ctx, "Updates", func(ctx context.Context) (*http.Response, error) {
-			return c.api.UpdatesWithBody(ctx, "application/json", bytes.NewReader(body))
+		body := append(append([]byte(`{"`+op.field+`":[`), bytes.Join(encoded[start:end], []byte(","))...), "]}"...)
+		err := c.event(ctx, op.name, func(ctx context.Context) (*http.Response, error) {
+			return op.post(ctx, "application/json", bytes.NewReader(body))
 		})
 		var ae *APIError
 		switch {
 		case errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || ae.StatusCode == http.StatusNotFound || ae.StatusCode == http.StatusMethodNotAllowed):
-			c.noUpdates.Store(true)
+			op.none.Store(true)
 			fallthrough
 		case errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest && end-start > 1:
-			for _, u := range updates[start:end] {
-				errs.add(c.Update(ctx, u))
+			for _, it := range items[start:end] {
+				errs.add(single(ctx, it))
 			}
 		default:
 			errs.add(err)

@@ -23,6 +23,8 @@ type memServer struct {
 	phases []api.PhaseEvent
 	// phaseBatches counts Phases requests
 	phaseBatches int
+	// refusePhases, when set, is the status Phases answers (a server without the operation).
+	refusePhases int
 	updates      []api.Update
 	logs         []api.LogChunk
 	finals       []api.Finalize
@@ -92,6 +94,9 @@ func (m *memServer) Phase(_ context.Context, r api.PhaseRequestObject) (api.Phas
 func (m *memServer) Phases(_ context.Context, r api.PhasesRequestObject) (api.PhasesResponseObject, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.refusePhases != 0 {
+		return api.PhasesdefaultJSONResponse{StatusCode: m.refusePhases, Body: api.Error{Message: http.StatusText(m.refusePhases)}}, nil
+	}
 	m.phases = append(m.phases, r.Body.Phases...)
 	m.phaseBatches++
 	return api.Phases200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.Phases[0].ExecutionID))}, nil

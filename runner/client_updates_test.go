@@ -126,3 +126,47 @@ func TestClientUpdatesReportsCancel(t *testing.T) {
 		t.Fatalf("err = %v, want the cancel", err)
 	}
 }
+
+// somePhases returns n phase events of execution exec-1 with seqs 1..n.
+func somePhases(n int) []events.PhaseEvent {
+	out := make([]events.PhaseEvent, n)
+	for i := range out {
+		out[i] = events.PhaseEvent{ExecutionID: "exec-1", Stack: fmt.Sprintf("s%d", i), Phase: "plan", Seq: int64(i + 1)}
+	}
+	return out
+}
+
+// Phases batches as Updates does: in order, at most MaxPhaseBatch a request, and against a
+// server without the operation (403, 404, 405) one Phase a request from then on.
+func TestClientPhasesBatchesAndFallsBack(t *testing.T) {
+	ctx := context.Background()
+	m, cl := memClient(t)
+	sent := somePhases(2*MaxPhaseBatch + 1)
+	if err := cl.Phases(ctx, sent); err != nil {
+		t.Fatal(err)
+	}
+	if m.phaseBatches != 3 || m.requests["/events/phase"] != 0 || !reflect.DeepEqual(m.phases, sent) {
+		t.Errorf("%d Phases and %d Phase requests carrying %d events, want 3, none and the %d sent in order",
+			m.phaseBatches, m.requests["/events/phase"], len(m.phases), len(sent))
+	}
+	for _, status := range []int{http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			m, cl := memClient(t)
+			m.refusePhases = status
+			first, second := somePhases(3), somePhases(2)
+			for _, batch := range [][]events.PhaseEvent{first, second} {
+				if err := cl.Phases(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if got, want := m.phases, append(first, second...); !reflect.DeepEqual(got, want) {
+				t.Errorf("the server got %+v, want %+v", got, want)
+			}
+			if m.requests["/events/phases"] != 1 || m.requests["/events/phase"] != 5 {
+				t.Errorf("requests %v: want one Phases, then five Phase", m.requests)
+			}
+		})
+	}
+}

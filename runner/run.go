@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -587,7 +586,8 @@ func (r *run) event(op string, err error) {
 	}
 }
 
-// warnUnreported sums up the events of each kind that were not reported after the first.
+// warnUnreported sums up the failed reports of each kind after the first (a report is one
+// request, which for a batch operation carries several events).
 func (r *run) warnUnreported() {
 	r.seqMu.Lock()
 	ops := make([]string, 0, len(r.unreported))
@@ -600,7 +600,7 @@ func (r *run) warnUnreported() {
 	r.seqMu.Unlock()
 	slices.Sort(ops)
 	for _, op := range ops {
-		r.warn("%d more %s events not reported", counts[op]-1, op)
+		r.warn("%d more %s reports failed", counts[op]-1, op)
 	}
 }
 
@@ -802,9 +802,6 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	return out, runErr
 }
 
-// MaxPhaseBatch bounds the phase events the tick relay sends in one request.
-const MaxPhaseBatch = 500
-
 // TickRelayInterval is how often the driver looks for new ticks to relay to the server.
 const TickRelayInterval = 100 * time.Millisecond
 
@@ -813,7 +810,6 @@ const TickRelayInterval = 100 * time.Millisecond
 // left, posts it, and waits. Without a server the ticks are only read (at stop) for the
 // stacks' statuses.
 func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
-	batched := true // until the server says it has no Phases operation
 	post := func(recs []tickRecord) {
 		var batch []events.PhaseEvent
 		var done []string
@@ -830,24 +826,7 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			}
 		}
 		pctx := context.WithoutCancel(ctx)
-		for len(batch) > 0 {
-			n := min(len(batch), MaxPhaseBatch)
-			var err error
-			if batched {
-				err = r.client.Phases(pctx, batch[:n])
-				var ae *APIError
-				if errors.As(err, &ae) && (ae.StatusCode == http.StatusNotFound || ae.StatusCode == http.StatusMethodNotAllowed) {
-					batched = false // an older server: one event a request
-					continue
-				}
-				r.event("Phase", err)
-			} else {
-				for _, p := range batch[:n] {
-					r.event("Phase", r.client.Phase(pctx, p))
-				}
-			}
-			batch = batch[n:]
-		}
+		r.event("Phase", r.client.Phases(pctx, batch))
 		var updates []events.Update
 		for _, stack := range done {
 			if u, ok := r.classifyEarly(stack); ok {

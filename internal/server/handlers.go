@@ -103,10 +103,10 @@ func (h *handlers) Phase(ctx context.Context, r api.PhaseRequestObject) (api.Pha
 
 func (h *handlers) Phases(ctx context.Context, r api.PhasesRequestObject) (api.PhasesResponseObject, error) {
 	ack, err := h.svc.Phases(ctx, caller(ctx), r.Body.Phases)
-	h.event("phase", err)
 	if err != nil {
 		return api.PhasesdefaultJSONResponse(h.errResp(err)), nil
 	}
+	h.metrics.events.WithLabelValues("phase").Add(float64(len(r.Body.Phases)))
 	return api.Phases200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 

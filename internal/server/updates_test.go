@@ -136,3 +136,30 @@ func TestUpdatesAuthorizedAsUpdate(t *testing.T) {
 		}
 	}
 }
+
+// events_total counts the phase events a batch carries, not its requests.
+func TestPhasesCountedByEvent(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	init := map[string]any{"execution_id": "e1", "environment": "prod", "op": "plan", "stacks": []string{"a", "b"}}
+	if status, out, _ := ts.call(t, "runner", "POST", "/events/init", init); status != 200 {
+		t.Fatalf("init: %d %v", status, out)
+	}
+	phase := func(stack string, seq int) map[string]any {
+		return map[string]any{"execution_id": "e1", "stack": stack, "phase": "plan", "seq": seq}
+	}
+	if status, out, _ := ts.call(t, "runner", "POST", "/events/phases", map[string]any{"phases": []any{phase("a", 1), phase("b", 2), phase("a", 3)}}); status != 200 {
+		t.Fatalf("phases: %d %v", status, out)
+	}
+	if status, out, _ := ts.call(t, "runner", "POST", "/events/phase", phase("b", 4)); status != 200 {
+		t.Fatalf("phase: %d %v", status, out)
+	}
+	resp, err := ts.Client().Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `tfstackplan_events_total{kind="phase"} 4`; !strings.Contains(string(metrics), want) {
+		t.Errorf("metrics lack %s", want)
+	}
+}
