@@ -62,12 +62,17 @@ func (s *scriptWatcher) Write(p []byte) (int, error) {
 }
 
 func (s *scriptWatcher) examine(line string) {
-	if m := startedLine.FindStringSubmatch(line); m != nil {
-		s.started[m[1]] = true
-		return
+	// The substring tests only spare most lines the regular expressions, which need them.
+	if strings.HasPrefix(line, "/") && strings.Contains(line, ")> ") {
+		if m := startedLine.FindStringSubmatch(line); m != nil {
+			s.started[m[1]] = true
+			return
+		}
 	}
-	if m := failedLine.FindStringSubmatch(line); m != nil {
-		s.failed[m[1]] = true
+	if strings.Contains(line, "execution failed: running ") {
+		if m := failedLine.FindStringSubmatch(line); m != nil {
+			s.failed[m[1]] = true
+		}
 	}
 }
 
