@@ -2,12 +2,10 @@ package service
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 )
@@ -27,16 +25,6 @@ func (s *Service) writeOne(ctx context.Context, fn func(store.Tx) error) error {
 		return w.WriteOne(ctx, fn)
 	}
 	return s.Store.Write(ctx, fn)
-}
-
-func (s *Service) stackOrNew(tx store.Tx, execID, name string) (*store.Stack, error) {
-	st, err := tx.Stack(execID, name)
-	if errors.Is(err, store.ErrNotFound) {
-		st = &store.Stack{}
-		st.StackState.Stack, st.Status = name, events.StackPending
-		return st, nil
-	}
-	return st, err
 }
 
 // Phase records that a stack entered a phase; the stack shows its latest phase by seq. Like

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -335,12 +336,28 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if in.FinishedAt.IsZero() {
 			e.FinishedAt = now
 		}
+		// The execution row is locked (tx.Execution), so no event changes its stacks meanwhile:
+		// they are read once, and only those the finalize changes are written.
+		stacks, err := tx.Stacks(e.ExecutionID)
+		if err != nil {
+			return err
+		}
+		index := make(map[string]int, len(stacks))
+		for i := range stacks {
+			index[stacks[i].Stack] = i
+		}
+		added := false
 		for _, r := range in.Stacks {
-			st, err := s.stackOrNew(tx, e.ExecutionID, r.Stack)
-			if err != nil {
-				return err
+			i, ok := index[r.Stack]
+			if !ok {
+				st := store.Stack{}
+				st.StackState.Stack, st.Status = r.Stack, events.StackPending
+				i, added = len(stacks), true
+				index[r.Stack] = i
+				stacks = append(stacks, st)
 			}
-			st.Status, st.UpdatedAt = r.Status, now
+			st := stacks[i]
+			st.Status = r.Status
 			if r.Class != "" {
 				st.Class = r.Class
 			}
@@ -350,13 +367,17 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 			if r.PlanHash != "" {
 				st.PlanHash = r.PlanHash
 			}
-			if err := tx.SaveStack(e.ExecutionID, st); err != nil {
+			if ok && st.Status == stacks[i].Status && st.Class == stacks[i].Class && st.Counts == stacks[i].Counts && st.PlanHash == stacks[i].PlanHash {
+				continue
+			}
+			st.UpdatedAt = now
+			if err := tx.SaveStack(e.ExecutionID, &st); err != nil {
 				return err
 			}
+			stacks[i] = st
 		}
-		stacks, err := tx.Stacks(e.ExecutionID)
-		if err != nil {
-			return err
+		if added {
+			slices.SortFunc(stacks, func(a, b store.Stack) int { return strings.Compare(a.Stack, b.Stack) })
 		}
 		if e.Status == events.ExecutionSucceeded {
 			if why := unsettled(e.Op, stacks); why != "" {

@@ -657,3 +657,38 @@ func TestEventsOfAnExecutionWithoutPrincipal(t *testing.T) {
 		wantErr(t, err, store.ErrNotFound, "unknown")
 	})
 }
+
+// Finalize writes only the stacks it changes: a stack whose update already said what the
+// finalize says keeps its update time, the others take the finalize's, and a stack the
+// execution never announced is added in name order.
+func TestFinalizeWritesOnlyChangedStacks(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"b", "d"}})
+		f.must(err)
+		updated := f.now
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e", Stack: "b", Seq: 1, Status: "succeeded", Class: "additive",
+			Counts: api.Counts{Create: 1}, PlanHash: "v1:b"})
+		f.must(err)
+		f.now = f.now.Add(time.Minute)
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e", Status: "succeeded", Stacks: []api.StackResult{
+			{Stack: "b", Status: "succeeded", Class: "additive", Counts: api.Counts{Create: 1}, PlanHash: "v1:b"},
+			{Stack: "d", Status: "succeeded", Class: "no-changes", PlanHash: "v1:d"},
+			{Stack: "a", Status: "succeeded", Class: "no-changes", PlanHash: "v1:a"},
+		}})
+		f.must(err)
+		e, err := f.Execution(ctx, "e")
+		f.must(err)
+		if e.Status != "succeeded" || len(e.Stacks) != 3 {
+			t.Fatalf("execution %+v", e)
+		}
+		want := map[string]time.Time{"a": f.now, "b": updated, "d": f.now}
+		for i, st := range e.Stacks {
+			if name := []string{"a", "b", "d"}[i]; st.Stack != name {
+				t.Errorf("stack %d is %q, want %q", i, st.Stack, name)
+			}
+			if !st.UpdatedAt.Equal(want[st.Stack]) || st.Status != "succeeded" || st.PlanHash != "v1:"+st.Stack {
+				t.Errorf("stack %s: %+v, want updated at %v", st.Stack, st, want[st.Stack])
+			}
+		}
+	})
+}
