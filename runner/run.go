@@ -186,8 +186,7 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 		r.dryRun(ctx)
 		return
 	}
-	r.init(ctx)
-	pump := r.startPump(ctx)
+	pump := r.init(ctx)
 	defer func() {
 		if pump != nil {
 			r.drain(ctx, pump)
@@ -604,10 +603,11 @@ func (r *run) warnUnreported() {
 	}
 }
 
-func (r *run) init(ctx context.Context) {
+// init announces the execution and starts the log pump (nil without a server or stacks).
+func (r *run) init(ctx context.Context) *LogPump {
 	r.begin("init")
 	if !r.client.Enabled() {
-		return
+		return nil
 	}
 	edges := make([]events.Edge, 0, len(r.res.Edges))
 	for _, e := range r.res.Edges {
@@ -622,18 +622,43 @@ func (r *run) init(ctx context.Context) {
 	// Finalize follows even when Init seemed to fail: a slow server may have stored it anyway,
 	// and no execution may stay running there.
 	r.inited = true
-	r.event("Init", r.client.Init(ctx, in))
+	// The pump starts while Init is in flight, and posts nothing before it was answered.
+	announced := make(chan struct{})
+	var err error
+	go func() {
+		defer close(announced)
+		err = r.client.Init(ctx, in)
+	}()
+	pump := r.startPump(ctx, announced)
+	<-announced
+	r.event("Init", err)
+	return pump
 }
 
 // cancellingPoster is the pump's poster: a server-side cancel seen on a log post stops the run.
+// It posts nothing before announced is closed (the execution's Init was answered).
 type cancellingPoster struct {
-	c      *Client
-	cancel context.CancelCauseFunc
+	c         *Client
+	cancel    context.CancelCauseFunc
+	announced <-chan struct{}
 }
 
 func (p cancellingPoster) Enabled() bool { return p.c.Enabled() }
 
+// wait returns once the execution was announced, or ctx's error first.
+func (p cancellingPoster) wait(ctx context.Context) error {
+	select {
+	case <-p.announced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (p cancellingPoster) LogChunk(ctx context.Context, lc events.LogChunk) error {
+	if err := p.wait(ctx); err != nil {
+		return err
+	}
 	err := p.c.LogChunk(ctx, lc)
 	if errors.Is(err, ErrCancelRequested) {
 		p.cancel(err)
@@ -642,6 +667,9 @@ func (p cancellingPoster) LogChunk(ctx context.Context, lc events.LogChunk) erro
 }
 
 func (p cancellingPoster) LogChunks(ctx context.Context, chunks []events.LogChunk) error {
+	if err := p.wait(ctx); err != nil {
+		return err
+	}
 	err := p.c.LogChunks(ctx, chunks)
 	if errors.Is(err, ErrCancelRequested) {
 		p.cancel(err)
@@ -649,11 +677,19 @@ func (p cancellingPoster) LogChunks(ctx context.Context, chunks []events.LogChun
 	return err
 }
 
-func (r *run) startPump(ctx context.Context) *LogPump {
+// announcedLongAgo is a closed channel, for a pump started after Init was answered.
+var announcedLongAgo = func() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// startPump starts the log pump over the run's stacks; it posts once announced is closed.
+func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump {
 	if !r.client.Enabled() || len(r.paths) == 0 {
 		return nil
 	}
-	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
+	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
 	if err := p.SetOptions(r.o.Pump); err != nil {
 		r.warn("log pump: %v", err)
 		return nil
@@ -1084,7 +1120,7 @@ func (r *run) apply(ctx context.Context) {
 	if v.Requester != "" {
 		extra = append(extra, EnvRequester+"="+v.Requester, EnvImpersonate+"="+v.Requester)
 	}
-	pump := r.startPump(ctx)
+	pump := r.startPump(ctx, announcedLongAgo)
 	out, runErr := r.scriptRun(ctx, "apply", r.script, extra)
 	r.drain(ctx, pump)
 	for i := range r.res.Stacks {

@@ -449,3 +449,38 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 		t.Errorf("phases = %+v in %d batches, want the done tick relayed in one Phases request", m.phases, m.phaseBatches)
 	}
 }
+
+// The pump's poster holds every post until the execution's Init was answered (the pump starts
+// while Init is in flight), and gives up with the context.
+func TestPumpPostsWaitForInit(t *testing.T) {
+	m, c := memClient(t)
+	announced := make(chan struct{})
+	p := cancellingPoster{c: c, cancel: func(error) {}, announced: announced}
+	chunk := events.LogChunk{ExecutionID: "e", Stack: "a", Data: []byte("x")}
+	posted := make(chan error, 2)
+	go func() { posted <- p.LogChunks(context.Background(), []events.LogChunk{chunk}) }()
+	go func() { posted <- p.LogChunk(context.Background(), chunk) }()
+	time.Sleep(50 * time.Millisecond)
+	m.mu.Lock()
+	early := len(m.logs)
+	m.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d chunks posted before Init was answered", early)
+	}
+	close(announced)
+	for range 2 {
+		if err := <-posted; err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.logs) != 2 {
+		t.Fatalf("the server got %d chunks, want 2", len(m.logs))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := (cancellingPoster{c: c, cancel: func(error) {}, announced: make(chan struct{})}).LogChunk(ctx, chunk); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a post waiting for Init after its context ended: %v", err)
+	}
+}
