@@ -475,10 +475,28 @@ func (r *run) discover(ctx context.Context) bool {
 		r.listed = append(r.listed, s)
 		r.paths = append(r.paths, p)
 	}
+	// The run graph does not depend on why the stacks changed: terramate works out both at once.
+	var graph RunGraphResult
+	var graphErr error
+	var graphPanic any
+	graphDone := make(chan struct{})
+	gctx, stopGraph := context.WithCancel(ctx)
+	defer stopGraph()
+	if len(r.listed) > 0 {
+		go func() {
+			defer close(graphDone)
+			defer func() { graphPanic = recover() }() // raised again below, where Run recovers it
+			graph, graphErr = r.tm.RunGraphDetailed(gctx)
+		}()
+	} else {
+		close(graphDone)
+	}
 	r.why = map[string][]string{}
 	if !r.o.All && len(r.listed) > 0 {
 		reasons, err := r.tm.WhyChangedFor(ctx, r.o.Base, listed)
 		if err != nil {
+			stopGraph()
+			<-graphDone
 			r.failTerramate("discover", err, ctx)
 			return false
 		}
@@ -490,14 +508,17 @@ func (r *run) discover(ctx context.Context) bool {
 			}
 		}
 	}
+	<-graphDone
+	if graphPanic != nil {
+		panic(graphPanic)
+	}
 	if len(r.listed) > 0 {
-		g, err := r.tm.RunGraphDetailed(ctx)
-		if err != nil {
-			r.failTerramate("discover", err, ctx)
+		if graphErr != nil {
+			r.failTerramate("discover", graphErr, ctx)
 			return false
 		}
-		r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
-		r.res.EdgesApproximate = g.Approximate
+		r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, graph.Edges)
+		r.res.EdgesApproximate = graph.Approximate
 	}
 	for _, p := range r.paths {
 		r.res.Stacks = append(r.res.Stacks, StackEntry{

@@ -484,3 +484,50 @@ func TestPumpPostsWaitForInit(t *testing.T) {
 		t.Fatalf("a post waiting for Init after its context ended: %v", err)
 	}
 }
+
+// Discovery asks for the run graph while it asks why the stacks changed: a failure of either
+// is the run's terramate error (why's first, the graph's call then stopped), and a panic in
+// the graph's call is recovered by Run as any other.
+func TestDiscoverAsksTheGraphAlongside(t *testing.T) {
+	stacks := []string{"a", "b"}
+	for _, c := range []struct {
+		name     string
+		why      error
+		graph    func(ctx context.Context) error
+		kind     string
+		contains string
+	}{
+		{"why fails, graph waits for its end", errors.New("why broke"),
+			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, KindTerramate, "why broke"},
+		{"graph fails", nil, func(context.Context) error { return errors.New("graph broke") }, KindTerramate, "graph broke"},
+		{"graph panics", nil, func(context.Context) error { panic("graph boom") }, KindInternal, "graph boom"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, cl := memClient(t)
+			root := runRepo(t, stacks)
+			base := scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error { return nil })
+			exec := func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+				switch {
+				case len(args) > 2 && args[2] == "--why" && c.why != nil:
+					return c.why
+				case len(args) > 1 && args[0] == "experimental":
+					return c.graph(ctx)
+				}
+				return base(ctx, name, args, dir, env, stdout, stderr)
+			}
+			res := Run(context.Background(), RunOptions{
+				Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: cl,
+				ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+				Getenv: func(string) string { return "" },
+			})
+			if res.Error == nil || res.Error.Kind != c.kind || res.Error.Step != "discover" || !strings.Contains(res.Error.Tail, c.contains) {
+				t.Fatalf("error = %+v, want %s in discover naming %q", res.Error, c.kind, c.contains)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if len(m.inits) != 0 {
+				t.Fatalf("a run that failed discovery announced itself: %v", m.inits)
+			}
+		})
+	}
+}
