@@ -324,7 +324,7 @@ func (p *LogPump) AddStack(stack string) error {
 	if _, dup := p.byName[stack]; dup {
 		return fmt.Errorf("log pump: stack %q added twice", stack)
 	}
-	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), gen: -1}
+	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), done: make(chan error, 1), gen: -1}
 	p.stacks = append(p.stacks, s)
 	p.byName[stack] = s
 	if p.started {
@@ -800,7 +800,8 @@ const (
 )
 
 // stackTail is the state of one stack. Fields after the first block are owned by its
-// goroutine and read by report only after it ended.
+// goroutine and read by report only after it ended; the goroutine holds mu except while it
+// waits, so that another goroutine can look at them between its steps.
 type stackTail struct {
 	p        *LogPump
 	name     string
@@ -814,7 +815,9 @@ type stackTail struct {
 	obsGen      atomic.Int64 // generation and size last observed (for tests and diagnostics)
 	obsSize     atomic.Int64
 	obsRead     atomic.Int64 // bytes of the generation read into memory
+	done        chan error   // the outcome of the post in flight
 
+	mu       sync.Mutex
 	f        *os.File
 	fi       os.FileInfo
 	gen      int64 // -1 until a file was seen
@@ -856,7 +859,6 @@ func (s *stackTail) run(ctx context.Context) {
 	p := s.p
 	defer p.wg.Done()
 	defer s.releaseBudget()
-	done := make(chan error, 1)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	drainCh := p.drainCh
@@ -874,6 +876,7 @@ func (s *stackTail) run(ctx context.Context) {
 	// happen (a post's outcome or a timer alone do not need a new look).
 	look := true
 	for {
+		s.mu.Lock()
 		if drainCh == nil && !draining {
 			draining = true
 			drainDone = p.drainCtx.Done()
@@ -887,6 +890,7 @@ func (s *stackTail) run(ctx context.Context) {
 		}
 		stopped := p.stopped.Load() != nil
 		if stopped && !s.inflight {
+			s.mu.Unlock()
 			return
 		}
 		if !stopped {
@@ -894,15 +898,16 @@ func (s *stackTail) run(ctx context.Context) {
 			s.fill(draining)
 			s.obsRead.Store(s.readOff)
 		}
-		if haveToken && !s.inflight {
-			if due, _ := s.postDue(draining); due && !stopped {
-				s.post(done) // the post releases the token
+		if haveToken {
+			if due, _ := s.postDue(draining); due && !stopped && !s.inflight {
+				s.post() // the post releases the token
 			} else {
 				<-p.sem
 			}
 			haveToken = false
 		}
 		if draining && !s.inflight && len(s.queue) == 0 && (s.f == nil || (s.readOff >= s.seen && len(s.ms.hold) == 0)) {
+			s.mu.Unlock()
 			return
 		}
 		var budgetCh <-chan struct{}
@@ -920,6 +925,7 @@ func (s *stackTail) run(ctx context.Context) {
 				sleep = wait
 			}
 		}
+		s.mu.Unlock()
 		timer.Reset(sleep)
 		select {
 		case semCh <- struct{}{}:
@@ -935,9 +941,11 @@ func (s *stackTail) run(ctx context.Context) {
 		case <-timer.C:
 		case <-budgetCh:
 			s.granted, s.waiter, look = s.waiter.n, nil, true
-		case err := <-done:
+		case err := <-s.done:
+			s.mu.Lock()
 			s.inflight = false
 			s.posted(err)
+			s.mu.Unlock()
 		}
 		p.stackWakes.Add(1)
 		if !timer.Stop() {
@@ -1272,18 +1280,16 @@ func (s *stackTail) fill(draining bool) {
 	s.enqueueData(out, c, cost)
 }
 
-// post sends the head of the queue in the background.
-func (s *stackTail) post(done chan<- error) {
+// post sends the head of the queue in the background. s.mu is held.
+func (s *stackTail) post() {
 	p := s.p
-	s.queue[0].open = false
-	lc := s.queue[0].lc
-	s.inflight = true
+	lc := s.seize()
 	if p.batchCh != nil {
 		select {
-		case p.batchCh <- pumpBatchReq{lc: lc, done: done}:
+		case p.batchCh <- pumpBatchReq{lc: lc, done: s.done}:
 		case <-p.postCtx.Done():
 			<-p.sem
-			done <- p.postCtx.Err()
+			s.done <- p.postCtx.Err()
 		}
 		return
 	}
@@ -1292,8 +1298,16 @@ func (s *stackTail) post(done chan<- error) {
 		err := p.poster.LogChunk(ctx, lc)
 		cancel()
 		<-p.sem
-		done <- err
+		s.done <- err
 	}()
+}
+
+// seize seals the head of the queue and marks it in flight; its outcome comes on s.done.
+// s.mu is held.
+func (s *stackTail) seize() events.LogChunk {
+	s.queue[0].open = false
+	s.inflight = true
+	return s.queue[0].lc
 }
 
 // pumpBatchReq is one stack's chunk waiting for a batch; done gets the batch's outcome.
