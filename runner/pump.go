@@ -39,20 +39,29 @@ package runner
 // PollInterval after for a polled stack, and at most SafetyPoll after should its event be lost
 // (a queue overflow wakes every stack at once). It is posted at most Coalesce after it was
 // read, unless the server is slower than the logs grow (MaxInFlight posts in flight, MaxBuffered
-// bytes held). With the defaults: 20 ms + 50 ms for a watched stack, 100 ms + 50 ms polled.
-// Bytes truncated away (the next command's `tee`) sooner than that after they were written may
-// be lost, and are reported as a gap.
+// bytes held). With the defaults: 20 ms + 50 ms for a watched stack, 100 ms + 50 ms polled
+// (piggybacking, below, only ever posts a byte sooner). Bytes truncated away (the next
+// command's `tee`) sooner than that after they were written may be lost, and are reported as a
+// gap.
 //
-// Reading and memory. Appended bytes are read as soon as the pump sees them (so that a
-// truncation right after them, the next command's `tee`, loses nothing) into the stack's open
-// chunk, which is posted once it is full or Coalesce after its first byte. A stack holds at
-// most one chunk being posted and one open chunk, and every byte held is charged to a global
-// budget (MaxBuffered): when a slow or dead server has used it up, the pump stops reading and
-// the file itself is the buffer. Memory is thus bounded by MaxBuffered plus a small hold-back
-// per stack whatever the log sizes, and writers are never blocked. Bytes are lost only when
-// the file is truncated or replaced before the pump read them; such a range becomes a gap
-// {stack, generation, from, to}, posted to the server in order (when it answers again) and
-// listed in the DrainReport with what was still unsent when Drain gave up.
+// Reading and memory. Appended bytes are read as soon as the pump sees them (so that a truncation
+// right after them, the next command's `tee`, loses nothing) into the stack's open chunk, which is
+// posted once it is full or Coalesce after its first byte, or sooner along with another stack's
+// (see Piggybacking). A stack holds at most one chunk being posted and one open chunk, and every
+// byte held is charged to a global budget (MaxBuffered): when a slow or dead server has used it
+// up, the pump stops reading and the file itself is the buffer. Memory is thus bounded by
+// MaxBuffered plus a small hold-back per stack whatever the log sizes, and writers are never
+// blocked. Bytes are lost only when the file is truncated or replaced before the pump read them;
+// such a range becomes a gap {stack, generation, from, to}, posted to the server in order (when it
+// answers again) and listed in the DrainReport with what was still unsent when Drain gave up.
+//
+// Piggybacking. With a batching poster, a request that leaves because some chunk is due also
+// takes along the open chunks of stacks that are otherwise idle (nothing in flight, no retry
+// pending), sealing them before they are due: several stacks writing out of phase then share
+// one request per coalescing period instead of making one each. Such a chunk is posted sooner
+// than Coalesce after its first byte, never later; its stack's next bytes start a new chunk.
+// Riders never delay a due chunk: the batcher only takes a stack it can lock without waiting,
+// and within the MaxBatch, BatchBytes and post-slot room the due chunks leave (see piggyback).
 
 import (
 	"bytes"
@@ -82,7 +91,8 @@ type LogPoster interface {
 
 // LogBatchPoster is implemented by posters that can send several chunks in one request
 // (*Client does, through the LogChunks operation). The pump then groups the chunks of all
-// stacks that are due together, so a busy run costs a few requests per coalescing period
+// stacks that are due together, and takes the open chunks of idle stacks along (see
+// Piggybacking in pump.go), so a busy run costs about one request per coalescing period
 // instead of one per stack.
 type LogBatchPoster interface {
 	LogChunks(ctx context.Context, chunks []events.LogChunk) error
@@ -94,9 +104,11 @@ type PumpOptions struct {
 	// longer only when a secret is shorter than "***".
 	MaxChunk int
 	// Coalesce is how long bytes read may wait for more before they are posted (default
-	// 50 ms). A full chunk is posted at once.
+	// 50 ms). A full chunk is posted at once, and an open chunk may be posted sooner, along
+	// with another stack's due chunk (see Piggybacking in pump.go).
 	Coalesce time.Duration
-	// MaxInFlight bounds concurrent posts across all stacks (default 16).
+	// MaxInFlight bounds concurrent posts across all stacks (default 16). Chunks taken along
+	// before they are due (see Piggybacking in pump.go) use only the first half of the slots.
 	MaxInFlight int
 	// MaxBuffered bounds the bytes read from files and not yet acknowledged, across all stacks
 	// (default 16 MiB). Each stack also holds back at most 2*MaxSecretLength bytes for masking.
@@ -247,9 +259,15 @@ type LogPump struct {
 	npolled    atomic.Int64  // stacks polled every PollInterval
 	pollKick   chan struct{} // tells the poller a stack became polled
 
+	// riders lists the stacks that may have an open chunk to piggyback (see piggyback); a
+	// stack is on it at most once (stackTail.listed).
+	ridersMu sync.Mutex
+	riders   []*stackTail
+
 	// Counters for tests and diagnostics: events and errors dispatch received (the round
-	// markers' included), its rounds, the poller's wake-ups and the stack goroutines'.
-	events, rounds, pollWakes, stackWakes atomic.Int64
+	// markers' included), its rounds, the poller's wake-ups and the stack goroutines', and the
+	// chunks that rode in a batch before they were due.
+	events, rounds, pollWakes, stackWakes, piggybacked atomic.Int64
 	// holdHook, when set (tests), is called as dispatch holds events back, and the hold lasts
 	// until it returns.
 	holdHook func(time.Duration)
@@ -324,7 +342,7 @@ func (p *LogPump) AddStack(stack string) error {
 	if _, dup := p.byName[stack]; dup {
 		return fmt.Errorf("log pump: stack %q added twice", stack)
 	}
-	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), gen: -1}
+	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), done: make(chan error, 1), gen: -1}
 	p.stacks = append(p.stacks, s)
 	p.byName[stack] = s
 	if p.started {
@@ -778,7 +796,7 @@ func (p *LogPump) report() DrainReport {
 
 // pumpItem is one queued post: a data chunk or a gap record. The last data item of a stack
 // may be open: bytes read are appended to it until it is sealed, when it is first posted
-// (after the coalescing delay, or full) or its generation ends.
+// (after the coalescing delay, full, or taken along by a batch) or its generation ends.
 type pumpItem struct {
 	lc     events.LogChunk
 	rawLen int64 // file bytes a data chunk covers
@@ -800,7 +818,9 @@ const (
 )
 
 // stackTail is the state of one stack. Fields after the first block are owned by its
-// goroutine and read by report only after it ended.
+// goroutine and read by report only after it ended; the batcher may also take the open chunk
+// (see piggyback), so the goroutine holds mu except while it waits, and the batcher holds it
+// to look at queue, inflight and retryAt.
 type stackTail struct {
 	p        *LogPump
 	name     string
@@ -814,7 +834,11 @@ type stackTail struct {
 	obsGen      atomic.Int64 // generation and size last observed (for tests and diagnostics)
 	obsSize     atomic.Int64
 	obsRead     atomic.Int64 // bytes of the generation read into memory
+	done        chan error   // the outcome of the post in flight
+	listed      atomic.Bool  // on p.riders; set and cleared under p.ridersMu
 
+	mu       sync.Mutex
+	gone     bool // the goroutine ended: the batcher leaves the stack alone
 	f        *os.File
 	fi       os.FileInfo
 	gen      int64 // -1 until a file was seen
@@ -856,7 +880,7 @@ func (s *stackTail) run(ctx context.Context) {
 	p := s.p
 	defer p.wg.Done()
 	defer s.releaseBudget()
-	done := make(chan error, 1)
+	defer s.retire()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	drainCh := p.drainCh
@@ -874,6 +898,7 @@ func (s *stackTail) run(ctx context.Context) {
 	// happen (a post's outcome or a timer alone do not need a new look).
 	look := true
 	for {
+		s.mu.Lock()
 		if drainCh == nil && !draining {
 			draining = true
 			drainDone = p.drainCtx.Done()
@@ -887,6 +912,7 @@ func (s *stackTail) run(ctx context.Context) {
 		}
 		stopped := p.stopped.Load() != nil
 		if stopped && !s.inflight {
+			s.mu.Unlock()
 			return
 		}
 		if !stopped {
@@ -894,15 +920,16 @@ func (s *stackTail) run(ctx context.Context) {
 			s.fill(draining)
 			s.obsRead.Store(s.readOff)
 		}
-		if haveToken && !s.inflight {
-			if due, _ := s.postDue(draining); due && !stopped {
-				s.post(done) // the post releases the token
+		if haveToken {
+			if due, _ := s.postDue(draining); due && !stopped && !s.inflight {
+				s.post() // the post releases the token
 			} else {
-				<-p.sem
+				<-p.sem // not due, or the batcher took the chunk meanwhile (see piggyback)
 			}
 			haveToken = false
 		}
 		if draining && !s.inflight && len(s.queue) == 0 && (s.f == nil || (s.readOff >= s.seen && len(s.ms.hold) == 0)) {
+			s.mu.Unlock()
 			return
 		}
 		var budgetCh <-chan struct{}
@@ -920,6 +947,8 @@ func (s *stackTail) run(ctx context.Context) {
 				sleep = wait
 			}
 		}
+		s.offer()
+		s.mu.Unlock()
 		timer.Reset(sleep)
 		select {
 		case semCh <- struct{}{}:
@@ -935,9 +964,11 @@ func (s *stackTail) run(ctx context.Context) {
 		case <-timer.C:
 		case <-budgetCh:
 			s.granted, s.waiter, look = s.waiter.n, nil, true
-		case err := <-done:
+		case err := <-s.done:
+			s.mu.Lock()
 			s.inflight = false
 			s.posted(err)
+			s.mu.Unlock()
 		}
 		p.stackWakes.Add(1)
 		if !timer.Stop() {
@@ -1272,18 +1303,16 @@ func (s *stackTail) fill(draining bool) {
 	s.enqueueData(out, c, cost)
 }
 
-// post sends the head of the queue in the background.
-func (s *stackTail) post(done chan<- error) {
+// post sends the head of the queue in the background. s.mu is held.
+func (s *stackTail) post() {
 	p := s.p
-	s.queue[0].open = false
-	lc := s.queue[0].lc
-	s.inflight = true
+	lc := s.seize()
 	if p.batchCh != nil {
 		select {
-		case p.batchCh <- pumpBatchReq{lc: lc, done: done}:
+		case p.batchCh <- pumpBatchReq{lc: lc, done: s.done}:
 		case <-p.postCtx.Done():
 			<-p.sem
-			done <- p.postCtx.Err()
+			s.done <- p.postCtx.Err()
 		}
 		return
 	}
@@ -1292,8 +1321,16 @@ func (s *stackTail) post(done chan<- error) {
 		err := p.poster.LogChunk(ctx, lc)
 		cancel()
 		<-p.sem
-		done <- err
+		s.done <- err
 	}()
+}
+
+// seize seals the head of the queue and marks it in flight; its outcome comes on s.done.
+// s.mu is held.
+func (s *stackTail) seize() events.LogChunk {
+	s.queue[0].open = false
+	s.inflight = true
+	return s.queue[0].lc
 }
 
 // pumpBatchReq is one stack's chunk waiting for a batch; done gets the batch's outcome.
@@ -1303,8 +1340,9 @@ type pumpBatchReq struct {
 }
 
 // batcher groups the chunks posted at about the same time into LogChunks requests. It takes
-// whatever is waiting when it is free, so under light load a chunk goes out alone and at once,
-// and under heavy load requests grow instead of multiplying. Every chunk holds a post slot
+// whatever is waiting when a request can leave, so under light load a chunk goes out alone and
+// at once, and under heavy load requests grow instead of multiplying. Each request also takes
+// the open chunks of otherwise idle stacks along (see piggyback). Every chunk holds a post slot
 // until its batch is answered, so MaxInFlight still bounds what is in flight.
 func (p *LogPump) batcher(bp LogBatchPoster) {
 	defer p.bg.Done()
@@ -1314,6 +1352,12 @@ func (p *LogPump) batcher(bp LogBatchPoster) {
 		select {
 		case first = <-p.batchCh:
 		case <-p.postCtx.Done():
+			return
+		}
+		select {
+		case free <- struct{}{}:
+		case <-p.postCtx.Done():
+			p.answer([]pumpBatchReq{first}, p.postCtx.Err())
 			return
 		}
 		batch := []pumpBatchReq{first}
@@ -1330,12 +1374,7 @@ func (p *LogPump) batcher(bp LogBatchPoster) {
 				break collect
 			}
 		}
-		select {
-		case free <- struct{}{}:
-		case <-p.postCtx.Done():
-			p.answer(batch, p.postCtx.Err())
-			return
-		}
+		batch = p.piggyback(batch, size)
 		go func() {
 			defer func() { <-free }()
 			chunks := make([]events.LogChunk, len(batch))
@@ -1348,6 +1387,101 @@ func (p *LogPump) batcher(bp LogBatchPoster) {
 			p.answer(batch, err)
 		}()
 	}
+}
+
+// piggyback adds to a batch about to leave the open chunks of stacks that are otherwise idle:
+// nothing in flight, no retry pending, the head of the queue is the open chunk and it has
+// data. Each is sealed then and there, before it is due, instead of falling due a little later
+// and making a request of its own; a byte is thus posted earlier than Coalesce after it was
+// read, never later. Chunks that are due come first (they are already in the batch), and a
+// rider must fit within MaxBatch and BatchBytes and find a free post slot without waiting. A
+// rider is taken only while at most half of the MaxInFlight slots would be in use, so that a
+// chunk falling due while the request is answered is not kept waiting for a slot a rider took.
+// The batcher never waits for a stack: one whose goroutine is busy (its mu is held) is left
+// for the next batch, so a slow file or a stuck stack cannot hold a request back.
+func (p *LogPump) piggyback(batch []pumpBatchReq, size int) []pumpBatchReq {
+	if len(batch) >= p.opts.MaxBatch || size >= p.opts.BatchBytes {
+		return batch
+	}
+	p.ridersMu.Lock()
+	cands := p.riders
+	p.riders = nil
+	for _, s := range cands {
+		s.listed.Store(false)
+	}
+	p.ridersMu.Unlock()
+	keep := cands[:0]
+	for _, s := range cands {
+		if len(batch) >= p.opts.MaxBatch || !s.mu.TryLock() {
+			keep = append(keep, s)
+			continue
+		}
+		lc, took, later := s.ride(p.opts.BatchBytes - size)
+		s.mu.Unlock()
+		switch {
+		case took:
+			batch = append(batch, pumpBatchReq{lc: lc, done: s.done})
+			size += len(lc.Data)
+			p.piggybacked.Add(1)
+		case later:
+			keep = append(keep, s)
+		}
+	}
+	for _, s := range keep {
+		s.list()
+	}
+	return batch
+}
+
+// ride seals the open chunk for a batch about to leave and marks it in flight, if the stack
+// is a rider (see piggyback), the chunk's data fits in room bytes and a post slot is free.
+// later: it may ride another time (it is still a rider). s.mu is held.
+func (s *stackTail) ride(room int) (lc events.LogChunk, took, later bool) {
+	if s.gone || s.p.stopped.Load() != nil || !s.rider() {
+		return lc, false, false
+	}
+	if len(s.queue[0].lc.Data) > room || 2*(len(s.p.sem)+1) > cap(s.p.sem) {
+		return lc, false, true
+	}
+	select {
+	case s.p.sem <- struct{}{}:
+	default:
+		return lc, false, true
+	}
+	return s.seize(), true, false
+}
+
+// rider reports whether the stack's open chunk may be taken by a batch that another stack's
+// chunk sends (see piggyback). s.mu is held.
+func (s *stackTail) rider() bool {
+	return !s.inflight && len(s.queue) > 0 && s.queue[0].open && len(s.queue[0].lc.Data) > 0 &&
+		s.retryAt.IsZero()
+}
+
+// offer lists the stack as a rider when it has become one; the batcher takes it off the list
+// when it looks at it. s.mu is held.
+func (s *stackTail) offer() {
+	if s.p.batchCh != nil && !s.listed.Load() && s.rider() {
+		s.list()
+	}
+}
+
+// list puts the stack on the riders list once.
+func (s *stackTail) list() {
+	p := s.p
+	p.ridersMu.Lock()
+	defer p.ridersMu.Unlock()
+	if !s.listed.Load() {
+		s.listed.Store(true)
+		p.riders = append(p.riders, s)
+	}
+}
+
+// retire tells the batcher the goroutine ended, so that it no longer takes the stack's chunks.
+func (s *stackTail) retire() {
+	s.mu.Lock()
+	s.gone = true
+	s.mu.Unlock()
 }
 
 // answer releases the batch's post slots and tells each stack the outcome.

@@ -47,7 +47,8 @@ type pumpReceipt struct {
 
 // BenchmarkPumpLatency: 200 stacks append lines concurrently at 5 MB/s in total for 3 s; the
 // pump posts to a collector over loopback HTTP (JSON-decoded events.LogChunk). Reports the
-// append-to-receipt latency of every write (p50-ms, p99-ms) and lost-bytes.
+// append-to-receipt latency of every write (p50-ms, p99-ms), lost-bytes and the requests the
+// collector received.
 func BenchmarkPumpLatency(b *testing.B) {
 	const (
 		nStacks  = 200
@@ -61,6 +62,7 @@ func BenchmarkPumpLatency(b *testing.B) {
 		root, stacks := pumpBenchStacks(b, nStacks)
 		var mu sync.Mutex
 		recv := map[string][]pumpReceipt{}
+		var requests atomic.Int64
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			chunks, err := pumpDecodeChunks(r)
 			if err != nil {
@@ -68,6 +70,7 @@ func BenchmarkPumpLatency(b *testing.B) {
 				return
 			}
 			at := time.Now()
+			requests.Add(1)
 			mu.Lock()
 			for _, lc := range chunks {
 				recv[lc.Stack] = append(recv[lc.Stack], pumpReceipt{lc.Generation, lc.Offset, lc.Offset + int64(len(lc.Data)) + lc.GapLength, at})
@@ -169,6 +172,7 @@ func BenchmarkPumpLatency(b *testing.B) {
 		b.ReportMetric(float64(lost), "lost-bytes")
 		b.ReportMetric(float64(total)/duration.Seconds()/1e6, "MB/s-written")
 		b.ReportMetric(float64(rep.Chunks), "chunks")
+		b.ReportMetric(float64(requests.Load()), "requests")
 		if lost != 0 || len(rep.Gaps) != 0 {
 			b.Errorf("lost %d bytes, gaps %v", lost, rep.Gaps)
 		}
