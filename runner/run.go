@@ -646,12 +646,17 @@ func (r *run) init(ctx context.Context) *LogPump {
 	// The pump starts while Init is in flight, and posts nothing before it was answered.
 	announced := make(chan struct{})
 	var err error
+	var initPanic any
 	go func() {
 		defer close(announced)
+		defer func() { initPanic = recover() }() // raised again below, where Run recovers it
 		err = r.client.Init(ctx, in)
 	}()
 	pump := r.startPump(ctx, announced)
 	<-announced
+	if initPanic != nil {
+		panic(initPanic)
+	}
 	r.event("Init", err)
 	return pump
 }
