@@ -94,28 +94,9 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A leftover grandchild holding the output pipes must not keep Wait from returning.
-	cmd.WaitDelay = outputGrace
-	// A paced destination gets a pipe of the driver's own, read in batches (see pacedWriter).
-	var paced []*pacedPipe
-	for _, out := range []*io.Writer{&cmd.Stdout, &cmd.Stderr} {
-		dst, ok := (*out).(pacedWriter)
-		if !ok {
-			continue
-		}
-		p, err := newPacedPipe(dst)
-		if err != nil {
-			abandonPaced(paced)
-			return err
-		}
-		paced = append(paced, p)
-		*out = p.w
-	}
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
-		abandonPaced(paced)
 		return err
-	}
-	for _, p := range paced {
-		p.start()
 	}
 	pgid := cmd.Process.Pid
 	procs.add(pgid)
@@ -141,9 +122,6 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 		}
 	}()
 	err := cmd.Wait()
-	if perr := finishPaced(paced, outputGrace); err == nil && perr != nil {
-		err = perr
-	}
 	close(done)
 	<-stopped
 	if err == nil && ctx.Err() != nil {
@@ -151,10 +129,6 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 	}
 	return err
 }
-
-// outputGrace is how long the driver keeps reading a process's output once it exited: a leftover
-// grandchild holding the pipes must not hold the run up.
-const outputGrace = 2 * time.Second
 
 // env returns the environment of an invocation: nil (inherit) unless something is added.
 func (t *Terramate) env(extra []string) []string {
@@ -256,9 +230,7 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 
 	lw := &tmLockedWriter{w: w}
 	tail := newTMTailBuffer(stderrTailLimit)
-	stdout := pacedOutput{Writer: lw, every: ScriptOutputInterval}
-	stderr := pacedOutput{Writer: io.MultiWriter(lw, tail), every: ScriptOutputInterval}
-	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), stdout, stderr)
+	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), lw, io.MultiWriter(lw, tail))
 	if err == nil {
 		return nil
 	}
