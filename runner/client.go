@@ -352,8 +352,8 @@ const (
 // Updates reports several stacks' updates of one execution (best-effort), in order, in as few
 // requests as MaxUpdateBatch and MaxUpdateBatchBytes allow; the server stores each request's
 // updates together or not at all. A server without the operation (it answers 403, 404 or 405:
-// an older tfstackplan refuses a runner an unknown path with 403) gets one Update a request
-// from then on; a batch refused as invalid is sent again one update a request, so that only
+// an older tfstackplan refuses a runner an unknown path with 403, where an Update goes through)
+// gets one Update a request from then on; a batch refused as invalid is sent again one update a request, so that only
 // the invalid update is lost, as with Update. It returns the first error, a server-side
 // cancel before any other; every batch is sent whatever the earlier ones met.
 func (c *Client) Updates(ctx context.Context, updates []events.Update) error {
@@ -372,7 +372,10 @@ type batchOp struct {
 }
 
 // sendBatched sends items with op as Updates describes it, and each one alone with single when
-// op cannot carry it.
+// op cannot carry it. A batch refused with 403, 404 or 405 is the server's lack of the
+// operation only when its first event, sent alone, is not refused the same way; otherwise the
+// refusal is the execution's (unknown, or another principal's) and the rest of the batch is not
+// sent one by one to meet it again.
 func sendBatched[T any](c *Client, ctx context.Context, items []T, op batchOp, single func(context.Context, T) error) error {
 	if !c.Enabled() || len(items) == 0 {
 		return nil
@@ -405,8 +408,20 @@ func sendBatched[T any](c *Client, ctx context.Context, items []T, op batchOp, s
 		var ae *APIError
 		switch {
 		case errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || ae.StatusCode == http.StatusNotFound || ae.StatusCode == http.StatusMethodNotAllowed):
+			// A server without the operation, or a refusal of the execution itself (not
+			// announced, or another principal's), which the single operation meets too: the
+			// first event, sent alone, tells them apart.
+			first := single(ctx, items[start])
+			var fe *APIError
+			if errors.As(first, &fe) && fe.StatusCode == ae.StatusCode {
+				errs.add(first)
+				break
+			}
 			op.none.Store(true)
-			fallthrough
+			errs.add(first)
+			for _, it := range items[start+1 : end] {
+				errs.add(single(ctx, it))
+			}
 		case errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest && end-start > 1:
 			for _, it := range items[start:end] {
 				errs.add(single(ctx, it))

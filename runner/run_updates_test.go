@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -181,5 +182,72 @@ func TestRunPlanUpdatesAnOlderServer(t *testing.T) {
 	}
 	if m.requests["/events/updates"] != 1 || m.requests["/events/update"] != n {
 		t.Errorf("requests %v, want one refused Updates, then one Update per stack", m.requests)
+	}
+}
+
+// Against a server that refuses the execution itself (another principal announced it), a
+// refused batch is tried once alone to tell that from an older server, and the rest of it is
+// not sent one by one to be refused again: each Phases or Updates call costs two requests,
+// and the client still batches afterwards.
+func TestClientBatchesRefusedForTheExecution(t *testing.T) {
+	a := &auth.Authenticator{}
+	if err := a.ParseTokens("tokens.hcl", []byte(`
+token "mine" {
+  secret = "mine-secret-0123456789"
+  roles  = ["runner"]
+}
+token "theirs" {
+  secret = "theirs-secret-0123456789"
+  roles  = ["runner"]
+}
+`)); err != nil {
+		t.Fatal(err)
+	}
+	svc := service.New(storetest.OpenSQLite(t), nil)
+	srv, err := server.New(server.Config{Service: svc, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	requests := map[string]int{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests[strings.TrimPrefix(r.URL.Path, server.BasePath)]++
+		mu.Unlock()
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	ctx := context.Background()
+	theirs, err := NewClientTokenSource(ts.URL, StaticToken("theirs-secret-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a", "b", "c", "d"}
+	if err := theirs.Init(ctx, events.Init{ExecutionID: "x", Op: "plan", Environment: "prod", Stacks: stacks}); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := NewClientTokenSource(ts.URL, StaticToken("mine-secret-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phases []events.PhaseEvent
+	var updates []events.Update
+	for i, s := range stacks {
+		phases = append(phases, events.PhaseEvent{ExecutionID: "x", Stack: s, Phase: "plan", Seq: int64(i + 1)})
+		updates = append(updates, events.Update{ExecutionID: "x", Stack: s, Status: events.StackSucceeded, Class: events.ClassNoChanges, Seq: int64(i + 1)})
+	}
+	for range 2 {
+		if err := mine.Phases(ctx, phases); err == nil {
+			t.Fatal("another principal's execution took my phases")
+		}
+		if err := mine.Updates(ctx, updates); err == nil {
+			t.Fatal("another principal's execution took my updates")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"/events/init": 1, "/events/phases": 2, "/events/phase": 2, "/events/updates": 2, "/events/update": 2}
+	if !reflect.DeepEqual(requests, want) {
+		t.Fatalf("requests %v, want %v", requests, want)
 	}
 }
