@@ -71,6 +71,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -141,7 +142,8 @@ type PumpOptions struct {
 	// Masker masks secrets; nil keeps the pump's current one (see LogPump.Masker).
 	Masker *Masker
 	// Permanent reports whether a post error means the server will never accept more (default:
-	// errors.Is(err, ErrCancelRequested)). Posting then stops; what is left is reported unsent.
+	// a server-side cancel, or a 403: the server refuses this runner the execution's logs).
+	// Posting then stops; what is left is reported unsent.
 	Permanent func(error) bool
 }
 
@@ -178,7 +180,10 @@ func (o PumpOptions) withDefaults() PumpOptions {
 		o.Masker = NewMasker()
 	}
 	if o.Permanent == nil {
-		o.Permanent = func(err error) bool { return errors.Is(err, ErrCancelRequested) }
+		o.Permanent = func(err error) bool {
+			var ae *APIError
+			return errors.Is(err, ErrCancelRequested) || errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
+		}
 	}
 	return o
 }

@@ -710,6 +710,38 @@ func TestPumpStopsOnCancelledExecution(t *testing.T) {
 	}
 }
 
+// A server that refuses the runner the execution's logs (403: another principal announced it)
+// stops posting for good, as a cancel does: one refusal, not a retry every few seconds until
+// the drain gives up. Other refusals are retried.
+func TestPumpStopsWhenRefused(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		stops  bool
+	}{{http.StatusForbidden, true}, {http.StatusServiceUnavailable, false}} {
+		root := t.TempDir()
+		pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("refused\n"))
+		var calls atomic.Int64
+		refusal := &APIError{Op: "LogChunk", StatusCode: c.status}
+		poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
+			calls.Add(1)
+			return refusal
+		})
+		pump := pumpSimple(t, root, poster, PumpOptions{Coalesce: time.Millisecond, RetryMin: time.Millisecond, RetryMax: time.Millisecond}, "a")
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		rep := pump.Drain(ctx)
+		cancel()
+		if stopped := errors.Is(rep.Stopped, refusal); stopped != c.stops || rep.Complete {
+			t.Errorf("%d: report %+v, want stopped %v", c.status, rep, c.stops)
+		}
+		if c.stops && calls.Load() != 1 {
+			t.Errorf("%d: %d posts, want 1", c.status, calls.Load())
+		}
+		if !c.stops && calls.Load() < 2 {
+			t.Errorf("%d: %d posts, want it retried", c.status, calls.Load())
+		}
+	}
+}
+
 // pumpFuncPoster adapts a function to LogPoster.
 type pumpFuncPoster func(ctx context.Context, lc events.LogChunk) error
 

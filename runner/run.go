@@ -478,14 +478,14 @@ func (r *run) discover(ctx context.Context) bool {
 	// The run graph does not depend on why the stacks changed: terramate works out both at once.
 	var graph RunGraphResult
 	var graphErr error
-	var graphPanic any
+	var graphPanic *goPanic
 	graphDone := make(chan struct{})
 	gctx, stopGraph := context.WithCancel(ctx)
 	defer stopGraph()
 	if len(r.listed) > 0 {
 		go func() {
 			defer close(graphDone)
-			defer func() { graphPanic = recover() }() // raised again below, where Run recovers it
+			defer catchPanic(&graphPanic)
 			graph, graphErr = r.tm.RunGraphDetailed(gctx)
 		}()
 	} else {
@@ -497,6 +497,9 @@ func (r *run) discover(ctx context.Context) bool {
 		if err != nil {
 			stopGraph()
 			<-graphDone
+			if graphPanic != nil {
+				panic(*graphPanic)
+			}
 			r.failTerramate("discover", err, ctx)
 			return false
 		}
@@ -510,7 +513,7 @@ func (r *run) discover(ctx context.Context) bool {
 	}
 	<-graphDone
 	if graphPanic != nil {
-		panic(graphPanic)
+		panic(*graphPanic)
 	}
 	if len(r.listed) > 0 {
 		if graphErr != nil {
@@ -646,19 +649,44 @@ func (r *run) init(ctx context.Context) *LogPump {
 	// The pump starts while Init is in flight, and posts nothing before it was answered.
 	announced := make(chan struct{})
 	var err error
-	var initPanic any
+	var initPanic *goPanic
 	go func() {
 		defer close(announced)
-		defer func() { initPanic = recover() }() // raised again below, where Run recovers it
+		defer catchPanic(&initPanic)
 		err = r.client.Init(ctx, in)
 	}()
+	// Should starting the pump panic, Finalize must still come after Init.
+	defer func() { <-announced }()
 	pump := r.startPump(ctx, announced)
 	<-announced
 	if initPanic != nil {
-		panic(initPanic)
+		if pump != nil {
+			stopped, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			cancel()
+			pump.Drain(stopped) // stops its goroutines and closes its files
+		}
+		panic(*initPanic)
 	}
 	r.event("Init", err)
 	return pump
+}
+
+// goPanic is a panic recovered in one of the flow's goroutines, raised again on the flow's
+// own goroutine (where Run recovers it) with the stack it happened on.
+type goPanic struct {
+	value any
+	stack []byte
+}
+
+func (g goPanic) String() string {
+	return fmt.Sprintf("%v\n\n[raised in another goroutine]\n%s", g.value, g.stack)
+}
+
+// catchPanic, deferred by a goroutine of the flow, recovers its panic into *p.
+func catchPanic(p **goPanic) {
+	if v := recover(); v != nil {
+		*p = &goPanic{value: v, stack: debug.Stack()}
+	}
 }
 
 // cancellingPoster is the pump's poster: a server-side cancel seen on a log post stops the run.
@@ -751,7 +779,10 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	rep := p.Drain(dctx)
-	if !rep.Complete && rep.Stopped == nil {
+	switch {
+	case rep.Stopped != nil && !errors.Is(rep.Stopped, ErrCancelRequested):
+		r.warn("logs: the server refused them (%d bytes not sent): %v", rep.LostBytes(), rep.Stopped)
+	case !rep.Complete && rep.Stopped == nil:
 		r.warn("logs: %d bytes did not reach the server", rep.LostBytes())
 	}
 	for _, e := range rep.Errors {

@@ -500,7 +500,8 @@ func TestDiscoverAsksTheGraphAlongside(t *testing.T) {
 		{"why fails, graph waits for its end", errors.New("why broke"),
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, KindTerramate, "why broke"},
 		{"graph fails", nil, func(context.Context) error { return errors.New("graph broke") }, KindTerramate, "graph broke"},
-		{"graph panics", nil, func(context.Context) error { panic("graph boom") }, KindInternal, "graph boom"},
+		{"graph panics", nil, func(context.Context) error { panic("graph boom") }, KindInternal, "graph boom\n\n[raised in another goroutine]"},
+		{"graph panics, why fails", errors.New("why broke"), func(context.Context) error { panic("graph boom") }, KindInternal, "graph boom"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, cl := memClient(t)
