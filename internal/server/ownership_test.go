@@ -114,6 +114,14 @@ func TestRunnerEventsOnlyForTheirOwnExecution(t *testing.T) {
 					t.Errorf("runner on an unknown execution, %s: %d %v, want 404", ev.path, code, body)
 				}
 			}
+			// The same id announced again: its owner's retry is acknowledged, another's refused.
+			again := map[string]any{"execution_id": "theirs", "environment": "prod", "op": "plan", "pr": 7, "sha": "s", "stacks": []string{"a"}}
+			if code, body, _ := ts.call(t, "runner", "POST", "/events/init", again); code != 403 || body["code"] != "PERMISSION_DENIED" {
+				t.Errorf("another principal's Init of an announced id: %d %v, want 403", code, body)
+			}
+			if code, body, _ := ts.call(t, "runner2", "POST", "/events/init", again); code != 200 {
+				t.Errorf("the owner's Init again: %d %v, want 200", code, body)
+			}
 			st := ts.stacksOf(t, "theirs")["a"]
 			if st["status"] != "pending" || st["plan_hash"] != nil || st["class"] != nil || st["phase"] != nil {
 				t.Errorf("another runner's refused events changed the stack: %v", st)

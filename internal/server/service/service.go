@@ -225,8 +225,9 @@ func checkInit(in *api.Init) error {
 }
 
 // Init starts (or re-announces) an execution; the first stored copy wins. The principal
-// that first announced it owns it (see ReleaseClaims), and the server's clock at that moment
-// orders it among the PR's plans.
+// that first announced it owns it (see ReleaseClaims and checkOwner; another principal's Init
+// of the same id is refused), and the server's clock at that moment orders it among the PR's
+// plans.
 func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api.Ack, error) {
 	if err := checkInit(in); err != nil {
 		return api.Ack{}, err
@@ -251,6 +252,16 @@ func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api
 			return err
 		}
 		if !created {
+			// A re-announcement (a retried Init) is acknowledged; the same id from another
+			// principal is refused, so that its runner learns at once that none of its events
+			// will be taken (see checkOwner) rather than at every one of them.
+			owner, err := tx.ExecutionPrincipal(e.ExecutionID)
+			if err != nil {
+				return err
+			}
+			if owner != principal {
+				return fmt.Errorf("%w: execution %s was announced by another principal; choose another execution id", store.ErrDenied, e.ExecutionID)
+			}
 			cur, err := tx.Execution(e.ExecutionID)
 			if err != nil {
 				return err
@@ -346,13 +357,12 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		for i := range stacks {
 			index[stacks[i].Stack] = i
 		}
-		added := false
 		for _, r := range in.Stacks {
 			i, ok := index[r.Stack]
 			if !ok {
 				st := store.Stack{}
 				st.StackState.Stack, st.Status = r.Stack, events.StackPending
-				i, added = len(stacks), true
+				i = len(stacks)
 				index[r.Stack] = i
 				stacks = append(stacks, st)
 			}
@@ -376,9 +386,9 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 			}
 			stacks[i] = st
 		}
-		if added {
-			slices.SortFunc(stacks, func(a, b store.Stack) int { return strings.Compare(a.Stack, b.Stack) })
-		}
+		// In byte order whatever the database's collation, so that the stack named below as
+		// unsettled is the same on every store.
+		slices.SortFunc(stacks, func(a, b store.Stack) int { return strings.Compare(a.Stack, b.Stack) })
 		if e.Status == events.ExecutionSucceeded {
 			if why := unsettled(e.Op, stacks); why != "" {
 				// A success over a stack that did not succeed would be applicable: it is not.
