@@ -94,9 +94,33 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A leftover grandchild holding the output pipes must not keep Wait from returning.
-	cmd.WaitDelay = 2 * time.Second
+	cmd.WaitDelay = outputGrace
+	// A paced destination gets a pipe of the driver's own, read in batches (see pacedWriter);
+	// one given as both stdout and stderr gets one pipe for both.
+	var paced []*pacedPipe
+	for _, out := range []*io.Writer{&cmd.Stdout, &cmd.Stderr} {
+		dst, ok := (*out).(pacedWriter)
+		if !ok {
+			continue
+		}
+		if len(paced) == 1 && paced[0].dst == dst {
+			*out = paced[0].w
+			continue
+		}
+		p, err := newPacedPipe(dst)
+		if err != nil {
+			abandonPaced(paced)
+			return err
+		}
+		paced = append(paced, p)
+		*out = p.w
+	}
 	if err := cmd.Start(); err != nil {
+		abandonPaced(paced)
 		return err
+	}
+	for _, p := range paced {
+		p.start()
 	}
 	pgid := cmd.Process.Pid
 	procs.add(pgid)
@@ -122,6 +146,9 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 		}
 	}()
 	err := cmd.Wait()
+	if perr := finishPaced(paced, outputGrace); err == nil && perr != nil {
+		err = perr
+	}
 	close(done)
 	<-stopped
 	if err == nil && ctx.Err() != nil {
@@ -129,6 +156,10 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 	}
 	return err
 }
+
+// outputGrace is how long the driver keeps reading a process's output once it exited: a
+// leftover grandchild holding the pipes must not hold the run up.
+const outputGrace = 2 * time.Second
 
 // env returns the environment of an invocation: nil (inherit) unless something is added.
 func (t *Terramate) env(extra []string) []string {
@@ -228,9 +259,11 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 	}
 	args = append(args, words...)
 
-	lw := &tmLockedWriter{w: w}
+	// Both streams in one paced pipe (see pacedWriter): the tail an error quotes is then the
+	// end of the output as a terminal shows it, the tools' own messages included.
 	tail := newTMTailBuffer(stderrTailLimit)
-	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), lw, io.MultiWriter(lw, tail))
+	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(w, tail)}, every: ScriptOutputInterval}
+	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), out, out)
 	if err == nil {
 		return nil
 	}

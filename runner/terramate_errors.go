@@ -31,7 +31,7 @@ const stderrTailLimit = 4096
 type TerramateError struct {
 	Args     []string // argv after the binary
 	ExitCode int      // -1 when the process did not run or was killed
-	Stderr   string   // the last (at most 4 KiB) bytes of its stderr
+	Stderr   string   // the last (at most 4 KiB) bytes of its stderr (of its stdout and stderr together for a script run, see ScriptRun)
 	Cause    error    // one of the Err* causes above, or nil when unrecognised
 	Err      error    // the underlying exec error
 

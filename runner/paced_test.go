@@ -1,0 +1,165 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// countingWriter records what it was given and in how many writes.
+type countingWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	writes int
+	fail   error
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return 0, c.fail
+	}
+	c.writes++
+	return c.buf.Write(p)
+}
+
+func (c *countingWriter) snapshot() (string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String(), c.writes
+}
+
+// A paced pipe is read once, then not again until the process exits (an interval that never
+// ends): everything the process wrote meanwhile arrives, in order, in a handful of writes, and
+// the call returns as soon as the process is gone instead of waiting out the interval.
+func TestPacedOutputBatchesReadsAndEndsWithTheProcess(t *testing.T) {
+	var out, errOut countingWriter
+	script := `for i in $(seq 1 200); do echo "out $i"; echo "err $i" >&2; done`
+	err := tmRealExec(context.Background(), nil, "sh", []string{"-c", script}, t.TempDir(), nil,
+		&pacedOutput{Writer: &out, every: time.Hour}, &pacedOutput{Writer: &errOut, every: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantOut, wantErr strings.Builder
+	for i := 1; i <= 200; i++ {
+		fmt.Fprintf(&wantOut, "out %d\n", i)
+		fmt.Fprintf(&wantErr, "err %d\n", i)
+	}
+	for _, c := range []struct {
+		name string
+		w    *countingWriter
+		want string
+	}{{"stdout", &out, wantOut.String()}, {"stderr", &errOut, wantErr.String()}} {
+		got, writes := c.w.snapshot()
+		if got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+		// One read before the pause, then what the pipe holds once the process exited.
+		if writes > 3 {
+			t.Errorf("%s: %d writes for 200 lines; the pipe was not read in batches", c.name, writes)
+		}
+	}
+}
+
+// A destination that is not paced keeps os/exec's own copying, and a paced one next to it
+// gets only its own stream.
+func TestPacedOutputOnlyWherePaced(t *testing.T) {
+	var out bytes.Buffer
+	var errOut countingWriter
+	err := tmRealExec(context.Background(), nil, "sh", []string{"-c", `echo out; echo err >&2; exit 3`}, t.TempDir(), nil,
+		&out, &pacedOutput{Writer: &errOut, every: time.Hour})
+	var ee interface{ ExitCode() int }
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("err = %v, want exit status 3", err)
+	}
+	if got, _ := errOut.snapshot(); out.String() != "out\n" || got != "err\n" {
+		t.Fatalf("stdout %q, stderr %q", out.String(), got)
+	}
+}
+
+// A grandchild left holding the pipe does not hold the call up past outputGrace, and what was
+// written before is delivered.
+func TestPacedOutputLeftoverGrandchild(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	var out countingWriter
+	done := make(chan error, 1)
+	paced := &pacedOutput{Writer: &out, every: time.Hour}
+	go func() {
+		done <- tmRealExec(context.Background(), nil, "sh", []string{"-c", `sleep 3600 & echo $! > pid; echo before`}, dir, nil, paced, paced)
+	}()
+	defer func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, exec.ErrWaitDelay) {
+			t.Fatalf("err = %v, want %v (as os/exec's own copying reports it)", err, exec.ErrWaitDelay)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a grandchild holding the output pipe held the call for a minute")
+	}
+	if got, _ := out.snapshot(); got != "before\n" {
+		t.Fatalf("output %q", got)
+	}
+}
+
+// A destination that fails stops taking bytes, but the pipe is still drained (the process never
+// blocks on it) and the failure is the call's error when the process itself succeeded.
+func TestPacedOutputWriteError(t *testing.T) {
+	broken := errors.New("disk full")
+	out := &countingWriter{fail: broken}
+	err := tmRealExec(context.Background(), nil, "sh", []string{"-c", `head -c 4000000 /dev/zero`}, t.TempDir(), nil,
+		&pacedOutput{Writer: out, every: time.Millisecond}, &pacedOutput{Writer: &countingWriter{}, every: time.Millisecond})
+	if !errors.Is(err, broken) {
+		t.Fatalf("err = %v, want %v", err, broken)
+	}
+}
+
+// ScriptRun hands terramate one paced destination for both streams.
+func TestScriptRunPacesBothStreamsAsOne(t *testing.T) {
+	tm := &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+		p, ok := stdout.(pacedWriter)
+		if !ok || stderr != stdout || p.readInterval() != ScriptOutputInterval {
+			t.Errorf("ScriptRun gave %T and %T, not one paced writer", stdout, stderr)
+		}
+		return nil
+	}}
+	if err := tm.ScriptRun(context.Background(), &bytes.Buffer{}, ScriptRunOptions{Script: "plan"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One paced destination given as both streams gets one pipe: the lines of the two streams keep
+// the order they were written in, as on a terminal, however long the reads wait.
+func TestPacedOutputOneDestinationKeepsOrder(t *testing.T) {
+	var out countingWriter
+	paced := &pacedOutput{Writer: &out, every: time.Hour}
+	script := `for i in $(seq 1 100); do echo "cmd $i" >&2; echo "out $i"; done`
+	if err := tmRealExec(context.Background(), nil, "sh", []string{"-c", script}, t.TempDir(), nil, paced, paced); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&want, "cmd %d\nout %d\n", i, i)
+	}
+	if got, writes := out.snapshot(); got != want.String() || writes > 3 {
+		t.Fatalf("%d writes of %q, want at most 3 of %q", writes, got, want.String())
+	}
+}
