@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -531,4 +532,34 @@ func TestDiscoverAsksTheGraphAlongside(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startedLineRE is the line startedStack recognizes, as a regular expression.
+var startedLineRE = regexp.MustCompile(`^/(.*) \(script:\d+ job:\d+\.\d+\)> `)
+
+// startedStack agrees with startedLineRE on every line: whether it matches, and the stack.
+func FuzzStartedStack(f *testing.F) {
+	for _, seed := range []string{
+		"/stacks/prod/network (script:0 job:0.0)> bash -c echo plan",
+		"/ (script:0 job:0.0)> x",
+		"/a (script:1 job:2.3)> echo /b (script:4 job:5.6)> y",
+		"/a (script:1 job:2.3)> echo (script:x job:5.6)> y",
+		"/a (script:12 job:2.)> x",
+		"/a (script: job:2.3)> x",
+		"/a (script:1 job:2.3)>x",
+		"a (script:1 job:2.3)> x",
+		"/dir with spaces (script:0 job:0.1)> tfstackplan run tick",
+		"/\xff\xfe (script:0 job:0.0)> \x00",
+		"> execution failed: running x (in /a): boom",
+		"",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		got, ok := startedStack(line)
+		m := startedLineRE.FindStringSubmatch(line)
+		if ok != (m != nil) || (ok && got != m[1]) {
+			t.Fatalf("startedStack(%q) = %q, %v; the expression says %q", line, got, ok, m)
+		}
+	})
 }

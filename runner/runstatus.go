@@ -22,10 +22,7 @@ type scriptWatcher struct {
 	failed  map[string]bool
 }
 
-var (
-	startedLine = regexp.MustCompile(`^/(.*) \(script:\d+ job:\d+\.\d+\)> `)
-	failedLine  = regexp.MustCompile(`execution failed: running .* \(in /(.*)\): `)
-)
+var failedLine = regexp.MustCompile(`execution failed: running .* \(in /(.*)\): `)
 
 // maxWatchedLine bounds the part of a line kept while waiting for its end; longer lines are
 // passed through but not examined (terramate's own lines are short).
@@ -62,18 +59,61 @@ func (s *scriptWatcher) Write(p []byte) (int, error) {
 }
 
 func (s *scriptWatcher) examine(line string) {
-	// The substring tests only spare most lines the regular expressions, which need them.
-	if strings.HasPrefix(line, "/") && strings.Contains(line, ")> ") {
-		if m := startedLine.FindStringSubmatch(line); m != nil {
-			s.started[m[1]] = true
-			return
-		}
+	if stack, ok := startedStack(line); ok {
+		s.started[stack] = true
+		return
 	}
+	// The substring test only spares most lines the regular expression, which needs it.
 	if strings.Contains(line, "execution failed: running ") {
 		if m := failedLine.FindStringSubmatch(line); m != nil {
 			s.failed[m[1]] = true
 		}
 	}
+}
+
+// scriptMarker starts what terramate appends to the stack of a command line it starts.
+const scriptMarker = " (script:"
+
+// startedStack returns the stack of a line where terramate reports a command it starts: what
+// startedLine captures, without running it (terramate prints a line per command of every
+// stack). The greedy `(.*)` takes the stack up to the last marker that is complete.
+func startedStack(line string) (string, bool) {
+	if !strings.HasPrefix(line, "/") {
+		return "", false
+	}
+	for end := len(line); ; {
+		i := strings.LastIndex(line[:end], scriptMarker)
+		if i < 1 {
+			return "", false
+		}
+		if markerRest(line[i+len(scriptMarker):]) {
+			return line[1:i], true
+		}
+		end = i
+	}
+}
+
+// markerRest reports whether s starts with the rest of a command line's marker after
+// " (script:": `\d+ job:\d+\.\d+\)> `.
+func markerRest(s string) bool {
+	s, ok := cutDigits(s)
+	if !ok || !strings.HasPrefix(s, " job:") {
+		return false
+	}
+	if s, ok = cutDigits(s[len(" job:"):]); !ok || !strings.HasPrefix(s, ".") {
+		return false
+	}
+	s, ok = cutDigits(s[1:])
+	return ok && strings.HasPrefix(s, ")> ")
+}
+
+// cutDigits removes the ASCII digits s starts with; false when there are none.
+func cutDigits(s string) (string, bool) {
+	n := 0
+	for n < len(s) && '0' <= s[n] && s[n] <= '9' {
+		n++
+	}
+	return s[n:], n > 0
 }
 
 // snapshot returns the stacks started and failed so far.
