@@ -38,7 +38,10 @@
 #
 # stderr also has, per run: the CPU of the process tree (%U %S), the steal time of the VM (a
 # noisy neighbour shows there), the server's CPU, the result document's `timings`, and what the
-# server handled (requests and handling seconds per API operation, from its /metrics).
+# server handled (requests and handling seconds per API operation, from its /metrics); and,
+# after the pairs, each pair's own driver/bare ratio with their median (less moved by a machine
+# whose speed drifts during the run than the overhead-ratio figure, which is the ratio of the
+# two medians).
 #
 # Environment overrides: BENCH_PAIRS (5, at least 1), BENCH_STACKS (200), BENCH_RSS_STACKS
 # (1000), BENCH_TICKS (200), BENCH_PARALLEL (4), BENCH_OFFLINE=1 adds a third run to each pair
@@ -242,6 +245,13 @@ md=$(median "${driver_walls[@]}")
 say "bench: $stacks stacks, --parallel $parallel, $pairs pairs: median bare ${mb}ms, median driver ${md}ms"
 say "bench:   bare walls (ms):   ${bare_walls[*]}"
 say "bench:   driver walls (ms): ${driver_walls[*]}"
+# Each pair's own ratio too: its two runs are adjacent in time, so a machine that speeds up or
+# slows down during the benchmark moves this median less than the figure below (stderr only).
+pair_ratios=()
+for ((i = 0; i < pairs; i++)); do
+  pair_ratios+=("$(awk -v d="${driver_walls[i]}" -v b="${bare_walls[i]}" 'BEGIN { printf "%.3f", d / b }')")
+done
+say "bench:   pair ratios: ${pair_ratios[*]}, median $(median "${pair_ratios[@]}")"
 if [ ${#offline_walls[@]} -gt 0 ]; then
   say "bench:   driver without a server (ms): ${offline_walls[*]}, median $(median "${offline_walls[@]}") (ratio $(awk -v d="$(median "${offline_walls[@]}")" -v b="$mb" 'BEGIN { printf "%.3f", d / b }'))"
 fi
