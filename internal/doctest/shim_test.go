@@ -124,7 +124,22 @@ func terramateShim(args []string) int {
 	if err != nil {
 		return shimFail("%v", err)
 	}
-	if err := os.WriteFile(filepath.Join(root, ".faketerramate.json"), b, 0o644); err != nil {
+	// Written whole, then renamed into place: the driver runs some terramate commands at once,
+	// and one must never read the file while another rewrites it. The temporary file is made
+	// in .git, where no git status (nor the fake's untracked-file check) sees it.
+	tmp, err := os.CreateTemp(filepath.Join(root, ".git"), "faketerramate-*.json")
+	if err != nil {
+		return shimFail("%v", err)
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(root, ".faketerramate.json"))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
 		return shimFail("%v", err)
 	}
 	return become(os.Getenv(envFakeTerramate), args)
