@@ -353,9 +353,10 @@ const (
 // requests as MaxUpdateBatch and MaxUpdateBatchBytes allow; the server stores each request's
 // updates together or not at all. A server without the operation (it answers 403, 404 or 405:
 // an older tfstackplan refuses a runner an unknown path with 403, where an Update goes through)
-// gets one Update a request from then on; a batch refused as invalid is sent again one update a request, so that only
-// the invalid update is lost, as with Update. It returns the first error, a server-side
-// cancel before any other; every batch is sent whatever the earlier ones met.
+// gets one Update a request from then on; a batch refused as invalid is sent again one update
+// a request, so that only the invalid update is lost, as with Update. It returns the first
+// error, a server-side cancel before any other; every batch is sent whatever the earlier ones
+// met.
 func (c *Client) Updates(ctx context.Context, updates []events.Update) error {
 	return sendBatched(c, ctx, updates, batchOp{name: "Updates", field: "updates", max: MaxUpdateBatch, none: &c.noUpdates,
 		post: c.api.UpdatesWithBody}, c.Update)
@@ -380,7 +381,7 @@ func sendBatched[T any](c *Client, ctx context.Context, items []T, op batchOp, s
 	if !c.Enabled() || len(items) == 0 {
 		return nil
 	}
-	var errs updateErrors
+	var errs batchErrors
 	if op.none.Load() {
 		for _, it := range items {
 			errs.add(single(ctx, it))
@@ -434,10 +435,10 @@ func sendBatched[T any](c *Client, ctx context.Context, items []T, op batchOp, s
 	return errs.first()
 }
 
-// updateErrors keeps the first error of several calls, and the first server-side cancel.
-type updateErrors struct{ err, cancel error }
+// batchErrors keeps the first error of a batch's calls, and the first server-side cancel.
+type batchErrors struct{ err, cancel error }
 
-func (e *updateErrors) add(err error) {
+func (e *batchErrors) add(err error) {
 	if e.err == nil {
 		e.err = err
 	}
@@ -446,7 +447,7 @@ func (e *updateErrors) add(err error) {
 	}
 }
 
-func (e *updateErrors) first() error {
+func (e *batchErrors) first() error {
 	if e.cancel != nil {
 		return e.cancel
 	}

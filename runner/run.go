@@ -699,36 +699,27 @@ type cancellingPoster struct {
 
 func (p cancellingPoster) Enabled() bool { return p.c.Enabled() }
 
-// wait returns once the execution was announced, or ctx's error first.
-func (p cancellingPoster) wait(ctx context.Context) error {
+// post runs send once the execution was announced (or returns ctx's error first), and stops
+// the run when the server answers that it was cancelled.
+func (p cancellingPoster) post(ctx context.Context, send func() error) error {
 	select {
 	case <-p.announced:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	err := send()
+	if errors.Is(err, ErrCancelRequested) {
+		p.cancel(err)
+	}
+	return err
 }
 
 func (p cancellingPoster) LogChunk(ctx context.Context, lc events.LogChunk) error {
-	if err := p.wait(ctx); err != nil {
-		return err
-	}
-	err := p.c.LogChunk(ctx, lc)
-	if errors.Is(err, ErrCancelRequested) {
-		p.cancel(err)
-	}
-	return err
+	return p.post(ctx, func() error { return p.c.LogChunk(ctx, lc) })
 }
 
 func (p cancellingPoster) LogChunks(ctx context.Context, chunks []events.LogChunk) error {
-	if err := p.wait(ctx); err != nil {
-		return err
-	}
-	err := p.c.LogChunks(ctx, chunks)
-	if errors.Is(err, ErrCancelRequested) {
-		p.cancel(err)
-	}
-	return err
+	return p.post(ctx, func() error { return p.c.LogChunks(ctx, chunks) })
 }
 
 // announcedLongAgo is a closed channel, for a pump started after Init was answered.

@@ -117,10 +117,10 @@ func checkBatch(what string, n, max int, execOf func(i int) string, check func(i
 }
 
 // writeBatch writes the n events of a batch of execution execID, once caller is found to own
-// it, in one transaction (as cheaply as the store allows when n is 1), event i with write. Stack rows are locked in name order
-// (stackOf), so that two batches naming the same stacks never deadlock; each stack's own events
-// keep their order (the later of equal seqs wins). It answers with the execution's state, and
-// notifies when some event changed something.
+// it, in one transaction (as cheaply as the store allows when n is 1), event i with write.
+// Stack rows are locked in name order (stackOf), so that two batches naming the same stacks
+// never deadlock; each stack's own events keep their order (the later of equal seqs wins). It
+// answers with the execution's state, and notifies when some event changed something.
 func (s *Service) writeBatch(ctx context.Context, caller Caller, execID string, n int, stackOf func(i int) string,
 	write func(tx store.Tx, i int) (state store.EventState, changed bool, err error)) (api.Ack, error) {
 	if err := s.checkOwner(ctx, caller, execID); err != nil {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"math"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -55,18 +56,15 @@ const MaxBatchData = 8 << 20
 // (execution, stack, generation, offset). Only the principal that announced the execution (or
 // an admin) sends its logs.
 func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.LogChunk) (api.Ack, error) {
-	if len(chunks) == 0 {
-		return api.Ack{}, invalid("chunks is empty")
-	}
 	total := 0
-	for i := range chunks {
-		if err := checkChunk(&chunks[i]); err != nil {
-			return api.Ack{}, err
-		}
-		if chunks[i].ExecutionID != chunks[0].ExecutionID {
-			return api.Ack{}, invalid("chunks name executions %q and %q; one request carries one execution", chunks[0].ExecutionID, chunks[i].ExecutionID)
-		}
+	execOf := func(i int) string { return chunks[i].ExecutionID }
+	// Bounded by their bytes (MaxBatchData), not their number.
+	err := checkBatch("chunks", len(chunks), math.MaxInt, execOf, func(i int) error {
 		total += len(chunks[i].Data)
+		return checkChunk(&chunks[i])
+	})
+	if err != nil {
+		return api.Ack{}, err
 	}
 	if total > MaxBatchData {
 		return api.Ack{}, invalid("chunks carry %d bytes, more than %d", total, MaxBatchData)
@@ -81,7 +79,7 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 			Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength}
 	}
 	var ack api.Ack
-	err := s.writeOne(ctx, func(tx store.Tx) error {
+	err = s.writeOne(ctx, func(tx store.Tx) error {
 		st, missing, added, err := tx.AddLogBatch(execID, rows)
 		if err != nil {
 			return err

@@ -301,9 +301,9 @@ func conclusion(status api.ExecutionStatus) string {
 func changed(c api.Class) bool { return c != "" && c != events.ClassNoChanges }
 
 // Finalize ends an execution (the first finalize wins); only the principal that announced it,
-// or an admin, may. A successful plan of a PR claims its
-// changed stacks in the environment and records the gates they need; a successful apply releases
-// the PR's claims; either concludes the PR's check.
+// or an admin, may. A successful plan of a PR claims its changed stacks in the environment and
+// records the gates they need; a successful apply releases the PR's claims; either concludes
+// the PR's check.
 func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize) (api.Ack, error) {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return api.Ack{}, err
