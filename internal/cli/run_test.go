@@ -77,3 +77,20 @@ func TestRunSecondSignalExitsAtOnce(t *testing.T) {
 		t.Errorf("terramate's context ended with %v, want the signal", sawCause)
 	}
 }
+
+func TestDriverMaxProcs(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOMAXPROCS" {
+				return v
+			}
+			return ""
+		}
+	}
+	if n, set := driverMaxProcs(env("")); !set || n != 1 {
+		t.Errorf("GOMAXPROCS unset: got (%d, %v), want (1, true)", n, set)
+	}
+	if n, set := driverMaxProcs(env("4")); set {
+		t.Errorf("GOMAXPROCS=4 chosen by the user: got (%d, %v), want it left alone", n, set)
+	}
+}
