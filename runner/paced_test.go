@@ -89,34 +89,53 @@ func TestPacedOutputOnlyWherePaced(t *testing.T) {
 	}
 }
 
-// A grandchild left holding the pipe does not hold the call up past outputGrace, and what was
-// written before is delivered.
-func TestPacedOutputLeftoverGrandchild(t *testing.T) {
+// runLeavingGrandchild runs script (which starts a grandchild holding the output pipe and
+// writes its pid to ./pid) with one paced destination, kills the grandchild when the test
+// ends, and returns what the destination got. The call must end, with
+// exec.ErrWaitDelay (as os/exec's own copying reports it), within a minute.
+func runLeavingGrandchild(t *testing.T, script string) string {
+	t.Helper()
 	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
 	var out countingWriter
 	done := make(chan error, 1)
 	paced := &pacedOutput{Writer: &out, every: time.Hour}
 	go func() {
-		done <- tmRealExec(context.Background(), nil, "sh", []string{"-c", `sleep 3600 & echo $! > pid; echo before`}, dir, nil, paced, paced)
+		done <- tmRealExec(context.Background(), nil, "sh", []string{"-c", script}, dir, nil, paced, paced)
 	}()
-	defer func() {
-		if b, err := os.ReadFile(pidFile); err == nil {
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-	}()
+	})
 	select {
 	case err := <-done:
 		if !errors.Is(err, exec.ErrWaitDelay) {
-			t.Fatalf("err = %v, want %v (as os/exec's own copying reports it)", err, exec.ErrWaitDelay)
+			t.Fatalf("err = %v, want %v", err, exec.ErrWaitDelay)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a grandchild holding the output pipe held the call for a minute")
 	}
-	if got, _ := out.snapshot(); got != "before\n" {
+	got, _ := out.snapshot()
+	return got
+}
+
+// A grandchild left holding the pipe does not hold the call up past outputGrace, and what was
+// written before is delivered.
+func TestPacedOutputLeftoverGrandchild(t *testing.T) {
+	if got := runLeavingGrandchild(t, `sleep 3600 & echo $! > pid; echo before`); got != "before\n" {
 		t.Fatalf("output %q", got)
+	}
+}
+
+// A grandchild that keeps writing after the child exited does not hold the call up past
+// outputGrace either: the copy reads without pauses then, and still stops when the grace
+// runs out.
+func TestPacedOutputFloodingGrandchild(t *testing.T) {
+	got := runLeavingGrandchild(t, `echo before; yes flood & echo $! > pid`)
+	if !strings.HasPrefix(got, "before\nflood\n") || len(got) < 1<<20 {
+		t.Fatalf("%d bytes starting %.40q; want \"before\" then the flood, read on after the exit", len(got), got)
 	}
 }
 
