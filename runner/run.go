@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -158,6 +159,9 @@ type run struct {
 	step       string
 	finalized  bool
 	inited     bool
+	// refused is the server's refusal of the execution's Init (403: another principal
+	// announced this id, or the token may not run): nothing more is sent for it.
+	refused error
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -654,6 +658,9 @@ func (r *run) init(ctx context.Context) *LogPump {
 		defer close(announced)
 		defer catchPanic(&initPanic)
 		err = r.client.Init(ctx, in)
+		if forbidden(err) {
+			r.refused = err
+		}
 	}()
 	// Should starting the pump panic, Finalize must still come after Init.
 	defer func() { <-announced }()
@@ -668,7 +675,22 @@ func (r *run) init(ctx context.Context) *LogPump {
 		panic(*initPanic)
 	}
 	r.event("Init", err)
+	if r.refused != nil {
+		r.warn("the server refused this execution: its phases, updates, logs and Finalize are not sent")
+	}
 	return pump
+}
+
+// forbidden reports whether err is the server's 403: a refusal that no retry changes.
+func forbidden(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
+}
+
+// reporting reports whether the run's events go to the server: one is configured, and it
+// did not refuse the execution.
+func (r *run) reporting() bool {
+	return r.client.Enabled() && r.refused == nil
 }
 
 // goPanic is a panic recovered in one of the flow's goroutines, raised again on the flow's
@@ -695,17 +717,24 @@ type cancellingPoster struct {
 	c         *Client
 	cancel    context.CancelCauseFunc
 	announced <-chan struct{}
+	refused   func() error // the refusal of Init, read once announced is closed (nil: none)
 }
 
 func (p cancellingPoster) Enabled() bool { return p.c.Enabled() }
 
 // post runs send once the execution was announced (or returns ctx's error first), and stops
-// the run when the server answers that it was cancelled.
+// the run when the server answers that it was cancelled. When the server refused the
+// execution's Init, nothing is sent: the post fails with that refusal, which ends the pump.
 func (p cancellingPoster) post(ctx context.Context, send func() error) error {
 	select {
 	case <-p.announced:
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if p.refused != nil {
+		if err := p.refused(); err != nil {
+			return err
+		}
 	}
 	err := send()
 	if errors.Is(err, ErrCancelRequested) {
@@ -734,7 +763,7 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 	if !r.client.Enabled() || len(r.paths) == 0 {
 		return nil
 	}
-	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
+	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, refused: func() error { return r.refused }}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
 	if err := p.SetOptions(r.o.Pump); err != nil {
 		r.warn("log pump: %v", err)
 		return nil
@@ -771,6 +800,8 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	defer cancel()
 	rep := p.Drain(dctx)
 	switch {
+	case rep.Stopped != nil && errors.Is(rep.Stopped, r.refused):
+		// Said when Init was refused.
 	case rep.Stopped != nil && !errors.Is(rep.Stopped, ErrCancelRequested):
 		r.warn("logs: the server refused them (%d bytes not sent): %v", rep.LostBytes(), rep.Stopped)
 	case !rep.Complete && rep.Stopped == nil:
@@ -921,7 +952,7 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 		}
 		r.event("Update", r.client.Updates(pctx, updates))
 	}
-	if !r.client.Enabled() {
+	if !r.reporting() {
 		var once sync.Once
 		return func() { once.Do(func() { t.next() }) }
 	}
@@ -1016,7 +1047,7 @@ func (r *run) classify(out scriptOutcome, report bool) {
 			e.Error = "the stack's script failed"
 		}
 	}
-	if report && r.client.Enabled() {
+	if report && r.reporting() {
 		r.sendUpdates(context.Background(), unsent)
 	}
 }
@@ -1084,6 +1115,9 @@ func (r *run) classifyEarly(path string) (events.Update, bool) {
 // sendUpdates reports the status and classification of the stacks at idx (best-effort), in
 // as few requests as the client allows.
 func (r *run) sendUpdates(ctx context.Context, idx []int) {
+	if !r.reporting() {
+		return
+	}
 	updates := make([]events.Update, 0, len(idx))
 	for _, i := range idx {
 		e := r.res.Stacks[i]
@@ -1247,7 +1281,7 @@ func (r *run) finish(ctx context.Context) {
 
 // finalize ends the execution on the server, whatever happened.
 func (r *run) finalize(ctx context.Context) {
-	if r.client == nil || !r.client.Enabled() || !r.inited || r.finalized {
+	if r.client == nil || !r.reporting() || !r.inited || r.finalized {
 		return
 	}
 	r.finalized = true

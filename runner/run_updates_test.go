@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,7 +25,7 @@ import (
 )
 
 // manyStacksPlan runs `run plan` over stacks s00..s<n-1> against client. The script writes
-// every plan but the last stack's (recorded plans of several classes), ticks the first
+// a line to every stack's log, every plan but the last stack's (recorded plans of several classes), ticks the first
 // early stacks done in one write to the tick file (so the relay sees them in one period or
 // two), echoes the others as started, and ticks the last one failed.
 func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
@@ -62,6 +63,9 @@ func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
 			now := time.Now().UnixNano()
 			for i, s := range stacks {
 				path := "stacks/prod/" + s
+				if err := os.WriteFile(filepath.Join(root, path, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+					return err
+				}
 				if i == n-1 {
 					fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
 					recordTick(stage, tickRecord{Stack: path, Phase: "plan", Status: "failed", At: now})
@@ -185,11 +189,10 @@ func TestRunPlanUpdatesAnOlderServer(t *testing.T) {
 	}
 }
 
-// Against a server that refuses the execution itself (another principal announced it), a
-// refused batch is tried once alone to tell that from an older server, and the rest of it is
-// not sent one by one to be refused again: each Phases or Updates call costs two requests,
-// and the client still batches afterwards.
-func TestClientBatchesRefusedForTheExecution(t *testing.T) {
+// twoRunners serves the real server (SQLite) to two runner tokens, "mine" and "theirs", and
+// returns a client for each and the requests it handled by path.
+func twoRunners(t *testing.T) (mine, theirs *Client, svc *service.Service, requests func() map[string]int) {
+	t.Helper()
 	a := &auth.Authenticator{}
 	if err := a.ParseTokens("tokens.hcl", []byte(`
 token "mine" {
@@ -203,31 +206,44 @@ token "theirs" {
 `)); err != nil {
 		t.Fatal(err)
 	}
-	svc := service.New(storetest.OpenSQLite(t), nil)
+	svc = service.New(storetest.OpenSQLite(t), nil)
 	srv, err := server.New(server.Config{Service: svc, Auth: a})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	requests := map[string]int{}
+	seen := map[string]int{}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		requests[strings.TrimPrefix(r.URL.Path, server.BasePath)]++
+		seen[strings.TrimPrefix(r.URL.Path, server.BasePath)]++
 		mu.Unlock()
 		srv.ServeHTTP(w, r)
 	}))
 	t.Cleanup(ts.Close)
-	ctx := context.Background()
-	theirs, err := NewClientTokenSource(ts.URL, StaticToken("theirs-secret-0123456789"))
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		c      **Client
+		secret string
+	}{{&mine, "mine-secret-0123456789"}, {&theirs, "theirs-secret-0123456789"}} {
+		if *c.c, err = NewClientTokenSource(ts.URL, StaticToken(c.secret)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return mine, theirs, svc, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
+}
+
+// Against a server that refuses the execution itself (another principal announced it), a
+// refused batch is tried once alone to tell that from an older server, and the rest of it is
+// not sent one by one to be refused again: each Phases or Updates call costs two requests,
+// and the client still batches afterwards.
+func TestClientBatchesRefusedForTheExecution(t *testing.T) {
+	mine, theirs, _, requests := twoRunners(t)
+	ctx := context.Background()
 	stacks := []string{"a", "b", "c", "d"}
 	if err := theirs.Init(ctx, events.Init{ExecutionID: "x", Op: "plan", Environment: "prod", Stacks: stacks}); err != nil {
-		t.Fatal(err)
-	}
-	mine, err := NewClientTokenSource(ts.URL, StaticToken("mine-secret-0123456789"))
-	if err != nil {
 		t.Fatal(err)
 	}
 	var phases []events.PhaseEvent
@@ -244,10 +260,45 @@ token "theirs" {
 			t.Fatal("another principal's execution took my updates")
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	want := map[string]int{"/events/init": 1, "/events/phases": 2, "/events/phase": 2, "/events/updates": 2, "/events/update": 2}
-	if !reflect.DeepEqual(requests, want) {
-		t.Fatalf("requests %v, want %v", requests, want)
+	if got := requests(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+}
+
+// A run whose Init the server refuses (another principal announced the execution id) sends
+// nothing more for it: no phases, updates, logs or Finalize, each of which would only be
+// refused again. It says so once, and its own result is complete.
+func TestRunRefusedExecutionSendsNothingMore(t *testing.T) {
+	const n, early, id = 6, 3, "exec-theirs"
+	mine, theirs, svc, requests := twoRunners(t)
+	if err := theirs.Init(context.Background(), events.Init{ExecutionID: id, Op: "plan", Environment: "prod", Stacks: []string{"stacks/prod/s00"}}); err != nil {
+		t.Fatal(err)
+	}
+	res := manyStacksPlan(t, mine, id, n, early)
+	if want := map[string]int{"/events/init": 2}; !reflect.DeepEqual(requests(), want) {
+		t.Errorf("requests %v, want only the two Inits (theirs, and mine refused)", requests())
+	}
+	refusals := 0
+	for _, w := range res.Warnings {
+		if strings.Contains(w, "the server refused this execution") {
+			refusals++
+		}
+		if strings.HasPrefix(w, "logs:") {
+			t.Errorf("warning %q: the logs were not even tried", w)
+		}
+	}
+	if refusals != 1 {
+		t.Errorf("warnings %q: want the refusal said once", res.Warnings)
+	}
+	if len(res.Stacks) != n || res.Stacks[n-1].Status != StatusFailed || res.Stacks[0].Status != StatusSucceeded || res.Stacks[0].PlanHash == "" {
+		t.Errorf("the run's own result is incomplete: %+v", res.Stacks)
+	}
+	e, err := svc.Execution(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Status != "running" || len(e.Stacks) != 1 {
+		t.Errorf("their execution changed: status %s, %d stacks", e.Status, len(e.Stacks))
 	}
 }
