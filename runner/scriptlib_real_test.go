@@ -127,8 +127,12 @@ func TestScriptLibRealToolsCancel(t *testing.T) {
 			log, _ := p.read(t, "stacks/network", "tfstackplan.log")
 			// tofu stops the provisioner itself: with the interrupt it forwarded, or, when the
 			// command has not ended by the time tofu gives up on it (a loaded machine), by
-			// killing it. Either way tofu shut down gracefully and kept writing to the log.
-			if !strings.Contains(log, "Interrupt received") || !strings.Contains(log, "Stopping operation...") ||
+			// killing it. Either way tofu shut down gracefully (the lock is gone, the state
+			// kept, both checked here) and kept writing to the log. "Stopping operation..." is
+			// not required: tofu prints it only when its stop reaches the running operation
+			// before the provisioner, whose shell got the same SIGINT, failed it, and on a
+			// loaded machine the provisioner may fail first.
+			if !strings.Contains(log, "Interrupt received") ||
 				!(strings.Contains(log, "signal: interrupt") || strings.Contains(log, "signal: killed")) {
 				t.Errorf("the log lacks tofu's graceful shutdown:\n%s", log)
 			}
