@@ -923,10 +923,13 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 const TickRelayInterval = 250 * time.Millisecond
 
 // relayTicks posts the scripts' ticks to the server as Phase events while a script run goes on
-// (best-effort, through the driver's client and its breaker). The returned stop reads what is
-// left, posts it, and waits. Without a server the ticks are only read (at stop) for the
-// stacks' statuses.
+// (best-effort, through the driver's client and its breaker), and during a plan (live)
+// classifies each stack as soon as it ticks done, so that its update goes out with the next
+// post and the classification does not wait for the whole run. The returned stop reads what is
+// left, posts it, and waits. Without a server a plan still classifies early (the run's end then
+// has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses.
 func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
+	reporting := r.reporting()
 	post := func(recs []tickRecord) {
 		var batch []events.PhaseEvent
 		var done []string
@@ -934,25 +937,31 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			if _, ok := r.byPath[rec.Stack]; !ok {
 				continue // not a stack of this run: never reported
 			}
-			batch = append(batch, events.PhaseEvent{
-				ExecutionID: r.o.ExecutionID, Stack: rec.Stack, Phase: rec.Phase, Status: rec.Status,
-				Message: rec.Message, At: time.Unix(0, rec.At).UTC(), Seq: r.seqNext(),
-			})
+			if reporting {
+				batch = append(batch, events.PhaseEvent{
+					ExecutionID: r.o.ExecutionID, Stack: rec.Stack, Phase: rec.Phase, Status: rec.Status,
+					Message: rec.Message, At: time.Unix(0, rec.At).UTC(), Seq: r.seqNext(),
+				})
+			}
 			if live && rec.Phase == "done" && strings.EqualFold(rec.Status, StatusSucceeded) {
 				done = append(done, rec.Stack)
 			}
 		}
 		pctx := context.WithoutCancel(ctx)
-		r.event("Phase", r.client.Phases(pctx, batch))
+		if reporting {
+			r.event("Phase", r.client.Phases(pctx, batch))
+		}
 		var updates []events.Update
 		for _, stack := range done {
 			if u, ok := r.classifyEarly(stack); ok {
 				updates = append(updates, u)
 			}
 		}
-		r.event("Update", r.client.Updates(pctx, updates))
+		if reporting {
+			r.event("Update", r.client.Updates(pctx, updates))
+		}
 	}
-	if !r.reporting() {
+	if !reporting && !live {
 		var once sync.Once
 		return func() { once.Do(func() { t.next() }) }
 	}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +60,30 @@ func runRepo(t *testing.T, stacks []string) string {
 		}
 	}
 	return root
+}
+
+// runPlanScripted runs `run plan` over stacks (see runRepo) against c as execution id ("": a
+// new one), with script as the script run; script gets the tick directory the driver set.
+func runPlanScripted(t *testing.T, c *Client, root string, stacks []string, id string, script func(tickDir string, stdout io.Writer) error) *Result {
+	t.Helper()
+	exec := scriptedTerramate(stacks, nil)
+	return Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", ExecutionID: id,
+		Getenv: func(string) string { return "" },
+		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+			if len(args) < 2 || args[0] != "script" {
+				return exec(ctx, name, args, dir, env, stdout, stderr)
+			}
+			tickDir := ""
+			for _, kv := range env {
+				if v, ok := strings.CutPrefix(kv, EnvTickDir+"="); ok {
+					tickDir = v
+				}
+			}
+			return script(tickDir, stdout)
+		}},
+	})
 }
 
 // memClient starts an in-memory control plane and returns it with a client of it.
@@ -390,44 +415,23 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seenWhileRunning []string
-	script := func(ctx context.Context, stdout, _ io.Writer) error {
+	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
 		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 			return err
 		}
-		return nil
-	}
-	exec := scriptedTerramate(stacks, nil)
-	res := Run(context.Background(), RunOptions{
-		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
-		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc",
-		Getenv: func(string) string { return "" },
-		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
-			if len(args) < 2 || args[0] != "script" {
-				return exec(ctx, name, args, dir, env, stdout, stderr)
+		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) && len(seenWhileRunning) == 0 {
+			m.mu.Lock()
+			for _, u := range m.updates {
+				seenWhileRunning = append(seenWhileRunning, u.Stack+"="+string(u.Class))
 			}
-			if err := script(ctx, stdout, stderr); err != nil {
-				return err
-			}
-			tickDir := ""
-			for _, kv := range env {
-				if v, ok := strings.CutPrefix(kv, EnvTickDir+"="); ok {
-					tickDir = v
-				}
-			}
-			recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
-			deadline := time.Now().Add(20 * time.Second)
-			for time.Now().Before(deadline) && len(seenWhileRunning) == 0 {
-				m.mu.Lock()
-				for _, u := range m.updates {
-					seenWhileRunning = append(seenWhileRunning, u.Stack+"="+string(u.Class))
-				}
-				m.mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
-			}
-			// b never runs: terramate stops, as after another stack's failure.
-			return errors.New("stopped")
-		}},
+			m.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+		// b never runs: terramate stops, as after another stack's failure.
+		return errors.New("stopped")
 	})
 	if !slices.Equal(seenWhileRunning, []string{"stacks/prod/a=additive"}) {
 		t.Fatalf("updates while terramate ran = %v, want a's additive class", seenWhileRunning)
@@ -448,6 +452,51 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 	}
 	if len(m.phases) != 1 || m.phaseBatches != 1 || m.phases[0].Phase != "done" {
 		t.Errorf("phases = %+v in %d batches, want the done tick relayed in one Phases request", m.phases, m.phaseBatches)
+	}
+}
+
+// Without a server, a plan still classifies each stack when it ticks done, while terramate
+// runs on. The stack's plan file is a named pipe: the driver opening it (to classify it)
+// while the script runs is what the script waits for. A pipe is not a regular file, so that
+// early look leaves the stack unclassified, and the run classifies it again at its end, from
+// the plan written there by then.
+func TestRunPlanOfflineClassifiesAsStacksFinish(t *testing.T) {
+	c, err := NewClient("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	planJSON, err := os.ReadFile("../testdata/tofu/create/plan.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	planPath := filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile)
+	openedWhileRunning := false
+	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
+		if err := syscall.Mkfifo(planPath, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		// Opening a pipe's write end without blocking fails until someone reads it.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if f, err := os.OpenFile(planPath, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				openedWhileRunning = true
+				_ = f.Close()
+				break
+			}
+		}
+		if err := os.Remove(planPath); err != nil {
+			return err
+		}
+		return os.WriteFile(planPath, planJSON, 0o644)
+	})
+	if !openedWhileRunning {
+		t.Error("the driver did not look at the plan of a stack that ticked done while terramate ran")
+	}
+	if len(res.Stacks) != 1 || res.Stacks[0].Status != StatusSucceeded || res.Stacks[0].Class != events.ClassAdditive {
+		t.Errorf("stacks = %+v, want a succeeded and additive", res.Stacks)
 	}
 }
 

@@ -45,53 +45,38 @@ func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
 		plans[k] = b
 	}
 	stage := t.TempDir()
-	exec := scriptedTerramate(stacks, nil)
-	return Run(context.Background(), RunOptions{
-		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
-		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", ExecutionID: id,
-		Getenv: func(string) string { return "" },
-		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
-			if len(args) < 2 || args[0] != "script" {
-				return exec(ctx, name, args, dir, env, stdout, stderr)
-			}
-			tickDir := ""
-			for _, kv := range env {
-				if v, ok := strings.CutPrefix(kv, EnvTickDir+"="); ok {
-					tickDir = v
-				}
-			}
-			now := time.Now().UnixNano()
-			for i, s := range stacks {
-				path := "stacks/prod/" + s
-				if err := os.WriteFile(filepath.Join(root, path, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
-					return err
-				}
-				if i == n-1 {
-					fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
-					recordTick(stage, tickRecord{Stack: path, Phase: "plan", Status: "failed", At: now})
-					continue
-				}
-				if err := os.WriteFile(filepath.Join(root, path, DefaultPlanJSONFile), plans[kinds[i%len(kinds)]], 0o644); err != nil {
-					return err
-				}
-				if i < early {
-					recordTick(stage, tickRecord{Stack: path, Phase: "done", Status: "succeeded", At: now})
-				} else {
-					fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
-				}
-			}
-			ticks, err := os.ReadFile(filepath.Join(stage, tickFile))
-			if err != nil {
+	return runPlanScripted(t, c, root, stacks, id, func(tickDir string, stdout io.Writer) error {
+		now := time.Now().UnixNano()
+		for i, s := range stacks {
+			path := "stacks/prod/" + s
+			if err := os.WriteFile(filepath.Join(root, path, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
 				return err
 			}
-			f, err := os.OpenFile(filepath.Join(tickDir, tickFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-			if err != nil {
+			if i == n-1 {
+				fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
+				recordTick(stage, tickRecord{Stack: path, Phase: "plan", Status: "failed", At: now})
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(root, path, DefaultPlanJSONFile), plans[kinds[i%len(kinds)]], 0o644); err != nil {
 				return err
 			}
-			defer f.Close()
-			_, err = f.Write(ticks)
+			if i < early {
+				recordTick(stage, tickRecord{Stack: path, Phase: "done", Status: "succeeded", At: now})
+			} else {
+				fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
+			}
+		}
+		ticks, err := os.ReadFile(filepath.Join(stage, tickFile))
+		if err != nil {
 			return err
-		}},
+		}
+		f, err := os.OpenFile(filepath.Join(tickDir, tickFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = f.Write(ticks)
+		return err
 	})
 }
 
