@@ -20,19 +20,21 @@ package runner
 // previous generation, before the pump looked again, cannot be told from an append; bytes
 // appended and then truncated away before the pump looked at all leave no trace to report.
 //
-// Watching. fsnotify watches each stack's DIRECTORY (one watch per directory, not per file);
-// a write event makes the stack fstat the file it has open, any other event (create, remove,
-// rename) makes it resolve the path again. A stack whose directory cannot be watched (missing,
-// watches exhausted), or every stack once fsnotify fails, is polled every PollInterval; watched
-// stacks are also polled every SafetyPoll in case an event was lost. Both ways run the same
-// code on the same observations, so they yield the same result.
+// Watching. Each stack's DIRECTORY is watched (one watch per directory, not per file): with
+// inotify of the pump's own on Linux (see inotifyWatcher: it is not woken by the events it
+// holds back), with fsnotify elsewhere or should that fail. A write event makes the stack fstat
+// the file it has open, any other event (create, remove, rename) makes it resolve the path
+// again. A stack whose directory cannot be watched (missing, watches exhausted), or every stack
+// once the watcher fails, is polled every PollInterval; watched stacks are also polled every
+// SafetyPoll in case an event was lost. Both ways run the same code on the same observations,
+// so they yield the same result.
 //
 // Wake-ups. Events are taken in rounds at least MinReadInterval apart (the first after a quiet
 // spell at once); meanwhile the kernel queues them, so a log written line by line wakes the
-// pump once per MinReadInterval, not once per write (see dispatch). No timer runs unless
-// something is due: the poller's only while a stack is polled (otherwise once per SafetyPoll),
-// a stack's only until its next chunk is due (a due chunk waiting for a post slot is woken by
-// the slot).
+// pump once per MinReadInterval, not once per write (see dispatch and dispatchInotify). No
+// timer runs unless something is due: the poller's only while a stack is polled (otherwise
+// once per SafetyPoll), a stack's only until its next chunk is due (a due chunk waiting for a
+// post slot is woken by the slot).
 //
 // Liveness. A byte appended to a watched stack's log is read at most MinReadInterval after it
 // was written (plus the time the round takes to collect the events queued meanwhile), at most
@@ -246,9 +248,11 @@ type LogPump struct {
 	started  bool
 	draining bool
 	runCtx   context.Context
-	watcher  *fsnotify.Watcher
-	wg       sync.WaitGroup // stack goroutines
-	bg       sync.WaitGroup // dispatcher and poller
+	watcher  dirWatcher // nil: every stack is polled
+	// fsnotifyOnly (tests) makes the pump watch with fsnotify where it would use inotify.
+	fsnotifyOnly bool
+	wg           sync.WaitGroup // stack goroutines
+	bg           sync.WaitGroup // dispatcher and poller
 
 	sem        chan struct{}
 	batchCh    chan pumpBatchReq // nil unless the poster batches
@@ -377,11 +381,7 @@ func (p *LogPump) Start(ctx context.Context) error {
 	}
 	p.budget = newByteBudget(p.opts.MaxBuffered)
 	if !p.opts.Poll {
-		if w, err := fsnotify.NewWatcher(); err == nil {
-			p.watcher = w
-			p.bg.Add(1)
-			go p.dispatch(w)
-		}
+		p.startWatcher()
 	}
 	p.bg.Add(1)
 	go p.poll()
@@ -413,6 +413,77 @@ func (p *LogPump) launch(s *stackTail) {
 	}
 	p.wg.Add(1)
 	go s.run(p.runCtx)
+}
+
+// dirWatcher watches stack directories: an *inotifyWatcher (Linux) or an *fsnotify.Watcher.
+type dirWatcher interface {
+	Add(dir string) error
+	Close() error
+}
+
+// startWatcher starts the directory watcher and its dispatcher: inotify where it is available
+// (see inotifyWatcher), else fsnotify; without either every stack is polled.
+func (p *LogPump) startWatcher() {
+	if !p.fsnotifyOnly {
+		if w, err := newInotifyWatcher(); err == nil {
+			p.watcher = w
+			p.bg.Add(1)
+			go p.dispatchInotify(w)
+			return
+		}
+	}
+	if w, err := fsnotify.NewWatcher(); err == nil {
+		p.watcher = w
+		p.bg.Add(1)
+		go p.dispatch(w)
+	}
+}
+
+// dispatchInotify is dispatch for the inotify watcher: the same rounds, at least
+// MinReadInterval apart, each waking the stacks its events concern once. A round starts when
+// the first event after the previous one arrives (waiting for it costs no timer), waits out the
+// rest of MinReadInterval without being woken by the events that keep coming meanwhile, and
+// then reads every event queued, so it needs no round marker.
+func (p *LogPump) dispatchInotify(w *inotifyWatcher) {
+	defer p.bg.Done()
+	defer w.shutdown()
+	d := &dispatcher{p: p, base: filepath.Base(p.file)}
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	var last time.Time // when the last round began
+	for {
+		if err := w.wait(); err != nil {
+			select {
+			case <-p.stopBg:
+			default:
+				p.pollEverything() // the watcher broke
+			}
+			return
+		}
+		if wait := p.opts.MinReadInterval - time.Since(last); wait > 0 && !p.holdEvents(hold, wait) {
+			return
+		}
+		last = time.Now()
+		p.rounds.Add(1)
+		n, overflow, err := w.read(d.note)
+		p.events.Add(int64(n))
+		if err == nil {
+			err = w.rearm()
+		}
+		if err != nil {
+			select {
+			case <-p.stopBg:
+			default:
+				p.pollEverything()
+			}
+			return
+		}
+		if overflow {
+			// Events were dropped: every stack looks again.
+			p.pokeAll()
+		}
+		d.wake()
+	}
 }
 
 // dispatch turns fsnotify events on stack directories into wake-ups of the stacks concerned.

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 )
@@ -338,12 +339,13 @@ func (w *pumpWriter) step(huge bool) {
 
 // pumpRunConfig is one randomized scenario.
 type pumpRunConfig struct {
-	seed   uint64
-	poll   bool
-	stacks int
-	ops    int
-	huge   bool
-	poster func(*pumpCollector) LogPoster
+	seed     uint64
+	poll     bool
+	fsnotify bool // with a watcher: fsnotify, not inotify
+	stacks   int
+	ops      int
+	huge     bool
+	poster   func(*pumpCollector) LogPoster
 }
 
 // pumpRandomRun runs one scenario and checks the collector against the writers. It returns an
@@ -374,6 +376,7 @@ func pumpRandomRun(t *testing.T, cfg pumpRunConfig) {
 	if err := pump.SetOptions(opts); err != nil {
 		t.Fatal(err)
 	}
+	pump.fsnotifyOnly = cfg.fsnotify
 	writers := make([]*pumpWriter, cfg.stacks)
 	for i := range writers {
 		stack := fmt.Sprintf("stacks/s%d", i)
@@ -520,7 +523,7 @@ func TestPumpRandomizedWriters(t *testing.T) {
 				}
 				r := rand.New(rand.NewPCG(uint64(i), 3))
 				cfg := pumpRunConfig{
-					seed: uint64(i), poll: i%2 == 1,
+					seed: uint64(i), poll: i%2 == 1, fsnotify: i%4 == 2,
 					stacks: 1 + r.IntN(3), ops: 5 + r.IntN(25), huge: r.IntN(10) == 0,
 				}
 				if i%3 == 2 {
@@ -531,7 +534,7 @@ func TestPumpRandomizedWriters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d randomized runs (half fsnotify, half polling; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized runs (half polling, a quarter fsnotify, a quarter inotify; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
 }
 
 func TestPumpRandomizedOverLoopbackHTTP(t *testing.T) {
@@ -550,6 +553,16 @@ func TestPumpRandomizedOverLoopbackHTTP(t *testing.T) {
 // pumpSimple starts a pump over root with the given collector and options.
 func pumpSimple(t testing.TB, root string, p LogPoster, o PumpOptions, stacks ...string) *LogPump {
 	t.Helper()
+	pump := pumpNew(t, root, p, o, stacks...)
+	if err := pump.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return pump
+}
+
+// pumpNew is pumpSimple without the Start.
+func pumpNew(t testing.TB, root string, p LogPoster, o PumpOptions, stacks ...string) *LogPump {
+	t.Helper()
 	pump := NewLogPump(p, root, "tfstackplan.log", "exec-1")
 	if err := pump.SetOptions(o); err != nil {
 		t.Fatal(err)
@@ -559,8 +572,33 @@ func pumpSimple(t testing.TB, root string, p LogPoster, o PumpOptions, stacks ..
 			t.Fatal(err)
 		}
 	}
+	return pump
+}
+
+// pumpWatchers are the directory watchers a test runs with: fsnotify always, and inotify of
+// its own where the pump uses it (Linux).
+func pumpWatchers(t *testing.T, test func(t *testing.T, fsnotifyOnly bool)) {
+	t.Run("fsnotify", func(t *testing.T) { test(t, true) })
+	if w, err := newInotifyWatcher(); err == nil {
+		_ = w.Close()
+		w.shutdown()
+		t.Run("inotify", func(t *testing.T) { test(t, false) })
+	}
+}
+
+// pumpWatching starts pump with the watcher fsnotifyOnly selects; it skips the test when
+// there is none.
+func pumpWatching(t *testing.T, pump *LogPump, fsnotifyOnly bool) *LogPump {
+	t.Helper()
+	pump.fsnotifyOnly = fsnotifyOnly
 	if err := pump.Start(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if pump.watcher == nil {
+		t.Skip("no directory watcher here")
+	}
+	if _, isFsnotify := pump.watcher.(*fsnotify.Watcher); isFsnotify != fsnotifyOnly {
+		t.Fatalf("the pump watches with %T", pump.watcher)
 	}
 	return pump
 }
@@ -890,15 +928,16 @@ func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
 	}
 }
 
-func TestPumpFallsBackToPollingWhenFsnotifyFails(t *testing.T) {
+func TestPumpFallsBackToPollingWhenTheWatcherFails(t *testing.T) {
+	pumpWatchers(t, testPumpFallsBackToPolling)
+}
+
+func testPumpFallsBackToPolling(t *testing.T, fsnotifyOnly bool) {
 	root := t.TempDir()
 	pumpStackDir(t, root, "a")
 	coll := newPumpCollector(6)
 	// A safety poll longer than the test: only the fallback can find the bytes in time.
-	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a")
-	if pump.watcher == nil {
-		t.Skip("fsnotify is not available here")
-	}
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
 	_ = pump.watcher.Close() // the watcher dies
 	pumpWriteLog(t, filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"))
 	pumpWaitObserved(t, pump, "a", 0, 11)
@@ -1056,4 +1095,51 @@ func TestPumpReadsBeforeCoalescingSoTruncationLosesNothing(t *testing.T) {
 	if got := pumpCollected(t, coll, "a", 1); string(got) != "next command\n" {
 		t.Fatalf("generation 1 = %q", got)
 	}
+}
+
+// A watched stack directory that is renamed away and made again loses its watch: the stack
+// is polled from then on, and the log written in the new directory arrives as a new
+// generation. One that is removed is found again by the safety poll: its watch does not end
+// while the pump still has the old log inside it open, so no event says it went away.
+func TestPumpStackDirectoryReplaced(t *testing.T) {
+	pumpWatchers(t, func(t *testing.T, fsnotifyOnly bool) {
+		for _, how := range []string{"renamed", "removed"} {
+			t.Run(how, func(t *testing.T) {
+				root := t.TempDir()
+				log := pumpStackDir(t, root, "a")
+				coll := newPumpCollector(27)
+				// renamed: a safety poll longer than the test, only the watch's end can make a poll.
+				safety := time.Hour
+				if how == "removed" {
+					safety = 20 * time.Millisecond
+				}
+				pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: safety}, "a"), fsnotifyOnly)
+				pumpWriteLog(t, log, []byte("one\n"))
+				pumpWaitObserved(t, pump, "a", 0, 4)
+				dir := filepath.Dir(log)
+				if how == "removed" {
+					if err := os.RemoveAll(dir); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					if err := os.Rename(dir, dir+".old"); err != nil {
+						t.Fatal(err)
+					}
+					deadline := time.Now().Add(10 * time.Second)
+					for pump.npolled.Load() == 0 {
+						if time.Now().After(deadline) {
+							t.Fatal("the stack is not polled after its directory was renamed away")
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}
+				pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
+				pumpWaitObserved(t, pump, "a", 1, 4)
+				rep := pump.Drain(context.Background())
+				if g0, g1 := pumpCollected(t, coll, "a", 0), pumpCollected(t, coll, "a", 1); string(g0) != "one\n" || string(g1) != "two\n" || !rep.Complete {
+					t.Fatalf("generations %q and %q, report %+v", g0, g1, rep)
+				}
+			})
+		}
+	})
 }

@@ -20,14 +20,12 @@ type pumpGate struct {
 	open chan struct{}
 }
 
-// pumpGated starts a pump whose dispatcher pauses are controlled by the returned gate.
-func pumpGated(t *testing.T, root string, p LogPoster, o PumpOptions, stacks ...string) (*LogPump, *pumpGate) {
+// pumpGated starts a pump (watching with fsnotify, or inotify: see pumpWatchers) whose
+// dispatcher pauses are controlled by the returned gate.
+func pumpGated(t *testing.T, fsnotifyOnly bool, root string, p LogPoster, o PumpOptions, stacks ...string) (*LogPump, *pumpGate) {
 	t.Helper()
 	g := &pumpGate{held: make(chan struct{}, 1), open: make(chan struct{})}
-	pump := NewLogPump(p, root, "tfstackplan.log", "exec-1")
-	if err := pump.SetOptions(o); err != nil {
-		t.Fatal(err)
-	}
+	pump := pumpNew(t, root, p, o, stacks...)
 	pump.holdHook = func(time.Duration) {
 		select {
 		case g.held <- struct{}{}:
@@ -35,19 +33,8 @@ func pumpGated(t *testing.T, root string, p LogPoster, o PumpOptions, stacks ...
 		}
 		<-g.open
 	}
-	for _, s := range stacks {
-		if err := pump.AddStack(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pump.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if pump.watcher == nil {
-		t.Skip("fsnotify is not available here")
-	}
 	t.Cleanup(g.release)
-	return pump, g
+	return pumpWatching(t, pump, fsnotifyOnly), g
 }
 
 // pause writes lines to l until the dispatcher pauses (the first event after a quiet spell
@@ -129,12 +116,16 @@ func pumpDelivered(t *testing.T, pump *LogPump, coll *pumpCollector, logs ...*pu
 // A burst of writes to one log during a throttle pause costs one dispatcher round, and a
 // handful of events (the kernel merges the identical ones), not one wake-up per write.
 func TestPumpBurstOfWritesIsOneRound(t *testing.T) {
+	pumpWatchers(t, testPumpBurstOfWritesIsOneRound)
+}
+
+func testPumpBurstOfWritesIsOneRound(t *testing.T, fsnotifyOnly bool) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // where the dispatcher keeps its round marker
 	root := t.TempDir()
 	a := openPumpLog(t, root, "a")
 	coll := newPumpCollector(21)
-	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
+	pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
 
 	rounds := gate.pause(t, pump, a)
 	const n = 1000
@@ -156,9 +147,14 @@ func TestPumpBurstOfWritesIsOneRound(t *testing.T) {
 }
 
 // Events queued during a pause from several logs (which the kernel cannot merge) are all
-// taken by the round that ends it, and nothing is lost; without a round marker (no usable
-// temporary directory) rounds may take less, but still nothing is lost.
+// taken by the round that ends it, and nothing is lost; with fsnotify and no round marker (no
+// usable temporary directory) rounds may take less, but still nothing is lost. inotify needs
+// no marker.
 func TestPumpRoundTakesEverythingQueuedDuringThePause(t *testing.T) {
+	pumpWatchers(t, testPumpRoundTakesEverythingQueued)
+}
+
+func testPumpRoundTakesEverythingQueued(t *testing.T, fsnotifyOnly bool) {
 	for _, marker := range []bool{true, false} {
 		t.Run(fmt.Sprintf("marker=%v", marker), func(t *testing.T) {
 			tmp := t.TempDir()
@@ -170,7 +166,7 @@ func TestPumpRoundTakesEverythingQueuedDuringThePause(t *testing.T) {
 			a, b := openPumpLog(t, root, "a"), openPumpLog(t, root, "b")
 			pumpStackDir(t, root, "c") // its log appears during the pause
 			coll := newPumpCollector(22)
-			pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a", "b", "c")
+			pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a", "b", "c")
 
 			rounds := gate.pause(t, pump, a)
 			c := openPumpLog(t, root, "c")
@@ -184,7 +180,7 @@ func TestPumpRoundTakesEverythingQueuedDuringThePause(t *testing.T) {
 			for _, l := range []*pumpLog{a, b, c} {
 				l.observed(pump)
 			}
-			if r := pump.rounds.Load() - rounds; marker && r != 1 {
+			if r := pump.rounds.Load() - rounds; (marker || !fsnotifyOnly) && r != 1 {
 				t.Errorf("%d dispatcher rounds after the pause, want 1: it takes everything queued", r)
 			}
 			pumpDelivered(t, pump, coll, a, b, c)
@@ -195,6 +191,10 @@ func TestPumpRoundTakesEverythingQueuedDuringThePause(t *testing.T) {
 // An inotify queue overflow during a pause (the round marker's own event is dropped too) ends
 // the round and makes every stack look: a log whose event was dropped is still read.
 func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
+	pumpWatchers(t, testPumpQueueOverflowRecovers)
+}
+
+func testPumpQueueOverflowRecovers(t *testing.T, fsnotifyOnly bool) {
 	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
 	if err != nil {
 		t.Skip("no inotify queue limit to exceed here")
@@ -209,7 +209,7 @@ func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
 	pumpStackDir(t, root, "z")
 	coll := newPumpCollector(23)
 	// The safety poll is longer than the test: only the overflow handling can find z's log.
-	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "x", "y", "z")
+	pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "x", "y", "z")
 
 	gate.pause(t, pump, x)
 	for range limit + 100 { // alternating logs: nothing to merge, the queue overflows
@@ -225,17 +225,14 @@ func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
 	pumpDelivered(t, pump, coll, x, y, z)
 }
 
-// Rounds go on when a temporary-directory cleaner removes the round marker.
+// Rounds go on when a temporary-directory cleaner removes fsnotify's round marker.
 func TestPumpSurvivesRemovedRoundMarker(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	root := t.TempDir()
 	a := openPumpLog(t, root, "a")
 	coll := newPumpCollector(26)
-	pump := pumpSimple(t, root, coll, PumpOptions{MinReadInterval: 5 * time.Millisecond, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
-	if pump.watcher == nil {
-		t.Skip("fsnotify is not available here")
-	}
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{MinReadInterval: 5 * time.Millisecond, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a"), true)
 	a.write("before\n")
 	a.observed(pump)
 	dirs, err := filepath.Glob(filepath.Join(tmp, "tfstackplan-pump-*"))
@@ -256,14 +253,15 @@ func TestPumpSurvivesRemovedRoundMarker(t *testing.T) {
 // stack wakes up (the poller's timer is armed for the safety poll only); a polled stack
 // brings the poll interval back.
 func TestPumpTimersRestWhenIdle(t *testing.T) {
+	pumpWatchers(t, testPumpTimersRestWhenIdle)
+}
+
+func testPumpTimersRestWhenIdle(t *testing.T, fsnotifyOnly bool) {
 	root := t.TempDir()
 	pumpStackDir(t, root, "a")
 	pumpStackDir(t, root, "b")
 	coll := newPumpCollector(24)
-	pump := pumpSimple(t, root, coll, PumpOptions{PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a", "b")
-	if pump.watcher == nil {
-		t.Skip("fsnotify is not available here")
-	}
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a", "b"), fsnotifyOnly)
 	time.Sleep(50 * time.Millisecond) // fifty poll intervals
 	if p, r, s := pump.pollWakes.Load(), pump.rounds.Load(), pump.stackWakes.Load(); p+r+s != 0 {
 		t.Errorf("idle pump woke up: poller %d, dispatcher %d, stacks %d times", p, r, s)
