@@ -440,49 +440,55 @@ func (p *LogPump) startWatcher() {
 }
 
 // dispatchInotify is dispatch for the inotify watcher: the same rounds, at least
-// MinReadInterval apart, each waking the stacks its events concern once. A round starts when
-// the first event after the previous one arrives (waiting for it costs no timer), waits out the
-// rest of MinReadInterval without being woken by the events that keep coming meanwhile, and
-// then reads every event queued, so it needs no round marker.
+// MinReadInterval apart, each waking the stacks its events concern once, and reading every
+// event queued (so it needs no round marker). The first event after a quiet spell starts a
+// round at once; waiting for it costs no timer. After a round the dispatcher sleeps
+// MinReadInterval, during which the events that come are queued by the kernel without waking
+// it, then reads them as the next round; a round that finds nothing ends the busy spell, and
+// the dispatcher waits for an event again. So while the logs keep growing, a round costs one
+// wake-up, its timer's.
 func (p *LogPump) dispatchInotify(w *inotifyWatcher) {
 	defer p.bg.Done()
 	defer w.shutdown()
 	d := &dispatcher{p: p, base: filepath.Base(p.file)}
 	hold := time.NewTimer(time.Hour)
 	hold.Stop()
-	var last time.Time // when the last round began
+	broke := func() {
+		select {
+		case <-p.stopBg:
+		default:
+			p.pollEverything()
+		}
+	}
 	for {
 		if err := w.wait(); err != nil {
-			select {
-			case <-p.stopBg:
-			default:
-				p.pollEverything() // the watcher broke
+			broke()
+			return
+		}
+		for {
+			n, overflow, err := w.read(d.note)
+			if err != nil {
+				broke()
+				return
 			}
-			return
-		}
-		if wait := p.opts.MinReadInterval - time.Since(last); wait > 0 && !p.holdEvents(hold, wait) {
-			return
-		}
-		last = time.Now()
-		p.rounds.Add(1)
-		n, overflow, err := w.read(d.note)
-		p.events.Add(int64(n))
-		if err == nil {
-			err = w.rearm()
-		}
-		if err != nil {
-			select {
-			case <-p.stopBg:
-			default:
-				p.pollEverything()
+			if n == 0 {
+				break // a quiet spell begins
 			}
+			p.rounds.Add(1)
+			p.events.Add(int64(n))
+			if overflow {
+				// Events were dropped: every stack looks again.
+				p.pokeAll()
+			}
+			d.wake()
+			if !p.holdEvents(hold, p.opts.MinReadInterval) {
+				return
+			}
+		}
+		if err := w.rearm(); err != nil {
+			broke()
 			return
 		}
-		if overflow {
-			// Events were dropped: every stack looks again.
-			p.pokeAll()
-		}
-		d.wake()
 	}
 }
 
