@@ -38,7 +38,8 @@ const MaxPhases = 1000
 
 // Phases stores several phase events of one execution in one transaction, each as Phase
 // would: a phase history entry (idempotent), and the stack's current phase when the event is
-// the newest and the execution is not finalized.
+// the newest and the execution is not finalized. A batch costs the store a few statements
+// whatever its size (store.Tx.AddPhaseEvents), not three an event.
 func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseEvent) (api.Ack, error) {
 	execOf := func(i int) string { return phases[i].ExecutionID }
 	err := checkBatch("phases", len(phases), MaxPhases, execOf, func(i int) error {
@@ -49,22 +50,53 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 		return api.Ack{}, err
 	}
 	now := s.Now()
-	stackOf := func(i int) string { return phases[i].Stack }
-	return s.writeBatch(ctx, caller, execOf(0), len(phases), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
+	ps, shown := make([]store.Phase, len(phases)), make([]string, len(phases))
+	for i := range phases {
 		in := &phases[i]
 		at := in.At.UTC()
 		if in.At.IsZero() {
 			at = now
 		}
-		shown := in.Phase
+		shown[i] = in.Phase
 		if in.Status != "" {
-			shown = in.Phase + ": " + clip(in.Status, 64)
+			shown[i] = in.Phase + ": " + clip(in.Status, 64)
 		}
 		// Stored and shown in the history even once the execution is finalized; the stack's
 		// state then no longer changes.
-		return tx.AddPhaseEvent(store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
-			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at}, shown, now)
+		ps[i] = store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
+			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at}
+	}
+	if len(phases) == 1 {
+		return s.writeBatch(ctx, caller, execOf(0), 1, func(int) string { return ps[0].Stack }, func(tx store.Tx, _ int) (store.EventState, bool, error) {
+			return tx.AddPhaseEvent(ps[0], shown[0], now)
+		})
+	}
+	if err := s.checkOwner(ctx, caller, execOf(0)); err != nil {
+		return api.Ack{}, err
+	}
+	// Stack rows are locked in name order (see writeBatch); each stack's events keep theirs.
+	order := make([]int, len(ps))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ps[a].Stack, ps[b].Stack) })
+	sortedPs, sortedShown := make([]store.Phase, len(ps)), make([]string, len(ps))
+	for k, i := range order {
+		sortedPs[k], sortedShown[k] = ps[i], shown[i]
+	}
+	var ack api.Ack
+	err = s.Store.Write(ctx, func(tx store.Tx) error {
+		state, added, err := tx.AddPhaseEvents(execOf(0), sortedPs, sortedShown, now)
+		if err != nil {
+			return err
+		}
+		ack = cancelAck(state.Cancelled, state.CancelReason)
+		if added == 0 {
+			return nil
+		}
+		return tx.Notify(execOf(0))
 	})
+	return ack, err
 }
 
 // Update records a stack's status and classification; the highest seq wins.

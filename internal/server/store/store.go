@@ -242,6 +242,10 @@ type Tx interface {
 	// becomes running. It returns the execution's state, or ErrNotFound. One statement where
 	// the backend allows.
 	AddPhaseEvent(p Phase, shown string, now time.Time) (state EventState, added bool, err error)
+	// AddPhaseEvents stores the phase events ps of execution execID (shown[i] is ps[i]'s shown
+	// phase) as AddPhaseEvent would one after the other, in a few statements whatever their
+	// number, and returns the execution's state and how many events were new.
+	AddPhaseEvents(execID string, ps []Phase, shown []string, now time.Time) (state EventState, added int, err error)
 	// AddLogBatch stores chunks of one execution, each once per (execution, stack, generation,
 	// offset) as AddLogChunks does, unless some chunk names a stack the execution has none of:
 	// it returns the execution's state (read without locking), the names of the missing stacks

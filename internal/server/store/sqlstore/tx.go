@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -455,6 +456,85 @@ func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store
 	_, err = t.exec(stackPhaseInsert+values(len(stack))+stackPhaseConflict, append(stack, pending)...)
 	return st, true, err
 }
+
+// AddPhaseEvents is AddPhaseEvent for each event of ps in turn (all of execution execID),
+// in a few statements whatever their number: the execution's state is read (and share-locked)
+// once, the history rows go in multi-row inserts that return which were new, and each stack
+// gets one upsert, from its winning new event (the highest seq, the later of equal ones), which
+// leaves the row as the events one by one would have.
+func (t *sqlTx) AddPhaseEvents(execID string, ps []store.Phase, shown []string, now time.Time) (store.EventState, int, error) {
+	st, err := t.eventState(execID, t.forShare())
+	if err != nil || len(ps) == 0 {
+		return st, 0, err
+	}
+	type key struct {
+		stack, phase string
+		seq          int64
+	}
+	inserted := map[key]bool{}
+	for from := 0; from < len(ps); from += maxRowsPerInsert {
+		part := ps[from:min(from+maxRowsPerInsert, len(ps))]
+		args := make([]any, 0, 7*len(part))
+		for _, p := range part {
+			args = append(args, execID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At))
+		}
+		rows, err := t.query(phaseInsert+"VALUES "+strings.Repeat(phaseRow+",", len(part)-1)+phaseRow+phaseConflict+
+			" RETURNING stack, phase, seq", args...)
+		if err != nil {
+			return st, 0, err
+		}
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.stack, &k.phase, &k.seq); err != nil {
+				rows.Close()
+				return st, 0, t.s.mapErr(err)
+			}
+			inserted[k] = true
+		}
+		if err := rows.Close(); err != nil {
+			return st, 0, t.s.mapErr(err)
+		}
+	}
+	// An event is new when its row was inserted and no earlier event of the batch has its key.
+	added := 0
+	winner := map[string]int{}
+	for i, p := range ps {
+		k := key{p.Stack, p.Phase, p.Seq}
+		if !inserted[k] {
+			continue
+		}
+		delete(inserted, k)
+		added++
+		if w, ok := winner[p.Stack]; !ok || ps[w].Seq <= p.Seq {
+			winner[p.Stack] = i
+		}
+	}
+	if st.Finalized || len(winner) == 0 {
+		return st, added, nil
+	}
+	// In stack-name order, the order every batch locks stack rows in.
+	stacks := slices.Sorted(maps.Keys(winner))
+	for from := 0; from < len(stacks); from += maxRowsPerInsert {
+		part := stacks[from:min(from+maxRowsPerInsert, len(stacks))]
+		args := make([]any, 0, 6*len(part)+1)
+		for _, stack := range part {
+			i := winner[stack]
+			args = append(args, execID, stack, string(api.StackStatusRunning), shown[i], ps[i].Seq, ns(now))
+		}
+		args = append(args, string(api.StackStatusPending))
+		if _, err := t.exec(stackPhaseInsert+"VALUES "+strings.Repeat(stackPhaseRow+",", len(part)-1)+stackPhaseRow+
+			stackPhaseConflict, args...); err != nil {
+			return st, added, err
+		}
+	}
+	return st, added, nil
+}
+
+// phaseRow and stackPhaseRow are the VALUES rows of phaseInsert and stackPhaseInsert.
+const (
+	phaseRow      = "(?,?,?,?,?,?,?)"
+	stackPhaseRow = "(?,?,?,?,?,?)"
+)
 
 func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventState, []string, int64, error) {
 	if t.s.d.WritableCTE {

@@ -455,3 +455,109 @@ func TestPostgresNotificationsCoalesceWithoutLoss(t *testing.T) {
 		}
 	}
 }
+
+// AddPhaseEvents leaves an execution exactly as AddPhaseEvent called for each event in turn
+// does: the same stacks (phase shown, its seq, status, update time), the same events new, the
+// same state; with retried events, equal seqs, duplicates inside the batch, pending stacks,
+// events older than the phase shown, and finalized executions.
+func TestAddPhaseEventsIsAddPhaseEventInTurn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		rng := rand.New(rand.NewPCG(7, 11))
+		stacks := []string{"a", "b", "c", "d"}
+		phases := []string{"init", "plan", "show"}
+		event := func(id string) (store.Phase, string) {
+			p := store.Phase{ExecutionID: id, Stack: stacks[rng.IntN(len(stacks))], Phase: phases[rng.IntN(len(phases))],
+				Seq: int64(rng.IntN(6)), Status: []string{"", "ok", "failed"}[rng.IntN(3)], Message: fmt.Sprint("m", rng.IntN(3)), At: t0}
+			return p, fmt.Sprintf("%s shown %d", p.Phase, rng.IntN(1000))
+		}
+		for round := range 60 {
+			one, many := fmt.Sprintf("one-%d", round), fmt.Sprintf("many-%d", round)
+			// The same history before the batch: some stacks pending, some with a phase shown.
+			var before []store.Phase
+			var beforeShown []string
+			for range rng.IntN(4) {
+				p, sh := event("")
+				before, beforeShown = append(before, p), append(beforeShown, sh)
+			}
+			pending := stacks[rng.IntN(len(stacks))]
+			finalized := rng.IntN(4) == 0
+			var batch []store.Phase
+			var shown []string
+			for range 1 + rng.IntN(12) {
+				p, sh := event("")
+				if len(batch) > 0 && rng.IntN(4) == 0 { // the same event again, maybe shown otherwise
+					p = batch[rng.IntN(len(batch))]
+				}
+				batch, shown = append(batch, p), append(shown, sh)
+			}
+			if rng.IntN(3) == 0 && len(before) > 0 { // a retry of an event already stored
+				batch, shown = append(batch, before[0]), append(shown, "retried")
+			}
+			for _, id := range []string{one, many} {
+				write(t, s, func(tx store.Tx) error {
+					e := exec1(id, t0)
+					if _, err := tx.CreateExecution(e); err != nil {
+						return err
+					}
+					st := &store.Stack{}
+					st.StackState.Stack, st.Status = pending, "pending"
+					if err := tx.SaveStack(id, st); err != nil {
+						return err
+					}
+					for i, p := range before {
+						p.ExecutionID = id
+						if _, _, err := tx.AddPhaseEvent(p, beforeShown[i], t0); err != nil {
+							return err
+						}
+					}
+					if finalized {
+						e.Finalized = true
+						return tx.SaveExecution(e)
+					}
+					return nil
+				})
+			}
+			later := t0.Add(time.Hour)
+			var stOne, stMany store.EventState
+			addedOne, addedMany := 0, 0
+			write(t, s, func(tx store.Tx) error {
+				for i, p := range batch {
+					p.ExecutionID = one
+					st, added, err := tx.AddPhaseEvent(p, shown[i], later)
+					if err != nil {
+						return err
+					}
+					stOne = st
+					if added {
+						addedOne++
+					}
+				}
+				return nil
+			})
+			write(t, s, func(tx store.Tx) (err error) {
+				ps := slices.Clone(batch)
+				for i := range ps {
+					ps[i].ExecutionID = many
+				}
+				stMany, addedMany, err = tx.AddPhaseEvents(many, ps, shown, later)
+				return err
+			})
+			if stOne != stMany || addedOne != addedMany {
+				t.Fatalf("round %d: state %+v, %d new one by one; %+v, %d new in a batch", round, stOne, addedOne, stMany, addedMany)
+			}
+			var want, got []store.Stack
+			if err := s.Read(ctx, func(tx store.Tx) (err error) {
+				if want, err = tx.Stacks(one); err != nil {
+					return err
+				}
+				got, err = tx.Stacks(many)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprintf("%+v", want) != fmt.Sprintf("%+v", got) {
+				t.Fatalf("round %d (batch %+v):\none by one %+v\nin a batch %+v", round, batch, want, got)
+			}
+		}
+	})
+}
