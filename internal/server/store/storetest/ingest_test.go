@@ -561,3 +561,50 @@ func TestAddPhaseEventsIsAddPhaseEventInTurn(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkPhasesBatch stores the phase events of a relay period as a Phases request brings
+// them (32 events, 4 on each of 8 stacks, new seqs), one transaction a batch: one by one with
+// AddPhaseEvent (in-turn) or with AddPhaseEvents (batched). Reports events/s.
+func BenchmarkPhasesBatch(b *testing.B) {
+	for _, be := range Backends() {
+		for _, batched := range []bool{false, true} {
+			name := be.Name + "/in-turn"
+			if batched {
+				name = be.Name + "/batched"
+			}
+			b.Run(name, func(b *testing.B) {
+				s := be.Open(b)
+				if err := s.Write(ctx, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("bench", t0)); return err }); err != nil {
+					b.Fatal(err)
+				}
+				const perBatch = 32
+				ps, shown := make([]store.Phase, perBatch), make([]string, perBatch)
+				seq := int64(0)
+				start := time.Now()
+				for b.Loop() {
+					for i := range ps {
+						seq++
+						ps[i] = store.Phase{ExecutionID: "bench", Stack: fmt.Sprintf("stacks/s%02d", i/4), Phase: "plan", Seq: seq, At: t0}
+						shown[i] = "plan"
+					}
+					err := s.Write(ctx, func(tx store.Tx) error {
+						if batched {
+							_, _, err := tx.AddPhaseEvents("bench", ps, shown, t0)
+							return err
+						}
+						for i, p := range ps {
+							if _, _, err := tx.AddPhaseEvent(p, shown[i], t0); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*perBatch)/time.Since(start).Seconds(), "events/s")
+			})
+		}
+	}
+}
