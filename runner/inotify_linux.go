@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"github.com/fsnotify/fsnotify"
@@ -22,15 +21,13 @@ import (
 // and wake a thread that then finds nothing to run: on a 200-stack run, about 2,000 wake-ups
 // for nothing, most of them for the other files in the stack directories (the saved plan, the
 // plan JSON being written and renamed). Here the inotify descriptor stays out of the runtime's
-// poller; a private epoll instance watches it with EPOLLONESHOT, and that instance is what
-// the runtime polls. The first event after a round makes it readable once; until the next
-// round re-arms it, the kernel queues events without waking anyone. A round then reads the
-// whole queue with plain read(2) calls.
+// poller (see oneShot): the first event after a round wakes the dispatcher once; until the
+// next round re-arms it, the kernel queues events without waking anyone. A round then reads
+// the whole queue with plain read(2) calls.
 type inotifyWatcher struct {
-	fd  int      // the inotify instance: non-blocking, read with read(2) only
-	ep  *os.File // the private epoll instance watching fd, in the runtime's poller
-	rc  syscall.RawConn
-	buf []byte
+	fd    int      // the inotify instance: non-blocking, read with read(2) only
+	ready *oneShot // wakes the dispatcher once for fd until rearmed
+	buf   []byte
 
 	mu     sync.Mutex
 	closed bool             // fd was closed (by the dispatcher, as it ended)
@@ -42,7 +39,7 @@ const inotifyMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_D
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
 
 // inotifyReadsPerRound bounds the reads of one round: a queue refilled faster than it is read
-// must not keep a round going; what is left makes the next round start at once.
+// must not keep a round going; what is left is read by the next round.
 const inotifyReadsPerRound = 8
 
 func newInotifyWatcher() (*inotifyWatcher, error) {
@@ -50,35 +47,12 @@ func newInotifyWatcher() (*inotifyWatcher, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("inotify_init1", err)
 	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	o, err := newOneShot(fd)
 	if err != nil {
 		_ = unix.Close(fd)
-		return nil, os.NewSyscallError("epoll_create1", err)
-	}
-	w := &inotifyWatcher{fd: fd, buf: make([]byte, 64<<10), dirs: map[int32]string{}}
-	fail := func(call string, err error) (*inotifyWatcher, error) {
-		_ = unix.Close(fd)
-		_ = unix.Close(epfd)
-		return nil, os.NewSyscallError(call, err)
-	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, w.armEvent()); err != nil {
-		return fail("epoll_ctl", err)
-	}
-	// Non-blocking, so that os.NewFile puts it in the runtime's poller.
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		return fail("setnonblock", err)
-	}
-	w.ep = os.NewFile(uintptr(epfd), "inotify-epoll")
-	if w.rc, err = w.ep.SyscallConn(); err != nil {
-		_ = unix.Close(fd)
-		_ = w.ep.Close()
 		return nil, err
 	}
-	return w, nil
-}
-
-func (w *inotifyWatcher) armEvent() *unix.EpollEvent {
-	return &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(w.fd)}
+	return &inotifyWatcher{fd: fd, ready: o, buf: make([]byte, 64<<10), dirs: map[int32]string{}}, nil
 }
 
 // Add watches dir (a directory already watched keeps its watch).
@@ -97,43 +71,25 @@ func (w *inotifyWatcher) Add(dir string) error {
 }
 
 // Close ends the dispatcher's wait; the dispatcher then closes the inotify instance.
-func (w *inotifyWatcher) Close() error {
-	return w.ep.Close()
-}
+func (w *inotifyWatcher) Close() error { return w.ready.Close() }
 
 // shutdown closes the inotify instance; called by the dispatcher as it ends, so that no read
 // can meet a descriptor number reused meanwhile.
 func (w *inotifyWatcher) shutdown() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	_ = w.ready.Close()
 	if !w.closed {
 		w.closed = true
 		_ = unix.Close(w.fd)
 	}
-	_ = w.ep.Close()
 }
 
-// wait blocks until the inotify instance has events, consuming the one-shot readiness, or
-// until Close.
-func (w *inotifyWatcher) wait() error {
-	var evs [1]unix.EpollEvent
-	return w.rc.Read(func(epfd uintptr) bool {
-		n, err := unix.EpollWait(int(epfd), evs[:], 0)
-		return n > 0 || err != nil && err != unix.EINTR
-	})
-}
+// wait blocks until the inotify instance has events, or until Close.
+func (w *inotifyWatcher) wait() error { return w.ready.wait() }
 
-// rearm has the epoll instance report the inotify instance's next readiness (at once if
-// events arrived since the last read).
-func (w *inotifyWatcher) rearm() error {
-	var err error
-	if cerr := w.rc.Control(func(epfd uintptr) {
-		err = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_MOD, w.fd, w.armEvent())
-	}); cerr != nil {
-		return cerr
-	}
-	return os.NewSyscallError("epoll_ctl", err)
-}
+// rearm has the next event reported (at once if events arrived since the last read).
+func (w *inotifyWatcher) rearm() error { return w.ready.rearm() }
 
 // read takes the queued events (up to inotifyReadsPerRound reads), handing each to note as
 // fsnotify would describe it; overflow reports that the kernel dropped events.
@@ -166,10 +122,17 @@ func (w *inotifyWatcher) read(note func(fsnotify.Event)) (n int, overflow bool, 
 			w.mu.Lock()
 			dir, ok := w.dirs[raw.Wd]
 			if raw.Mask&unix.IN_IGNORED != 0 {
-				delete(w.dirs, raw.Wd) // the watch is gone (its directory was removed)
+				delete(w.dirs, raw.Wd)
 			}
 			w.mu.Unlock()
 			if !ok {
+				continue
+			}
+			if raw.Mask&unix.IN_IGNORED != 0 {
+				// The watch is gone (its directory removed or unmounted, the event saying so
+				// perhaps lost to an overflow): as for a removed directory, its stacks are
+				// polled from now on.
+				note(fsnotify.Event{Name: dir, Op: fsnotify.Remove})
 				continue
 			}
 			if op := inotifyOp(raw.Mask); op != 0 {

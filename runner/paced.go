@@ -40,19 +40,29 @@ func (p *pacedOutput) readInterval() time.Duration { return p.every }
 // pacedPipe is a pipe whose read end a goroutine copies to a pacedWriter.
 //
 // The read end stays outside the Go runtime's poller: a non-blocking descriptor read with plain
-// read(2) calls, and nothing in between. A descriptor in the poller (os.Pipe) is watched
-// edge-triggered, so every write by the child makes the runtime's netpoll return, wake a
-// thread and look for a goroutine to run, even while the copy is deliberately paused and
-// none waits on it; on a 200-stack run that was about 2,000 wake-ups of the driver for
-// nothing. Read this way, the pipe costs one wake-up per read, whatever the child writes.
+// read(2) calls. A descriptor in the poller (os.Pipe) is watched edge-triggered, so every write
+// by the child makes the runtime's netpoll return, wake a thread and look for a goroutine to
+// run, even while the copy is deliberately paused and none waits on it; on a 200-stack run
+// that was about 2,000 wake-ups of the driver for nothing. Here a pause costs one timer, and
+// an empty pipe is waited on through a oneShot (Linux; elsewhere it is looked at again on a
+// timer): the next write wakes the copy once, and a quiet child costs nothing.
 type pacedPipe struct {
 	dst    pacedWriter
 	rfd    int      // the read end; the copy goroutine owns it once started, and closes it
 	w      *os.File // the write end, the child's
+	ready  readiness
 	done   chan struct{}
 	err    error         // the first write error, once done is closed
 	exited chan struct{} // closed when the child exited: read without pauses
 	stop   chan struct{} // closed when the grace ran out: stop reading
+}
+
+// readiness waits for a descriptor to become readable: wait blocks until it is (rearm first,
+// for every wait), Close ends a wait in progress. A *oneShot.
+type readiness interface {
+	wait() error
+	rearm() error
+	Close() error
 }
 
 // newPacedPipe returns a pipe to dst; the caller gives p.w to the child, then calls start.
@@ -75,12 +85,16 @@ func newPacedPipe(dst pacedWriter) (*pacedPipe, error) {
 		_ = syscall.Close(fds[1])
 		return nil, os.NewSyscallError("setnonblock", err)
 	}
-	// The write end is blocking, so os.NewFile leaves it out of the poller too; os/exec hands
-	// an *os.File to the child as it is, with no copying goroutine.
-	return &pacedPipe{
+	p := &pacedPipe{
+		// The write end is blocking, so os.NewFile leaves it out of the poller too; os/exec
+		// hands an *os.File to the child as it is, with no copying goroutine.
 		dst: dst, rfd: fds[0], w: os.NewFile(uintptr(fds[1]), "|1"),
 		done: make(chan struct{}), exited: make(chan struct{}), stop: make(chan struct{}),
-	}, nil
+	}
+	if r, err := newReadiness(fds[0]); err == nil {
+		p.ready = r
+	}
+	return p, nil
 }
 
 // start closes the parent's write end and copies until every writer closed it (see finish).
@@ -89,13 +103,20 @@ func (p *pacedPipe) start() {
 	go func() {
 		defer close(p.done)
 		defer syscall.Close(p.rfd)
-		p.err = copyPaced(p.dst, p.rfd, p.dst.readInterval(), p.exited, p.stop)
+		c := pacedCopy{w: p.dst, fd: p.rfd, every: p.dst.readInterval(), exited: p.exited, stop: p.stop, ready: p.ready}
+		p.err = c.run()
+		if p.ready != nil {
+			_ = p.ready.Close()
+		}
 	}()
 }
 
 // abandonPaced closes both ends of pipes that start never ran on.
 func abandonPaced(pipes []*pacedPipe) {
 	for _, p := range pipes {
+		if p.ready != nil {
+			_ = p.ready.Close()
+		}
 		_ = syscall.Close(p.rfd)
 		_ = p.w.Close()
 	}
@@ -120,6 +141,9 @@ func finishPaced(pipes []*pacedPipe, grace time.Duration) error {
 			expired = true
 			for _, q := range pipes {
 				close(q.stop)
+				if q.ready != nil {
+					_ = q.ready.Close() // ends a wait for the next write
+				}
 			}
 			<-p.done
 		}
@@ -137,29 +161,59 @@ func finishPaced(pipes []*pacedPipe, grace time.Duration) error {
 // usual Linux pipe capacity (64 KiB).
 const pipeBusy = 16 << 10
 
-// leftoverPoll is how often a pipe is looked at once the child exited while some other
-// writer (a grandchild it left behind) still holds it open without writing.
+// leftoverPoll is how often a pipe without a readiness waiter is looked at when it was empty
+// once the child exited, while some other writer (a grandchild it left behind) still holds
+// it open; and the shortest pause of such a pipe's copy.
 const leftoverPoll = 10 * time.Millisecond
 
-// copyPaced copies what the non-blocking descriptor fd yields to w: at once, then at most
-// once per every until exited is closed, then without pauses until every writer closed the
-// pipe or stop is closed. A write error stops the writing, not the reading (the child must
+// pacedCopy copies what the non-blocking descriptor fd yields to w: at once, then at most once
+// per every until exited is closed, then without pauses until every writer closed the pipe or
+// stop is closed. An empty pipe is waited on with ready (nil: looked at again after every, or
+// leftoverPoll once exited). A write error stops the writing, not the reading (the child must
 // never block on a full pipe); it is returned once the pipe ends.
-func copyPaced(w io.Writer, fd int, every time.Duration, exited, stop <-chan struct{}) error {
+type pacedCopy struct {
+	w            io.Writer
+	fd           int
+	every        time.Duration
+	exited, stop <-chan struct{}
+	ready        readiness
+	reads        int // read(2) calls made (tests)
+}
+
+func (c *pacedCopy) run() error {
 	buf := make([]byte, 64<<10)
 	var werr error
 	pause := time.NewTimer(time.Hour)
 	pause.Stop()
+	// sleep waits d (or until exited, when wake is set) and reports false when stop came.
+	sleep := func(d time.Duration, wake bool) bool {
+		var exited <-chan struct{}
+		if wake {
+			exited = c.exited
+		}
+		pause.Reset(d)
+		select {
+		case <-pause.C:
+		case <-exited:
+			pause.Stop()
+		case <-c.stop:
+			pause.Stop()
+			return false
+		}
+		return true
+	}
 	for {
 		select {
-		case <-stop:
+		case <-c.stop:
 			return werr
 		default:
 		}
-		n, err := readFD(fd, buf)
+		n, err := readFD(c.fd, buf)
+		c.reads++
 		if n > 0 && werr == nil {
-			_, werr = w.Write(buf[:n])
+			_, werr = c.w.Write(buf[:n])
 		}
+		exited := isClosed(c.exited)
 		switch {
 		case err == nil && n == 0:
 			return werr // every writer closed the pipe
@@ -168,29 +222,45 @@ func copyPaced(w io.Writer, fd int, every time.Duration, exited, stop <-chan str
 				werr = os.NewSyscallError("read", err)
 			}
 			return werr
-		case n >= pipeBusy:
+		case n >= pipeBusy || n > 0 && exited:
 			// A pipe that filled up between two reads is read again at once: a writer that
-			// fast must not be slowed to a pipe-full per interval.
+			// fast must not be slowed to a pipe-full per interval. Nor is the end, once the
+			// child exited.
 			continue
-		}
-		wait, wake := every, exited
-		select {
-		case <-exited:
-			if n > 0 {
+		case n > 0:
+			if !sleep(max(c.every, leftoverPoll), true) {
+				return werr
+			}
+		case c.ready != nil:
+			// Empty: wait for the next write (or for the last writer to close the pipe).
+			if err := c.ready.rearm(); err != nil {
+				c.ready = nil
 				continue
 			}
-			wait, wake = leftoverPoll, nil
+			if err := c.ready.wait(); err != nil && isClosed(c.stop) {
+				return werr
+			} else if err != nil {
+				c.ready = nil // broken: look on a timer from now on
+			}
+		case exited:
+			if !sleep(leftoverPoll, false) {
+				return werr
+			}
 		default:
+			if !sleep(max(c.every, leftoverPoll), true) {
+				return werr
+			}
 		}
-		pause.Reset(wait)
-		select {
-		case <-pause.C:
-		case <-wake:
-			pause.Stop()
-		case <-stop:
-			pause.Stop()
-			return werr
-		}
+	}
+}
+
+// isClosed reports whether ch is closed (it is only ever closed, never sent on).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -17,11 +17,14 @@ import (
 	"time"
 )
 
-// countingWriter records what it was given and in how many writes.
+// countingWriter records what it was given (the first keep bytes when keep is set) and in
+// how many writes, and counts the bytes.
 type countingWriter struct {
 	mu     sync.Mutex
 	buf    bytes.Buffer
 	writes int
+	bytes  int64
+	keep   int
 	fail   error
 }
 
@@ -32,6 +35,11 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 		return 0, c.fail
 	}
 	c.writes++
+	c.bytes += int64(len(p))
+	if c.keep > 0 {
+		_, _ = c.buf.Write(p[:min(len(p), max(c.keep-c.buf.Len(), 0))])
+		return len(p), nil
+	}
 	return c.buf.Write(p)
 }
 
@@ -93,10 +101,10 @@ func TestPacedOutputOnlyWherePaced(t *testing.T) {
 // writes its pid to ./pid) with one paced destination, kills the grandchild when the test
 // ends, and returns what the destination got. The call must end, with
 // exec.ErrWaitDelay (as os/exec's own copying reports it), within a minute.
-func runLeavingGrandchild(t *testing.T, script string) string {
+func runLeavingGrandchild(t *testing.T, script string) (string, int64) {
 	t.Helper()
 	dir := t.TempDir()
-	var out countingWriter
+	out := countingWriter{keep: 1 << 20}
 	done := make(chan error, 1)
 	paced := &pacedOutput{Writer: &out, every: time.Hour}
 	go func() {
@@ -118,13 +126,13 @@ func runLeavingGrandchild(t *testing.T, script string) string {
 		t.Fatal("a grandchild holding the output pipe held the call for a minute")
 	}
 	got, _ := out.snapshot()
-	return got
+	return got, out.bytes
 }
 
 // A grandchild left holding the pipe does not hold the call up past outputGrace, and what was
 // written before is delivered.
 func TestPacedOutputLeftoverGrandchild(t *testing.T) {
-	if got := runLeavingGrandchild(t, `sleep 3600 & echo $! > pid; echo before`); got != "before\n" {
+	if got, _ := runLeavingGrandchild(t, `sleep 3600 & echo $! > pid; echo before`); got != "before\n" {
 		t.Fatalf("output %q", got)
 	}
 }
@@ -133,9 +141,45 @@ func TestPacedOutputLeftoverGrandchild(t *testing.T) {
 // outputGrace either: the copy reads without pauses then, and still stops when the grace
 // runs out.
 func TestPacedOutputFloodingGrandchild(t *testing.T) {
-	got := runLeavingGrandchild(t, `echo before; yes flood & echo $! > pid`)
-	if !strings.HasPrefix(got, "before\nflood\n") || len(got) < 1<<20 {
-		t.Fatalf("%d bytes starting %.40q; want \"before\" then the flood, read on after the exit", len(got), got)
+	got, n := runLeavingGrandchild(t, `echo before; yes flood & echo $! > pid`)
+	if !strings.HasPrefix(got, "before\nflood\n") || n < 1<<20 {
+		t.Fatalf("%d bytes starting %.40q; want \"before\" then the flood, read on after the exit", n, got)
+	}
+}
+
+// A child that writes nothing for a while costs the copy nothing meanwhile: an empty pipe is
+// waited on, not looked at again every interval (where the platform has a one-shot waiter).
+func TestPacedCopyWaitsOnAQuietPipe(t *testing.T) {
+	var fds [2]int
+	if err := syscall.Pipe(fds[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[0])
+	ready, err := newReadiness(fds[0])
+	if err != nil {
+		t.Skipf("no one-shot waiter here: %v", err)
+	}
+	defer ready.Close()
+	var out countingWriter
+	c := pacedCopy{w: &out, fd: fds[0], every: time.Millisecond, exited: make(chan struct{}), stop: make(chan struct{}), ready: ready}
+	done := make(chan error, 1)
+	go func() { done <- c.run() }()
+	w := os.NewFile(uintptr(fds[1]), "|1")
+	for _, s := range []string{"x\n", "y\n"} {
+		time.Sleep(300 * time.Millisecond) // three hundred intervals
+		if _, err := w.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = w.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := out.snapshot(); got != "x\ny\n" || c.reads > 12 {
+		t.Fatalf("%q in %d reads over 600 quiet intervals; want x and y in a handful", got, c.reads)
 	}
 }
 

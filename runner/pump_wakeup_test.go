@@ -235,9 +235,19 @@ func TestPumpSurvivesRemovedRoundMarker(t *testing.T) {
 	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{MinReadInterval: 5 * time.Millisecond, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a"), true)
 	a.write("before\n")
 	a.observed(pump)
-	dirs, err := filepath.Glob(filepath.Join(tmp, "tfstackplan-pump-*"))
-	if err != nil || len(dirs) != 1 {
-		t.Fatalf("round marker directories: %v %v", dirs, err)
+	// The dispatcher makes its marker as it starts, maybe after the stack first looked.
+	var dirs []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		var err error
+		if dirs, err = filepath.Glob(filepath.Join(tmp, "tfstackplan-pump-*")); err != nil || len(dirs) > 1 {
+			t.Fatalf("round marker directories: %v %v", dirs, err)
+		}
+		if len(dirs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no round marker directory")
+		}
 	}
 	if err := os.RemoveAll(dirs[0]); err != nil {
 		t.Fatal(err)

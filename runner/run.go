@@ -674,9 +674,10 @@ func (r *run) init(ctx context.Context) *LogPump {
 		}
 		panic(*initPanic)
 	}
-	r.event("Init", err)
 	if r.refused != nil {
-		r.warn("the server refused this execution: its phases, updates, logs and Finalize are not sent")
+		r.warn("the server refused this execution (%v): its phases, updates, logs and Finalize are not sent", err)
+	} else {
+		r.event("Init", err)
 	}
 	return pump
 }
@@ -890,7 +891,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	stopRelay := func() {}
 	if tickDir != "" {
 		ticks = newTickReader(tickDir)
-		stopRelay = r.relayTicks(ctx, ticks, step == "plan")
+		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.o.Op == OpPlan)
 		defer stopRelay() // on a panic too
 	}
 	w := newScriptWatcher(r.out)
@@ -923,7 +924,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 const TickRelayInterval = 250 * time.Millisecond
 
 // relayTicks posts the scripts' ticks to the server as Phase events while a script run goes on
-// (best-effort, through the driver's client and its breaker), and during a plan (live)
+// (best-effort, through the driver's client and its breaker), and during `run plan` (live)
 // classifies each stack as soon as it ticks done, so that its update goes out with the next
 // post and the classification does not wait for the whole run. The returned stop reads what is
 // left, posts it, and waits. Without a server a plan still classifies early (the run's end then
@@ -967,8 +968,12 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
+	// A panic here (classifying a plan, say) is raised again by stop, on the flow's goroutine,
+	// where Run recovers it.
+	var relayPanic *goPanic
 	go func() {
 		defer close(finished)
+		defer catchPanic(&relayPanic)
 		tick := time.NewTicker(TickRelayInterval)
 		defer tick.Stop()
 		for {
@@ -986,6 +991,9 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 		once.Do(func() {
 			close(done)
 			<-finished
+			if relayPanic != nil {
+				panic(*relayPanic)
+			}
 		})
 	}
 }
@@ -1176,6 +1184,15 @@ func (r *run) apply(ctx context.Context) {
 	if len(stacks) == 0 {
 		fmt.Fprintln(r.out, "tfstackplan: no stack has changes; nothing to apply")
 		r.sendAllUpdates(ctx)
+		return
+	}
+	if r.refused != nil {
+		// The server said this execution is not ours: whatever the gate would answer, there is
+		// doubt, and doubt denies the apply.
+		r.fail(newResultError(KindGate, "gate", "the gate was not asked: the server refused this execution: "+r.refused.Error()))
+		for i := range r.res.Stacks {
+			r.res.Stacks[i].Status = StatusNotRun
+		}
 		return
 	}
 	v := r.client.GateCheck(ctx, events.GateCheck{

@@ -62,14 +62,35 @@ func runRepo(t *testing.T, stacks []string) string {
 	return root
 }
 
+// recordedPlan is the plan JSON recorded for kind (testdata/tofu/KIND/plan.json).
+func recordedPlan(t *testing.T, kind string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../testdata/tofu", kind, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // runPlanScripted runs `run plan` over stacks (see runRepo) against c as execution id ("": a
 // new one), with script as the script run; script gets the tick directory the driver set.
 func runPlanScripted(t *testing.T, c *Client, root string, stacks []string, id string, script func(tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
+	return runScripted(t, c, root, stacks, OpPlan, id, func(_, tickDir string, stdout io.Writer) error { return script(tickDir, stdout) })
+}
+
+// runScripted runs `run op` (an apply for PR 5) as runPlanScripted does; script also gets the
+// name of the script terramate runs.
+func runScripted(t *testing.T, c *Client, root string, stacks []string, op, id string, script func(name, tickDir string, stdout io.Writer) error) *Result {
+	t.Helper()
 	exec := scriptedTerramate(stacks, nil)
+	pr := 0
+	if op == OpApply {
+		pr = 5
+	}
 	return Run(context.Background(), RunOptions{
-		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
-		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", ExecutionID: id,
+		Op: op, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", PR: pr, ExecutionID: id,
 		Getenv: func(string) string { return "" },
 		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 			if len(args) < 2 || args[0] != "script" {
@@ -81,7 +102,7 @@ func runPlanScripted(t *testing.T, c *Client, root string, stacks []string, id s
 					tickDir = v
 				}
 			}
-			return script(tickDir, stdout)
+			return script(args[len(args)-1], tickDir, stdout)
 		}},
 	})
 }
@@ -410,10 +431,7 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 	m, c := memClient(t)
 	stacks := []string{"a", "b"}
 	root := runRepo(t, stacks)
-	planJSON, err := os.ReadFile("../testdata/tofu/create/plan.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	planJSON := recordedPlan(t, "create")
 	var seenWhileRunning []string
 	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
@@ -467,10 +485,7 @@ func TestRunPlanOfflineClassifiesAsStacksFinish(t *testing.T) {
 	}
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
-	planJSON, err := os.ReadFile("../testdata/tofu/create/plan.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	planJSON := recordedPlan(t, "create")
 	planPath := filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile)
 	openedWhileRunning := false
 	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {

@@ -38,11 +38,7 @@ func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
 	kinds := []string{"create", "delete", "no-changes", "update"}
 	plans := map[string][]byte{}
 	for _, k := range kinds {
-		b, err := os.ReadFile(filepath.Join("../testdata/tofu", k, "plan.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		plans[k] = b
+		plans[k] = recordedPlan(t, k)
 	}
 	stage := t.TempDir()
 	return runPlanScripted(t, c, root, stacks, id, func(tickDir string, stdout io.Writer) error {
@@ -285,5 +281,39 @@ func TestRunRefusedExecutionSendsNothingMore(t *testing.T) {
 	}
 	if e.Status != "running" || len(e.Stacks) != 1 {
 		t.Errorf("their execution changed: status %s, %d stacks", e.Status, len(e.Stacks))
+	}
+}
+
+// An apply whose Init the server refused never asks the gate, and never applies: the refusal
+// is doubt, and doubt denies. The run ends as a gate denial, its stacks not run.
+func TestRunApplyRefusedExecutionDoesNotAskTheGate(t *testing.T) {
+	const id = "exec-theirs-apply"
+	mine, theirs, _, requests := twoRunners(t)
+	if err := theirs.Init(context.Background(), events.Init{ExecutionID: id, Op: "apply", Environment: "prod", Stacks: []string{"stacks/prod/a"}}); err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	var scripts []string
+	res := runScripted(t, mine, root, stacks, OpApply, id, func(script, _ string, stdout io.Writer) error {
+		scripts = append(scripts, script)
+		if script == "plan" {
+			fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+			return os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), planJSON, 0o644)
+		}
+		return nil
+	})
+	if res.Error == nil || res.Error.Kind != KindGate || !strings.Contains(res.Error.Tail, "refused") {
+		t.Fatalf("error %+v, want a gate denial naming the refusal", res.Error)
+	}
+	if !slices.Equal(scripts, []string{"plan"}) {
+		t.Errorf("scripts run: %v, want the plan only", scripts)
+	}
+	if got := requests(); got["/gates/check"] != 0 || got["/events/init"] != 2 {
+		t.Errorf("requests %v: want the two Inits and no gate check", got)
+	}
+	if len(res.Stacks) != 1 || res.Stacks[0].Status != StatusNotRun {
+		t.Errorf("stacks %+v, want a not run", res.Stacks)
 	}
 }
