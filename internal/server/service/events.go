@@ -66,37 +66,18 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 		ps[i] = store.Phase{ExecutionID: in.ExecutionID, Stack: in.Stack, Phase: in.Phase,
 			Status: clip(in.Status, MaxNameLen), Message: clip(in.Message, MaxTextLen), Seq: in.Seq, At: at}
 	}
-	if len(phases) == 1 {
-		return s.writeBatch(ctx, caller, execOf(0), 1, func(int) string { return ps[0].Stack }, func(tx store.Tx, _ int) (store.EventState, bool, error) {
+	stackOf := func(i int) string { return ps[i].Stack }
+	return s.writeEvents(ctx, caller, execOf(0), len(ps), stackOf, func(tx store.Tx, order []int) (store.EventState, bool, error) {
+		if len(order) == 1 {
 			return tx.AddPhaseEvent(ps[0], shown[0], now)
-		})
-	}
-	if err := s.checkOwner(ctx, caller, execOf(0)); err != nil {
-		return api.Ack{}, err
-	}
-	// Stack rows are locked in name order (see writeBatch); each stack's events keep theirs.
-	order := make([]int, len(ps))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ps[a].Stack, ps[b].Stack) })
-	sortedPs, sortedShown := make([]store.Phase, len(ps)), make([]string, len(ps))
-	for k, i := range order {
-		sortedPs[k], sortedShown[k] = ps[i], shown[i]
-	}
-	var ack api.Ack
-	err = s.Store.Write(ctx, func(tx store.Tx) error {
+		}
+		sortedPs, sortedShown := make([]store.Phase, len(order)), make([]string, len(order))
+		for k, i := range order {
+			sortedPs[k], sortedShown[k] = ps[i], shown[i]
+		}
 		state, added, err := tx.AddPhaseEvents(execOf(0), sortedPs, sortedShown, now)
-		if err != nil {
-			return err
-		}
-		ack = cancelAck(state.Cancelled, state.CancelReason)
-		if added == 0 {
-			return nil
-		}
-		return tx.Notify(execOf(0))
+		return state, added > 0, err
 	})
-	return ack, err
 }
 
 // Update records a stack's status and classification; the highest seq wins.
@@ -122,9 +103,17 @@ func (s *Service) Updates(ctx context.Context, caller Caller, updates []api.Upda
 		return api.Ack{}, err
 	}
 	stackOf := func(i int) string { return updates[i].Stack }
-	return s.writeBatch(ctx, caller, execOf(0), len(updates), stackOf, func(tx store.Tx, i int) (store.EventState, bool, error) {
-		// A late update must not change a finalized plan's classes or hashes: the store skips it.
-		return tx.ApplyUpdate(execOf(0), stacks[i])
+	// A late update must not change a finalized plan's classes or hashes: the store skips it.
+	return s.writeEvents(ctx, caller, execOf(0), len(updates), stackOf, func(tx store.Tx, order []int) (store.EventState, bool, error) {
+		if len(order) == 1 {
+			return tx.ApplyUpdate(execOf(0), stacks[0])
+		}
+		sorted := make([]*store.Stack, len(order))
+		for k, i := range order {
+			sorted[k] = stacks[i]
+		}
+		state, applied, err := tx.ApplyUpdates(execOf(0), sorted)
+		return state, applied > 0, err
 	})
 }
 
@@ -148,13 +137,14 @@ func checkBatch(what string, n, max int, execOf func(i int) string, check func(i
 	return nil
 }
 
-// writeBatch writes the n events of a batch of execution execID, once caller is found to own
-// it, in one transaction (as cheaply as the store allows when n is 1), event i with write.
-// Stack rows are locked in name order (stackOf), so that two batches naming the same stacks
-// never deadlock; each stack's own events keep their order (the later of equal seqs wins). It
-// answers with the execution's state, and notifies when some event changed something.
-func (s *Service) writeBatch(ctx context.Context, caller Caller, execID string, n int, stackOf func(i int) string,
-	write func(tx store.Tx, i int) (state store.EventState, changed bool, err error)) (api.Ack, error) {
+// writeEvents writes the n events of a batch of execution execID, once caller is found to own
+// it, in one transaction: write gets the events' indexes in stack-name order (stackOf; each
+// stack's own events keep their order), so that two batches naming the same stacks lock their
+// rows in the same order and never deadlock. A single event goes as cheaply as the store allows
+// (one statement without a transaction of its own where it can). It answers with the
+// execution's state, and notifies when some event changed something.
+func (s *Service) writeEvents(ctx context.Context, caller Caller, execID string, n int, stackOf func(i int) string,
+	write func(tx store.Tx, order []int) (state store.EventState, changed bool, err error)) (api.Ack, error) {
 	if err := s.checkOwner(ctx, caller, execID); err != nil {
 		return api.Ack{}, err
 	}
@@ -169,18 +159,12 @@ func (s *Service) writeBatch(ctx context.Context, caller Caller, execID string, 
 	}
 	var ack api.Ack
 	err := run(ctx, func(tx store.Tx) error {
-		notify := false
-		for k, i := range order {
-			state, changed, err := write(tx, i)
-			if err != nil {
-				return err
-			}
-			if k == 0 {
-				ack = cancelAck(state.Cancelled, state.CancelReason)
-			}
-			notify = notify || changed
+		state, changed, err := write(tx, order)
+		if err != nil {
+			return err
 		}
-		if !notify {
+		ack = cancelAck(state.Cancelled, state.CancelReason)
+		if !changed {
 			return nil
 		}
 		return tx.Notify(execID)

@@ -146,7 +146,8 @@ func TestUpdatesBatchAfterFinalizeAndCancel(t *testing.T) {
 	})
 }
 
-// failingStore fails the n-th ApplyUpdate of a transaction, after the earlier ones succeeded.
+// failingStore fails the n-th ApplyUpdate of a transaction, after the earlier ones succeeded,
+// and every ApplyUpdates after it wrote its updates.
 type failingStore struct {
 	store.Store
 	n int
@@ -168,6 +169,13 @@ func (t *failingTx) ApplyUpdate(execID string, s *store.Stack) (store.EventState
 		return store.EventState{}, false, errInjected
 	}
 	return t.Tx.ApplyUpdate(execID, s)
+}
+
+func (t *failingTx) ApplyUpdates(execID string, ss []*store.Stack) (store.EventState, int64, error) {
+	if _, _, err := t.Tx.ApplyUpdates(execID, ss); err != nil {
+		return store.EventState{}, 0, err
+	}
+	return store.EventState{}, 0, errInjected
 }
 
 // A store failure part way through a batch rolls back the updates already written.

@@ -235,6 +235,10 @@ type Tx interface {
 	// execution's state and whether the stack was written, or ErrNotFound. One statement where
 	// the backend allows.
 	ApplyUpdate(execID string, s *Stack) (state EventState, applied bool, err error)
+	// ApplyUpdates applies the updates ss of execution execID as ApplyUpdate would one after
+	// the other, in a few statements whatever their number, and returns the execution's state
+	// and how many stacks were written (0 when none was).
+	ApplyUpdates(execID string, ss []*Stack) (state EventState, applied int64, err error)
 	// AddPhaseEvent stores a runner's phase event: it locks the execution as ApplyUpdate does,
 	// stores p in the history once (added reports whether it was new) and, when it is new and
 	// the execution not finalized, shows `shown` as the stack's current phase at p.Seq (updated

@@ -457,6 +457,46 @@ func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store
 	return st, true, err
 }
 
+// ApplyUpdates is ApplyUpdate for each stack update of ss in turn (all of execution execID), in
+// a few statements whatever their number: the execution's state is read (and share-locked)
+// once, and each stack gets one upsert, from its winning update (the highest seq, the later of
+// equal ones), which leaves the row as the updates one by one would have. applied is how many
+// stacks were written.
+func (t *sqlTx) ApplyUpdates(execID string, ss []*store.Stack) (store.EventState, int64, error) {
+	st, err := t.eventState(execID, t.forShare())
+	if err != nil || st.Finalized || len(ss) == 0 {
+		return st, 0, err
+	}
+	winner := map[string]*store.Stack{}
+	for _, s := range ss {
+		if w, ok := winner[s.StackState.Stack]; !ok || w.Seq <= s.Seq {
+			winner[s.StackState.Stack] = s
+		}
+	}
+	// In stack-name order, the order every batch locks stack rows in.
+	stacks := slices.Sorted(maps.Keys(winner))
+	var applied int64
+	for from := 0; from < len(stacks); from += maxRowsPerInsert {
+		part := stacks[from:min(from+maxRowsPerInsert, len(stacks))]
+		args := make([]any, 0, 10*len(part))
+		for _, name := range part {
+			s := winner[name]
+			args = append(args, execID, name, string(s.Status), string(s.Class), toJSON(s.Counts), s.PlanHash,
+				toJSON(s.Destructive), s.Error, s.Seq, ns(s.UpdatedAt))
+		}
+		n, err := t.exec(stackUpdateInsert+"VALUES "+strings.Repeat(stackUpdateRow+",", len(part)-1)+stackUpdateRow+
+			stackUpdateConflict, args...)
+		if err != nil {
+			return st, applied, err
+		}
+		applied += n
+	}
+	return st, applied, nil
+}
+
+// stackUpdateRow is the VALUES row of stackUpdateInsert.
+const stackUpdateRow = "(?,?,?,?,?,?,?,?,?,?)"
+
 // AddPhaseEvents is AddPhaseEvent for each event of ps in turn (all of execution execID),
 // in a few statements whatever their number: the execution's state is read (and share-locked)
 // once, the history rows go in multi-row inserts that return which were new, and each stack

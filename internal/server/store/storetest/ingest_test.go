@@ -456,6 +456,24 @@ func TestPostgresNotificationsCoalesceWithoutLoss(t *testing.T) {
 	}
 }
 
+// sameStacks fails the test unless executions one and many have the same stacks.
+func sameStacks(t *testing.T, s store.Store, one, many, what string) {
+	t.Helper()
+	var want, got []store.Stack
+	if err := s.Read(ctx, func(tx store.Tx) (err error) {
+		if want, err = tx.Stacks(one); err != nil {
+			return err
+		}
+		got, err = tx.Stacks(many)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%+v", want) != fmt.Sprintf("%+v", got) {
+		t.Fatalf("%s:\none by one %+v\nin a batch %+v", what, want, got)
+	}
+}
+
 // AddPhaseEvents leaves an execution exactly as AddPhaseEvent called for each event in turn
 // does: the same stacks (phase shown, its seq, status, update time), the same events new, the
 // same state; with retried events, equal seqs, duplicates inside the batch, pending stacks,
@@ -545,66 +563,156 @@ func TestAddPhaseEventsIsAddPhaseEventInTurn(t *testing.T) {
 			if stOne != stMany || addedOne != addedMany {
 				t.Fatalf("round %d: state %+v, %d new one by one; %+v, %d new in a batch", round, stOne, addedOne, stMany, addedMany)
 			}
-			var want, got []store.Stack
-			if err := s.Read(ctx, func(tx store.Tx) (err error) {
-				if want, err = tx.Stacks(one); err != nil {
-					return err
-				}
-				got, err = tx.Stacks(many)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprintf("%+v", want) != fmt.Sprintf("%+v", got) {
-				t.Fatalf("round %d (batch %+v):\none by one %+v\nin a batch %+v", round, batch, want, got)
-			}
+			sameStacks(t, s, one, many, fmt.Sprintf("round %d (batch %+v)", round, batch))
 		}
 	})
 }
 
-// BenchmarkPhasesBatch stores the phase events of a relay period as a Phases request brings
-// them (32 events, 4 on each of 8 stacks, new seqs), one transaction a batch: one by one with
-// AddPhaseEvent (in-turn) or with AddPhaseEvents (batched). Reports events/s.
-func BenchmarkPhasesBatch(b *testing.B) {
-	for _, be := range Backends() {
-		for _, batched := range []bool{false, true} {
-			name := be.Name + "/in-turn"
-			if batched {
-				name = be.Name + "/batched"
+// BenchmarkEventBatches stores what a runner's relay period brings as one Phases or Updates
+// request (32 events, 4 on each of 8 stacks, new seqs), one transaction a batch: one event at
+// a time (AddPhaseEvent, ApplyUpdate: in-turn) or the batch at once (AddPhaseEvents,
+// ApplyUpdates: batched). Reports events/s.
+func BenchmarkEventBatches(b *testing.B) {
+	const perBatch = 32
+	type writer func(tx store.Tx, seq int64) error
+	phases := func(batched bool) writer {
+		ps, shown := make([]store.Phase, perBatch), make([]string, perBatch)
+		return func(tx store.Tx, seq int64) error {
+			for i := range ps {
+				ps[i] = store.Phase{ExecutionID: "bench", Stack: fmt.Sprintf("stacks/s%02d", i/4), Phase: "plan", Seq: seq + int64(i), At: t0}
+				shown[i] = "plan"
 			}
-			b.Run(name, func(b *testing.B) {
-				s := be.Open(b)
-				if err := s.Write(ctx, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("bench", t0)); return err }); err != nil {
-					b.Fatal(err)
+			if batched {
+				_, _, err := tx.AddPhaseEvents("bench", ps, shown, t0)
+				return err
+			}
+			for i, p := range ps {
+				if _, _, err := tx.AddPhaseEvent(p, shown[i], t0); err != nil {
+					return err
 				}
-				const perBatch = 32
-				ps, shown := make([]store.Phase, perBatch), make([]string, perBatch)
-				seq := int64(0)
-				start := time.Now()
-				for b.Loop() {
-					for i := range ps {
-						seq++
-						ps[i] = store.Phase{ExecutionID: "bench", Stack: fmt.Sprintf("stacks/s%02d", i/4), Phase: "plan", Seq: seq, At: t0}
-						shown[i] = "plan"
-					}
-					err := s.Write(ctx, func(tx store.Tx) error {
-						if batched {
-							_, _, err := tx.AddPhaseEvents("bench", ps, shown, t0)
-							return err
-						}
-						for i, p := range ps {
-							if _, _, err := tx.AddPhaseEvent(p, shown[i], t0); err != nil {
-								return err
-							}
-						}
-						return nil
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(b.N*perBatch)/time.Since(start).Seconds(), "events/s")
-			})
+			}
+			return nil
 		}
 	}
+	updates := func(batched bool) writer {
+		ss := make([]*store.Stack, perBatch)
+		return func(tx store.Tx, seq int64) error {
+			for i := range ss {
+				st := &store.Stack{Seq: seq + int64(i)}
+				st.StackState.Stack, st.Status, st.Class, st.PlanHash = fmt.Sprintf("stacks/s%02d", i/4), "succeeded", "additive", "h"
+				st.UpdatedAt = t0
+				ss[i] = st
+			}
+			if batched {
+				_, _, err := tx.ApplyUpdates("bench", ss)
+				return err
+			}
+			for _, st := range ss {
+				if _, _, err := tx.ApplyUpdate("bench", st); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	for _, be := range Backends() {
+		for _, kind := range []struct {
+			name string
+			w    func(batched bool) writer
+		}{{"phases", phases}, {"updates", updates}} {
+			for _, batched := range []bool{false, true} {
+				name := be.Name + "/" + kind.name + "/in-turn"
+				if batched {
+					name = be.Name + "/" + kind.name + "/batched"
+				}
+				b.Run(name, func(b *testing.B) {
+					s := be.Open(b)
+					if err := s.Write(ctx, func(tx store.Tx) error { _, err := tx.CreateExecution(exec1("bench", t0)); return err }); err != nil {
+						b.Fatal(err)
+					}
+					w := kind.w(batched)
+					seq := int64(0)
+					start := time.Now()
+					for b.Loop() {
+						if err := s.Write(ctx, func(tx store.Tx) error { return w(tx, seq) }); err != nil {
+							b.Fatal(err)
+						}
+						seq += perBatch
+					}
+					b.ReportMetric(float64(b.N*perBatch)/time.Since(start).Seconds(), "events/s")
+				})
+			}
+		}
+	}
+}
+
+// ApplyUpdates leaves an execution exactly as ApplyUpdate called for each update in turn does
+// (the same stacks, whether any was written, the same state): with older, equal and newer seqs
+// than the stored ones and than each other, several updates of one stack, new stacks, and
+// finalized executions.
+func TestApplyUpdatesIsApplyUpdateInTurn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		rng := rand.New(rand.NewPCG(8, 12))
+		names := []string{"a", "b", "c", "d"}
+		update := func(i int) *store.Stack {
+			st := &store.Stack{Seq: int64(rng.IntN(6))}
+			st.StackState.Stack = names[rng.IntN(len(names))]
+			st.Status = []api.StackStatus{"running", "succeeded", "failed"}[rng.IntN(3)]
+			st.Class = []api.Class{"additive", "destructive", "no-changes"}[rng.IntN(3)]
+			st.PlanHash, st.Error = fmt.Sprintf("h%d", i), fmt.Sprintf("e%d", rng.IntN(2))
+			st.Destructive = []string{fmt.Sprint("x", i)}
+			st.UpdatedAt = t0.Add(time.Duration(i) * time.Second)
+			return st
+		}
+		for round := range 60 {
+			one, many := fmt.Sprintf("one-%d", round), fmt.Sprintf("many-%d", round)
+			var before, batch []*store.Stack
+			for i := range rng.IntN(4) {
+				before = append(before, update(i))
+			}
+			for i := range 1 + rng.IntN(10) {
+				batch = append(batch, update(100+i))
+			}
+			finalized := rng.IntN(4) == 0
+			for _, id := range []string{one, many} {
+				write(t, s, func(tx store.Tx) error {
+					e := exec1(id, t0)
+					if _, err := tx.CreateExecution(e); err != nil {
+						return err
+					}
+					for _, u := range before {
+						if _, _, err := tx.ApplyUpdate(id, u); err != nil {
+							return err
+						}
+					}
+					if finalized {
+						e.Finalized = true
+						return tx.SaveExecution(e)
+					}
+					return nil
+				})
+			}
+			var stOne, stMany store.EventState
+			anyOne := false
+			var appliedMany int64
+			write(t, s, func(tx store.Tx) error {
+				for _, u := range batch {
+					st, applied, err := tx.ApplyUpdate(one, u)
+					if err != nil {
+						return err
+					}
+					stOne, anyOne = st, anyOne || applied
+				}
+				return nil
+			})
+			write(t, s, func(tx store.Tx) (err error) {
+				stMany, appliedMany, err = tx.ApplyUpdates(many, batch)
+				return err
+			})
+			if stOne != stMany || anyOne != (appliedMany > 0) {
+				t.Fatalf("round %d: state %+v, written %v one by one; %+v, %d written in a batch", round, stOne, anyOne, stMany, appliedMany)
+			}
+			sameStacks(t, s, one, many, fmt.Sprintf("round %d", round))
+		}
+	})
 }
