@@ -94,6 +94,17 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 			}
 			return audit(tx, now, principal, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
 		}
+		// An execution announced by another principal is not this caller's to apply: its lease
+		// would block the owner's own check, and its claims are not the caller's.
+		switch owner, err := tx.ExecutionPrincipal(in.ExecutionID); {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		case owner != principal:
+			// Denied without touching the owner's lease (deny would revoke it).
+			decision = fmt.Errorf("%w: execution %s was announced by another principal", store.ErrDenied, in.ExecutionID)
+			return audit(tx, now, principal, "gate.check", where, "", "denied", decision.Error())
+		}
 		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
 		// checks the gate before it announces the apply).
 		cancelled, _, err := tx.ExecutionCancel(in.ExecutionID)

@@ -275,3 +275,28 @@ func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, "no active grant")
 	})
 }
+
+// A gate check naming an execution another principal announced is denied, before the owner
+// asked (it would take the lease under that id and block the owner's own check) and after (it
+// leaves the owner's lease as it was).
+func TestGateCheckOnlyForItsOwnExecution(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "ap1", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		f.must(err)
+		intrude := func() {
+			t.Helper()
+			_, err := f.GateCheck(ctx, "intruder", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
+				Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
+			wantErr(t, err, store.ErrDenied, "execution ap1 was announced by another principal")
+		}
+		intrude()
+		if _, err := f.gateA("ap1"); err != nil {
+			t.Fatalf("the owner's check after the intruder's: %v", err)
+		}
+		intrude()
+		if _, err := f.gateA("ap1"); err != nil {
+			t.Fatalf("the owner's check after the intruder's, lease held: %v (its lease must still hold)", err)
+		}
+	})
+}
