@@ -1057,9 +1057,10 @@ type ClientInterface interface {
 	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
 	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+	// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+	// the request does not name exactly the plan's changed stacks with their hashes, another
+	// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+	// be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1073,9 +1074,10 @@ type ClientInterface interface {
 	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
 	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+	// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+	// the request does not name exactly the plan's changed stacks with their hashes, another
+	// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+	// be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1739,9 +1741,10 @@ func (c *Client) GatesList(ctx context.Context, params *GatesListParams, reqEdit
 // recorded and audited): a repeat with the same `execution_id` decides again and renews the
 // lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 // unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+// the request does not name exactly the plan's changed stacks with their hashes, another
+// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+// be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1765,9 +1768,10 @@ func (c *Client) GateCheckWithBody(ctx context.Context, contentType string, body
 // recorded and audited): a repeat with the same `execution_id` decides again and renews the
 // lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 // unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+// the request does not name exactly the plan's changed stacks with their hashes, another
+// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+// be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3306,9 +3310,10 @@ type ClientWithResponsesInterface interface {
 	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
 	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+	// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+	// the request does not name exactly the plan's changed stacks with their hashes, another
+	// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+	// be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3322,9 +3327,10 @@ type ClientWithResponsesInterface interface {
 	// recorded and audited): a repeat with the same `execution_id` decides again and renews the
 	// lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 	// unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-	// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-	// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-	// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+	// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+	// the request does not name exactly the plan's changed stacks with their hashes, another
+	// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+	// be granted; UNAVAILABLE when the server cannot decide.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5026,9 +5032,10 @@ func (c *ClientWithResponses) GatesListWithResponse(ctx context.Context, params 
 // recorded and audited): a repeat with the same `execution_id` decides again and renews the
 // lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 // unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+// the request does not name exactly the plan's changed stacks with their hashes, another
+// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+// be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5048,9 +5055,10 @@ func (c *ClientWithResponses) GateCheckWithBodyWithResponse(ctx context.Context,
 // recorded and audited): a repeat with the same `execution_id` decides again and renews the
 // lease only when the gate still holds. FAILED_PRECONDITION when that plan is missing,
 // unfinished, cancelled, failed, or has a stack that did not succeed with a class;
-// PERMISSION_DENIED when the request does not name exactly the plan's changed stacks with
-// their hashes, another PR's claim blocks a stack, no active grant approved this content,
-// or the lease could not be granted; UNAVAILABLE when the server cannot decide.
+// PERMISSION_DENIED when `execution_id` names an execution another principal announced,
+// the request does not name exactly the plan's changed stacks with their hashes, another
+// PR's claim blocks a stack, no active grant approved this content, or the lease could not
+// be granted; UNAVAILABLE when the server cannot decide.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
