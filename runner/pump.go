@@ -24,10 +24,10 @@ package runner
 // inotify of the pump's own on Linux (see inotifyWatcher: it is not woken by the events it
 // holds back), with fsnotify elsewhere or should that fail. A write event makes the stack fstat
 // the file it has open, any other event (create, remove, rename) makes it resolve the path
-// again. A stack whose directory cannot be watched (missing, watches exhausted), or every stack
-// once the watcher fails, is polled every PollInterval; watched stacks are also polled every
-// SafetyPoll in case an event was lost. Both ways run the same code on the same observations,
-// so they yield the same result.
+// again. A stack whose directory cannot be watched (missing, watches exhausted) or goes away,
+// or every stack once the watcher fails, is polled every PollInterval; watched stacks are also
+// polled every SafetyPoll in case an event was lost. Both ways run the same code on the same
+// observations, so they yield the same result.
 //
 // Wake-ups. Events are taken in rounds at least MinReadInterval apart (the first after a quiet
 // spell at once); meanwhile the kernel queues them, so a log written line by line wakes the
@@ -1135,11 +1135,13 @@ func (s *stackTail) observe() {
 	path, err := ResolveStackFile(s.p.root, s.name, s.p.file)
 	if err != nil {
 		s.complain(err)
+		s.checkDirGone(err)
 		s.statOpen()
 		return
 	}
 	li, err := os.Lstat(path)
 	if err != nil {
+		s.checkDirGone(err)
 		s.statOpen()
 		return
 	}
@@ -1168,6 +1170,19 @@ func (s *stackTail) observe() {
 		return
 	}
 	s.checkSize(li.Size())
+}
+
+// checkDirGone makes a watched stack polled when its log is missing because its directory is
+// gone. The directory's watch says nothing more then: not even that the directory went away,
+// while the pump still has the old log inside it open (that keeps the directory's inode, so
+// the kernel sends no delete event for it).
+func (s *stackTail) checkDirGone(err error) {
+	if !errors.Is(err, fs.ErrNotExist) || s.polled.Load() {
+		return
+	}
+	if _, derr := os.Stat(s.watchDir); errors.Is(derr, fs.ErrNotExist) {
+		s.p.markPolled(s)
+	}
 }
 
 // complain records, once per stack, why its log file cannot be used (a missing file is not a

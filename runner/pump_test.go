@@ -1097,10 +1097,10 @@ func TestPumpReadsBeforeCoalescingSoTruncationLosesNothing(t *testing.T) {
 	}
 }
 
-// A watched stack directory that is renamed away and made again loses its watch: the stack
-// is polled from then on, and the log written in the new directory arrives as a new
-// generation. One that is removed is found again by the safety poll: its watch does not end
-// while the pump still has the old log inside it open, so no event says it went away.
+// A watched stack directory that is renamed away, or removed, and made again loses its watch:
+// the stack is polled from then on, and the log written in the new directory arrives as a new
+// generation. (A removal sends no event for the directory while the pump has the old log
+// inside it open: the log's own removal, and the directory found missing, make it polled.)
 func TestPumpStackDirectoryReplaced(t *testing.T) {
 	pumpWatchers(t, func(t *testing.T, fsnotifyOnly bool) {
 		for _, how := range []string{"renamed", "removed"} {
@@ -1108,30 +1108,26 @@ func TestPumpStackDirectoryReplaced(t *testing.T) {
 				root := t.TempDir()
 				log := pumpStackDir(t, root, "a")
 				coll := newPumpCollector(27)
-				// renamed: a safety poll longer than the test, only the watch's end can make a poll.
-				safety := time.Hour
-				if how == "removed" {
-					safety = 20 * time.Millisecond
-				}
-				pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: safety}, "a"), fsnotifyOnly)
+				// A safety poll longer than the test: only the watch's end can make a poll.
+				pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
 				pumpWriteLog(t, log, []byte("one\n"))
 				pumpWaitObserved(t, pump, "a", 0, 4)
 				dir := filepath.Dir(log)
+				var err error
 				if how == "removed" {
-					if err := os.RemoveAll(dir); err != nil {
-						t.Fatal(err)
-					}
+					err = os.RemoveAll(dir)
 				} else {
-					if err := os.Rename(dir, dir+".old"); err != nil {
-						t.Fatal(err)
+					err = os.Rename(dir, dir+".old")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for pump.npolled.Load() == 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("the stack is not polled after its directory was %s", how)
 					}
-					deadline := time.Now().Add(10 * time.Second)
-					for pump.npolled.Load() == 0 {
-						if time.Now().After(deadline) {
-							t.Fatal("the stack is not polled after its directory was renamed away")
-						}
-						time.Sleep(time.Millisecond)
-					}
+					time.Sleep(time.Millisecond)
 				}
 				pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
 				pumpWaitObserved(t, pump, "a", 1, 4)
