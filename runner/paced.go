@@ -227,11 +227,7 @@ func (c *pacedCopy) run() error {
 			// fast must not be slowed to a pipe-full per interval. Nor is the end, once the
 			// child exited.
 			continue
-		case n > 0:
-			if !sleep(max(c.every, leftoverPoll), true) {
-				return werr
-			}
-		case c.ready != nil:
+		case n == 0 && c.ready != nil:
 			// Empty: wait for the next write (or for the last writer to close the pipe).
 			if err := c.ready.rearm(); err != nil {
 				c.ready = nil
@@ -242,11 +238,11 @@ func (c *pacedCopy) run() error {
 			} else if err != nil {
 				c.ready = nil // broken: look on a timer from now on
 			}
-		case exited:
+		case n == 0 && exited:
 			if !sleep(leftoverPoll, false) {
 				return werr
 			}
-		default:
+		default: // the pause after a read, or an empty pipe looked at again on a timer
 			if !sleep(max(c.every, leftoverPoll), true) {
 				return werr
 			}

@@ -1172,6 +1172,16 @@ func wireStatus(s string) events.StackStatus {
 	return events.StackSkipped
 }
 
+// gateDenied ends an apply the gate did not allow: the run fails with msg, and no stack is
+// applied.
+func (r *run) gateDenied(ctx context.Context, msg string) {
+	r.fail(newResultError(KindGate, "gate", msg))
+	for i := range r.res.Stacks {
+		r.res.Stacks[i].Status = StatusNotRun
+	}
+	r.sendAllUpdates(ctx)
+}
+
 // apply asks the gate, then runs the apply script with the leased requester, then revokes.
 func (r *run) apply(ctx context.Context) {
 	r.begin("gate")
@@ -1189,10 +1199,7 @@ func (r *run) apply(ctx context.Context) {
 	if r.refused != nil {
 		// The server said this execution is not ours: whatever the gate would answer, there is
 		// doubt, and doubt denies the apply.
-		r.fail(newResultError(KindGate, "gate", "the gate was not asked: the server refused this execution: "+r.refused.Error()))
-		for i := range r.res.Stacks {
-			r.res.Stacks[i].Status = StatusNotRun
-		}
+		r.gateDenied(ctx, "the gate was not asked: the server refused this execution: "+r.refused.Error())
 		return
 	}
 	v := r.client.GateCheck(ctx, events.GateCheck{
@@ -1217,11 +1224,7 @@ func (r *run) apply(ctx context.Context) {
 		if g.Message != "" {
 			msg += ": " + g.Message
 		}
-		r.fail(newResultError(KindGate, "gate", msg))
-		for i := range r.res.Stacks {
-			r.res.Stacks[i].Status = StatusNotRun
-		}
-		r.sendAllUpdates(ctx)
+		r.gateDenied(ctx, msg)
 		return
 	}
 	var extra []string

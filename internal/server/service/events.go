@@ -71,11 +71,7 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 		if len(order) == 1 {
 			return tx.AddPhaseEvent(ps[0], shown[0], now)
 		}
-		sortedPs, sortedShown := make([]store.Phase, len(order)), make([]string, len(order))
-		for k, i := range order {
-			sortedPs[k], sortedShown[k] = ps[i], shown[i]
-		}
-		state, added, err := tx.AddPhaseEvents(execOf(0), sortedPs, sortedShown, now)
+		state, added, err := tx.AddPhaseEvents(execOf(0), permuted(ps, order), permuted(shown, order), now)
 		return state, added > 0, err
 	})
 }
@@ -108,11 +104,7 @@ func (s *Service) Updates(ctx context.Context, caller Caller, updates []api.Upda
 		if len(order) == 1 {
 			return tx.ApplyUpdate(execOf(0), stacks[0])
 		}
-		sorted := make([]*store.Stack, len(order))
-		for k, i := range order {
-			sorted[k] = stacks[i]
-		}
-		state, applied, err := tx.ApplyUpdates(execOf(0), sorted)
+		state, applied, err := tx.ApplyUpdates(execOf(0), permuted(stacks, order))
 		return state, applied > 0, err
 	})
 }
@@ -135,6 +127,15 @@ func checkBatch(what string, n, max int, execOf func(i int) string, check func(i
 		}
 	}
 	return nil
+}
+
+// permuted returns xs in the order of the indexes in order.
+func permuted[T any](xs []T, order []int) []T {
+	out := make([]T, len(order))
+	for k, i := range order {
+		out[k] = xs[i]
+	}
+	return out
 }
 
 // writeEvents writes the n events of a batch of execution execID, once caller is found to own

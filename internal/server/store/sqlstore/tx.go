@@ -476,26 +476,19 @@ func (t *sqlTx) ApplyUpdates(execID string, ss []*store.Stack) (store.EventState
 	// In stack-name order, the order every batch locks stack rows in.
 	stacks := slices.Sorted(maps.Keys(winner))
 	var applied int64
-	for from := 0; from < len(stacks); from += maxRowsPerInsert {
-		part := stacks[from:min(from+maxRowsPerInsert, len(stacks))]
-		args := make([]any, 0, 10*len(part))
-		for _, name := range part {
+	err = inParts(len(stacks), len(stackUpdateTypes), func(from, to int, values string) error {
+		args := make([]any, 0, len(stackUpdateTypes)*(to-from))
+		for _, name := range stacks[from:to] {
 			s := winner[name]
 			args = append(args, execID, name, string(s.Status), string(s.Class), toJSON(s.Counts), s.PlanHash,
 				toJSON(s.Destructive), s.Error, s.Seq, ns(s.UpdatedAt))
 		}
-		n, err := t.exec(stackUpdateInsert+"VALUES "+strings.Repeat(stackUpdateRow+",", len(part)-1)+stackUpdateRow+
-			stackUpdateConflict, args...)
-		if err != nil {
-			return st, applied, err
-		}
+		n, err := t.exec(stackUpdateInsert+values+stackUpdateConflict, args...)
 		applied += n
-	}
-	return st, applied, nil
+		return err
+	})
+	return st, applied, err
 }
-
-// stackUpdateRow is the VALUES row of stackUpdateInsert.
-const stackUpdateRow = "(?,?,?,?,?,?,?,?,?,?)"
 
 // AddPhaseEvents is AddPhaseEvent for each event of ps in turn (all of execution execID),
 // in a few statements whatever their number: the execution's state is read (and share-locked)
@@ -512,28 +505,27 @@ func (t *sqlTx) AddPhaseEvents(execID string, ps []store.Phase, shown []string, 
 		seq          int64
 	}
 	inserted := map[key]bool{}
-	for from := 0; from < len(ps); from += maxRowsPerInsert {
-		part := ps[from:min(from+maxRowsPerInsert, len(ps))]
-		args := make([]any, 0, 7*len(part))
-		for _, p := range part {
+	err = inParts(len(ps), len(phaseTypes), func(from, to int, values string) error {
+		args := make([]any, 0, len(phaseTypes)*(to-from))
+		for _, p := range ps[from:to] {
 			args = append(args, execID, p.Stack, p.Phase, p.Seq, p.Status, p.Message, ns(p.At))
 		}
-		rows, err := t.query(phaseInsert+"VALUES "+strings.Repeat(phaseRow+",", len(part)-1)+phaseRow+phaseConflict+
-			" RETURNING stack, phase, seq", args...)
+		rows, err := t.query(phaseInsert+values+phaseConflict+" RETURNING stack, phase, seq", args...)
 		if err != nil {
-			return st, 0, err
+			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var k key
 			if err := rows.Scan(&k.stack, &k.phase, &k.seq); err != nil {
-				rows.Close()
-				return st, 0, t.s.mapErr(err)
+				return t.s.mapErr(err)
 			}
 			inserted[k] = true
 		}
-		if err := rows.Close(); err != nil {
-			return st, 0, t.s.mapErr(err)
-		}
+		return t.s.mapErr(rows.Err())
+	})
+	if err != nil {
+		return st, 0, err
 	}
 	// An event is new when its row was inserted and no earlier event of the batch has its key.
 	added := 0
@@ -554,27 +546,18 @@ func (t *sqlTx) AddPhaseEvents(execID string, ps []store.Phase, shown []string, 
 	}
 	// In stack-name order, the order every batch locks stack rows in.
 	stacks := slices.Sorted(maps.Keys(winner))
-	for from := 0; from < len(stacks); from += maxRowsPerInsert {
-		part := stacks[from:min(from+maxRowsPerInsert, len(stacks))]
-		args := make([]any, 0, 6*len(part)+1)
-		for _, stack := range part {
+	err = inParts(len(stacks), len(stackPhaseTypes), func(from, to int, values string) error {
+		args := make([]any, 0, len(stackPhaseTypes)*(to-from)+1)
+		for _, stack := range stacks[from:to] {
 			i := winner[stack]
 			args = append(args, execID, stack, string(api.StackStatusRunning), shown[i], ps[i].Seq, ns(now))
 		}
 		args = append(args, string(api.StackStatusPending))
-		if _, err := t.exec(stackPhaseInsert+"VALUES "+strings.Repeat(stackPhaseRow+",", len(part)-1)+stackPhaseRow+
-			stackPhaseConflict, args...); err != nil {
-			return st, added, err
-		}
-	}
-	return st, added, nil
+		_, err := t.exec(stackPhaseInsert+values+stackPhaseConflict, args...)
+		return err
+	})
+	return st, added, err
 }
-
-// phaseRow and stackPhaseRow are the VALUES rows of phaseInsert and stackPhaseInsert.
-const (
-	phaseRow      = "(?,?,?,?,?,?,?)"
-	stackPhaseRow = "(?,?,?,?,?,?)"
-)
 
 func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventState, []string, int64, error) {
 	if t.s.d.WritableCTE {
@@ -711,34 +694,42 @@ func chunkArgs(c store.LogChunk) []any {
 	return []any{c.ExecutionID, c.Stack, c.Generation, c.Offset, data, size, c.GapLength}
 }
 
-const chunkInsert = "INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) VALUES "
-const chunkRow = "(?,?,?,?,?,?,?)"
+const chunkInsert = "INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "
 const chunkConflict = " ON CONFLICT (execution_id, stack, generation, off) DO NOTHING"
 
 func (t *sqlTx) AddLogChunk(c store.LogChunk) (bool, error) {
-	n, err := t.exec(chunkInsert+chunkRow+chunkConflict, chunkArgs(c)...)
+	n, err := t.exec(chunkInsert+values(7)+chunkConflict, chunkArgs(c)...)
 	return n > 0, err
 }
 
 // maxRowsPerInsert keeps multi-row inserts to a few distinct (cacheable) statements.
 const maxRowsPerInsert = 64
 
+// inParts calls fn for consecutive parts [from, to) of n rows, at most maxRowsPerInsert each,
+// with the VALUES clause of the part's rows of params parameters each.
+func inParts(n, params int, fn func(from, to int, values string) error) error {
+	row := "(?" + strings.Repeat(",?", params-1) + ")"
+	for from := 0; from < n; from += maxRowsPerInsert {
+		to := min(from+maxRowsPerInsert, n)
+		if err := fn(from, to, "VALUES "+strings.Repeat(row+",", to-from-1)+row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *sqlTx) AddLogChunks(cs []store.LogChunk) (int64, error) {
 	var added int64
-	for len(cs) > 0 {
-		k := min(len(cs), maxRowsPerInsert)
-		args := make([]any, 0, 7*k)
-		for _, c := range cs[:k] {
+	err := inParts(len(cs), 7, func(from, to int, values string) error {
+		args := make([]any, 0, 7*(to-from))
+		for _, c := range cs[from:to] {
 			args = append(args, chunkArgs(c)...)
 		}
-		n, err := t.exec(chunkInsert+strings.Repeat(chunkRow+",", k-1)+chunkRow+chunkConflict, args...)
-		if err != nil {
-			return added, err
-		}
+		n, err := t.exec(chunkInsert+values+chunkConflict, args...)
 		added += n
-		cs = cs[k:]
-	}
-	return added, nil
+		return err
+	})
+	return added, err
 }
 
 // chunkEndSQL is the offset just past a log_chunks row c, saturating at its two arguments
