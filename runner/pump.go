@@ -235,11 +235,12 @@ func (r DrainReport) LostBytes() int64 {
 // through a LogPoster, masked, in order per stack, in parallel across stacks. All posting is
 // best-effort; see the comment at the top of pump.go for offsets, generations and memory.
 type LogPump struct {
-	poster LogPoster
-	root   string
-	file   string
-	execID string
-	opts   PumpOptions
+	poster  LogPoster
+	root    stackRoot // the project root, resolved once (rootErr: it could not be)
+	rootErr error
+	file    string
+	execID  string
+	opts    PumpOptions
 
 	mu       sync.Mutex
 	stacks   []*stackTail
@@ -289,12 +290,13 @@ type LogPump struct {
 func NewLogPump(p LogPoster, root, file, execID string) *LogPump {
 	postCtx, cancel := context.WithCancel(context.Background())
 	lp := &LogPump{
-		poster: p, root: root, file: file, execID: execID,
+		poster: p, file: file, execID: execID,
 		opts:   PumpOptions{}.withDefaults(),
 		byName: map[string]*stackTail{}, byDir: map[string][]*stackTail{},
 		drainCh: make(chan struct{}), stopBg: make(chan struct{}), pollKick: make(chan struct{}, 1),
 		postCtx: postCtx, cancelPost: cancel,
 	}
+	lp.root, lp.rootErr = newStackRoot(root)
 	return lp
 }
 
@@ -332,10 +334,13 @@ func (p *LogPump) enabled() bool {
 // root and refused when it escapes it ("..", absolute, a symbolic link pointing outside); the
 // log file itself is checked the same way every time it is opened.
 func (p *LogPump) AddStack(stack string) error {
-	if _, err := ResolveStackPath(p.root, stack); err != nil {
+	if p.rootErr != nil {
+		return fmt.Errorf("log pump: %w", p.rootErr)
+	}
+	if _, err := p.root.stackPath(stack); err != nil {
 		return fmt.Errorf("log pump: %w", err)
 	}
-	path, err := ResolveStackFile(p.root, stack, p.file)
+	path, err := p.root.stackFile(stack, p.file)
 	if err != nil && !errors.Is(err, ErrPathEscapes) {
 		return fmt.Errorf("log pump: %w", err)
 	}
@@ -1132,7 +1137,7 @@ func (s *stackTail) observe() {
 		}
 	}
 	// Absent, replaced or never opened: resolve the path again before opening anything.
-	path, err := ResolveStackFile(s.p.root, s.name, s.p.file)
+	path, err := s.p.root.stackFile(s.name, s.p.file)
 	if err != nil {
 		s.complain(err)
 		s.checkDirGone(err)

@@ -131,7 +131,8 @@ type run struct {
 	errOut io.Writer
 	gh     GitHub
 
-	repoRoot string // absolute
+	repoRoot string // absolute and symlink-free (root.real)
+	root     stackRoot
 	tierAbs  string // absolute terramate directory
 	tierRel  string // tierAbs relative to repoRoot, "" at the root
 	block    Environment
@@ -293,10 +294,11 @@ func (r *run) setup() bool {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
 		return false
 	}
-	r.repoRoot = FindRepoRoot(wd)
-	if real, err := filepath.EvalSymlinks(r.repoRoot); err == nil {
-		r.repoRoot = real
+	if r.root, err = newStackRoot(FindRepoRoot(wd)); err != nil {
+		r.fail(newResultError(KindConfig, "config", err.Error()))
+		return false
 	}
+	r.repoRoot = r.root.real
 	cfg, err := LoadRepoConfig(r.repoRoot)
 	if err != nil {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
@@ -468,7 +470,7 @@ func (r *run) discover(ctx context.Context) bool {
 			p = path.Join(r.tierRel, s)
 		}
 		p = path.Clean(p)
-		if _, err := ResolveStackPath(r.repoRoot, p); err != nil {
+		if _, err := r.root.stackPath(p); err != nil {
 			r.fail(newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err)))
 			return false
 		}
@@ -1072,7 +1074,7 @@ func (r *run) classify(out scriptOutcome, report bool) {
 // planFile resolves a stack's plan JSON inside the repository and tells whether this run
 // wrote it.
 func (r *run) planFile(path string) (file string, fresh bool, err error) {
-	file, err = ResolveStackFile(r.repoRoot, path, r.o.PlanJSON)
+	file, err = r.root.stackFile(path, r.o.PlanJSON)
 	if err == nil {
 		if fi, serr := os.Stat(file); serr == nil && !fi.ModTime().Before(r.res.StartedAt.Add(-time.Second)) {
 			fresh = true

@@ -18,20 +18,61 @@ var ErrPathEscapes = errors.New("path escapes the project root")
 // ".." element, and every symbolic link on the way (the stack directory included) must resolve
 // inside root. The directory need not exist yet; the part of it that does exist is checked.
 func ResolveStackPath(root, stack string) (string, error) {
-	return resolveUnder(root, stack, "stack path")
+	sr, err := newStackRoot(root)
+	if err != nil {
+		return "", err
+	}
+	return sr.stackPath(stack)
 }
 
 // ResolveStackFile resolves the file named file inside the stack directory stack under root,
 // with the rules of ResolveStackPath applied to both names: if the file (or any directory on the
 // way) is a symbolic link, it must point inside root. The file need not exist yet.
 func ResolveStackFile(root, stack, file string) (string, error) {
+	sr, err := newStackRoot(root)
+	if err != nil {
+		return "", err
+	}
+	return sr.stackFile(stack, file)
+}
+
+// stackRoot is a project root resolved once (absolute and symlink-free), so that the many
+// stack paths of a run are resolved beneath it without walking the root's own directories again.
+type stackRoot struct {
+	given string // as the caller named it, for errors
+	real  string
+}
+
+// newStackRoot resolves root: it must be named and exist.
+func newStackRoot(root string) (stackRoot, error) {
+	if root == "" {
+		return stackRoot{}, errors.New("project root is empty")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return stackRoot{}, fmt.Errorf("project root %q: %w", root, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return stackRoot{}, fmt.Errorf("project root %q: %w", root, err)
+	}
+	return stackRoot{given: root, real: real}, nil
+}
+
+// stackPath is ResolveStackPath under sr.
+func (sr stackRoot) stackPath(stack string) (string, error) {
+	return sr.resolve(stack, "stack path")
+}
+
+// stackFile is ResolveStackFile under sr.
+func (sr stackRoot) stackFile(stack, file string) (string, error) {
 	if err := checkRelative(file, "log file name"); err != nil {
 		return "", err
 	}
 	if err := checkRelative(stack, "stack path"); err != nil {
 		return "", err
 	}
-	return resolveUnder(root, filepath.Join(filepath.FromSlash(stack), filepath.FromSlash(file)), "stack file")
+	return sr.resolve(filepath.Join(filepath.FromSlash(stack), filepath.FromSlash(file)), "stack file")
 }
 
 // checkRelative refuses names that are empty, absolute, contain NUL or a ".." element.
@@ -52,53 +93,48 @@ func checkRelative(name, what string) error {
 	return nil
 }
 
-// resolveUnder joins rel onto root and resolves symbolic links in the existing part of the
-// result, refusing anything that ends up outside root.
-func resolveUnder(root, rel, what string) (string, error) {
+// resolve joins rel onto the root one element at a time, resolving each symbolic link met on
+// the way and refusing it when it points outside the root, dangles or loops. The first element
+// that does not exist ends the walk: what follows it cannot contain links yet. The path built
+// so far is symlink-free at every step, so the result is what filepath.EvalSymlinks would give
+// for the existing part, at one lstat per element of rel.
+func (sr stackRoot) resolve(rel, what string) (string, error) {
 	if err := checkRelative(rel, what); err != nil {
 		return "", err
 	}
-	if root == "" {
-		return "", errors.New("project root is empty")
-	}
-	absRoot, err := filepath.Abs(root)
-	if err != nil {
-		return "", fmt.Errorf("project root %q: %w", root, err)
-	}
-	realRoot, err := filepath.EvalSymlinks(absRoot)
-	if err != nil {
-		return "", fmt.Errorf("project root %q: %w", root, err)
-	}
-	joined := filepath.Join(realRoot, filepath.FromSlash(rel))
-	// Resolve the longest existing prefix; the missing remainder cannot contain links yet.
-	existing, missing := joined, ""
-	for {
-		resolved, err := filepath.EvalSymlinks(existing)
-		if err == nil {
-			full := filepath.Join(resolved, missing)
-			if !within(realRoot, full) {
+	cur := sr.real
+	elems := strings.Split(filepath.Clean(filepath.FromSlash(rel)), string(filepath.Separator))
+	for i, el := range elems {
+		if el == "." || el == "" {
+			continue
+		}
+		next := filepath.Join(cur, el)
+		fi, err := os.Lstat(next)
+		if errors.Is(err, fs.ErrNotExist) {
+			full := filepath.Join(append([]string{next}, elems[i+1:]...)...)
+			if !within(sr.real, full) {
 				return "", fmt.Errorf("%s %q resolves outside the project root: %w", what, rel, ErrPathEscapes)
 			}
 			return full, nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			if fi, lerr := os.Lstat(existing); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-				// A dangling or looping link: refuse rather than guess where it goes.
+		if err != nil {
+			return "", fmt.Errorf("%s %q: %w", what, rel, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			target, err := filepath.EvalSymlinks(next)
+			if err != nil {
+				// A dangling or looping link: its target may appear later, anywhere. Refuse
+				// rather than guess where it goes.
 				return "", fmt.Errorf("%s %q has an unresolvable symbolic link: %w", what, rel, ErrPathEscapes)
 			}
-			return "", fmt.Errorf("%s %q: %w", what, rel, err)
+			if !within(sr.real, target) {
+				return "", fmt.Errorf("%s %q resolves outside the project root: %w", what, rel, ErrPathEscapes)
+			}
+			next = target
 		}
-		if fi, lerr := os.Lstat(existing); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			// A dangling link: its target may appear later, anywhere. Refuse.
-			return "", fmt.Errorf("%s %q has a dangling symbolic link: %w", what, rel, ErrPathEscapes)
-		}
-		parent := filepath.Dir(existing)
-		if parent == existing || !within(realRoot, parent) {
-			return "", fmt.Errorf("%s %q: %w", what, rel, err)
-		}
-		missing = filepath.Join(filepath.Base(existing), missing)
-		existing = parent
+		cur = next
 	}
+	return cur, nil
 }
 
 // within reports whether path is root or below it (both cleaned, absolute).

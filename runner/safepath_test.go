@@ -2,6 +2,9 @@ package runner
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,4 +119,135 @@ func TestSafepathOpenResolvedRefusesSwappedLink(t *testing.T) {
 		f.Close()
 		t.Fatal("openResolved followed a symbolic link swapped in after resolution")
 	}
+}
+
+// TestSafepathLinkOutsideAndBackIsRefused: every link on the way must resolve inside the root,
+// even when a later link leads back in.
+func TestSafepathLinkOutsideAndBackIsRefused(t *testing.T) {
+	root, outside := safepathTree(t)
+	if err := os.Symlink(filepath.Join(root, "stacks", "a"), filepath.Join(outside, "back")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{{"stacks/out/back", "x.log"}, {"stacks/rel-out/back", "x.log"}} {
+		if got, err := ResolveStackFile(root, c[0], c[1]); !errors.Is(err, ErrPathEscapes) {
+			t.Errorf("ResolveStackFile(%q, %q) = %q, %v; want ErrPathEscapes", c[0], c[1], got, err)
+		}
+	}
+}
+
+// safepathOracle is the definition resolve implements, the way it was written before: resolve
+// the longest existing prefix of root/rel with filepath.EvalSymlinks, refuse a dangling or
+// looping link, any error but "does not exist", and a result outside root.
+func safepathOracle(realRoot, rel string) (string, bool) {
+	existing, missing := filepath.Join(realRoot, filepath.FromSlash(rel)), ""
+	for {
+		resolved, err := filepath.EvalSymlinks(existing)
+		if err == nil {
+			full := filepath.Join(resolved, missing)
+			return full, within(realRoot, full)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", false
+		}
+		if fi, lerr := os.Lstat(existing); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return "", false
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing || !within(realRoot, parent) {
+			return "", false
+		}
+		missing = filepath.Join(filepath.Base(existing), missing)
+		existing = parent
+	}
+}
+
+// TestSafepathResolveMatchesEvalSymlinks holds the element-by-element walk to the oracle over a
+// random tree of directories, files and links (relative and absolute, chains, dangling, loops)
+// that never leave the root: every name either resolves to the oracle's path or is refused
+// where the oracle refuses it too.
+func TestSafepathResolveMatchesEvalSymlinks(t *testing.T) {
+	for seed := range 20 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		base := t.TempDir()
+		root := filepath.Join(base, "root")
+		names := []string{"."}
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 40 {
+			parent := names[rng.IntN(len(names))]
+			if fi, err := os.Stat(filepath.Join(root, parent)); err != nil || !fi.IsDir() {
+				continue
+			}
+			name := filepath.Join(parent, fmt.Sprintf("e%d", i))
+			p := filepath.Join(root, name)
+			var err error
+			switch rng.IntN(5) {
+			case 0, 1:
+				err = os.Mkdir(p, 0o755)
+			case 2:
+				err = os.WriteFile(p, nil, 0o644)
+			case 3: // absolute link to another name (or to one that will never exist)
+				target := filepath.Join(root, names[rng.IntN(len(names))])
+				if rng.IntN(4) == 0 {
+					target = filepath.Join(root, "never")
+				}
+				err = os.Symlink(target, p)
+			case 4: // relative link, possibly looping onto itself
+				target := names[rng.IntN(len(names))]
+				rel, rerr := filepath.Rel(filepath.Dir(p), filepath.Join(root, target))
+				if rerr != nil {
+					t.Fatal(rerr)
+				}
+				if rng.IntN(5) == 0 {
+					rel = filepath.Base(p)
+				}
+				err = os.Symlink(rel, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		sr, err := newStackRoot(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			for _, rel := range []string{n, filepath.Join(n, "log"), filepath.Join(n, "new", "log")} {
+				want, ok := safepathOracle(sr.real, rel)
+				got, err := sr.resolve(rel, "stack path")
+				if ok != (err == nil) || (ok && got != want) {
+					t.Fatalf("seed %d: resolve(%q) = %q, %v; the oracle gives %q, %v", seed, rel, got, err, want, ok)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkResolveStackFile: resolving one stack's log under a root resolved once (what the
+// pump and the run do), against resolving the root again on every call.
+func BenchmarkResolveStackFile(b *testing.B) {
+	root := filepath.Join(b.TempDir(), "a", "b", "c", "project")
+	if err := os.MkdirAll(filepath.Join(root, "stacks", "bench", "s0001"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("root-once", func(b *testing.B) {
+		sr, err := newStackRoot(root)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := sr.stackFile("stacks/bench/s0001", "tfstackplan.log"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("root-each-call", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ResolveStackFile(root, "stacks/bench/s0001", "tfstackplan.log"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
