@@ -46,6 +46,11 @@ type memServer struct {
 	refuseUpdates int
 	// requests counts requests by path below /api/v1.
 	requests map[string]int
+	// arrivals lists the paths below /api/v1 in the order the requests came, with "answered
+	// /init" where Init was answered.
+	arrivals []string
+	// initHold, when set, holds Init's answer until it is closed (or 10 s passed).
+	initHold <-chan struct{}
 }
 
 func newMemServer() *memServer {
@@ -61,6 +66,7 @@ func (m *memServer) start(t testing.TB) *httptest.Server {
 		m.mu.Lock()
 		m.auth = append(m.auth, r.Header.Get("Authorization"))
 		m.requests[strings.TrimPrefix(r.URL.Path, "/api/v1")]++
+		m.arrivals = append(m.arrivals, strings.TrimPrefix(r.URL.Path, "/api/v1"))
 		m.mu.Unlock()
 		h.ServeHTTP(w, r)
 	}))
@@ -75,12 +81,23 @@ func (m *memServer) ack(id string) api.Ack {
 	return api.Ack{}
 }
 
-func (m *memServer) Init(_ context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
+func (m *memServer) Init(ctx context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
+	m.mu.Lock()
+	hold := m.initHold
+	m.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.inits[r.Body.ExecutionID]; !ok {
 		m.inits[r.Body.ExecutionID] = *r.Body
 	}
+	m.arrivals = append(m.arrivals, "answered /init")
 	return api.Init200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
 }
 

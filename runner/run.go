@@ -160,9 +160,16 @@ type run struct {
 	step       string
 	finalized  bool
 	inited     bool
+	// announced is closed once the execution's Init was answered (nil: no Init was sent). Init
+	// goes out as the scripts start; refused, initErr and initPanic are read only after it.
+	announced chan struct{}
 	// refused is the server's refusal of the execution's Init (403: another principal
-	// announced this id, or the token may not run): nothing more is sent for it.
-	refused error
+	// announced this id, or the token may not run): nothing more is sent for it. Read it
+	// through refusal.
+	refused   error
+	initErr   error    // Init's outcome
+	initPanic *goPanic // a panic while sending Init
+	initSeen  bool     // awaitInit has reported Init's outcome
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -204,6 +211,7 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 		planScript = r.script
 	}
 	outcome, runErr := r.scriptRun(ctx, "plan", planScript, nil)
+	r.awaitInit(true)
 	if ctx.Err() == nil || o.Op == OpPlan {
 		r.classify(outcome, o.Op == OpPlan)
 	}
@@ -633,7 +641,10 @@ func (r *run) warnUnreported() {
 	}
 }
 
-// init announces the execution and starts the log pump (nil without a server or stacks).
+// init announces the execution and starts the log pump (nil without a server or stacks). Init
+// is not waited for: the scripts start while it is in flight (a slow server costs the build
+// no time here), and everything sent for the execution waits for its answer (see refusal and
+// cancellingPoster). awaitInit, on the flow's goroutine, says what the answer was.
 func (r *run) init(ctx context.Context) *LogPump {
 	r.begin("init")
 	if !r.client.Enabled() {
@@ -650,38 +661,54 @@ func (r *run) init(ctx context.Context) *LogPump {
 		Reasons: r.reasons, StartedAt: r.res.StartedAt,
 	}
 	// Finalize follows even when Init seemed to fail: a slow server may have stored it anyway,
-	// and no execution may stay running there.
+	// and no execution may stay running there. It also waits for Init's answer (refusal).
 	r.inited = true
-	// The pump starts while Init is in flight, and posts nothing before it was answered.
 	announced := make(chan struct{})
-	var err error
-	var initPanic *goPanic
+	r.announced = announced
 	go func() {
 		defer close(announced)
-		defer catchPanic(&initPanic)
-		err = r.client.Init(ctx, in)
-		if forbidden(err) {
-			r.refused = err
+		defer catchPanic(&r.initPanic)
+		r.initErr = r.client.Init(ctx, in)
+		switch {
+		case forbidden(r.initErr):
+			r.refused = r.initErr
+		case errors.Is(r.initErr, ErrCancelRequested):
+			r.cancelRun(r.initErr) // an administrator cancelled it already: stop the scripts
 		}
 	}()
-	// Should starting the pump panic, Finalize must still come after Init.
-	defer func() { <-announced }()
-	pump := r.startPump(ctx, announced)
-	<-announced
-	if initPanic != nil {
-		if pump != nil {
-			stopped, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			cancel()
-			pump.Drain(stopped) // stops its goroutines and closes its files
+	return r.startPump(ctx, announced)
+}
+
+// refusal waits for Init's answer and returns the server's refusal of the execution (nil: not
+// refused, or no Init was sent). Init's call is bounded by the client's call budget.
+func (r *run) refusal() error {
+	if r.announced == nil {
+		return nil
+	}
+	<-r.announced
+	return r.refused
+}
+
+// awaitInit waits for Init's answer and, the first time, says what it was: a refusal or a
+// failure is a warning. A panic while sending Init is raised here, on the flow's goroutine,
+// when raise is set; otherwise (the run is ending) it is recorded as the run's error.
+func (r *run) awaitInit(raise bool) {
+	if r.refusal(); r.announced == nil || r.initSeen {
+		return
+	}
+	r.initSeen = true
+	if p := r.initPanic; p != nil {
+		if raise {
+			panic(*p)
 		}
-		panic(*initPanic)
+		r.fail(newResultError(KindInternal, "init", "panic: "+p.String()))
+		return
 	}
 	if r.refused != nil {
-		r.warn("the server refused this execution (%v): its phases, updates, logs and Finalize are not sent", err)
+		r.warn("the server refused this execution (%v): its phases, updates, logs and Finalize are not sent", r.refused)
 	} else {
-		r.event("Init", err)
+		r.event("Init", r.initErr)
 	}
-	return pump
 }
 
 // forbidden reports whether err is the server's 403: a refusal that no retry changes.
@@ -691,9 +718,9 @@ func forbidden(err error) bool {
 }
 
 // reporting reports whether the run's events go to the server: one is configured, and it
-// did not refuse the execution.
+// did not refuse the execution (it waits for Init's answer).
 func (r *run) reporting() bool {
-	return r.client.Enabled() && r.refused == nil
+	return r.client.Enabled() && r.refusal() == nil
 }
 
 // goPanic is a panic recovered in one of the flow's goroutines, raised again on the flow's
@@ -766,7 +793,7 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 	if !r.client.Enabled() || len(r.paths) == 0 {
 		return nil
 	}
-	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, refused: func() error { return r.refused }}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
+	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, refused: r.refusal}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
 	if err := p.SetOptions(r.o.Pump); err != nil {
 		r.warn("log pump: %v", err)
 		return nil
@@ -803,7 +830,7 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	defer cancel()
 	rep := p.Drain(dctx)
 	switch {
-	case rep.Stopped != nil && errors.Is(rep.Stopped, r.refused):
+	case rep.Stopped != nil && errors.Is(rep.Stopped, r.refusal()):
 		// Said when Init was refused.
 	case rep.Stopped != nil && !errors.Is(rep.Stopped, ErrCancelRequested):
 		r.warn("logs: the server refused them (%d bytes not sent): %v", rep.LostBytes(), rep.Stopped)
@@ -932,8 +959,13 @@ const TickRelayInterval = 250 * time.Millisecond
 // left, posts it, and waits. Without a server a plan still classifies early (the run's end then
 // has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses.
 func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
-	reporting := r.reporting()
+	if !r.client.Enabled() && !live {
+		var once sync.Once
+		return func() { once.Do(func() { t.next() }) }
+	}
 	post := func(recs []tickRecord) {
+		// Waits for Init's answer (sent as the scripts started); the ticks wait in their file.
+		reporting := r.reporting()
 		var batch []events.PhaseEvent
 		var done []string
 		for _, rec := range recs {
@@ -963,10 +995,6 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 		if reporting {
 			r.event("Update", r.client.Updates(pctx, updates))
 		}
-	}
-	if !reporting && !live {
-		var once sync.Once
-		return func() { once.Do(func() { t.next() }) }
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -1198,7 +1226,7 @@ func (r *run) apply(ctx context.Context) {
 		r.sendAllUpdates(ctx)
 		return
 	}
-	if r.refused != nil {
+	if r.refusal() != nil {
 		// The server said this execution is not ours: whatever the gate would answer, there is
 		// doubt, and doubt denies the apply.
 		r.gateDenied(ctx, "the gate was not asked: the server refused this execution: "+r.refused.Error())
@@ -1269,6 +1297,7 @@ func (r *run) revoke(ctx context.Context, requester, outcome string) {
 // finish finalizes the execution on the server and writes every output. It runs on every path.
 func (r *run) finish(ctx context.Context) {
 	r.begin("outputs")
+	r.awaitInit(false) // when the flow ended before it said what Init's answer was
 	res := r.res
 	if res.Error == nil && ctx.Err() != nil {
 		r.failCancelled(ctx)

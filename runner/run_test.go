@@ -627,3 +627,63 @@ func FuzzStartedStack(f *testing.F) {
 		}
 	})
 }
+
+// Init goes out as the scripts start, and nothing else for the execution before its answer:
+// the server holds Init's answer until the script has begun and has written its log, plan and
+// done tick. A driver that waited for Init before starting terramate would see Init time out
+// here (a warning); one that did not wait for the answer before posting would have its phases,
+// updates or logs arrive first.
+func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
+	m, c := memClient(t)
+	hold := make(chan struct{})
+	m.mu.Lock()
+	m.initHold = hold
+	m.mu.Unlock()
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		dir := filepath.Join(root, "stacks/prod/a")
+		if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+			return err
+		}
+		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		// The relay and the pump have had something to send for a while; Init's attempt (500
+		// ms) has not timed out yet.
+		time.Sleep(TickRelayInterval + 100*time.Millisecond)
+		close(hold)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			m.mu.Lock()
+			n := len(m.phases)
+			m.mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
+		return nil
+	})
+	if len(res.Warnings) != 0 || res.Error != nil {
+		t.Fatalf("warnings %q, error %+v; want a clean run", res.Warnings, res.Error)
+	}
+	if len(res.Stacks) != 1 || res.Stacks[0].Class != events.ClassAdditive {
+		t.Errorf("stacks = %+v, want a additive", res.Stacks)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	answered := slices.Index(m.arrivals, "answered /init")
+	if answered < 0 {
+		t.Fatalf("Init was never answered: %q", m.arrivals)
+	}
+	for i, a := range m.arrivals {
+		if i < answered && a != "/events/init" {
+			t.Errorf("%s arrived before Init was answered: %q", a, m.arrivals)
+		}
+	}
+	if len(m.phases) == 0 || len(m.updates) == 0 || len(m.logs) == 0 || len(m.finals) != 1 {
+		t.Errorf("phases %d, updates %d, log chunks %d, finals %d; want all sent", len(m.phases), len(m.updates), len(m.logs), len(m.finals))
+	}
+}
