@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // ErrPathEscapes is wrapped by the errors ResolveStackPath and ResolveStackFile return when a
@@ -39,8 +40,7 @@ func ResolveStackFile(root, stack, file string) (string, error) {
 // stackRoot is a project root resolved once (absolute and symlink-free), so that the many
 // stack paths of a run are resolved beneath it without walking the root's own directories again.
 type stackRoot struct {
-	given string // as the caller named it, for errors
-	real  string
+	real string
 }
 
 // newStackRoot resolves root: it must be named and exist.
@@ -56,7 +56,7 @@ func newStackRoot(root string) (stackRoot, error) {
 	if err != nil {
 		return stackRoot{}, fmt.Errorf("project root %q: %w", root, err)
 	}
-	return stackRoot{given: root, real: real}, nil
+	return stackRoot{real: real}, nil
 }
 
 // stackPath is ResolveStackPath under sr.
@@ -94,10 +94,11 @@ func checkRelative(name, what string) error {
 }
 
 // resolve joins rel onto the root one element at a time, resolving each symbolic link met on
-// the way and refusing it when it points outside the root, dangles or loops. The first element
-// that does not exist ends the walk: what follows it cannot contain links yet. The path built
-// so far is symlink-free at every step, so the result is what filepath.EvalSymlinks would give
-// for the existing part, at one lstat per element of rel.
+// the way (a chain of links as a whole, as filepath.EvalSymlinks does) and refusing it when it
+// resolves outside the root, dangles or loops: a later element cannot bring the path back in.
+// The first element that does not exist ends the walk: what follows it cannot contain links
+// yet. The path built so far is symlink-free at every step, so the result is what
+// filepath.EvalSymlinks would give for the existing part, at one lstat per element of rel.
 func (sr stackRoot) resolve(rel, what string) (string, error) {
 	if err := checkRelative(rel, what); err != nil {
 		return "", err
@@ -121,14 +122,16 @@ func (sr stackRoot) resolve(rel, what string) (string, error) {
 			return "", fmt.Errorf("%s %q: %w", what, rel, err)
 		}
 		if fi.Mode()&fs.ModeSymlink != 0 {
+			link := filepath.Join(elems[:i+1]...)
 			target, err := filepath.EvalSymlinks(next)
-			if err != nil {
-				// A dangling or looping link: its target may appear later, anywhere. Refuse
-				// rather than guess where it goes.
-				return "", fmt.Errorf("%s %q has an unresolvable symbolic link: %w", what, rel, ErrPathEscapes)
-			}
-			if !within(sr.real, target) {
-				return "", fmt.Errorf("%s %q resolves outside the project root: %w", what, rel, ErrPathEscapes)
+			switch {
+			case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP):
+				// Its target may appear later, anywhere: refuse rather than guess where it goes.
+				return "", fmt.Errorf("%s %q: symbolic link %s dangles or loops: %w", what, rel, link, ErrPathEscapes)
+			case err != nil:
+				return "", fmt.Errorf("%s %q: symbolic link %s: %w", what, rel, link, err)
+			case !within(sr.real, target):
+				return "", fmt.Errorf("%s %q: symbolic link %s resolves outside the project root: %w", what, rel, link, ErrPathEscapes)
 			}
 			next = target
 		}

@@ -122,16 +122,33 @@ func TestSafepathOpenResolvedRefusesSwappedLink(t *testing.T) {
 }
 
 // TestSafepathLinkOutsideAndBackIsRefused: every link on the way must resolve inside the root,
-// even when a later link leads back in.
+// even when a later element of the path is a link leading back in; the error names the link.
+// A chain of links is judged by where it ends, as filepath.EvalSymlinks resolves it.
 func TestSafepathLinkOutsideAndBackIsRefused(t *testing.T) {
 	root, outside := safepathTree(t)
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(filepath.Join(root, "stacks", "a"), filepath.Join(outside, "back")); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range [][2]string{{"stacks/out/back", "x.log"}, {"stacks/rel-out/back", "x.log"}} {
-		if got, err := ResolveStackFile(root, c[0], c[1]); !errors.Is(err, ErrPathEscapes) {
-			t.Errorf("ResolveStackFile(%q, %q) = %q, %v; want ErrPathEscapes", c[0], c[1], got, err)
+	for _, c := range [][3]string{
+		{"stacks/out/back", "x.log", "symbolic link stacks/out resolves outside"},
+		{"stacks/rel-out/back", "x.log", "symbolic link stacks/rel-out resolves outside"},
+		{"stacks/dangling/x", "x.log", "symbolic link stacks/dangling dangles or loops"},
+		{"stacks/b", "out.log", "symbolic link stacks/b/out.log resolves outside"},
+	} {
+		got, err := ResolveStackFile(root, c[0], c[1])
+		if !errors.Is(err, ErrPathEscapes) || !strings.Contains(err.Error(), c[2]) {
+			t.Errorf("ResolveStackFile(%q, %q) = %q, %v; want ErrPathEscapes saying %q", c[0], c[1], got, err, c[2])
 		}
+	}
+	if err := os.Symlink(filepath.Join(outside, "back"), filepath.Join(root, "stacks", "hop")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ResolveStackFile(root, "stacks/hop", "x.log"); err != nil || got != filepath.Join(realRoot, "stacks", "a", "x.log") {
+		t.Errorf("a chain of links ending inside the root: %q, %v", got, err)
 	}
 }
 
