@@ -88,7 +88,11 @@ func (m *memServer) Init(ctx context.Context, r api.InitRequestObject) (api.Init
 	if hold != nil {
 		select {
 		case <-hold:
-		case <-ctx.Done():
+		case <-ctx.Done(): // the client gave up on this attempt: it never sees an answer
+			m.mu.Lock()
+			m.arrivals = append(m.arrivals, "abandoned /init")
+			m.mu.Unlock()
+			return nil, ctx.Err()
 		case <-time.After(10 * time.Second):
 		}
 	}

@@ -144,8 +144,8 @@ type PumpOptions struct {
 	// Masker masks secrets; nil keeps the pump's current one (see LogPump.Masker).
 	Masker *Masker
 	// Permanent reports whether a post error means the server will never accept more (default:
-	// a server-side cancel, or a 403: the server refuses this runner the execution's logs).
-	// Posting then stops; what is left is reported unsent.
+	// a server-side cancel, a 403: the server refuses this runner the execution's logs, or a
+	// run whose Init panicked). Posting then stops; what is left is reported unsent.
 	Permanent func(error) bool
 }
 
@@ -184,7 +184,8 @@ func (o PumpOptions) withDefaults() PumpOptions {
 	if o.Permanent == nil {
 		o.Permanent = func(err error) bool {
 			var ae *APIError
-			return errors.Is(err, ErrCancelRequested) || errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
+			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errInitPanicked) ||
+				errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
 		}
 	}
 	return o

@@ -667,6 +667,11 @@ func (r *run) init(ctx context.Context) *LogPump {
 	r.announced = announced
 	go func() {
 		defer close(announced)
+		defer func() {
+			if r.initPanic != nil {
+				r.cancelRun(errInitPanicked) // the run is broken: stop the scripts now
+			}
+		}()
 		defer catchPanic(&r.initPanic)
 		r.initErr = r.client.Init(ctx, in)
 		switch {
@@ -679,6 +684,9 @@ func (r *run) init(ctx context.Context) *LogPump {
 	return r.startPump(ctx, announced)
 }
 
+// errInitPanicked stops the run, and what is sent for it, when sending Init panicked.
+var errInitPanicked = errors.New("sending the execution's Init panicked")
+
 // refusal waits for Init's answer and returns the server's refusal of the execution (nil: not
 // refused, or no Init was sent). Init's call is bounded by the client's call budget.
 func (r *run) refusal() error {
@@ -689,19 +697,32 @@ func (r *run) refusal() error {
 	return r.refused
 }
 
+// silenced waits for Init's answer and returns why no phase, update or log is sent for the
+// execution: the server refused it, or sending Init panicked (Finalize is still sent then,
+// lest the execution stay running should Init have arrived). nil: they are sent.
+func (r *run) silenced() error {
+	if err := r.refusal(); err != nil {
+		return err
+	}
+	if r.initPanic != nil {
+		return errInitPanicked
+	}
+	return nil
+}
+
 // awaitInit waits for Init's answer and, the first time, says what it was: a refusal or a
-// failure is a warning. A panic while sending Init is raised here, on the flow's goroutine,
-// when raise is set; otherwise (the run is ending) it is recorded as the run's error.
+// failure is a warning. A panic while sending Init is the run's error (internal, step init),
+// and with raise it is raised again here, on the flow's goroutine, to end the flow.
 func (r *run) awaitInit(raise bool) {
 	if r.refusal(); r.announced == nil || r.initSeen {
 		return
 	}
 	r.initSeen = true
 	if p := r.initPanic; p != nil {
+		r.fail(newResultError(KindInternal, "init", "panic: "+p.String()))
 		if raise {
 			panic(*p)
 		}
-		r.fail(newResultError(KindInternal, "init", "panic: "+p.String()))
 		return
 	}
 	if r.refused != nil {
@@ -717,10 +738,10 @@ func forbidden(err error) bool {
 	return errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
 }
 
-// reporting reports whether the run's events go to the server: one is configured, and it
-// did not refuse the execution (it waits for Init's answer).
+// reporting reports whether the run's events go to the server: one is configured, and the
+// execution's Init went out and was not refused (it waits for Init's answer; see silenced).
 func (r *run) reporting() bool {
-	return r.client.Enabled() && r.refusal() == nil
+	return r.client.Enabled() && r.silenced() == nil
 }
 
 // goPanic is a panic recovered in one of the flow's goroutines, raised again on the flow's
@@ -793,7 +814,7 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 	if !r.client.Enabled() || len(r.paths) == 0 {
 		return nil
 	}
-	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, refused: r.refusal}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
+	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, refused: r.silenced}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
 	if err := p.SetOptions(r.o.Pump); err != nil {
 		r.warn("log pump: %v", err)
 		return nil
@@ -830,8 +851,8 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	defer cancel()
 	rep := p.Drain(dctx)
 	switch {
-	case rep.Stopped != nil && errors.Is(rep.Stopped, r.refusal()):
-		// Said when Init was refused.
+	case rep.Stopped != nil && errors.Is(rep.Stopped, r.silenced()):
+		// Said when Init was refused (or panicked).
 	case rep.Stopped != nil && !errors.Is(rep.Stopped, ErrCancelRequested):
 		r.warn("logs: the server refused them (%d bytes not sent): %v", rep.LostBytes(), rep.Stopped)
 	case !rep.Complete && rep.Stopped == nil:
@@ -1341,7 +1362,7 @@ func (r *run) finish(ctx context.Context) {
 
 // finalize ends the execution on the server, whatever happened.
 func (r *run) finalize(ctx context.Context) {
-	if r.client == nil || !r.reporting() || !r.inited || r.finalized {
+	if r.client == nil || !r.client.Enabled() || r.refusal() != nil || !r.inited || r.finalized {
 		return
 	}
 	r.finalized = true

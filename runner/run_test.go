@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
 )
 
 // scriptedTerramate is an ExecFunc that answers the discovery commands for the stacks under
@@ -685,5 +687,70 @@ func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
 	}
 	if len(m.phases) == 0 || len(m.updates) == 0 || len(m.logs) == 0 || len(m.finals) != 1 {
 		t.Errorf("phases %d, updates %d, log chunks %d, finals %d; want all sent", len(m.phases), len(m.updates), len(m.logs), len(m.finals))
+	}
+}
+
+// panicOn is an HTTP transport that panics on requests for path and passes the others on.
+type panicOn struct {
+	path string
+	next http.RoundTripper
+}
+
+func (p panicOn) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Path == p.path {
+		panic("boom in Init")
+	}
+	return p.next.RoundTrip(req)
+}
+
+// A panic while sending Init (in flight as the scripts start) stops the scripts at once, is
+// the run's internal error at step init, and leaves nothing but Finalize to be sent.
+func TestRunInitPanicStopsTheRun(t *testing.T) {
+	m, c := memClient(t)
+	gen, err := api.NewClient(strings.TrimSuffix(c.base.String(), "/")+"/api/v1",
+		api.WithHTTPClient(&http.Client{Transport: panicOn{path: "/api/v1/events/init", next: http.DefaultTransport}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.api = gen
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	stopped := false
+	script := func(ctx context.Context, stdout, _ io.Writer) error {
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			stopped = true
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+			return nil
+		}
+	}
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc",
+		Terramate: &Terramate{Exec: scriptedTerramate(stacks, script)},
+		Getenv:    func(string) string { return "" },
+	})
+	if !stopped {
+		t.Error("the script run was not stopped after Init panicked")
+	}
+	if res.Error == nil || res.Error.Kind != KindInternal || res.Error.Step != "init" || !strings.Contains(res.Error.Tail, "boom in Init") {
+		t.Fatalf("error = %+v, want internal at init naming the panic", res.Error)
+	}
+	// The pump stopped posting at once, rather than retrying until the drain gave up on it.
+	if len(res.Warnings) != 0 {
+		t.Errorf("warnings %q, want none", res.Warnings)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.inits) != 0 || len(m.phases) != 0 || len(m.updates) != 0 || len(m.logs) != 0 {
+		t.Errorf("inits %d, phases %d, updates %d, log chunks %d; want none", len(m.inits), len(m.phases), len(m.updates), len(m.logs))
+	}
+	if len(m.finals) != 1 || m.finals[0].Status != events.ExecutionFailed {
+		t.Errorf("finals = %+v, want one failed Finalize", m.finals)
 	}
 }
