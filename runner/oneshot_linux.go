@@ -93,3 +93,16 @@ func newReadiness(fd int) (readiness, error) {
 	}
 	return o, nil
 }
+
+// growPipe raises the capacity of the pipe whose end is fd to pacedPipeSize (best effort: an
+// unprivileged process may go up to /proc/sys/fs/pipe-max-size, 1 MiB by default, within its
+// user's pipe page budget) and returns the capacity it has.
+func growPipe(fd int) int {
+	if n, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pacedPipeSize); err == nil && n > 0 {
+		return n
+	}
+	if n, err := unix.FcntlInt(uintptr(fd), unix.F_GETPIPE_SZ, 0); err == nil && n > 0 {
+		return n
+	}
+	return defaultPipeSize
+}

@@ -14,8 +14,14 @@ import (
 // a second for bytes nobody needs sooner than a human reads a CI log. So terramate's stdout and
 // stderr share one pipe, as they share a terminal (each byte keeps its place among the others:
 // a command's line always comes before its output), read once per ScriptOutputInterval while
-// terramate runs (the kernel holds what is written meanwhile; a pipe that filled up is read
-// again at once), and without pauses once it has exited.
+// terramate runs (the kernel holds what is written meanwhile), and without pauses once it has
+// exited.
+//
+// The pauses must never hold the writers back: a child writing to a full pipe blocks, and with
+// it the stack's script. The pipe is made large (pacedPipeSize, where the system allows), a
+// read that found it filling up is followed by another at once, and while output flows faster
+// than a quarter of the pipe per interval the pause shortens to the time the writers take to
+// fill a quarter of it at the pace they kept since the previous pause (see pacedPause).
 
 // ScriptOutputInterval is the time between two reads of a script run's output pipe while
 // terramate runs (sooner when the previous read found the pipe filling up).
@@ -47,14 +53,15 @@ func (p *pacedOutput) readInterval() time.Duration { return p.every }
 // an empty pipe is waited on through a oneShot (Linux; elsewhere it is looked at again on a
 // timer): the next write wakes the copy once, and a quiet child costs nothing.
 type pacedPipe struct {
-	dst    pacedWriter
-	rfd    int      // the read end; the copy goroutine owns it once started, and closes it
-	w      *os.File // the write end, the child's
-	ready  readiness
-	done   chan struct{}
-	err    error         // the first write error, once done is closed
-	exited chan struct{} // closed when the child exited: read without pauses
-	stop   chan struct{} // closed when the grace ran out: stop reading
+	dst      pacedWriter
+	capacity int      // the pipe's capacity in bytes
+	rfd      int      // the read end; the copy goroutine owns it once started, and closes it
+	w        *os.File // the write end, the child's
+	ready    readiness
+	done     chan struct{}
+	err      error         // the first write error, once done is closed
+	exited   chan struct{} // closed when the child exited: read without pauses
+	stop     chan struct{} // closed when the grace ran out: stop reading
 }
 
 // readiness waits for a descriptor to become readable: wait blocks until it is (rearm first,
@@ -88,7 +95,7 @@ func newPacedPipe(dst pacedWriter) (*pacedPipe, error) {
 	p := &pacedPipe{
 		// The write end is blocking, so os.NewFile leaves it out of the poller too; os/exec
 		// hands an *os.File to the child as it is, with no copying goroutine.
-		dst: dst, rfd: fds[0], w: os.NewFile(uintptr(fds[1]), "|1"),
+		dst: dst, rfd: fds[0], w: os.NewFile(uintptr(fds[1]), "|1"), capacity: growPipe(fds[0]),
 		done: make(chan struct{}), exited: make(chan struct{}), stop: make(chan struct{}),
 	}
 	if r, err := newReadiness(fds[0]); err == nil {
@@ -103,7 +110,7 @@ func (p *pacedPipe) start() {
 	go func() {
 		defer close(p.done)
 		defer syscall.Close(p.rfd)
-		c := pacedCopy{w: p.dst, fd: p.rfd, every: p.dst.readInterval(), exited: p.exited, stop: p.stop, ready: p.ready}
+		c := pacedCopy{w: p.dst, fd: p.rfd, every: p.dst.readInterval(), capacity: p.capacity, exited: p.exited, stop: p.stop, ready: p.ready}
 		p.err = c.run()
 		if p.ready != nil {
 			_ = p.ready.Close()
@@ -161,27 +168,55 @@ func finishPaced(pipes []*pacedPipe, grace time.Duration) error {
 // usual Linux pipe capacity (64 KiB).
 const pipeBusy = 16 << 10
 
+// defaultPipeSize is a pipe's usual capacity (Linux); pacedPipeSize is what a paced pipe asks
+// for: a megabyte holds five seconds of output at 200 KB/s, far more than the script library's
+// stacks print, so that a burst waits in the kernel, not in a blocked writer.
+const (
+	defaultPipeSize = 64 << 10
+	pacedPipeSize   = 1 << 20
+)
+
+// pacedPause is the pause after a read that left the pipe not filling up: every, shortened to
+// the time the writers take to fill a quarter of a pipe of capacity bytes at the pace they kept
+// recently (read bytes in over), never below leftoverPoll.
+func pacedPause(every time.Duration, read int, over time.Duration, capacity int) time.Duration {
+	d := every
+	if read > 0 && over > 0 {
+		d = min(d, time.Duration(float64(over)*float64(capacity/4)/float64(read)))
+	}
+	return max(d, leftoverPoll)
+}
+
 // leftoverPoll is how often a pipe without a readiness waiter is looked at when it was empty
 // once the child exited, while some other writer (a grandchild it left behind) still holds
 // it open; and the shortest pause of such a pipe's copy.
 const leftoverPoll = 10 * time.Millisecond
 
 // pacedCopy copies what the non-blocking descriptor fd yields to w: at once, then at most once
-// per every until exited is closed, then without pauses until every writer closed the pipe or
-// stop is closed. An empty pipe is waited on with ready (nil: looked at again after every, or
-// leftoverPoll once exited). A write error stops the writing, not the reading (the child must
-// never block on a full pipe); it is returned once the pipe ends.
+// per every (sooner while output flows fast: see pacedPause) until exited is closed, then
+// without pauses until every writer closed the pipe or stop is closed. An empty pipe is waited
+// on with ready (nil: looked at again after every, or leftoverPoll once exited). A write error
+// stops the writing, not the reading (the child must never block on a full pipe); it is
+// returned once the pipe ends.
 type pacedCopy struct {
 	w            io.Writer
 	fd           int
 	every        time.Duration
+	capacity     int // the pipe's capacity (0: defaultPipeSize)
 	exited, stop <-chan struct{}
 	ready        readiness
 	reads        int // read(2) calls made (tests)
+	fullPauses   int // pauses of the whole interval (tests)
 }
 
 func (c *pacedCopy) run() error {
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, 256<<10)
+	capacity := c.capacity
+	if capacity <= 0 {
+		capacity = defaultPipeSize
+	}
+	// The pace of the writers: bytes read since the previous pause began.
+	since, read := time.Now(), 0
 	var werr error
 	pause := time.NewTimer(time.Hour)
 	pause.Stop()
@@ -210,6 +245,7 @@ func (c *pacedCopy) run() error {
 		}
 		n, err := readFD(c.fd, buf)
 		c.reads++
+		read += max(n, 0)
 		if n > 0 && werr == nil {
 			_, werr = c.w.Write(buf[:n])
 		}
@@ -243,7 +279,13 @@ func (c *pacedCopy) run() error {
 				return werr
 			}
 		default: // the pause after a read, or an empty pipe looked at again on a timer
-			if !sleep(max(c.every, leftoverPoll), true) {
+			now := time.Now()
+			d := pacedPause(c.every, read, now.Sub(since), capacity)
+			if d >= c.every {
+				c.fullPauses++
+			}
+			since, read = now, 0
+			if !sleep(d, true) {
 				return werr
 			}
 		}

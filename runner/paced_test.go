@@ -226,3 +226,102 @@ func TestPacedOutputOneDestinationKeepsOrder(t *testing.T) {
 		t.Fatalf("%d writes of %q, want at most 3 of %q", writes, got, want.String())
 	}
 }
+
+// The pause after a read shortens while the writers keep a pace that would fill a quarter of
+// the pipe before the interval ends, and is the whole interval otherwise.
+func TestPacedPause(t *testing.T) {
+	const every = 200 * time.Millisecond
+	for _, c := range []struct {
+		read     int
+		over     time.Duration
+		capacity int
+		want     time.Duration
+	}{
+		{0, every, pacedPipeSize, every},                                        // nothing came
+		{40 << 10, every, pacedPipeSize, every},                                 // 200 KB/s into a 1 MiB pipe
+		{40 << 10, every, defaultPipeSize, 80 * time.Millisecond},               // the same into 64 KiB
+		{1 << 20, 100 * time.Millisecond, pacedPipeSize, 25 * time.Millisecond}, // 10 MB/s
+		{64 << 20, time.Millisecond, pacedPipeSize, leftoverPoll},               // never below leftoverPoll
+		{1, 0, pacedPipeSize, every},                                            // no time passed: no pace
+	} {
+		if got := pacedPause(every, c.read, c.over, c.capacity); got != c.want {
+			t.Errorf("pacedPause(%v, %d, %v, %d) = %v, want %v", every, c.read, c.over, c.capacity, got, c.want)
+		}
+	}
+}
+
+// A paced pipe is made large where the system allows it, so that a burst of output waits in
+// the kernel rather than in a blocked writer.
+func TestPacedPipeIsLarge(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/pipe-max-size")
+	if err != nil {
+		t.Skipf("no pipe capacity to set here: %v", err)
+	}
+	if max, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || max < pacedPipeSize {
+		t.Skipf("pipe-max-size %q is below %d", b, pacedPipeSize)
+	}
+	p, err := newPacedPipe(&pacedOutput{Writer: io.Discard, every: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer abandonPaced([]*pacedPipe{p})
+	if p.capacity != pacedPipeSize {
+		t.Fatalf("capacity %d, want %d", p.capacity, pacedPipeSize)
+	}
+}
+
+// A writer much faster than one pipe-full per interval is kept up with: a writer of short lines
+// (as terramate prints its commands) makes small reads, and each is followed by a pause, which
+// must not be the whole interval, or the writer would block on the full pipe until the next
+// read and go at one pipe-full per interval. 16 MiB go through although the interval is an
+// hour. The pipe keeps its usual capacity here, the worst case.
+func TestPacedCopyKeepsUpWithAFastWriter(t *testing.T) {
+	var fds [2]int
+	if err := syscall.Pipe(fds[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[0])
+	ready, err := newReadiness(fds[0])
+	if err != nil {
+		t.Skipf("no one-shot waiter here: %v", err)
+	}
+	defer ready.Close()
+	var out countingWriter
+	stop := make(chan struct{})
+	c := pacedCopy{w: &out, fd: fds[0], every: time.Hour, exited: make(chan struct{}), stop: stop, ready: ready}
+	done := make(chan error, 1)
+	go func() { done <- c.run() }()
+	w := os.NewFile(uintptr(fds[1]), "|1")
+	const total = 16 << 20
+	wrote := make(chan error, 1)
+	go func() {
+		chunk := append(bytes.Repeat([]byte("x"), 127), '\n')
+		for n := 0; n < total; n += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- w.Close()
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second): // a guard against hanging, not a speed check
+		close(stop)
+		_ = ready.Close()
+		<-done
+		t.Fatalf("the writer is still blocked after %d bytes and %d whole-interval pauses", out.bytes, c.fullPauses)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out.bytes != total || c.fullPauses != 0 {
+		t.Fatalf("%d bytes copied with %d whole-interval pauses; want %d with none", out.bytes, c.fullPauses, total)
+	}
+}
