@@ -147,9 +147,11 @@ func TestPacedOutputFloodingGrandchild(t *testing.T) {
 	}
 }
 
-// A child that writes nothing for a while costs the copy nothing meanwhile: an empty pipe is
-// waited on, not looked at again every interval (where the platform has a one-shot waiter).
-func TestPacedCopyWaitsOnAQuietPipe(t *testing.T) {
+// rawPipe is a pipe of the usual capacity whose read end is non-blocking and has a one-shot
+// waiter, as newPacedPipe makes them (the test is skipped where there is no waiter); the read
+// end and the waiter are closed when the test ends, the write end is the caller's.
+func rawPipe(t *testing.T) ([2]int, readiness) {
+	t.Helper()
 	var fds [2]int
 	if err := syscall.Pipe(fds[:]); err != nil {
 		t.Fatal(err)
@@ -157,12 +159,20 @@ func TestPacedCopyWaitsOnAQuietPipe(t *testing.T) {
 	if err := syscall.SetNonblock(fds[0], true); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Close(fds[0])
+	t.Cleanup(func() { _ = syscall.Close(fds[0]) })
 	ready, err := newReadiness(fds[0])
 	if err != nil {
+		_ = syscall.Close(fds[1])
 		t.Skipf("no one-shot waiter here: %v", err)
 	}
-	defer ready.Close()
+	t.Cleanup(func() { _ = ready.Close() })
+	return fds, ready
+}
+
+// A child that writes nothing for a while costs the copy nothing meanwhile: an empty pipe is
+// waited on, not looked at again every interval (where the platform has a one-shot waiter).
+func TestPacedCopyWaitsOnAQuietPipe(t *testing.T) {
+	fds, ready := rawPipe(t)
 	var out countingWriter
 	c := pacedCopy{w: &out, fd: fds[0], every: time.Millisecond, exited: make(chan struct{}), stop: make(chan struct{}), ready: ready}
 	done := make(chan error, 1)
@@ -276,19 +286,7 @@ func TestPacedPipeIsLarge(t *testing.T) {
 // read and go at one pipe-full per interval. 16 MiB go through although the interval is an
 // hour. The pipe keeps its usual capacity here, the worst case.
 func TestPacedCopyKeepsUpWithAFastWriter(t *testing.T) {
-	var fds [2]int
-	if err := syscall.Pipe(fds[:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.SetNonblock(fds[0], true); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fds[0])
-	ready, err := newReadiness(fds[0])
-	if err != nil {
-		t.Skipf("no one-shot waiter here: %v", err)
-	}
-	defer ready.Close()
+	fds, ready := rawPipe(t)
 	var out countingWriter
 	stop := make(chan struct{})
 	c := pacedCopy{w: &out, fd: fds[0], every: time.Hour, exited: make(chan struct{}), stop: stop, ready: ready}
