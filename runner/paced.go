@@ -95,9 +95,10 @@ func newPacedPipe(dst pacedWriter) (*pacedPipe, error) {
 	p := &pacedPipe{
 		// The write end is blocking, so os.NewFile leaves it out of the poller too; os/exec
 		// hands an *os.File to the child as it is, with no copying goroutine.
-		dst: dst, rfd: fds[0], w: os.NewFile(uintptr(fds[1]), "|1"), capacity: growPipe(fds[0]),
+		dst: dst, rfd: fds[0], w: os.NewFile(uintptr(fds[1]), "|1"),
 		done: make(chan struct{}), exited: make(chan struct{}), stop: make(chan struct{}),
 	}
+	p.capacity, _ = growPipe(fds[0]) // a smaller pipe still works, with shorter pauses
 	if r, err := newReadiness(fds[0]); err == nil {
 		p.ready = r
 	}
@@ -164,25 +165,22 @@ func finishPaced(pipes []*pacedPipe, grace time.Duration) error {
 	return err
 }
 
-// pipeBusy is how much one read must return for the next one not to wait: a quarter of the
-// usual Linux pipe capacity (64 KiB).
-const pipeBusy = 16 << 10
-
-// defaultPipeSize is a pipe's usual capacity (Linux); pacedPipeSize is what a paced pipe asks
-// for: a megabyte holds five seconds of output at 200 KB/s, far more than the script library's
-// stacks print, so that a burst waits in the kernel, not in a blocked writer.
-const (
-	defaultPipeSize = 64 << 10
-	pacedPipeSize   = 1 << 20
-)
+// pacedPipeSize is what a paced pipe asks for: a megabyte holds five seconds of output at
+// 200 KB/s, far more than the script library's stacks print, so that a burst waits in the
+// kernel, not in a blocked writer. A read that returns a quarter of the pipe's capacity or more
+// found it filling up: the next read follows at once.
+const pacedPipeSize = 1 << 20
 
 // pacedPause is the pause after a read that left the pipe not filling up: every, shortened to
 // the time the writers take to fill a quarter of a pipe of capacity bytes at the pace they kept
 // recently (read bytes in over), never below leftoverPoll.
 func pacedPause(every time.Duration, read int, over time.Duration, capacity int) time.Duration {
 	d := every
-	if read > 0 && over > 0 {
-		d = min(d, time.Duration(float64(over)*float64(capacity/4)/float64(read)))
+	if read > 0 && over > 0 && capacity > 0 {
+		// In floating point: a tiny read after hours of quiet must not overflow a Duration.
+		if fill := float64(over) * float64(capacity/4) / float64(read); fill < float64(d) {
+			d = time.Duration(fill)
+		}
 	}
 	return max(d, leftoverPoll)
 }
@@ -202,7 +200,7 @@ type pacedCopy struct {
 	w            io.Writer
 	fd           int
 	every        time.Duration
-	capacity     int // the pipe's capacity (0: defaultPipeSize)
+	capacity     int // the pipe's capacity (<= 0: unknown, taken as 16 KiB)
 	exited, stop <-chan struct{}
 	ready        readiness
 	reads        int // read(2) calls made (tests)
@@ -213,8 +211,9 @@ func (c *pacedCopy) run() error {
 	buf := make([]byte, 256<<10)
 	capacity := c.capacity
 	if capacity <= 0 {
-		capacity = defaultPipeSize
+		capacity = 16 << 10
 	}
+	busy := capacity / 4
 	// The pace of the writers: bytes read since the previous pause began.
 	since, read := time.Now(), 0
 	var werr error
@@ -258,7 +257,7 @@ func (c *pacedCopy) run() error {
 				werr = os.NewSyscallError("read", err)
 			}
 			return werr
-		case n >= pipeBusy || n > 0 && exited:
+		case n >= busy || n > 0 && exited:
 			// A pipe that filled up between two reads is read again at once: a writer that
 			// fast must not be slowed to a pipe-full per interval. Nor is the end, once the
 			// child exited.
