@@ -925,6 +925,9 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	if err != nil {
 		r.warn("ticks: %v", err)
 		tickDir = ""
+		// The scripts' ticks then go to the server themselves: they must not get there before
+		// the execution's Init, so the scripts wait for its answer here.
+		_ = r.refusal()
 	} else {
 		defer os.RemoveAll(tickDir)
 	}

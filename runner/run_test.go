@@ -630,17 +630,25 @@ func FuzzStartedStack(f *testing.F) {
 	})
 }
 
+// heldInitClient is memClient with a server that holds its answers to Init until hold is
+// closed.
+func heldInitClient(t *testing.T) (*memServer, *Client, chan struct{}) {
+	t.Helper()
+	m, c := memClient(t)
+	hold := make(chan struct{})
+	m.mu.Lock()
+	m.initHold = hold
+	m.mu.Unlock()
+	return m, c, hold
+}
+
 // Init goes out as the scripts start, and nothing else for the execution before its answer:
 // the server holds Init's answer until the script has begun and has written its log, plan and
 // done tick. A driver that waited for Init before starting terramate would see Init time out
 // here (a warning); one that did not wait for the answer before posting would have its phases,
 // updates or logs arrive first.
 func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
-	m, c := memClient(t)
-	hold := make(chan struct{})
-	m.mu.Lock()
-	m.initHold = hold
-	m.mu.Unlock()
+	m, c, hold := heldInitClient(t)
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
 	planJSON := recordedPlan(t, "create")
@@ -752,5 +760,33 @@ func TestRunInitPanicStopsTheRun(t *testing.T) {
 	}
 	if len(m.finals) != 1 || m.finals[0].Status != events.ExecutionFailed {
 		t.Errorf("finals = %+v, want one failed Finalize", m.finals)
+	}
+}
+
+// Without a tick directory (it could not be made) the scripts' ticks go to the server
+// themselves, so the scripts start only once the server has answered Init: the server holds
+// that answer a while, and the script finds the execution announced when it starts.
+func TestRunWithoutTickDirWaitsForInit(t *testing.T) {
+	m, c, hold := heldInitClient(t)
+	time.AfterFunc(300*time.Millisecond, func() { close(hold) }) // within Init's first attempt
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	announced := false
+	res := runScripted(t, c, root, stacks, OpPlan, "", func(_, tickDir string, stdout io.Writer) error {
+		if tickDir != "" {
+			return fmt.Errorf("tick dir %q, want none", tickDir)
+		}
+		m.mu.Lock()
+		announced = len(m.inits) == 1
+		m.mu.Unlock()
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		return nil
+	})
+	if !announced {
+		t.Error("the scripts started before the server answered Init, with ticks going to it directly")
+	}
+	if len(res.Warnings) == 0 || !strings.Contains(res.Warnings[0], "ticks:") {
+		t.Errorf("warnings %q, want the tick directory's failure", res.Warnings)
 	}
 }
