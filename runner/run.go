@@ -768,14 +768,15 @@ type cancellingPoster struct {
 	c         *Client
 	cancel    context.CancelCauseFunc
 	announced <-chan struct{}
-	refused   func() error // the refusal of Init, read once announced is closed (nil: none)
+	refused   func() error // why nothing is sent for the execution (run.silenced), read once announced is closed
 }
 
 func (p cancellingPoster) Enabled() bool { return p.c.Enabled() }
 
 // post runs send once the execution was announced (or returns ctx's error first), and stops
 // the run when the server answers that it was cancelled. When the server refused the
-// execution's Init, nothing is sent: the post fails with that refusal, which ends the pump.
+// execution's Init (or sending it panicked), nothing is sent: the post fails with that error,
+// which ends the pump.
 func (p cancellingPoster) post(ctx context.Context, send func() error) error {
 	select {
 	case <-p.announced:
