@@ -169,7 +169,8 @@ type run struct {
 	refused   error
 	initErr   error    // Init's outcome
 	initPanic *goPanic // a panic while sending Init
-	initSeen  bool     // awaitInit has reported Init's outcome
+	initSaid  bool     // sayInit has said what Init's answer was
+	initFail  bool     // awaitInit has made initPanic the run's error
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -710,25 +711,32 @@ func (r *run) silenced() error {
 	return nil
 }
 
-// awaitInit waits for Init's answer and, the first time, says what it was: a refusal or a
-// failure is a warning. A panic while sending Init is the run's error (internal, step init),
-// and with raise it is raised again here, on the flow's goroutine, to end the flow.
-func (r *run) awaitInit(raise bool) {
-	if r.refusal(); r.announced == nil || r.initSeen {
+// sayInit waits for Init's answer and says once what it was: a refusal or a failure is a
+// warning (a panic is awaitInit's). The tick relay's first post calls it, so that the warning
+// comes early in the log, and awaitInit after the script run: never two goroutines at once.
+func (r *run) sayInit() {
+	if r.refusal(); r.announced == nil || r.initSaid || r.initPanic != nil {
 		return
 	}
-	r.initSeen = true
-	if p := r.initPanic; p != nil {
-		r.fail(newResultError(KindInternal, "init", "panic: "+p.String()))
-		if raise {
-			panic(*p)
-		}
-		return
-	}
+	r.initSaid = true
 	if r.refused != nil {
 		r.warn("the server refused this execution (%v): its phases, updates, logs and Finalize are not sent", r.refused)
 	} else {
 		r.event("Init", r.initErr)
+	}
+}
+
+// awaitInit waits for Init's answer and says what it was (sayInit). A panic while sending Init
+// is the run's error (internal, step init), and with raise it is raised again here, on the
+// flow's goroutine, to end the flow.
+func (r *run) awaitInit(raise bool) {
+	r.sayInit()
+	if p := r.initPanic; p != nil && !r.initFail {
+		r.initFail = true
+		r.fail(newResultError(KindInternal, "init", "panic: "+p.String()))
+		if raise {
+			panic(*p)
+		}
 	}
 }
 
@@ -991,6 +999,7 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 	post := func(recs []tickRecord) {
 		// Waits for Init's answer (sent as the scripts started); the ticks wait in their file.
 		reporting := r.reporting()
+		r.sayInit()
 		var batch []events.PhaseEvent
 		var done []string
 		for _, rec := range recs {

@@ -790,3 +790,21 @@ func TestRunWithoutTickDirWaitsForInit(t *testing.T) {
 		t.Errorf("warnings %q, want the tick directory's failure", res.Warnings)
 	}
 }
+
+// A server that never answers Init is said to be so first, when the relay first waits for
+// Init's answer while the scripts run, not after the phases it then could not send either.
+func TestRunSaysInitFailedFirst(t *testing.T) {
+	_, c, _ := heldInitClient(t) // never answered
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "plan", At: time.Now().UnixNano()})
+		// Init's call budget, and a relay interval for the tick to be posted after it.
+		time.Sleep(CallBudget + 2*TickRelayInterval)
+		return nil
+	})
+	if len(res.Warnings) < 2 || !strings.HasPrefix(res.Warnings[0], "Init not reported") || !strings.HasPrefix(res.Warnings[1], "Phase not reported") {
+		t.Fatalf("warnings %q; want Init's failure, then the phase's", res.Warnings)
+	}
+}
