@@ -49,6 +49,11 @@ const (
 	CallBudget = 1500 * time.Millisecond
 	// AttemptTimeout bounds one HTTP attempt of a best-effort call (connect to last body byte).
 	AttemptTimeout = 500 * time.Millisecond
+	// SlowestUpload is the upload rate, in bytes per second, that a log post is given time for
+	// on top of AttemptTimeout (and of CallBudget, per attempt): the log pump posts in the
+	// background, and a chunk that cannot be split must not time out on every attempt over a
+	// slow uplink (and open the breaker for every other call) just because it is large.
+	SlowestUpload = 256 << 10
 	// MaxAttempts bounds the attempts of one idempotent call.
 	MaxAttempts = 3
 	// GateBudget bounds the gate check, retries included; it is fail-closed, so it may wait longer.
@@ -466,7 +471,11 @@ func (c *Client) LogChunks(ctx context.Context, chunks []events.LogChunk) error 
 		return nil
 	}
 	body := api.LogChunks{Chunks: chunks}
-	return c.event(ctx, "LogChunks", func(ctx context.Context) (*http.Response, error) { return c.api.LogChunks(ctx, body) })
+	size := 0
+	for _, lc := range chunks {
+		size += (len(lc.Data)+2)/3*4 + 256 // base64, and the chunk's other fields
+	}
+	return c.eventSized(ctx, "LogChunks", size, func(ctx context.Context) (*http.Response, error) { return c.api.LogChunks(ctx, body) })
 }
 
 // Finalize ends the execution.
@@ -540,10 +549,15 @@ func (c *Client) admin(ctx context.Context, op string, send func(context.Context
 
 // event sends one best-effort runner event and interprets the Ack.
 func (c *Client) event(ctx context.Context, op string, send func(context.Context) (*http.Response, error)) error {
+	return c.eventSized(ctx, op, 0, send)
+}
+
+// eventSized is event for a request of about size bytes (see callSized).
+func (c *Client) eventSized(ctx context.Context, op string, size int, send func(context.Context) (*http.Response, error)) error {
 	if !c.Enabled() {
 		return nil
 	}
-	body, err := c.call(ctx, op, true, send)
+	body, err := c.callSized(ctx, op, true, size, send)
 	if err != nil {
 		return err
 	}
@@ -562,11 +576,22 @@ func (c *Client) event(ctx context.Context, op string, send func(context.Context
 // call runs one best-effort request within CallBudget: bounded attempts, backoff honouring
 // Retry-After, the breaker. It returns the 2xx body or an *APIError / *TransportError.
 func (c *Client) call(ctx context.Context, op string, idempotent bool, send func(context.Context) (*http.Response, error)) ([]byte, error) {
+	return c.callSized(ctx, op, idempotent, 0, send)
+}
+
+// callSized is call for a request body of about size bytes: each attempt, and the budget for
+// each, get the time that many bytes take at SlowestUpload on top of the usual bounds.
+func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size int, send func(context.Context) (*http.Response, error)) ([]byte, error) {
 	if !c.breaker.allow() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
 	defer c.breaker.settle()
-	ctx, cancel := context.WithTimeout(ctx, c.callBudget)
+	attempts := 1
+	if idempotent {
+		attempts = MaxAttempts
+	}
+	upload := time.Duration(int64(max(size, 0)) * int64(time.Second) / SlowestUpload)
+	ctx, cancel := context.WithTimeout(ctx, c.callBudget+time.Duration(attempts)*upload)
 	defer cancel()
 	select {
 	case c.inflight <- struct{}{}:
@@ -578,11 +603,7 @@ func (c *Client) call(ctx context.Context, op string, idempotent bool, send func
 	if !c.breaker.allowWaiting() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
-	attempts := 1
-	if idempotent {
-		attempts = MaxAttempts
-	}
-	res := c.attempts(ctx, op, attempts, c.attemptTimeout, send, c.breaker)
+	res := c.attempts(ctx, op, attempts, c.attemptTimeout+upload, send, c.breaker)
 	if res.transport != nil {
 		return nil, res.transport
 	}

@@ -2,7 +2,9 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -413,5 +415,40 @@ func TestTokenErrorDoesNotReachServer(t *testing.T) {
 	}
 	if n := fs.hits.Load(); n != 0 {
 		t.Errorf("server was hit %d times without a token", n)
+	}
+}
+
+// A log post is given time for its size: a server that takes a second to take one in (as
+// over a slow uplink) gets a 400 KB post, whose attempts allow for 256 KB/s on top of
+// AttemptTimeout, while a small post to it times out on each attempt as any other call does.
+func TestLogPostTimeGrowsWithItsSize(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(srv.Close)
+	c, err := NewClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := events.LogChunk{ExecutionID: "e", Stack: "a", Data: bytes.Repeat([]byte("x"), 300<<10)}
+	if err := c.LogChunks(context.Background(), []events.LogChunk{big}); err != nil {
+		t.Fatalf("a 400 KB post to a server that takes a second: %v", err)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("%d attempts, want 1", n)
+	}
+	small := events.LogChunk{ExecutionID: "e", Stack: "a", Data: []byte("x")}
+	var te *TransportError
+	if err := c.LogChunks(context.Background(), []events.LogChunk{small}); !errors.As(err, &te) {
+		t.Fatalf("a small post to a server that takes a second: %v, want a transport error", err)
 	}
 }
