@@ -93,8 +93,18 @@ func escapeProperty(s string) string {
 
 // annotateError writes an ::error:: workflow command.
 func annotateError(w io.Writer, title, msg string) {
-	fmt.Fprintf(w, "::error title=%s::%s\n", escapeProperty(title), escapeData(msg))
+	annotate(w, "error", title, msg)
 }
+
+// annotate writes a workflow command of kind (error, warning) that annotates the run; the
+// title and message are escaped, so that no text in them (a server's answer, a script's
+// output) becomes a command of its own.
+func annotate(w io.Writer, kind, title, msg string) {
+	fmt.Fprintf(w, "::%s title=%s::%s\n", kind, escapeProperty(title), escapeData(msg))
+}
+
+// maxWarningAnnotations bounds the ::warning:: commands of a run (GitHub shows ten per step).
+const maxWarningAnnotations = 10
 
 // writeOutputs appends name=value pairs to the $GITHUB_OUTPUT file, each in the delimited
 // multi-line form so no value can inject another output.

@@ -1421,6 +1421,15 @@ func (r *run) writeOutputs() {
 		if res.Error != nil && res.Error.Kind != KindScript {
 			annotateError(r.out, "tfstackplan "+res.Op, res.Error.Kind+" error in "+res.Error.Step+": "+tailOf(res.Error.Tail, 1024))
 		}
+		// The warnings were printed as they came, some inside the script run's folded group:
+		// the annotations show them on the run's page too.
+		for i, w := range res.Warnings {
+			if i == maxWarningAnnotations {
+				annotate(r.out, "warning", "tfstackplan "+res.Op, fmt.Sprintf("%d more warnings: see the result document", len(res.Warnings)-i))
+				break
+			}
+			annotate(r.out, "warning", "tfstackplan "+res.Op, w)
+		}
 	}
 	if r.report != nil {
 		if r.o.CommentFile != "" {

@@ -808,3 +808,51 @@ func TestRunSaysInitFailedFirst(t *testing.T) {
 		t.Fatalf("warnings %q; want Init's failure, then the phase's", res.Warnings)
 	}
 }
+
+// In GitHub Actions a failed stack is an ::error:: annotation and each warning a ::warning::
+// one, after the script run's folded output; what they quote is escaped, so that a server's
+// or a script's text cannot become a workflow command.
+func TestRunAnnotatesFailuresAndWarnings(t *testing.T) {
+	_, c, _ := heldInitClient(t) // never answered: warnings
+	stacks := []string{"a", "b"}
+	root := runRepo(t, stacks)
+	var out strings.Builder
+	tm := scriptedTerramate(stacks, func(_ context.Context, stdout, _ io.Writer) error {
+		fmt.Fprintln(stdout, "/stacks/prod/b (script:0 job:0.0)> plan")
+		fmt.Fprintln(stdout, "Error: one or more commands failed")
+		fmt.Fprintln(stdout, "> execution failed: running /usr/bin/bash -c plan (in /stacks/prod/b): exit status 1")
+		return errors.New("exit status 1")
+	})
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", Stdout: &out, Stderr: io.Discard,
+		Terramate: &Terramate{Exec: tm},
+		Getenv: func(k string) string {
+			if k == "GITHUB_ACTIONS" {
+				return "true"
+			}
+			return ""
+		},
+	})
+	if len(res.Warnings) == 0 {
+		t.Fatal("no warnings: the test needs some")
+	}
+	s := out.String()
+	end := strings.Index(s, "::endgroup::")
+	if end < 0 {
+		t.Fatalf("no folded group in %q", s)
+	}
+	after := s[end:]
+	for _, w := range res.Warnings {
+		want := "::warning title=tfstackplan plan::" + escapeData(w) + "\n"
+		if !strings.Contains(after, want) {
+			t.Errorf("no %q after the group in %q", want, after)
+		}
+	}
+	if !strings.Contains(after, "::error title=tfstackplan plan%3A ") {
+		t.Errorf("no ::error:: annotation after the group in %q", after)
+	}
+	if got := escapeData("x\n::add-mask::y%"); got != "x%0A::add-mask::y%25" {
+		t.Errorf("escapeData = %q", got)
+	}
+}
