@@ -165,11 +165,13 @@ func finishPaced(pipes []*pacedPipe, grace time.Duration) error {
 	return err
 }
 
-// pacedPipeSize is what a paced pipe asks for: a megabyte holds five seconds of output at
-// 200 KB/s, far more than the script library's stacks print, so that a burst waits in the
-// kernel, not in a blocked writer. A read that returns a quarter of the pipe's capacity or more
-// found it filling up: the next read follows at once.
-const pacedPipeSize = 1 << 20
+// pacedPipeSize is what a paced pipe asks for: 512 KiB holds two and a half seconds of output
+// at 200 KB/s, and a 200-stack --dry-run's whole burst, so that a burst waits in the kernel,
+// not in a blocked writer. It is charged to the user's pipe page budget (pipe-user-pages-soft,
+// 64 MiB by default, shared by every process of the user: past it, every new pipe of theirs is
+// small): 128 drivers at once on one machine under one user would spend it. A read that returns
+// a quarter of the pipe's capacity or more found it filling up: the next read follows at once.
+const pacedPipeSize = 512 << 10
 
 // pacedPause is the pause after a read that left the pipe not filling up: every, shortened to
 // the time the writers take to fill a quarter of a pipe of capacity bytes at the pace they kept

@@ -247,14 +247,14 @@ func TestPacedPause(t *testing.T) {
 		capacity int
 		want     time.Duration
 	}{
-		{0, every, pacedPipeSize, every},                                        // nothing came
-		{40 << 10, every, pacedPipeSize, every},                                 // 200 KB/s into a 1 MiB pipe
-		{40 << 10, every, 64 << 10, 80 * time.Millisecond},                      // the same into 64 KiB
-		{1 << 20, 100 * time.Millisecond, pacedPipeSize, 25 * time.Millisecond}, // 10 MB/s
-		{64 << 20, time.Millisecond, pacedPipeSize, leftoverPoll},               // never below leftoverPoll
-		{1, 0, pacedPipeSize, every},                                            // no time passed: no pace
-		{1, 100 * time.Hour, pacedPipeSize, every},                              // a trickle after hours: no overflow
-		{1 << 20, time.Second, 0, every},                                        // capacity unknown here
+		{0, every, 1 << 20, every},                                        // nothing came
+		{40 << 10, every, 1 << 20, every},                                 // 200 KB/s into a 1 MiB pipe
+		{40 << 10, every, 64 << 10, 80 * time.Millisecond},                // the same into 64 KiB
+		{1 << 20, 100 * time.Millisecond, 1 << 20, 25 * time.Millisecond}, // 10 MB/s
+		{64 << 20, time.Millisecond, 1 << 20, leftoverPoll},               // never below leftoverPoll
+		{1, 0, 1 << 20, every},                                            // no time passed: no pace
+		{1, 100 * time.Hour, 1 << 20, every},                              // a trickle after hours: no overflow
+		{1 << 20, time.Second, 0, every},                                  // capacity unknown here
 	} {
 		if got := pacedPause(every, c.read, c.over, c.capacity); got != c.want {
 			t.Errorf("pacedPause(%v, %d, %v, %d) = %v, want %v", every, c.read, c.over, c.capacity, got, c.want)
