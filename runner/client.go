@@ -11,6 +11,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -473,7 +474,7 @@ func (c *Client) LogChunks(ctx context.Context, chunks []events.LogChunk) error 
 	body := api.LogChunks{Chunks: chunks}
 	size := 0
 	for _, lc := range chunks {
-		size += (len(lc.Data)+2)/3*4 + 256 // base64, and the chunk's other fields
+		size += base64.StdEncoding.EncodedLen(len(lc.Data)) + 256 // and the chunk's other fields
 	}
 	return c.eventSized(ctx, "LogChunks", size, func(ctx context.Context) (*http.Response, error) { return c.api.LogChunks(ctx, body) })
 }

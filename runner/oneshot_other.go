@@ -7,8 +7,3 @@ import "errors"
 // newReadiness has no one-shot waiter to offer here: an empty paced pipe is looked at again
 // on a timer.
 func newReadiness(int) (readiness, error) { return nil, errors.ErrUnsupported }
-
-// growPipe cannot change a pipe's capacity here. It assumes the smallest usual one (a macOS
-// pipe holds 16 KiB until large writes grow it): the pauses of a paced copy shorten only when
-// the capacity assumed is not more than the real one.
-func growPipe(int) (int, error) { return 16 << 10, errors.ErrUnsupported }

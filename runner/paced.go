@@ -173,6 +173,10 @@ func finishPaced(pipes []*pacedPipe, grace time.Duration) error {
 // a quarter of the pipe's capacity or more found it filling up: the next read follows at once.
 const pacedPipeSize = 512 << 10
 
+// minPipeSize is the capacity a paced copy assumes when it cannot learn it: the smallest usual
+// one (a macOS pipe starts at 16 KiB).
+const minPipeSize = 16 << 10
+
 // pacedPause is the pause after a read that left the pipe not filling up: every, shortened to
 // the time the writers take to fill a quarter of a pipe of capacity bytes at the pace they kept
 // recently (read bytes in over), never below leftoverPoll.
@@ -202,7 +206,7 @@ type pacedCopy struct {
 	w            io.Writer
 	fd           int
 	every        time.Duration
-	capacity     int // the pipe's capacity (<= 0: unknown, taken as 16 KiB)
+	capacity     int // the pipe's capacity (<= 0: unknown, taken as minPipeSize)
 	exited, stop <-chan struct{}
 	ready        readiness
 	reads        int // read(2) calls made (tests)
@@ -213,7 +217,7 @@ func (c *pacedCopy) run() error {
 	buf := make([]byte, 256<<10)
 	capacity := c.capacity
 	if capacity <= 0 {
-		capacity = 16 << 10
+		capacity = minPipeSize
 	}
 	busy := capacity / 4
 	// The pace of the writers: bytes read since the previous pause began.
@@ -246,7 +250,7 @@ func (c *pacedCopy) run() error {
 		}
 		n, err := readFD(c.fd, buf)
 		c.reads++
-		read += max(n, 0)
+		read += n // readFD never returns less than 0
 		if n > 0 && werr == nil {
 			_, werr = c.w.Write(buf[:n])
 		}

@@ -131,15 +131,14 @@ type run struct {
 	errOut io.Writer
 	gh     GitHub
 
-	repoRoot string // absolute and symlink-free (root.real)
-	root     stackRoot
-	tierAbs  string // absolute terramate directory
-	tierRel  string // tierAbs relative to repoRoot, "" at the root
-	block    Environment
-	client   *Client
-	tm       *Terramate
-	script   string // the op's script
-	planScr  string // the plan script (apply runs it first)
+	root    stackRoot // the repository's root (root.real: absolute and symlink-free)
+	tierAbs string    // absolute terramate directory
+	tierRel string    // tierAbs relative to the root, "" at the root
+	block   Environment
+	client  *Client
+	tm      *Terramate
+	script  string // the op's script
+	planScr string // the plan script (apply runs it first)
 
 	listed  []string            // stacks as terramate lists them
 	paths   []string            // the same, root-relative
@@ -307,8 +306,7 @@ func (r *run) setup() bool {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
 		return false
 	}
-	r.repoRoot = r.root.real
-	cfg, err := LoadRepoConfig(r.repoRoot)
+	cfg, err := LoadRepoConfig(r.root.real)
 	if err != nil {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
 		return false
@@ -330,7 +328,7 @@ func (r *run) setup() bool {
 			r.tierAbs = filepath.Join(wd, o.Dir)
 		}
 	} else {
-		r.tierAbs = filepath.Join(r.repoRoot, filepath.FromSlash(block.Dir))
+		r.tierAbs = filepath.Join(r.root.real, filepath.FromSlash(block.Dir))
 	}
 	if real, err := filepath.EvalSymlinks(r.tierAbs); err == nil {
 		r.tierAbs = real
@@ -338,9 +336,9 @@ func (r *run) setup() bool {
 		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s: %v", r.tierAbs, err)))
 		return false
 	}
-	rel, err := filepath.Rel(r.repoRoot, r.tierAbs)
+	rel, err := filepath.Rel(r.root.real, r.tierAbs)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.repoRoot)))
+		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.root.real)))
 		return false
 	}
 	if rel == "." {
@@ -384,7 +382,7 @@ func (r *run) setup() bool {
 		o.PR = r.gh.PR
 	}
 	if o.SHA == "" {
-		o.SHA = gitHead(r.repoRoot)
+		o.SHA = gitHead(r.root.real)
 	}
 	if o.ExecutionID == "" {
 		o.ExecutionID = newExecutionID()
@@ -776,7 +774,7 @@ type cancellingPoster struct {
 	c         *Client
 	cancel    context.CancelCauseFunc
 	announced <-chan struct{}
-	refused   func() error // why nothing is sent for the execution (run.silenced), read once announced is closed
+	silenced  func() error // why nothing is sent for the execution (run.silenced), read once announced is closed
 }
 
 func (p cancellingPoster) Enabled() bool { return p.c.Enabled() }
@@ -791,8 +789,8 @@ func (p cancellingPoster) post(ctx context.Context, send func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if p.refused != nil {
-		if err := p.refused(); err != nil {
+	if p.silenced != nil {
+		if err := p.silenced(); err != nil {
 			return err
 		}
 	}
@@ -823,7 +821,7 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 	if !r.client.Enabled() || len(r.paths) == 0 {
 		return nil
 	}
-	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, refused: r.silenced}, r.repoRoot, r.o.LogFile, r.o.ExecutionID)
+	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, silenced: r.silenced}, r.root.real, r.o.LogFile, r.o.ExecutionID)
 	if err := p.SetOptions(r.o.Pump); err != nil {
 		r.warn("log pump: %v", err)
 		return nil
