@@ -23,24 +23,27 @@ const addMaskCommand = "::add-mask"
 // by every stack of a LogPump, so a value announced in one stack's log (GitHub Actions
 // `::add-mask::VALUE`) is masked in every stack's log from then on, as on GitHub.
 type Masker struct {
-	mu  sync.Mutex
-	set atomic.Pointer[secretSet]
+	mu    sync.Mutex
+	known map[string]bool // the values of set, to skip repeats in O(1); guarded by mu
+	set   atomic.Pointer[secretSet]
 }
 
-// secretSet is an immutable snapshot of the values a Masker replaces.
+// secretSet is an immutable snapshot of the values a Masker replaces. Snapshots share values'
+// backing array: a new one only appends beyond the previous one's length.
 type secretSet struct {
 	values [][]byte
 	maxLen int
 	first  [256]bool // first bytes of values, to find partial matches quickly
+
+	autoOnce sync.Once
+	auto     *secretAutomaton // built on first use, for sets of more than naiveSecrets values
 }
 
 // NewMasker returns a Masker that replaces the given values (see Add).
 func NewMasker(values ...string) *Masker {
-	m := &Masker{}
+	m := &Masker{known: map[string]bool{}}
 	m.set.Store(&secretSet{})
-	for _, v := range values {
-		_ = m.Add(v)
-	}
+	_ = m.add(values)
 	return m
 }
 
@@ -48,29 +51,35 @@ func NewMasker(values ...string) *Masker {
 // carriage return is dropped from each line), because logs break it the same way; empty and
 // all-whitespace lines are ignored since masking them would destroy the log, not protect it. A
 // line longer than MaxSecretLength is refused with an error and not masked.
-func (m *Masker) Add(value string) error {
+func (m *Masker) Add(value string) error { return m.add([]string{value}) }
+
+// add is Add for several values at once: one new snapshot for all of them.
+func (m *Masker) add(values []string) error {
 	var tooLong int
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur := m.set.Load()
-	next := &secretSet{values: slices.Clone(cur.values), maxLen: cur.maxLen, first: cur.first}
+	next := &secretSet{values: cur.values, maxLen: cur.maxLen, first: cur.first}
 	changed := false
-	for _, line := range bytes.Split([]byte(value), []byte("\n")) {
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
+	for _, value := range values {
+		for _, line := range bytes.Split([]byte(value), []byte("\n")) {
+			line = bytes.TrimSuffix(line, []byte("\r"))
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			if len(line) > MaxSecretLength {
+				tooLong++
+				continue
+			}
+			if m.known[string(line)] {
+				continue
+			}
+			m.known[string(line)] = true
+			next.values = append(next.values, bytes.Clone(line))
+			next.maxLen = max(next.maxLen, len(line))
+			next.first[line[0]] = true
+			changed = true
 		}
-		if len(line) > MaxSecretLength {
-			tooLong++
-			continue
-		}
-		if slices.ContainsFunc(next.values, func(v []byte) bool { return bytes.Equal(v, line) }) {
-			continue
-		}
-		next.values = append(next.values, bytes.Clone(line))
-		next.maxLen = max(next.maxLen, len(line))
-		next.first[line[0]] = true
-		changed = true
 	}
 	if changed {
 		m.set.Store(next)
@@ -126,10 +135,10 @@ func (s *maskStream) cut(w []byte, final bool) (int, []byte) {
 		}
 		return len(w), w
 	}
-	matches := set.find(w)
+	matches, partial := set.scan(w)
 	b := len(w)
 	if !final {
-		b = min(set.partialSuffix(w), s.commandHold(w))
+		b = min(partial, s.commandHold(w))
 		for _, mt := range matches {
 			if mt[0] < b && mt[1] > b {
 				b = mt[0]
@@ -163,6 +172,12 @@ func (s *maskStream) cut(w []byte, final bool) (int, []byte) {
 // scanAddMask registers the values of complete `::add-mask::` lines in w (and of the last,
 // unterminated line when final).
 func (s *maskStream) scanAddMask(w []byte, final bool) {
+	var values []string
+	defer func() {
+		if len(values) > 0 {
+			_ = s.m.add(values) // an over-long value cannot be masked; its line is still sent masked as far as possible
+		}
+	}()
 	for from := 0; ; {
 		i := bytes.Index(w[from:], []byte(addMaskCommand))
 		if i < 0 {
@@ -185,7 +200,7 @@ func (s *maskStream) scanAddMask(w []byte, final bool) {
 			end = len(w) - i
 		}
 		if v, ok := parseAddMask(w[i : i+end]); ok {
-			_ = s.m.Add(v) // an over-long value cannot be masked; the line is still sent masked as far as possible
+			values = append(values, v)
 		}
 	}
 }
@@ -239,6 +254,16 @@ func parseAddMask(line []byte) (string, bool) {
 	v = bytes.ReplaceAll(v, []byte("%0A"), []byte("\n"))
 	v = bytes.ReplaceAll(v, []byte("%25"), []byte("%"))
 	return string(v), true
+}
+
+// scan returns find(w) and partialSuffix(w), with the set's secretAutomaton when it has more
+// than naiveSecrets values.
+func (set *secretSet) scan(w []byte) ([][2]int, int) {
+	if len(set.values) <= naiveSecrets {
+		return set.find(w), set.partialSuffix(w)
+	}
+	set.autoOnce.Do(func() { set.auto = newSecretAutomaton(set.values) })
+	return set.auto.scan(w)
 }
 
 // find returns the leftmost-longest non-overlapping occurrences of the secrets in w, as
