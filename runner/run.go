@@ -459,6 +459,23 @@ func safeFileWord(s string) string {
 // discover lists the stacks (changed or all), why they changed, and the edges between them.
 func (r *run) discover(ctx context.Context) bool {
 	r.begin("discover")
+	// The list, why its stacks changed and the run graph are three terramate calls that read
+	// the same files (about 100 ms each with real terramate on a small project): they run at
+	// once, and the last two are stopped when the list fails or is empty.
+	cctx, stopCalls := context.WithCancel(ctx)
+	defer stopCalls()
+	graph := goCall(func() (RunGraphResult, error) { return r.tm.RunGraphDetailed(cctx) })
+	var why *call[[]string]
+	if !r.o.All {
+		why = goCall(func() ([]string, error) { return r.tm.whyLines(cctx, r.o.Base) })
+	}
+	abandon := func() {
+		stopCalls()
+		_, _ = graph.wait()
+		if why != nil {
+			_, _ = why.wait()
+		}
+	}
 	var listed []string
 	var err error
 	if r.o.All {
@@ -467,6 +484,7 @@ func (r *run) discover(ctx context.Context) bool {
 		listed, err = r.tm.ChangedStacks(ctx, r.o.Base)
 	}
 	if err != nil {
+		abandon()
 		r.failTerramate("discover", err, ctx)
 		return false
 	}
@@ -478,6 +496,7 @@ func (r *run) discover(ctx context.Context) bool {
 		}
 		p = path.Clean(p)
 		if _, err := r.root.stackPath(p); err != nil {
+			abandon()
 			r.fail(newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err)))
 			return false
 		}
@@ -488,35 +507,19 @@ func (r *run) discover(ctx context.Context) bool {
 		r.listed = append(r.listed, s)
 		r.paths = append(r.paths, p)
 	}
-	// The run graph does not depend on why the stacks changed: terramate works out both at once.
-	var graph RunGraphResult
-	var graphErr error
-	var graphPanic *goPanic
-	graphDone := make(chan struct{})
-	gctx, stopGraph := context.WithCancel(ctx)
-	defer stopGraph()
-	if len(r.listed) > 0 {
-		go func() {
-			defer close(graphDone)
-			defer catchPanic(&graphPanic)
-			graph, graphErr = r.tm.RunGraphDetailed(gctx)
-		}()
-	} else {
-		close(graphDone)
-	}
 	r.why = map[string][]string{}
-	if !r.o.All && len(r.listed) > 0 {
-		reasons, err := r.tm.WhyChangedFor(ctx, r.o.Base, listed)
+	if len(r.listed) == 0 {
+		abandon()
+		return true
+	}
+	if why != nil {
+		lines, err := why.wait()
 		if err != nil {
-			stopGraph()
-			<-graphDone
-			if graphPanic != nil {
-				panic(*graphPanic)
-			}
+			abandon()
 			r.failTerramate("discover", err, ctx)
 			return false
 		}
-		for _, cr := range reasons {
+		for _, cr := range parseWhyLines(lines, listed) {
 			if p := r.rootPath(cr.Stack); p != "" {
 				cr.Stack = p
 				r.why[p] = append(r.why[p], cr.Raw)
@@ -524,24 +527,48 @@ func (r *run) discover(ctx context.Context) bool {
 			}
 		}
 	}
-	<-graphDone
-	if graphPanic != nil {
-		panic(*graphPanic)
+	g, err := graph.wait()
+	if err != nil {
+		r.failTerramate("discover", err, ctx)
+		return false
 	}
-	if len(r.listed) > 0 {
-		if graphErr != nil {
-			r.failTerramate("discover", graphErr, ctx)
-			return false
-		}
-		r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, graph.Edges)
-		r.res.EdgesApproximate = graph.Approximate
-	}
+	r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
+	r.res.EdgesApproximate = g.Approximate
 	for _, p := range r.paths {
 		r.res.Stacks = append(r.res.Stacks, StackEntry{
 			Stack: r.byPath[p], Path: p, Status: StatusNotRun, Destructive: []string{}, Why: r.why[p],
 		})
 	}
 	return true
+}
+
+// call is a function running on its own goroutine (goCall).
+type call[T any] struct {
+	done  chan struct{}
+	value T
+	err   error
+	panic *goPanic
+}
+
+// goCall starts f on its own goroutine.
+func goCall[T any](f func() (T, error)) *call[T] {
+	c := &call[T]{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer catchPanic(&c.panic)
+		c.value, c.err = f()
+	}()
+	return c
+}
+
+// wait returns what the call returned once it has, and raises its panic again on the
+// caller's goroutine (where Run recovers it).
+func (c *call[T]) wait() (T, error) {
+	<-c.done
+	if c.panic != nil {
+		panic(*c.panic)
+	}
+	return c.value, c.err
 }
 
 // rootPath maps a stack as listed to its root-relative path ("" when not selected).

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -595,6 +596,106 @@ func TestDiscoverAsksTheGraphAlongside(t *testing.T) {
 			defer m.mu.Unlock()
 			if len(m.inits) != 0 {
 				t.Fatalf("a run that failed discovery announced itself: %v", m.inits)
+			}
+		})
+	}
+}
+
+// The list, the reasons and the run graph are asked for at once: each call here waits until
+// all three have started (a driver asking one after another would wait out the 10 s guard
+// and fail). When the list fails or is empty, the other two are stopped, not waited out.
+func TestDiscoverRunsItsThreeCallsAtOnce(t *testing.T) {
+	kind := func(args []string) string {
+		switch {
+		case slices.Equal(args, []string{"list", "--changed"}):
+			return "list"
+		case len(args) > 2 && args[2] == "--why":
+			return "why"
+		case len(args) > 1 && args[0] == "experimental":
+			return "graph"
+		}
+		return ""
+	}
+	t.Run("at once", func(t *testing.T) {
+		stacks := []string{"a", "b"}
+		var mu sync.Mutex
+		started := map[string]bool{}
+		all := make(chan struct{})
+		base := scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error { return nil })
+		exec := func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+			if k := kind(args); k != "" {
+				mu.Lock()
+				started[k] = true
+				if len(started) == 3 {
+					close(all)
+				}
+				mu.Unlock()
+				select {
+				case <-all:
+				case <-time.After(10 * time.Second):
+					return fmt.Errorf("%s: the other calls did not start alongside", k)
+				}
+			}
+			return base(ctx, name, args, dir, env, stdout, stderr)
+		}
+		root := runRepo(t, stacks)
+		res := Run(context.Background(), RunOptions{
+			Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), DryRun: true,
+			ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+			Getenv: func(string) string { return "" },
+		})
+		if res.Error != nil || len(res.Stacks) != 2 || len(res.Stacks[0].Why) != 1 {
+			t.Fatalf("error %+v, stacks %+v", res.Error, res.Stacks)
+		}
+	})
+	for _, c := range []struct {
+		name   string
+		listed []string
+		list   error
+	}{
+		{"nothing listed", nil, nil},
+		{"the list fails", []string{"a"}, errors.New("list broke")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			stopped := map[string]bool{}
+			base := scriptedTerramate(c.listed, func(context.Context, io.Writer, io.Writer) error { return nil })
+			exec := func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+				switch k := kind(args); k {
+				case "list":
+					if c.list != nil {
+						return c.list
+					}
+				case "why", "graph":
+					select {
+					case <-ctx.Done():
+						mu.Lock()
+						stopped[k] = true
+						mu.Unlock()
+						return ctx.Err()
+					case <-time.After(10 * time.Second):
+						return fmt.Errorf("%s was not stopped", k)
+					}
+				}
+				return base(ctx, name, args, dir, env, stdout, stderr)
+			}
+			root := runRepo(t, []string{"a"})
+			res := Run(context.Background(), RunOptions{
+				Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"),
+				ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+				Getenv: func(string) string { return "" },
+			})
+			if c.list != nil {
+				if res.Error == nil || res.Error.Step != "discover" || !strings.Contains(res.Error.Tail, "list broke") {
+					t.Fatalf("error = %+v, want the list's failure in discover", res.Error)
+				}
+			} else if res.Error != nil || len(res.Stacks) != 0 {
+				t.Fatalf("error %+v, stacks %+v; want a run with nothing to do", res.Error, res.Stacks)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !stopped["why"] || !stopped["graph"] {
+				t.Fatalf("stopped %v: the reasons and the graph must be stopped", stopped)
 			}
 		})
 	}
