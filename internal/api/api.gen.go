@@ -325,12 +325,14 @@ type Finalize struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts      Counts          `json:"counts,omitempty,omitzero"`
-	Error       string          `json:"error,omitempty,omitzero"`
-	ExecutionID string          `json:"execution_id"`
-	FinishedAt  time.Time       `json:"finished_at,omitempty,omitzero"`
-	Stacks      []StackResult   `json:"stacks,omitempty,omitzero"`
-	Status      ExecutionStatus `json:"status"`
+	Counts      Counts    `json:"counts,omitempty,omitzero"`
+	Error       string    `json:"error,omitempty,omitzero"`
+	ExecutionID string    `json:"execution_id"`
+	FinishedAt  time.Time `json:"finished_at,omitempty,omitzero"`
+
+	// Stacks One result per stack; a stack named twice is refused.
+	Stacks []StackResult   `json:"stacks,omitempty,omitzero"`
+	Status ExecutionStatus `json:"status"`
 }
 
 // Gate defines model for Gate.
@@ -354,7 +356,7 @@ type GateCheck struct {
 	Repo        string `json:"repo,omitempty,omitzero"`
 	SHA         string `json:"sha,omitempty,omitzero"`
 
-	// Stacks Every stack the apply changes, each with the content hash of the plan the apply would use: exactly the changed stacks of the PR's latest finalized plan in the environment. A stack missing, an extra stack or a differing hash denies.
+	// Stacks Every stack the apply changes, each with the content hash of the plan the apply would use: exactly the changed stacks of the PR's latest finalized plan in the environment. A stack missing, an extra stack or a differing hash denies; a stack named twice is refused.
 	Stacks []StackPlan `json:"stacks,omitempty,omitzero"`
 }
 

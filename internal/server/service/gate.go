@@ -53,18 +53,13 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 	if len(in.Stacks) == 0 {
 		return api.GateLease{}, invalid("stacks is required: name every stack the apply changes with its plan hash")
 	}
-	seen := map[string]bool{}
+	if err := checkStackNames(len(in.Stacks), func(i int) string { return in.Stacks[i].Stack }); err != nil {
+		return api.GateLease{}, err
+	}
 	for _, sp := range in.Stacks {
-		if err := checkName("stack", sp.Stack); err != nil {
-			return api.GateLease{}, err
-		}
 		if err := checkText("plan_hash", sp.PlanHash, MaxShortLen); err != nil {
 			return api.GateLease{}, err
 		}
-		if seen[sp.Stack] {
-			return api.GateLease{}, invalid("stack %q is named twice", sp.Stack)
-		}
-		seen[sp.Stack] = true
 	}
 	now := s.Now()
 	where := target(in.Environment, in.PR)

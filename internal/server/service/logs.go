@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"math"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -52,14 +51,16 @@ func (s *Service) LogChunk(ctx context.Context, caller Caller, in *api.LogChunk)
 // MaxBatchData bounds the log bytes one LogChunks call carries.
 const MaxBatchData = 8 << 20
 
+// MaxChunks bounds the chunks of one LogChunks call (the contract's maxItems).
+const MaxChunks = 1000
+
 // LogChunks stores several chunks of one execution in one transaction, each once per
 // (execution, stack, generation, offset). Only the principal that announced the execution (or
 // an admin) sends its logs.
 func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.LogChunk) (api.Ack, error) {
 	total := 0
 	execOf := func(i int) string { return chunks[i].ExecutionID }
-	// Bounded by their bytes (MaxBatchData), not their number.
-	err := checkBatch("chunks", len(chunks), math.MaxInt, execOf, func(i int) error {
+	err := checkBatch("chunks", len(chunks), MaxChunks, execOf, func(i int) error {
 		total += len(chunks[i].Data)
 		return checkChunk(&chunks[i])
 	})

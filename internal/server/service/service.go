@@ -29,6 +29,8 @@ const (
 	MaxShortLen       = 256       // repo, sha, base, actor, plan hashes
 	MaxURLLen         = 2048      // run_url
 	MaxReasons        = 10_000    // change reasons in one Init
+	MaxStacks         = 10_000    // stacks of one execution (Init, Finalize, GateCheck)
+	MaxEdges          = 50_000    // run-order edges of one execution
 	DefaultLogReadMax = 1 << 20
 )
 
@@ -193,10 +195,11 @@ func checkInit(in *api.Init) error {
 	if err := checkText("run_url", in.RunURL, MaxURLLen); err != nil {
 		return err
 	}
-	for _, st := range in.Stacks {
-		if err := checkName("stack", st); err != nil {
-			return err
-		}
+	if err := checkStackNames(len(in.Stacks), func(i int) string { return in.Stacks[i] }); err != nil {
+		return err
+	}
+	if len(in.Edges) > MaxEdges {
+		return invalid("%d edges, more than %d", len(in.Edges), MaxEdges)
 	}
 	for _, e := range in.Edges {
 		if err := checkNames("edge from", e.From, "edge to", e.To); err != nil {
@@ -220,6 +223,26 @@ func checkInit(in *api.Init) error {
 		if err := checkTexts(MaxNameLen, interleave("reason chain", r.Chain)...); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkStackNames checks the n stack names name(i) of one request: at most MaxStacks, each a
+// valid name, none twice (a repeated stack would be stored and shown once per copy).
+func checkStackNames(n int, name func(i int) string) error {
+	if n > MaxStacks {
+		return invalid("%d stacks, more than %d", n, MaxStacks)
+	}
+	seen := make(map[string]bool, n)
+	for i := range n {
+		st := name(i)
+		if err := checkName("stack", st); err != nil {
+			return err
+		}
+		if seen[st] {
+			return invalid("stack %q is named twice", st)
+		}
+		seen[st] = true
 	}
 	return nil
 }
@@ -314,10 +337,10 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 	if in.Class != "" && !in.Class.Valid() {
 		return api.Ack{}, invalid("class %q is not a change class", in.Class)
 	}
+	if err := checkStackNames(len(in.Stacks), func(i int) string { return in.Stacks[i].Stack }); err != nil {
+		return api.Ack{}, err
+	}
 	for _, r := range in.Stacks {
-		if err := checkName("stack", r.Stack); err != nil {
-			return api.Ack{}, err
-		}
 		if !r.Status.Valid() || (r.Class != "" && !r.Class.Valid()) {
 			return api.Ack{}, invalid("stack %q: bad status %q or class %q", r.Stack, r.Status, r.Class)
 		}
