@@ -175,30 +175,57 @@ func (u *UI) list(w http.ResponseWriter, r *http.Request) {
 	render(w, "list", p)
 }
 
-// layers orders stacks into columns by dependency depth (edges: From before To).
+// layers orders stacks into columns by dependency depth (edges: From before To): a stack's
+// column is the length of the longest chain of edges leading to it. Stacks on a cycle, and
+// those after one, have no such length; they share one column after all the others. Edges
+// naming a stack the execution does not have are left out. Linear in stacks and edges (Kahn's
+// topological order): it runs on every render of an execution's page.
 func layers(x *api.Execution) [][]api.StackState {
-	depth := map[string]int{}
-	for _, s := range x.Stacks {
-		depth[s.Stack] = 0
+	n := len(x.Stacks)
+	index := make(map[string]int, n)
+	for i, s := range x.Stacks {
+		index[s.Stack] = i
 	}
-	// Longest path by relaxation, bounded by the stack count (cycles cannot loop forever).
-	for i := 0; i < len(x.Stacks); i++ {
-		changed := false
-		for _, e := range x.Edges {
-			df, okF := depth[e.From]
-			dt, okT := depth[e.To]
-			if okF && okT && dt < df+1 && df+1 < len(x.Stacks) {
-				depth[e.To] = df + 1
-				changed = true
+	next := make([][]int, n)
+	before := make([]int, n) // edges into each stack not yet followed
+	for _, e := range x.Edges {
+		f, okF := index[e.From]
+		t, okT := index[e.To]
+		if okF && okT {
+			next[f] = append(next[f], t)
+			before[t]++
+		}
+	}
+	depth := make([]int, n)
+	var ready []int
+	for i := range n {
+		if before[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	placed, deepest := 0, -1
+	for len(ready) > 0 {
+		u := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		placed++
+		deepest = max(deepest, depth[u])
+		for _, v := range next[u] {
+			depth[v] = max(depth[v], depth[u]+1)
+			if before[v]--; before[v] == 0 {
+				ready = append(ready, v)
 			}
 		}
-		if !changed {
-			break
+	}
+	if placed < n {
+		for i := range n {
+			if before[i] > 0 {
+				depth[i] = deepest + 1
+			}
 		}
 	}
 	var out [][]api.StackState
-	for _, s := range x.Stacks {
-		d := depth[s.Stack]
+	for i, s := range x.Stacks {
+		d := depth[i]
 		for len(out) <= d {
 			out = append(out, nil)
 		}
