@@ -119,8 +119,10 @@ func unquoteWhole(s string) (string, bool) {
 // follows, then the longest. Lines naming no listed stack fall back to ParseLine.
 func parseWhyLines(lines, stacks []string) []events.ChangeReason {
 	listed := make(map[string]bool, len(stacks))
+	longest := 0
 	for _, s := range stacks {
 		listed[s] = true
+		longest = max(longest, len(s))
 	}
 	out := make([]events.ChangeReason, 0, len(lines))
 	for _, line := range lines {
@@ -128,7 +130,9 @@ func parseWhyLines(lines, stacks []string) []events.ChangeReason {
 		found := false
 		for i := 0; i <= len(line); {
 			j := strings.Index(line[i:], whySeparator)
-			if j < 0 {
+			// A prefix longer than every listed stack is none of them: without this bound a
+			// line full of separators (a file name, say) costs its length squared.
+			if j < 0 || i+j > longest {
 				break
 			}
 			k := i + j
