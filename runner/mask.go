@@ -28,21 +28,33 @@ type Masker struct {
 	set   atomic.Pointer[secretSet]
 }
 
-// secretSet is an immutable snapshot of the values a Masker replaces. Snapshots share values'
-// backing array: a new one only appends beyond the previous one's length.
+// secretSet is a snapshot of the values a Masker replaces. Snapshots share values' backing
+// array: a new one only appends beyond the previous one's length.
 type secretSet struct {
 	values [][]byte
 	maxLen int
 	first  [256]bool // first bytes of values, to find partial matches quickly
+	size   int64     // the values' bytes
 
-	autoOnce sync.Once
-	auto     *secretAutomaton // built on first use, for sets of more than naiveSecrets values
+	// For sets of more than naiveSecrets values: an automaton over values[:auto.covered], carried
+	// over from the previous snapshot; the values after those are searched one at a time until
+	// that work (naive, in bytes compared) outgrows rebuildWork times the set's size, and the
+	// automaton is rebuilt over all of them. Values announced a few at a time, each by its own
+	// read, then cost a bounded share of the searching instead of one rebuild per read.
+	auto   atomic.Pointer[secretAutomaton]
+	naive  atomic.Int64
+	build  sync.Mutex    // one rebuild at a time
+	builds *atomic.Int64 // automata built for the Masker's sets (for tests)
 }
+
+// rebuildWork is how many bytes of one-value-at-a-time search per byte of values make a
+// rebuild of the automaton worth it (it costs a few hundred nanoseconds per byte of values).
+const rebuildWork = 256
 
 // NewMasker returns a Masker that replaces the given values (see Add).
 func NewMasker(values ...string) *Masker {
 	m := &Masker{known: map[string]bool{}}
-	m.set.Store(&secretSet{})
+	m.set.Store(&secretSet{builds: new(atomic.Int64)})
 	_ = m.add(values)
 	return m
 }
@@ -59,7 +71,9 @@ func (m *Masker) add(values []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur := m.set.Load()
-	next := &secretSet{values: cur.values, maxLen: cur.maxLen, first: cur.first}
+	next := &secretSet{values: cur.values, maxLen: cur.maxLen, first: cur.first, size: cur.size, builds: cur.builds}
+	next.auto.Store(cur.auto.Load())
+	next.naive.Store(cur.naive.Load())
 	changed := false
 	for _, value := range values {
 		for _, line := range bytes.Split([]byte(value), []byte("\n")) {
@@ -76,6 +90,7 @@ func (m *Masker) add(values []string) error {
 			}
 			m.known[string(line)] = true
 			next.values = append(next.values, bytes.Clone(line))
+			next.size += int64(len(line))
 			next.maxLen = max(next.maxLen, len(line))
 			next.first[line[0]] = true
 			changed = true
@@ -178,6 +193,11 @@ func (s *maskStream) scanAddMask(w []byte, final bool) {
 			_ = s.m.add(values) // an over-long value cannot be masked; its line is still sent masked as far as possible
 		}
 	}()
+	// The line of each occurrence is found by looking back only as far as the previous one,
+	// and its first non-blank byte once per line: a window full of occurrences on one line
+	// costs its length, not its length times theirs.
+	ls, seen := 0, 0         // the start of the line around seen, the position looked back from last
+	lineOf, command := -1, 0 // the line whose first non-blank byte is at command
 	for from := 0; ; {
 		i := bytes.Index(w[from:], []byte(addMaskCommand))
 		if i < 0 {
@@ -185,11 +205,17 @@ func (s *maskStream) scanAddMask(w []byte, final bool) {
 		}
 		i += from
 		from = i + len(addMaskCommand)
-		ls := bytes.LastIndexByte(w[:i], '\n') + 1
+		if nl := bytes.LastIndexByte(w[seen:i], '\n'); nl >= 0 {
+			ls = seen + nl + 1
+		}
+		seen = i
 		if ls == 0 && !s.lineStart {
 			continue
 		}
-		if len(bytes.TrimLeft(w[ls:i], " \t")) != 0 {
+		if lineOf != ls {
+			lineOf, command = ls, len(w)-len(bytes.TrimLeft(w[ls:], " \t"))
+		}
+		if i != command {
 			continue
 		}
 		end := bytes.IndexByte(w[i:], '\n')
@@ -256,39 +282,46 @@ func parseAddMask(line []byte) (string, bool) {
 	return string(v), true
 }
 
-// scan returns find(w) and partialSuffix(w), with the set's secretAutomaton when it has more
-// than naiveSecrets values.
+// scan returns find(w) and partialSuffix(w): for more than naiveSecrets values, with the set's
+// secretAutomaton and a search of the values it does not cover yet.
 func (set *secretSet) scan(w []byte) ([][2]int, int) {
 	if len(set.values) <= naiveSecrets {
 		return set.find(w), set.partialSuffix(w)
 	}
-	set.autoOnce.Do(func() { set.auto = newSecretAutomaton(set.values) })
-	return set.auto.scan(w)
+	a := set.auto.Load()
+	if a == nil || (a.covered < len(set.values) &&
+		set.naive.Add(int64(len(set.values)-a.covered)*int64(len(w)+64)) > rebuildWork*set.size) {
+		a = set.rebuild()
+	}
+	tail := set.values[a.covered:]
+	if len(tail) == 0 {
+		return a.scan(w, nil)
+	}
+	picked, partial := a.scan(w, occurrences(tail, w))
+	return picked, min(partial, partialSuffixOf(tail, w))
+}
+
+// rebuild builds the automaton over all the set's values, unless another caller just did.
+func (set *secretSet) rebuild() *secretAutomaton {
+	set.build.Lock()
+	defer set.build.Unlock()
+	if a := set.auto.Load(); a != nil && a.covered == len(set.values) {
+		return a
+	}
+	a := newSecretAutomaton(set.values)
+	set.builds.Add(1)
+	set.auto.Store(a)
+	set.naive.Store(0)
+	return a
 }
 
 // find returns the leftmost-longest non-overlapping occurrences of the secrets in w, as
 // [start, end) pairs in increasing order.
 func (set *secretSet) find(w []byte) [][2]int {
-	var all [][2]int
-	for _, v := range set.values {
-		for from := 0; ; {
-			i := bytes.Index(w[from:], v)
-			if i < 0 {
-				break
-			}
-			all = append(all, [2]int{from + i, from + i + len(v)})
-			from += i + 1
-		}
-	}
+	all := occurrences(set.values, w)
 	if len(all) == 0 {
 		return nil
 	}
-	slices.SortFunc(all, func(a, b [2]int) int {
-		if a[0] != b[0] {
-			return a[0] - b[0]
-		}
-		return b[1] - a[1]
-	})
 	picked := all[:0]
 	end := 0
 	for _, m := range all {
@@ -298,6 +331,46 @@ func (set *secretSet) find(w []byte) [][2]int {
 		}
 	}
 	return picked
+}
+
+// occurrences returns every occurrence of values in w, overlapping ones included, ordered by
+// start and, at one start, longest first.
+func occurrences(values [][]byte, w []byte) [][2]int {
+	var all [][2]int
+	for _, v := range values {
+		for from := 0; ; {
+			i := bytes.Index(w[from:], v)
+			if i < 0 {
+				break
+			}
+			all = append(all, [2]int{from + i, from + i + len(v)})
+			from += i + 1
+		}
+	}
+	slices.SortFunc(all, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return b[1] - a[1]
+	})
+	return all
+}
+
+// partialSuffixOf is partialSuffix for values.
+func partialSuffixOf(values [][]byte, w []byte) int {
+	longest := 0
+	for _, v := range values {
+		longest = max(longest, len(v))
+	}
+	for i := max(0, len(w)-longest+1); i < len(w); i++ {
+		tail := w[i:]
+		for _, v := range values {
+			if len(v) > len(tail) && bytes.HasPrefix(v, tail) {
+				return i
+			}
+		}
+	}
+	return len(w)
 }
 
 // partialSuffix returns where the longest suffix of w that is a proper prefix of a secret

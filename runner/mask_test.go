@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -156,4 +157,87 @@ func FuzzMaskStreamMatchesWhole(f *testing.F) {
 			}
 		}
 	})
+}
+
+// scanAddMaskByLine is scanAddMask as it was, looking back to each occurrence's line start
+// and over its blanks again for every occurrence (the oracle of TestScanAddMaskFindsEachLine).
+func scanAddMaskByLine(w []byte, lineStart, final bool) []string {
+	var values []string
+	for from := 0; ; {
+		i := bytes.Index(w[from:], []byte(addMaskCommand))
+		if i < 0 {
+			return values
+		}
+		i += from
+		from = i + len(addMaskCommand)
+		ls := bytes.LastIndexByte(w[:i], '\n') + 1
+		if ls == 0 && !lineStart {
+			continue
+		}
+		if len(bytes.TrimLeft(w[ls:i], " \t")) != 0 {
+			continue
+		}
+		end := bytes.IndexByte(w[i:], '\n')
+		if end < 0 {
+			if !final {
+				return values
+			}
+			end = len(w) - i
+		}
+		if v, ok := parseAddMask(w[i : i+end]); ok {
+			values = append(values, v)
+		}
+	}
+}
+
+// Announcements are found where they were before on random windows of commands, blanks,
+// newlines and values.
+func TestScanAddMaskFindsEachLine(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	tokens := []string{"::add-mask::", "::add-mask ", "p=1::", " ", "\t", "\n", "x", "v1", "%0A"}
+	for run := 0; run < 3000; run++ {
+		var w []byte
+		for range r.IntN(40) {
+			w = append(w, tokens[r.IntN(len(tokens))]...)
+		}
+		lineStart, final := r.IntN(2) == 0, r.IntN(2) == 0
+		want := scanAddMaskByLine(w, lineStart, final)
+		m := NewMasker()
+		s := maskStream{m: m, lineStart: lineStart}
+		s.scanAddMask(w, final)
+		var got []string
+		for _, v := range m.set.Load().values {
+			got = append(got, string(v))
+		}
+		wantSet := NewMasker(want...) // the same values, split into lines and without blanks or repeats
+		var wantValues []string
+		for _, v := range wantSet.set.Load().values {
+			wantValues = append(wantValues, string(v))
+		}
+		if !slices.Equal(got, wantValues) {
+			t.Fatalf("window %q lineStart %v final %v: registered %q, want %q", w, lineStart, final, got, wantValues)
+		}
+	}
+}
+
+// BenchmarkScanAddMaskOneLine: a 256 KiB read that is one line of `x::add-mask::`, and one of
+// 128 KiB of blanks, a letter, then `::add-mask` repeated: every occurrence looked back to the
+// line's start, or over its blanks, again.
+func BenchmarkScanAddMaskOneLine(b *testing.B) {
+	for _, c := range []struct{ name, prefix, unit string }{
+		{"x-commands", "", "x::add-mask::"},
+		{"blanks-then-commands", string(bytes.Repeat([]byte(" "), 128<<10)) + "y", "::add-mask"},
+	} {
+		w := []byte(c.prefix)
+		for len(w) < 256<<10 {
+			w = append(w, c.unit...)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				s := maskStream{m: NewMasker(), lineStart: true}
+				s.scanAddMask(w, false)
+			}
+		})
+	}
 }

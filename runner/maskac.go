@@ -19,15 +19,19 @@ const naiveSecrets = 8
 // Nodes are the values' prefixes, numbered depth-first with the root 0; a node's children
 // are edgeTo[edgeLo[n]:edgeLo[n+1]], labelled by the bytes edgeB[...] in increasing order.
 type secretAutomaton struct {
-	root   [256]int32 // the root's child for each byte, 0 when none
-	edgeLo []int32
-	edgeB  []byte
-	edgeTo []int32
-	fail   []int32  // the node of the longest proper suffix of n's prefix that is a node
-	out    []int32  // the first node on n's failure chain, n included, that ends a value; 0 when none
-	depth  []uint16 // the length of n's prefix (MaxSecretLength fits)
-	ring   int      // a power of two >= the longest value: the scan's window of pending starts
+	root    [256]int32 // the root's child for each byte, 0 when none
+	edgeLo  []int32
+	edgeB   []byte
+	edgeTo  []int32
+	fail    []int32  // the node of the longest proper suffix of n's prefix that is a node
+	out     []int32  // the first node on n's failure chain, n included, that ends a value; 0 when none
+	depth   []uint16 // the length of n's prefix (MaxSecretLength fits)
+	ring    int      // a power of two >= the longest value: the scan's window of pending starts
+	covered int      // how many values it was built over (the first ones of its set)
 }
+
+// A value's length must fit the automaton's depths.
+const _ = uint16(MaxSecretLength)
 
 // newSecretAutomaton builds the automaton of values (distinct, non-empty, at most
 // MaxSecretLength bytes each).
@@ -83,13 +87,14 @@ func newSecretAutomaton(values [][]byte) *secretAutomaton {
 		prev = v
 	}
 	a := &secretAutomaton{
-		edgeLo: make([]int32, nodes+1),
-		edgeB:  make([]byte, 0, nodes-1),
-		edgeTo: make([]int32, 0, nodes-1),
-		fail:   make([]int32, nodes),
-		out:    make([]int32, nodes),
-		depth:  depth,
-		ring:   1,
+		edgeLo:  make([]int32, nodes+1),
+		edgeB:   make([]byte, 0, nodes-1),
+		edgeTo:  make([]int32, 0, nodes-1),
+		fail:    make([]int32, nodes),
+		out:     make([]int32, nodes),
+		depth:   depth,
+		ring:    1,
+		covered: len(values),
 	}
 	for a.ring < longest {
 		a.ring <<= 1
@@ -158,23 +163,33 @@ func (a *secretAutomaton) step(n int32, b byte) int32 {
 
 // scan returns what secretSet's find and partialSuffix return for w, in one pass: the
 // leftmost-longest non-overlapping occurrences of the values, and where the longest suffix of
-// w that is a proper prefix of a value starts (len(w) when there is none).
+// w that is a proper prefix of a value starts (len(w) when there is none). Occurrences in
+// extra (of other values, ordered by start; see occurrences) compete with the automaton's own.
 //
 // An occurrence is known when its last byte is read; one starting at s ends before
 // s+a.ring, so once the scan is that far, the longest occurrence starting at s is final
 // and is taken when no taken one covers s. longest[s%ring] holds it until then.
-func (a *secretAutomaton) scan(w []byte) (picked [][2]int, partial int) {
+func (a *secretAutomaton) scan(w []byte, extra [][2]int) (picked [][2]int, partial int) {
 	var longest []uint16
+	if len(extra) > 0 {
+		longest = make([]uint16, a.ring)
+	}
 	mask := a.ring - 1
 	free := 0     // where the last taken occurrence ends: later ones may start here
 	pending := -1 // the last start with an occurrence not yet decided
+	if len(extra) > 0 {
+		pending = extra[len(extra)-1][0]
+	}
 	decide := func(s int) {
-		if l := int(longest[s&mask]); l > 0 {
-			longest[s&mask] = 0
-			if s >= free {
-				picked = append(picked, [2]int{s, s + l})
-				free = s + l
-			}
+		l := int(longest[s&mask])
+		longest[s&mask] = 0
+		for len(extra) > 0 && extra[0][0] == s {
+			l = max(l, extra[0][1]-s)
+			extra = extra[1:]
+		}
+		if l > 0 && s >= free {
+			picked = append(picked, [2]int{s, s + l})
+			free = s + l
 		}
 	}
 	n := int32(0)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -64,11 +65,66 @@ func TestSecretAutomatonMatchesNaiveSearch(t *testing.T) {
 			}
 			set := naiveSet(values)
 			wantM, wantP := set.find(w), set.partialSuffix(w)
-			gotM, gotP := newSecretAutomaton(values).scan(w)
+			gotM, gotP := newSecretAutomaton(values).scan(w, nil)
 			if !slices.Equal(gotM, wantM) || gotP != wantP {
 				t.Fatalf("values %q window %q:\n got %v partial %d\nwant %v partial %d", values, w, gotM, gotP, wantM, wantP)
 			}
 		}
+	}
+}
+
+// An automaton over the first values and a one-at-a-time search of the others (values
+// announced since it was built) find together what searching all of them finds.
+func TestSecretAutomatonWithUncoveredValuesMatchesNaiveSearch(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for run := 0; run < 2000; run++ {
+		values := randomSecrets(r, naiveSecrets+1+r.IntN(30), 1+r.IntN(9), "abc")
+		covered := 1 + r.IntN(len(values))
+		w := make([]byte, r.IntN(300))
+		for i := range w {
+			w[i] = "abc"[r.IntN(3)]
+		}
+		set := naiveSet(values)
+		set.builds = new(atomic.Int64)
+		set.size = 1 << 40 // never worth a rebuild here
+		set.auto.Store(newSecretAutomaton(values[:covered]))
+		wantM, wantP := set.find(w), set.partialSuffix(w)
+		gotM, gotP := set.scan(w)
+		if !slices.Equal(gotM, wantM) || gotP != wantP {
+			t.Fatalf("values %q (first %d in the automaton) window %q:\n got %v partial %d\nwant %v partial %d", values, covered, w, gotM, gotP, wantM, wantP)
+		}
+		if set.builds.Load() != 0 {
+			t.Fatal("rebuilt although the search stayed cheap")
+		}
+	}
+}
+
+// Values announced one read at a time, each read also carrying some log: the automaton is
+// rebuilt a few times in all, not once per announcing read (4,000 reads rebuilt it 4,000
+// times: 74 s), and every value is masked from its announcement on.
+func TestMaskTrickledAnnouncementsRebuildRarely(t *testing.T) {
+	m := NewMasker()
+	s := maskStream{m: m, lineStart: true}
+	var out []byte
+	const n = 2000
+	for j := range n {
+		read := fmt.Appendf(nil, "::add-mask::value-%05d-%x\nrefreshing resource value-%05d-%x done\n", j, j*7919, j/2, (j/2)*7919)
+		w := s.window(len(read))
+		copy(w[len(s.hold):], read)
+		_, o := s.cut(w, false)
+		out = append(out, o...)
+	}
+	_, o := s.cut(s.window(0), true)
+	out = append(out, o...)
+	if bytes.Contains(out, []byte("value-")) {
+		i := bytes.Index(out, []byte("value-"))
+		t.Fatalf("a value survives: %q", out[max(0, i-60):min(len(out), i+60)])
+	}
+	if got := bytes.Count(out, []byte("refreshing resource *** done\n")); got != n {
+		t.Fatalf("%d masked lines, want %d", got, n)
+	}
+	if b := m.set.Load().builds.Load(); b > 40 {
+		t.Fatalf("the automaton was built %d times for %d announcing reads", b, n)
 	}
 }
 
@@ -152,7 +208,7 @@ func BenchmarkMaskSecrets(b *testing.B) {
 						if side == "naive" {
 							_, _ = set.find(w), set.partialSuffix(w)
 						} else {
-							_, _ = auto.scan(w)
+							_, _ = auto.scan(w, nil)
 						}
 					}
 				}
