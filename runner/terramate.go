@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -190,13 +189,18 @@ func (t *Terramate) output(ctx context.Context, args ...string) ([]byte, error) 
 	return out.Bytes(), nil
 }
 
-// lines splits terramate output into its non-empty lines.
+// tmLines splits terramate output into its non-empty lines (a trailing carriage return
+// dropped), however long: the output is already in memory, so no line is too long to keep.
 func tmLines(b []byte) []string {
 	out := []string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		if l := strings.TrimRight(sc.Text(), "\r"); l != "" {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if l := strings.TrimRight(string(line), "\r"); l != "" {
 			out = append(out, l)
 		}
 	}

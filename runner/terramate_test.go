@@ -564,3 +564,16 @@ func tmRecordedBytes(t testing.TB, name string) []byte {
 	}
 	return b
 }
+
+// Every non-empty line of terramate's output is kept, a line longer than any buffer too (a
+// scanner with a 16 MiB limit stopped there and dropped every stack listed after it).
+func TestTmLinesKeepsEveryLine(t *testing.T) {
+	long := strings.Repeat("d", 17<<20)
+	got := tmLines([]byte("a\r\n\n" + long + "\nb\r\r\nc"))
+	if len(got) != 4 || got[0] != "a" || got[1] != long || got[2] != "b" || got[3] != "c" {
+		t.Fatalf("got %d lines: %.20q", len(got), got)
+	}
+	if got := tmLines(nil); got == nil || len(got) != 0 {
+		t.Fatalf("no output: %#v, want an empty list", got)
+	}
+}
