@@ -143,6 +143,7 @@ type run struct {
 	listed  []string            // stacks as terramate lists them
 	paths   []string            // the same, root-relative
 	byPath  map[string]string   // root-relative → listed
+	entry   map[string]int      // root-relative → index in res.Stacks
 	why     map[string][]string // root-relative → reasons as terramate printed them
 	reasons []events.ChangeReason
 	report  *plan.Report
@@ -534,7 +535,9 @@ func (r *run) discover(ctx context.Context) bool {
 	}
 	r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
 	r.res.EdgesApproximate = g.Approximate
+	r.entry = make(map[string]int, len(r.paths))
 	for _, p := range r.paths {
+		r.entry[p] = len(r.res.Stacks)
 		r.res.Stacks = append(r.res.Stacks, StackEntry{
 			Stack: r.byPath[p], Path: p, Status: StatusNotRun, Destructive: []string{}, Why: r.why[p],
 		})
@@ -1199,15 +1202,13 @@ func (r *run) classifyEarly(path string) (events.Update, bool) {
 	if r.o.Op != OpPlan || r.early[path] != nil {
 		return events.Update{}, false
 	}
-	var e *StackEntry
-	for i := range r.res.Stacks {
-		if r.res.Stacks[i].Path == path {
-			e = &r.res.Stacks[i]
-			break
-		}
+	i, ok := r.entry[path]
+	if !ok {
+		return events.Update{}, false
 	}
+	e := &r.res.Stacks[i]
 	file, fresh, ferr := r.planFile(path)
-	if e == nil || ferr != nil || !fresh {
+	if ferr != nil || !fresh {
 		return events.Update{}, false
 	}
 	s := r.classifyStack(e, StatusSucceeded, file, fresh, nil)
