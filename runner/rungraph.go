@@ -196,6 +196,21 @@ type dotTok struct {
 func dotTokens(s string) ([]dotTok, error) {
 	toks := make([]dotTok, 0, len(s)/3+8)
 	lineStart := true
+	// "a" + "b" + ... grows one builder: adding to the token's string each time would copy
+	// what it holds so far, its length squared in all.
+	var cat strings.Builder
+	catTok := -1
+	concat := func(part string) {
+		k := len(toks) - 2
+		if catTok != k {
+			cat = strings.Builder{}
+			cat.WriteString(toks[k].text)
+			catTok = k
+		}
+		cat.WriteString(part)
+		toks[k].text = cat.String()
+		toks = toks[:k+1]
+	}
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
@@ -239,8 +254,7 @@ func dotTokens(s string) ([]dotTok, error) {
 			if end := strings.IndexByte(s[i+1:], '"'); end >= 0 && strings.IndexByte(s[i+1:i+1+end], '\\') < 0 {
 				// No escapes: the token is a substring, no copy.
 				if n := len(toks); n > 0 && toks[n-1].kind == '+' {
-					toks[n-2].text += s[i+1 : i+1+end]
-					toks = toks[:n-1]
+					concat(s[i+1 : i+1+end])
 				} else {
 					toks = append(toks, dotTok{'i', s[i+1 : i+1+end]})
 				}
@@ -269,8 +283,7 @@ func dotTokens(s string) ([]dotTok, error) {
 			i = j + 1
 			// "a" + "b" concatenation.
 			if n := len(toks); n > 0 && toks[n-1].kind == '+' {
-				toks[n-2].text += b.String()
-				toks = toks[:n-1]
+				concat(b.String())
 				continue
 			}
 			toks = append(toks, dotTok{'i', b.String()})
@@ -334,6 +347,10 @@ type dotParser struct {
 
 // maxDOTDepth bounds subgraph nesting.
 const maxDOTDepth = 100
+
+// maxDOTEdges bounds the edges of a graph: an edge between two subgraphs stands for every
+// pair of their nodes, so a few kilobytes could otherwise stand for billions.
+const maxDOTEdges = 1 << 20
 
 func (p *dotParser) peek() dotTok {
 	if p.pos < len(p.toks) {
@@ -462,11 +479,18 @@ func (p *dotParser) stmt() ([]string, error) {
 	}
 	for i := 1; i < len(chain); i++ {
 		if !chain[i-1].isSub && !chain[i].isSub {
+			if len(p.g.edges) >= maxDOTEdges {
+				return nil, fmt.Errorf("more than %d edges", maxDOTEdges)
+			}
 			p.g.edges = append(p.g.edges, dotEdge{from: chain[i-1].id, to: chain[i].id, red: red})
 			continue
 		}
-		for _, from := range chain[i-1].ids() {
-			for _, to := range chain[i].ids() {
+		froms, tos := chain[i-1].ids(), chain[i].ids()
+		if len(froms)*len(tos) > maxDOTEdges-len(p.g.edges) {
+			return nil, fmt.Errorf("more than %d edges", maxDOTEdges)
+		}
+		for _, from := range froms {
+			for _, to := range tos {
 				p.g.edges = append(p.g.edges, dotEdge{from: from, to: to, red: red})
 			}
 		}
