@@ -980,7 +980,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	var ticks *tickReader
 	stopRelay := func() {}
 	if tickDir != "" {
-		ticks = newTickReader(tickDir)
+		ticks = newTickReader(tickDir, func(stack string) bool { _, ok := r.byPath[stack]; return ok })
 		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.o.Op == OpPlan)
 		defer stopRelay() // on a panic too
 	}
@@ -1003,7 +1003,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	}
 	out := scriptOutcome{started: started, failed: failed, exitOK: runErr == nil, cancelled: ctx.Err() != nil}
 	if ticks != nil {
-		out.ticks = ticks.all
+		out.ticks = ticks.stacks
 	}
 	return out, runErr
 }

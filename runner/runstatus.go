@@ -137,7 +137,7 @@ func (s *scriptWatcher) snapshot() (started, failed map[string]bool) {
 // scriptOutcome is what one `terramate script run` told about each stack.
 type scriptOutcome struct {
 	started, failed map[string]bool
-	ticks           map[string][]tickRecord
+	ticks           map[string]tickSummary
 	exitOK          bool // terramate exited 0
 	cancelled       bool // the run was interrupted (signal or server cancel)
 }
@@ -152,16 +152,10 @@ func (o scriptOutcome) status(path string, fresh bool) string {
 	if o.failed[path] {
 		return StatusFailed
 	}
-	done := false
-	for _, t := range o.ticks[path] {
-		switch strings.ToLower(t.Status) {
-		case "failed", "failure", "error", "errored":
-			return StatusFailed
-		}
-		if t.Phase == "done" {
-			done = true
-		}
+	if o.ticks[path].failed {
+		return StatusFailed
 	}
+	done := o.ticks[path].done
 	if !o.started[path] {
 		if done {
 			return StatusSucceeded // ticked done: it ran (terramate's echo was not seen)

@@ -112,15 +112,36 @@ func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 func recordTick(dir string, r tickRecord) { _ = tickfile.Append(dir, r) }
 
 // tickReader reads the tick file as it grows: each call to next returns the complete lines
-// appended since the last call. Lines that do not parse are skipped.
+// appended since the last call. Lines that do not parse are skipped. What the ticks say about
+// each stack that keep accepts is summed up as they are read; the records themselves are not
+// kept (a script ticking a hundred thousand times must not hold them all).
 type tickReader struct {
-	path string
-	off  int64
-	all  map[string][]tickRecord // per stack, in the order written
+	path   string
+	off    int64
+	keep   func(stack string) bool
+	stacks map[string]tickSummary
 }
 
-func newTickReader(dir string) *tickReader {
-	return &tickReader{path: filepath.Join(dir, tickFile), all: map[string][]tickRecord{}}
+// tickSummary is what a stack's ticks say about its status (see scriptOutcome.status).
+type tickSummary struct {
+	done   bool // it ticked phase done
+	failed bool // it ticked a failed status
+}
+
+// add folds one tick into s.
+func (s *tickSummary) add(r tickRecord) {
+	switch strings.ToLower(r.Status) {
+	case "failed", "failure", "error", "errored":
+		s.failed = true
+	}
+	if r.Phase == "done" {
+		s.done = true
+	}
+}
+
+// newTickReader reads the tick file in dir, summing up the ticks of the stacks keep accepts.
+func newTickReader(dir string, keep func(stack string) bool) *tickReader {
+	return &tickReader{path: filepath.Join(dir, tickFile), keep: keep, stacks: map[string]tickSummary{}}
 }
 
 // maxTickRead bounds one read of the tick file.
@@ -157,7 +178,11 @@ func (t *tickReader) next() []tickRecord {
 			if len(line) == 0 || json.Unmarshal(line, &r) != nil {
 				continue
 			}
-			t.all[r.Stack] = append(t.all[r.Stack], r)
+			if t.keep(r.Stack) {
+				s := t.stacks[r.Stack]
+				s.add(r)
+				t.stacks[r.Stack] = s
+			}
 			out = append(out, r)
 		}
 		t.off += int64(end + 1)
