@@ -912,6 +912,7 @@ type stackTail struct {
 	p        *LogPump
 	name     string
 	path     string // the log file as last resolved (owned by the goroutine once started)
+	absent   string // where the log was resolved to when it did not exist yet (idem)
 	watchDir string
 	wake     chan struct{}
 	polled   atomic.Bool
@@ -1136,6 +1137,16 @@ func (s *stackTail) observe() {
 			return
 		}
 	}
+	if s.f == nil && s.absent != "" {
+		// Still absent where it was resolved to, its directories included (lstat follows them):
+		// nothing to open, and no need to walk the stack path again on every look at an idle
+		// stack. Anything found there is resolved in full before it is opened.
+		if _, err := os.Lstat(s.absent); errors.Is(err, fs.ErrNotExist) {
+			s.checkDirGone(err)
+			return
+		}
+		s.absent = ""
+	}
 	// Absent, replaced or never opened: resolve the path again before opening anything.
 	path, err := s.p.root.stackFile(s.name, s.p.file)
 	if err != nil {
@@ -1146,6 +1157,9 @@ func (s *stackTail) observe() {
 	}
 	li, err := os.Lstat(path)
 	if err != nil {
+		if s.f == nil && errors.Is(err, fs.ErrNotExist) {
+			s.absent = path
+		}
 		s.checkDirGone(err)
 		s.statOpen()
 		return

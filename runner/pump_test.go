@@ -836,6 +836,59 @@ func TestPumpRefusesEscapingStacks(t *testing.T) {
 	}
 }
 
+// A stack directory that does not exist yet is looked at cheaply while it is absent; when it
+// appears as a link pointing outside the root, the log inside is refused, and a log appearing
+// in a real directory is read.
+func TestPumpRefusesADirectoryThatAppearsAsALink(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pumpWriteLog(t, filepath.Join(outside, "tfstackplan.log"), []byte("TOP SECRET\n"))
+	coll := newPumpCollector(5)
+	pump := NewLogPump(coll, root, "tfstackplan.log", "exec-1")
+	for _, st := range []string{"later/link", "later/real"} {
+		if err := pump.AddStack(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pump.SetOptions(PumpOptions{Poll: true, PollInterval: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pump.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // both looked at while absent
+	if err := os.MkdirAll(filepath.Join(root, "later", "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "later", "link")); err != nil {
+		t.Fatal(err)
+	}
+	pumpWriteLog(t, filepath.Join(root, "later", "real", "tfstackplan.log"), []byte("fine\n"))
+	time.Sleep(20 * time.Millisecond)
+	rep := pump.Drain(context.Background())
+	coll.mu.Lock()
+	defer coll.mu.Unlock()
+	for st, chunks := range coll.data {
+		for _, data := range chunks {
+			if strings.Contains(string(data), "SECRET") {
+				t.Fatalf("stack %v posted bytes from outside the root: %q", st, data)
+			}
+		}
+	}
+	if rep.Bytes != int64(len("fine\n")) {
+		t.Fatalf("%d bytes posted, want the real stack's 5: %+v", rep.Bytes, rep)
+	}
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], `"later/link"`) {
+		t.Fatalf("refusal not reported: %v", rep.Errors)
+	}
+}
+
 func TestPumpDisabledPosterReadsNothing(t *testing.T) {
 	pump := NewLogPump(nil, t.TempDir(), "tfstackplan.log", "exec-1")
 	if err := pump.AddStack("a"); err != nil {
