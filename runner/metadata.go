@@ -110,15 +110,29 @@ func metadataEdges(stacks []stackMeta) []events.Edge {
 	for _, s := range stacks {
 		tags[s.Path] = s.Tags
 	}
+	// A tag filter is evaluated over every stack once, however many stacks name it.
+	tagged := map[string][]string{}
+	byTag := func(filter string) []string {
+		ps, ok := tagged[filter]
+		if !ok {
+			for _, p := range paths {
+				if matchTagFilter(filter, tags[p]) {
+					ps = append(ps, p)
+				}
+			}
+			tagged[filter] = ps
+		}
+		return ps
+	}
 	out := []events.Edge{}
 	for _, s := range stacks {
 		for _, a := range s.After {
-			for _, t := range selectStacks(paths, tags, s.Path, a) {
+			for _, t := range selectStacks(paths, byTag, s.Path, a) {
 				out = append(out, events.Edge{From: t, To: s.Path})
 			}
 		}
 		for _, b := range s.Before {
-			for _, t := range selectStacks(paths, tags, s.Path, b) {
+			for _, t := range selectStacks(paths, byTag, s.Path, b) {
 				out = append(out, events.Edge{From: s.Path, To: t})
 			}
 		}
@@ -128,15 +142,13 @@ func metadataEdges(stacks []stackMeta) []events.Edge {
 }
 
 // selectStacks resolves one before/after entry of stack self into the stacks it selects
-// (never self). paths is sorted, so the paths starting with a directory are one contiguous run.
-func selectStacks(paths []string, tags map[string][]string, self, entry string) []string {
+// (never self): those byTag returns for a "tag:" filter, or a directory's stacks. paths is
+// sorted, so the stacks below a directory are one contiguous run, found by binary search
+// (not the longer run of every path that merely starts with the directory's name).
+func selectStacks(paths []string, byTag func(filter string) []string, self, entry string) []string {
 	var dirs []string
 	if filter, ok := strings.CutPrefix(entry, "tag:"); ok {
-		for _, p := range paths {
-			if matchTagFilter(filter, tags[p]) {
-				dirs = append(dirs, p)
-			}
-		}
+		dirs = byTag(filter)
 	} else {
 		abs := entry
 		if !strings.HasPrefix(abs, "/") {
@@ -146,9 +158,21 @@ func selectStacks(paths []string, tags map[string][]string, self, entry string) 
 	}
 	var out []string
 	for _, d := range dirs {
-		i, _ := slices.BinarySearch(paths, d)
-		for ; i < len(paths) && strings.HasPrefix(paths[i], d); i++ {
-			if paths[i] != self && tmPathWithin(paths[i], d) {
+		if d == "/" { // the root: every stack
+			for _, p := range paths {
+				if p != self {
+					out = append(out, p)
+				}
+			}
+			continue
+		}
+		if _, found := slices.BinarySearch(paths, d); found && d != self {
+			out = append(out, d)
+		}
+		below := d + "/"
+		i, _ := slices.BinarySearch(paths, below)
+		for ; i < len(paths) && strings.HasPrefix(paths[i], below); i++ {
+			if paths[i] != self {
 				out = append(out, paths[i])
 			}
 		}
