@@ -670,6 +670,14 @@ func (r *run) warnUnreported() {
 	}
 }
 
+// The contract's bounds on one Init (api/openapi.yaml: maxItems): a run past them announces
+// what fits, says so in a warning, and marks the edges approximate. Its stacks are never cut:
+// a run of more than 10,000 stacks is refused by the server, and runs unreported.
+const (
+	maxInitEdges   = 50_000
+	maxInitReasons = 10_000
+)
+
 // init announces the execution and starts the log pump (nil without a server or stacks). Init
 // is not waited for: the scripts start while it is in flight (a slow server costs the build
 // no time here), and everything sent for the execution waits for its answer (see refusal and
@@ -679,15 +687,25 @@ func (r *run) init(ctx context.Context) *LogPump {
 	if !r.client.Enabled() {
 		return nil
 	}
-	edges := make([]events.Edge, 0, len(r.res.Edges))
-	for _, e := range r.res.Edges {
+	edges := make([]events.Edge, 0, min(len(r.res.Edges), maxInitEdges))
+	for _, e := range r.res.Edges[:min(len(r.res.Edges), maxInitEdges)] {
 		edges = append(edges, events.Edge{From: r.rootPath(e.From), To: r.rootPath(e.To)})
+	}
+	approximate := r.res.EdgesApproximate
+	if len(r.res.Edges) > maxInitEdges {
+		approximate = true
+		r.warn("Init: the run graph's %d edges are more than the server takes; the first %d are sent", len(r.res.Edges), maxInitEdges)
+	}
+	reasons := r.reasons
+	if len(reasons) > maxInitReasons {
+		r.warn("Init: the %d change reasons are more than the server takes; the first %d are sent", len(reasons), maxInitReasons)
+		reasons = reasons[:maxInitReasons]
 	}
 	in := events.Init{
 		ExecutionID: r.o.ExecutionID, Op: api.InitOp(r.o.Op), Environment: r.o.Environment,
 		Repo: r.o.Repo, PR: r.o.PR, SHA: r.o.SHA, Base: r.o.Base, Actor: r.o.Actor, RunURL: r.o.RunURL,
-		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: r.res.EdgesApproximate,
-		Reasons: r.reasons, StartedAt: r.res.StartedAt,
+		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: approximate,
+		Reasons: reasons, StartedAt: r.res.StartedAt,
 	}
 	// Finalize follows even when Init seemed to fail: a slow server may have stored it anyway,
 	// and no execution may stay running there. It also waits for Init's answer (refusal).

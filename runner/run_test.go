@@ -711,6 +711,60 @@ func TestDiscoverRunsItsThreeCallsAtOnce(t *testing.T) {
 	}
 }
 
+// A run whose graph or reasons exceed what the server takes in one Init announces what fits,
+// marks the edges approximate and says so, instead of having its Init refused whole.
+func TestRunClipsWhatInitCannotCarry(t *testing.T) {
+	var stacks []string
+	for i := range 320 { // 51,040 edges between them
+		stacks = append(stacks, fmt.Sprintf("s%03d", i))
+	}
+	base := scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error { return nil })
+	exec := func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+		switch {
+		case len(args) > 1 && args[0] == "experimental":
+			var b strings.Builder
+			b.WriteString("digraph {\n")
+			for i, s := range stacks {
+				fmt.Fprintf(&b, "\tn%d[label=\"/stacks/prod/%s\"];\n", i, s)
+			}
+			for i := range stacks {
+				for j := i + 1; j < len(stacks); j++ {
+					fmt.Fprintf(&b, "\tn%d -> n%d;\n", i, j)
+				}
+			}
+			b.WriteString("}\n")
+			_, err := io.WriteString(stdout, b.String())
+			return err
+		case len(args) > 2 && args[2] == "--why":
+			for i := range maxInitReasons + 1 {
+				fmt.Fprintf(stdout, "%s - stack has unmerged changes\n", stacks[i%len(stacks)])
+			}
+			return nil
+		}
+		return base(ctx, name, args, dir, env, stdout, stderr)
+	}
+	m, cl := memClient(t)
+	root := runRepo(t, stacks)
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: cl,
+		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+		Getenv: func(string) string { return "" },
+	})
+	// The script writes no plans: the run fails in classify, after Init.
+	if res.Error == nil || res.Error.Step == "discover" || len(res.Edges) != 320*319/2 {
+		t.Fatalf("error %+v, %d edges in the result", res.Error, len(res.Edges))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.inits[res.Execution]
+	if !ok || len(in.Edges) != maxInitEdges || !in.EdgesApproximate || len(in.Reasons) != maxInitReasons || len(in.Stacks) != 320 {
+		t.Fatalf("init stored %v: %d edges (approximate %v), %d reasons, %d stacks", ok, len(in.Edges), in.EdgesApproximate, len(in.Reasons), len(in.Stacks))
+	}
+	if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, "edges are more than the server takes") || !strings.Contains(w, "change reasons are more than") {
+		t.Fatalf("warnings %q", res.Warnings)
+	}
+}
+
 // startedLineRE is the line startedStack recognizes, as a regular expression.
 var startedLineRE = regexp.MustCompile(`^/(.*) \(script:\d+ job:\d+\.\d+\)> `)
 
