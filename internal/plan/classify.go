@@ -22,7 +22,8 @@ const (
 	MaxDetailed = 100
 	// MaxDestructive is the number of destructive addresses kept per stack.
 	MaxDestructive = 1000
-	// maxDetailBytes: a change whose before+after JSON is larger gets no attribute diff.
+	// maxDetailBytes: a change whose before, after and after_unknown JSON is larger gets no
+	// attribute diff (every path of after_unknown is a path of the diff).
 	maxDetailBytes = 16 << 10
 )
 
@@ -153,6 +154,10 @@ func (c *rawChange) reset() {
 		Importing: c.Importing[:0],
 	}
 }
+
+// detailBytes is the size of what an attribute diff of the change reads: before, after and
+// after_unknown.
+func (c *rawChange) detailBytes() int { return len(c.Before) + len(c.After) + len(c.AfterUnknown) }
 
 // importing reports whether the change imports: its importing is an object (not absent or
 // null).
@@ -471,7 +476,7 @@ func (c *classifier) resourceChange(drift bool) error {
 		s.ChangesOmitted++
 		return nil
 	}
-	if c.detailed < MaxDetailed && len(ch.Before)+len(ch.After) <= maxDetailBytes {
+	if c.detailed < MaxDetailed && ch.detailBytes() <= maxDetailBytes {
 		c.detailed++
 		out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
 		if err != nil {
@@ -510,7 +515,7 @@ func (c *classifier) outputChanges() error {
 			return nil
 		}
 		out := OutputChange{Name: name, Action: action}
-		if len(ch.Before)+len(ch.After) <= maxDetailBytes {
+		if ch.detailBytes() <= maxDetailBytes {
 			out.Attributes, _, err = diffValues(name, ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
 			if err != nil {
 				return fmt.Errorf("output %s: %w", name, err)

@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,6 +45,10 @@ func diffValues(root string, before, after, afterUnknown, beforeSens, afterSens 
 	flatten(a, as, root, al)
 	var unknown []string
 	truePaths(unk, root, &unknown)
+	unknownSet := make(map[string]struct{}, len(unknown))
+	for _, u := range unknown {
+		unknownSet[u] = struct{}{}
+	}
 
 	paths := make(map[string]bool, len(bl)+len(al)+len(unknown))
 	for p := range bl {
@@ -52,8 +57,13 @@ func diffValues(root string, before, after, afterUnknown, beforeSens, afterSens 
 	for p := range al {
 		paths[p] = true
 	}
+	leaves := make([]string, 0, len(paths))
+	for p := range paths {
+		leaves = append(leaves, p)
+	}
+	sort.Strings(leaves)
 	for _, u := range unknown {
-		if !hasLeafUnder(bl, u) && !hasLeafUnder(al, u) {
+		if !hasLeafUnder(leaves, u) {
 			paths[u] = true
 		}
 	}
@@ -66,7 +76,7 @@ func diffValues(root string, before, after, afterUnknown, beforeSens, afterSens 
 	for _, p := range sorted {
 		bv, hasB := bl[p]
 		av, hasA := al[p]
-		isUnk := underAny(p, unknown)
+		isUnk := underAny(p, unknownSet)
 		if hasA && hasB && av.cmp == bv.cmp && !isUnk {
 			continue
 		}
@@ -180,18 +190,42 @@ func under(p, prefix string) bool {
 	return strings.HasPrefix(p, prefix) && (p[len(prefix)] == '.' || p[len(prefix)] == '[')
 }
 
-func underAny(p string, prefixes []string) bool {
-	for _, u := range prefixes {
-		if under(p, u) {
-			return true
+// underAny reports whether p is under (see under) one of the paths of set. It looks up the
+// prefixes p can be under, not every path of the set: a change may flag thousands of paths
+// unknown, and every path of the change is looked up.
+func underAny(p string, set map[string]struct{}) bool {
+	if len(set) == 0 {
+		return false
+	}
+	if _, ok := set[""]; ok {
+		return true
+	}
+	if _, ok := set[p]; ok {
+		return true
+	}
+	for i := 1; i < len(p); i++ {
+		if p[i] == '.' || p[i] == '[' {
+			if _, ok := set[p[:i]]; ok {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-func hasLeafUnder(leaves map[string]leaf, prefix string) bool {
-	for p := range leaves {
-		if under(p, prefix) {
+// hasLeafUnder reports whether one of the sorted leaf paths is under (see under) prefix.
+func hasLeafUnder(sorted []string, prefix string) bool {
+	if prefix == "" {
+		return len(sorted) > 0
+	}
+	if _, found := slices.BinarySearch(sorted, prefix); found {
+		return true
+	}
+	// The paths inside prefix start with prefix and '.' or '[': each kind is one run of the
+	// sorted paths, starting where that string would be.
+	for _, sep := range []string{".", "["} {
+		start := prefix + sep
+		if i, _ := slices.BinarySearch(sorted, start); i < len(sorted) && strings.HasPrefix(sorted[i], start) {
 			return true
 		}
 	}

@@ -1,0 +1,187 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestDiffAfterUnknownCountsInTheSizeBound: after_unknown is part of what a diff reads (every
+// one of its paths is a path of the diff), so a change whose after_unknown alone is larger than
+// maxDetailBytes gets no attribute diff, like one whose values are too large.
+func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
+	small, large := string(benchUnknownJSON(10)), string(benchUnknownJSON(maxDetailBytes/5+1))
+	for _, tc := range []struct {
+		unknown string
+		detail  bool
+	}{{small, true}, {large, false}} {
+		p := fmt.Sprintf(`{"format_version":"1.2","planned_values":{},
+		  "resource_changes":[{"address":"x.a","change":{"actions":["create"],"before":null,"after":{"a":1},"after_unknown":%s}}],
+		  "output_changes":{"o":{"actions":["create"],"before":null,"after":{"a":1},"after_unknown":%s}}}`, tc.unknown, tc.unknown)
+		s, err := Classify("unknown", "plan.json", strings.NewReader(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(s.Changes[0].Attributes) > 0; got != tc.detail {
+			t.Errorf("after_unknown of %d bytes: resource diff shown %v, want %v", len(tc.unknown), got, tc.detail)
+		}
+		if got := len(s.Outputs[0].Attributes) > 0; got != tc.detail {
+			t.Errorf("after_unknown of %d bytes: output diff shown %v, want %v", len(tc.unknown), got, tc.detail)
+		}
+	}
+}
+
+// TestDiffValuesMatchesScanningLookups holds diffValues to the lookups it had before they were
+// made O(depth): every unknown path compared with every path, every leaf with every unknown
+// path. Keys include separators ('.', '[') and ones that must be quoted, so that prefixes
+// inside quoted keys are tried too.
+func TestDiffValuesMatchesScanningLookups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	keys := []string{"a", "b", "a.b", "a[0]", "x", "", "a_1", "[", ".", `q"`}
+	var value func(depth int) any
+	value = func(depth int) any {
+		switch n := rng.IntN(10); {
+		case depth > 3 || n < 3:
+			return []any{"s", json.Number("1"), true, nil, ""}[rng.IntN(5)]
+		case n < 7:
+			m := map[string]any{}
+			for range rng.IntN(4) {
+				m[keys[rng.IntN(len(keys))]] = value(depth + 1)
+			}
+			return m
+		default:
+			l := []any{}
+			for range rng.IntN(4) {
+				l = append(l, value(depth+1))
+			}
+			return l
+		}
+	}
+	var mask func(depth int) any
+	mask = func(depth int) any {
+		switch n := rng.IntN(10); {
+		case depth > 3 || n < 4:
+			return n%2 == 0
+		case n < 7:
+			m := map[string]any{}
+			for range rng.IntN(4) {
+				m[keys[rng.IntN(len(keys))]] = mask(depth + 1)
+			}
+			return m
+		default:
+			l := []any{}
+			for range rng.IntN(4) {
+				l = append(l, mask(depth+1))
+			}
+			return l
+		}
+	}
+	encode := func(v any) json.RawMessage {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i := range 3000 {
+		root := ""
+		if i%3 == 0 {
+			root = "out"
+		}
+		before, after, unknown := encode(value(0)), encode(value(0)), encode(mask(0))
+		bs, as := encode(mask(0)), encode(mask(0))
+		got, gotOmitted, err := diffValues(root, before, after, unknown, bs, as)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantOmitted, err := scanningDiffValues(root, before, after, unknown, bs, as)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) || gotOmitted != wantOmitted {
+			t.Fatalf("before %s after %s after_unknown %s:\n got %+v (%d omitted)\nwant %+v (%d omitted)",
+				before, after, unknown, got, gotOmitted, want, wantOmitted)
+		}
+	}
+}
+
+// scanningDiffValues is diffValues as it was before its lookups were made O(depth).
+func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, afterSens json.RawMessage) (diffs []AttrDiff, omitted int, err error) {
+	var b, a, unk, bs, as any
+	for _, d := range []struct {
+		raw json.RawMessage
+		dst *any
+	}{{before, &b}, {after, &a}, {afterUnknown, &unk}, {beforeSens, &bs}, {afterSens, &as}} {
+		if !isNull(d.raw) {
+			if err := unmarshalNumber(d.raw, d.dst); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	bl, al := map[string]leaf{}, map[string]leaf{}
+	flatten(b, bs, root, bl)
+	flatten(a, as, root, al)
+	var unknown []string
+	truePaths(unk, root, &unknown)
+	underAny := func(p string) bool {
+		for _, u := range unknown {
+			if under(p, u) {
+				return true
+			}
+		}
+		return false
+	}
+	hasLeafUnder := func(leaves map[string]leaf, prefix string) bool {
+		for p := range leaves {
+			if under(p, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	paths := map[string]bool{}
+	for p := range bl {
+		paths[p] = true
+	}
+	for p := range al {
+		paths[p] = true
+	}
+	for _, u := range unknown {
+		if !hasLeafUnder(bl, u) && !hasLeafUnder(al, u) {
+			paths[u] = true
+		}
+	}
+	var sorted []string
+	for p := range paths {
+		sorted = append(sorted, p)
+	}
+	sort.Strings(sorted)
+	for _, p := range sorted {
+		bv, hasB := bl[p]
+		av, hasA := al[p]
+		isUnk := underAny(p)
+		if hasA && hasB && av.cmp == bv.cmp && !isUnk {
+			continue
+		}
+		d := AttrDiff{Path: p, Before: Null, After: Null}
+		if hasB {
+			d.Before, d.beforeRaw = bv.text, bv.raw
+		}
+		switch {
+		case hasA:
+			d.After, d.afterRaw = av.text, av.raw
+		case isUnk:
+			d.After = Unknown
+		}
+		if len(diffs) == maxAttrs {
+			omitted++
+			continue
+		}
+		diffs = append(diffs, d)
+	}
+	return diffs, omitted, nil
+}
