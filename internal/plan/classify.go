@@ -101,12 +101,14 @@ func classify(stack, file string, r io.Reader, bufSize int) (*Stack, error) {
 	c.s.PlanHash = c.hash.sum()
 	c.s.Class = ClassOfOutputs(c.s.Counts, c.s.OutputsChanged, c.s.OutputsDeleted)
 	c.s.redact()
+	c.secrets.release()
 	return c.s, nil
 }
 
 func failed(stack, file string, err error, sec *secretSet) (*Stack, error) {
 	e := &Error{Stack: stack, File: file, Err: err}
 	e.redacted = sec.redactText(e.Error())
+	sec.release()
 	return &Stack{
 		Name: stack, File: file, Class: events.ClassUnclassified,
 		Destructive: []Change{}, Changes: []Change{}, Error: e.Error(), secrets: sec,

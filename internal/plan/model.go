@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
@@ -311,7 +312,20 @@ type Report struct {
 	Stacks []*Stack
 	// ExecutionURL links to the server's execution page; empty when there is none.
 	ExecutionURL string
+
+	// union is the last union of the stacks' secrets a render made, with its matcher: the
+	// runner renders a report three times (Text, Comment, Markdown).
+	union *reportSecrets
 }
+
+// reportSecrets is the union set of the secret sets from, in the order of the stacks.
+type reportSecrets struct {
+	from []*secretSet
+	set  *secretSet
+}
+
+// reportSecretsMu guards Report.union: renders of one report may run at once.
+var reportSecretsMu sync.Mutex
 
 // Class is the highest class of any stack (unclassified ranks highest).
 func (r *Report) Class() events.Class {
@@ -370,11 +384,28 @@ func (r *Report) GateClasses() []events.Class {
 	return out
 }
 
-// secrets is the union of every stack's sensitive values.
+// secrets is the union of every stack's sensitive values, with its matcher built. A stack's
+// set does not change once Classify returns it, so the union is made again only when the
+// stacks' sets are not those of the last render.
 func (r *Report) secrets() *secretSet {
-	all := newSecretSet()
+	reportSecretsMu.Lock()
+	defer reportSecretsMu.Unlock()
+	from := make([]*secretSet, 0, len(r.Stacks))
 	for _, s := range r.Stacks {
-		all.merge(s.secrets)
+		if s.secrets != nil && len(s.secrets.values) > 0 {
+			from = append(from, s.secrets)
+		}
 	}
+	if r.union != nil && slices.Equal(r.union.from, from) {
+		return r.union.set
+	}
+	all := newSecretSet()
+	for _, s := range from {
+		all.merge(s)
+	}
+	if len(all.values) > 0 {
+		all.matcher(true)
+	}
+	r.union = &reportSecrets{from: from, set: all}
 	return all
 }

@@ -22,14 +22,12 @@ const minSecretSubstring = 4
 // empty string would hide the plan, and they carry no secret.
 type secretSet struct {
 	values map[string]struct{}
-	// long caches the values of at least minSecretSubstring bytes, longest first; forms the
-	// encoded forms (encodedForms) of every value, longForms those of the long values, longest
-	// first; long, forms, longForms, replacer (scrub) and inner (redactText) are nil when stale.
+	// long caches the values of at least minSecretSubstring bytes, longest first; match the
+	// matcher of their forms (scrubbing: with the kindScrub forms). Both are nil when stale;
+	// Classify drops match once the stack is redacted (release).
 	long      []string
-	forms     map[string]struct{}
-	longForms []string
-	replacer  *strings.Replacer
-	inner     *strings.Replacer
+	match     *secretMatcher
+	scrubbing bool
 }
 
 func newSecretSet() *secretSet { return &secretSet{values: map[string]struct{}{}} }
@@ -40,7 +38,7 @@ func (s *secretSet) add(v string) {
 	}
 	if _, ok := s.values[v]; !ok {
 		s.values[v] = struct{}{}
-		s.long, s.forms, s.longForms, s.replacer, s.inner = nil, nil, nil, nil, nil
+		s.long, s.match = nil, nil
 	}
 }
 
@@ -53,6 +51,10 @@ func (s *secretSet) merge(o *secretSet) {
 	}
 }
 
+// release drops the matcher, which only the redaction of the stack needed: a render builds
+// one for the secrets of all its stacks.
+func (s *secretSet) release() { s.long, s.match = nil, nil }
+
 func (s *secretSet) longValues() []string {
 	if s.long == nil {
 		s.long = []string{}
@@ -61,36 +63,46 @@ func (s *secretSet) longValues() []string {
 				s.long = append(s.long, v)
 			}
 		}
-		sort.Slice(s.long, func(i, j int) bool {
-			if len(s.long[i]) != len(s.long[j]) {
-				return len(s.long[i]) > len(s.long[j])
-			}
-			return s.long[i] < s.long[j]
-		})
+		sortLongestFirst(s.long)
 	}
 	return s.long
 }
 
-// encoded fills the caches of the encoded forms of the secrets (forms, longForms).
-func (s *secretSet) encoded() {
-	if s.forms != nil {
-		return
+// matcher returns the matcher of the secrets' forms, with the kindScrub ones when scrub.
+func (s *secretSet) matcher(scrub bool) *secretMatcher {
+	if s.match != nil && (s.scrubbing || !scrub) {
+		return s.match
 	}
-	s.forms = map[string]struct{}{}
-	long := map[string]bool{}
+	pats := make([]secretPattern, 0, 2*len(s.values))
 	for v := range s.values {
+		long := len(v) >= minSecretSubstring
 		for _, f := range encodedForms(v) {
-			s.forms[f] = struct{}{}
-			if len(v) >= minSecretSubstring {
-				long[f] = true
+			if !long {
+				pats = append(pats, secretPattern{text: f, kinds: kindExact, rank: -1})
+				continue
+			}
+			goQuoted := strconv.Quote(f)
+			pats = append(pats, secretPattern{text: f, kinds: kindExact | kindInner | kindText, rank: -1},
+				secretPattern{text: goQuoted[1 : len(goQuoted)-1], kinds: kindText, rank: -1})
+		}
+	}
+	if scrub {
+		// Ranked as scrub says: the longest secret first, each of its forms in turn.
+		rank := int32(0)
+		for _, sec := range s.longValues() {
+			if len(sec) < minScrub {
+				continue
+			}
+			for _, v := range escapedForms(sec) {
+				if len(v) >= minScrub {
+					pats = append(pats, secretPattern{text: v, kinds: kindScrub, rank: rank})
+					rank++
+				}
 			}
 		}
 	}
-	s.longForms = make([]string, 0, len(long))
-	for f := range long {
-		s.longForms = append(s.longForms, f)
-	}
-	sortLongestFirst(s.longForms)
+	s.match, s.scrubbing = newSecretMatcher(pats), scrub
+	return s.match
 }
 
 func sortLongestFirst(v []string) {
@@ -112,16 +124,8 @@ func (s *secretSet) sensitive(v string) bool {
 	if _, ok := s.values[v]; ok {
 		return true
 	}
-	s.encoded()
-	if _, ok := s.forms[v]; ok {
-		return true
-	}
-	for _, sec := range s.longForms {
-		if len(sec) <= len(v) && strings.Contains(v, sec) {
-			return true
-		}
-	}
-	return false
+	m := s.matcher(false)
+	return m.equal(v, kindExact) || m.contains(v, kindInner)
 }
 
 // maxEncodings is how many times over encodedForms encodes a secret.
@@ -163,28 +167,13 @@ func jsonInner(v string, html bool) string {
 
 // scrub replaces every occurrence of a secret of at least minScrub bytes in rendered text, raw
 // or in any escaped form a render produces: a last line of defence behind the redaction of the
-// model (Stack.redact, Report.redacted).
+// model (Stack.redact, Report.redacted). Where several start at one place, the longest secret's
+// forms come first, and a secret's forms in the order of escapedForms.
 func (s *secretSet) scrub(text string) string {
 	if len(s.values) == 0 {
 		return text
 	}
-	if s.replacer == nil {
-		var pairs []string
-		seen := map[string]bool{}
-		for _, sec := range s.longValues() {
-			if len(sec) < minScrub {
-				continue
-			}
-			for _, v := range escapedForms(sec) {
-				if len(v) >= minScrub && !seen[v] {
-					seen[v] = true
-					pairs = append(pairs, v, Masked)
-				}
-			}
-		}
-		s.replacer = strings.NewReplacer(pairs...)
-	}
-	return s.replacer.Replace(text)
+	return s.matcher(true).replace(text, kindScrub, false)
 }
 
 // escapedForms are sec as it may appear in a render: each of its encoded forms (encodedForms:
@@ -224,28 +213,8 @@ func (s *secretSet) redactText(v string) string {
 	if _, ok := s.values[v]; ok {
 		return Masked
 	}
-	if s.inner == nil {
-		// Every encoded form of the long secrets, raw or Go-quoted, longest first.
-		s.encoded()
-		var all []string
-		seen := map[string]bool{}
-		for _, f := range s.longForms {
-			goQuoted := strconv.Quote(f)
-			for _, v := range []string{f, goQuoted[1 : len(goQuoted)-1]} {
-				if !seen[v] {
-					seen[v] = true
-					all = append(all, v)
-				}
-			}
-		}
-		sortLongestFirst(all)
-		pairs := make([]string, 0, 2*len(all))
-		for _, v := range all {
-			pairs = append(pairs, v, Masked)
-		}
-		s.inner = strings.NewReplacer(pairs...)
-	}
-	return s.inner.Replace(v)
+	// Every encoded form of the long secrets, raw or Go-quoted, the longest first.
+	return s.matcher(false).replace(v, kindText, false)
 }
 
 // redactPath masks the secrets in a resource address (names: false; only index keys are

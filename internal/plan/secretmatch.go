@@ -1,0 +1,375 @@
+package plan
+
+import (
+	"slices"
+	"strings"
+)
+
+// Kinds of secret pattern, as bit flags: one text may be a pattern of several kinds.
+const (
+	// kindExact: an encoded form of a secret; a value equal to it is sensitive.
+	kindExact uint8 = 1 << iota
+	// kindInner: an encoded form of a secret of at least minSecretSubstring bytes; a value
+	// containing it is sensitive.
+	kindInner
+	// kindText: a kindInner form, or its Go-quoted form; masked inside text by redactText,
+	// the longest first.
+	kindText
+	// kindScrub: an escaped form of a secret of at least minScrub bytes; masked in rendered
+	// text by scrub, in the order of secretPattern.rank.
+	kindScrub
+)
+
+// matchPrefix is how many bytes of a pattern the automaton holds: a pattern longer than that
+// is found by its first matchPrefix bytes, then compared whole. A secret can be a certificate
+// or a key of kilobytes, in a dozen escaped forms; one node per byte of each would take more
+// memory than the strings.
+const matchPrefix = 64
+
+// secretPattern is one text to find, of the kinds in kinds; rank orders the kindScrub patterns
+// (lower first) where several start at one place.
+type secretPattern struct {
+	text  string
+	kinds uint8
+	rank  int32
+}
+
+// secretMatcher is an Aho-Corasick automaton over the first matchPrefix bytes of a set of
+// secret patterns. One pass over a text finds every place where one starts, however many
+// there are: testing each pattern in turn (strings.Contains) cost the text's length once per
+// pattern, for every value and key of every stack, against the secrets of every stack.
+//
+// Nodes are the patterns' prefixes (up to matchPrefix bytes) numbered in preorder, the root 0;
+// a node's children are edgeTo[edgeLo[n]:edgeLo[n+1]], labelled by the bytes edgeB[...] in
+// increasing order. Preorder is the patterns' sorted order, so the patterns that a node ends
+// (the patterns whose first matchPrefix bytes are its prefix) are one run of pats, found with
+// term and termLo.
+type secretMatcher struct {
+	root   [256]int32 // the root's child for each byte, 0 when none
+	edgeLo []int32
+	edgeB  []byte
+	edgeTo []int32
+	fail   []int32 // the node of the longest proper suffix of n's prefix that is a node
+	depth  []uint8 // the length of n's prefix
+	ends   []uint8 // the kinds of the patterns n ends
+	chain  []uint8 // the kinds of the patterns n or a node on its failure chain ends
+	pats   []secretPattern
+	term   []int32 // the nodes that end patterns, increasing
+	termLo []int32 // term[i] ends pats[termLo[i]:termLo[i+1]]
+}
+
+// newSecretMatcher builds the matcher of pats; a text given more than once is one pattern of
+// all its kinds and of its lowest rank.
+func newSecretMatcher(pats []secretPattern) *secretMatcher {
+	slices.SortFunc(pats, func(a, b secretPattern) int { return strings.Compare(a.text, b.text) })
+	merged := pats[:0]
+	for _, p := range pats {
+		if p.text == "" {
+			continue
+		}
+		if n := len(merged); n > 0 && merged[n-1].text == p.text {
+			last := &merged[n-1]
+			last.kinds |= p.kinds
+			if p.rank >= 0 && (last.rank < 0 || p.rank < last.rank) {
+				last.rank = p.rank
+			}
+			continue
+		}
+		merged = append(merged, p)
+	}
+	pats = slices.Clip(merged)
+	m := &secretMatcher{pats: pats}
+
+	// The trie of the patterns' heads, from the sorted patterns: the prefix a head shares with
+	// the previous one is there already, and a node's children come in increasing byte order.
+	total := 0
+	for _, p := range pats {
+		total += min(len(p.text), matchPrefix)
+	}
+	parent := make([]int32, 1, total+1)
+	label := make([]byte, 1, total+1)
+	m.depth = make([]uint8, 1, total+1)
+	m.ends = make([]uint8, 1, total+1)
+	var path []int32 // path[d] is the node of the previous head's prefix of length d+1
+	prev := ""
+	for i, p := range pats {
+		head := p.text[:min(len(p.text), matchPrefix)]
+		common := 0
+		for common < len(head) && common < len(prev) && head[common] == prev[common] {
+			common++
+		}
+		path = path[:common]
+		n := int32(0)
+		if common > 0 {
+			n = path[common-1]
+		}
+		for d := common; d < len(head); d++ {
+			c := int32(len(label))
+			parent = append(parent, n)
+			label = append(label, head[d])
+			m.depth = append(m.depth, uint8(d+1))
+			m.ends = append(m.ends, 0)
+			path = append(path, c)
+			n = c
+		}
+		if len(m.term) == 0 || m.term[len(m.term)-1] != n {
+			m.term = append(m.term, n)
+			m.termLo = append(m.termLo, int32(i))
+		}
+		m.ends[n] |= p.kinds
+		prev = head
+	}
+	m.termLo = append(m.termLo, int32(len(pats)))
+	// The edges grouped by parent: the nodes were made in increasing byte order under each
+	// parent, so taking them in order keeps each group sorted.
+	nodes := len(label)
+	m.edgeLo = make([]int32, nodes+1)
+	for c := 1; c < nodes; c++ {
+		m.edgeLo[parent[c]+1]++
+	}
+	for n := range nodes {
+		m.edgeLo[n+1] += m.edgeLo[n]
+	}
+	m.edgeB = make([]byte, nodes-1)
+	m.edgeTo = make([]int32, nodes-1)
+	next := slices.Clone(m.edgeLo[:nodes])
+	for c := 1; c < nodes; c++ {
+		p := parent[c]
+		m.edgeB[next[p]], m.edgeTo[next[p]] = label[c], int32(c)
+		next[p]++
+	}
+	parent, label, next = nil, nil, nil
+	for i := m.edgeLo[0]; i < m.edgeLo[1]; i++ {
+		m.root[m.edgeB[i]] = m.edgeTo[i]
+	}
+	// Failure links breadth first: a node's failure target is shallower, so it is done first.
+	m.fail = make([]int32, nodes)
+	m.chain = make([]uint8, nodes)
+	queue := make([]int32, 0, nodes)
+	queue = append(queue, 0)
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		for i := m.edgeLo[n]; i < m.edgeLo[n+1]; i++ {
+			c, b := m.edgeTo[i], m.edgeB[i]
+			if n != 0 {
+				m.fail[c] = m.step(m.fail[n], b)
+			}
+			m.chain[c] = m.ends[c] | m.chain[m.fail[c]]
+			queue = append(queue, c)
+		}
+	}
+	return m
+}
+
+// child returns n's child for byte b, 0 when there is none.
+func (m *secretMatcher) child(n int32, b byte) int32 {
+	if n == 0 {
+		return m.root[b]
+	}
+	lo, hi := m.edgeLo[n], m.edgeLo[n+1]
+	if hi-lo > 8 {
+		i, found := slices.BinarySearch(m.edgeB[lo:hi], b)
+		if !found {
+			return 0
+		}
+		return m.edgeTo[lo+int32(i)]
+	}
+	for i := lo; i < hi; i++ {
+		if m.edgeB[i] == b {
+			return m.edgeTo[i]
+		}
+	}
+	return 0
+}
+
+// step returns the node reached from n by reading b.
+func (m *secretMatcher) step(n int32, b byte) int32 {
+	for n != 0 {
+		if c := m.child(n, b); c != 0 {
+			return c
+		}
+		n = m.fail[n]
+	}
+	return m.root[b]
+}
+
+// ended returns the patterns that node n ends.
+func (m *secretMatcher) ended(n int32) []secretPattern {
+	i, found := slices.BinarySearch(m.term, n)
+	if !found {
+		return nil
+	}
+	return m.pats[m.termLo[i]:m.termLo[i+1]]
+}
+
+// equal reports whether v is a pattern of kind.
+func (m *secretMatcher) equal(v string, kind uint8) bool {
+	n := int32(0)
+	for i := 0; i < len(v) && i < matchPrefix; i++ {
+		if n = m.child(n, v[i]); n == 0 {
+			return false
+		}
+	}
+	if m.ends[n]&kind == 0 {
+		return false
+	}
+	for _, p := range m.ended(n) {
+		if p.kinds&kind != 0 && p.text == v {
+			return true
+		}
+	}
+	return false
+}
+
+// contains reports whether a pattern of kind occurs in v.
+func (m *secretMatcher) contains(v string, kind uint8) bool {
+	n := int32(0)
+	for i := 0; i < len(v); i++ {
+		n = m.step(n, v[i])
+		if m.chain[n]&kind == 0 {
+			continue
+		}
+		for t := n; t != 0; t = m.fail[t] {
+			if m.ends[t]&kind == 0 {
+				continue
+			}
+			rest := v[i+1-int(m.depth[t]):]
+			for _, p := range m.ended(t) {
+				if p.kinds&kind != 0 && strings.HasPrefix(rest, p.text) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// A match found in text that may be only the beginning of the text to search (partial).
+type matchState uint8
+
+const (
+	matchFound  matchState = iota // a match [start, end)
+	matchNone                     // none starts before cut (len(text) unless partial)
+	matchUnsure                   // none starts before cut; whether one starts there needs more text
+)
+
+// at tells whether a pattern of kind among those node t ends starts at s in text: found, none,
+// or (partial: text may go on) unsure when text ends inside one.
+func (m *secretMatcher) at(text string, s int, t int32, kind uint8, partial bool) matchState {
+	rest := text[s:]
+	state := matchNone
+	for _, p := range m.ended(t) {
+		switch {
+		case p.kinds&kind == 0:
+		case strings.HasPrefix(rest, p.text):
+			return matchFound
+		case partial && len(rest) < len(p.text) && strings.HasPrefix(p.text, rest):
+			state = matchUnsure
+		}
+	}
+	return state
+}
+
+// next finds the leftmost place at or after from where a pattern of kind starts, and there the
+// pattern of kind that the replacements take: the longest for kindText, the lowest rank for
+// kindScrub (as a strings.Replacer given the patterns in that order does). With partial, text
+// may be only the beginning of the text to search: next then tells only what the rest cannot
+// change, and cut is where what it cannot tell starts.
+func (m *secretMatcher) next(text string, from int, kind uint8, partial bool) (start, end int, state matchState, cut int) {
+	best, unsure := -1, len(text)
+	n := int32(0)
+	i := from
+	for ; i < len(text); i++ {
+		n = m.step(n, text[i])
+		if m.chain[n]&kind != 0 {
+			// Deepest first: the starts only grow along the chain.
+			for t := n; t != 0; t = m.fail[t] {
+				if m.ends[t]&kind == 0 {
+					continue
+				}
+				s := i + 1 - int(m.depth[t])
+				if best >= 0 && s >= best {
+					break
+				}
+				switch m.at(text, s, t, kind, partial) {
+				case matchFound:
+					best = s
+				case matchUnsure:
+					unsure = min(unsure, s)
+				}
+			}
+		}
+		// A pattern starting before i+1-depth would have a prefix longer than n's.
+		if best >= 0 && i+1-int(m.depth[n]) >= best {
+			break
+		}
+	}
+	if partial && i == len(text) {
+		unsure = min(unsure, len(text)-int(m.depth[n]))
+	}
+	if best < 0 || unsure <= best {
+		if unsure < len(text) || partial {
+			return 0, 0, matchUnsure, unsure
+		}
+		return 0, 0, matchNone, len(text)
+	}
+	// Every pattern starting at best has its head on the trie path of text[best:].
+	end, bestRank := -1, int32(0)
+	t := int32(0)
+	for j := best; j < len(text) && j-best < matchPrefix; j++ {
+		if t = m.child(t, text[j]); t == 0 {
+			break
+		}
+		if partial && j == len(text)-1 && m.edgeLo[t+1] > m.edgeLo[t] {
+			return 0, 0, matchUnsure, best // a longer head may follow
+		}
+		if m.ends[t]&kind == 0 {
+			continue
+		}
+		for _, p := range m.ended(t) {
+			if p.kinds&kind == 0 {
+				continue
+			}
+			if !strings.HasPrefix(text[best:], p.text) {
+				if partial && len(text)-best < len(p.text) && strings.HasPrefix(p.text, text[best:]) {
+					return 0, 0, matchUnsure, best
+				}
+				continue
+			}
+			rank := p.rank
+			if kind == kindText {
+				rank = -int32(len(p.text))
+			}
+			if end < 0 || rank < bestRank {
+				end, bestRank = best+len(p.text), rank
+			}
+		}
+	}
+	return best, end, matchFound, best
+}
+
+// replace masks the patterns of kind in text, left to right, each where it starts with the
+// one next picks, as a strings.Replacer of the patterns in their order does. It returns text
+// itself when there is nothing to mask. With partial, text may be only the beginning of the
+// text to mask: replace then masks and returns only the beginning that the rest cannot change.
+func (m *secretMatcher) replace(text string, kind uint8, partial bool) string {
+	var b strings.Builder
+	pos := 0
+	for {
+		start, end, state, cut := m.next(text, pos, kind, partial)
+		if state != matchFound {
+			if pos == 0 && cut == len(text) {
+				return text
+			}
+			b.WriteString(text[pos:cut])
+			return b.String()
+		}
+		if pos == 0 {
+			b.Grow(len(text))
+		}
+		b.WriteString(text[pos:start])
+		b.WriteString(Masked)
+		pos = end
+	}
+}

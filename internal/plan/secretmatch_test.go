@@ -1,0 +1,277 @@
+package plan
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// secretAlphabet makes secrets and texts that overlap, share prefixes and hold every character
+// some form escapes: quotes, backslashes, <>&, |, backticks, newlines, C0 and C1 controls.
+var secretAlphabet = []string{"a", "b", "c", "<", ">", "&", `"`, `\`, "|", "`", "\n", "\r", "\x01", "é", "\u0085", "-", " "}
+
+func randomSecret(rng *rand.Rand, long string) string {
+	var b strings.Builder
+	if rng.IntN(8) == 0 {
+		// Longer than matchPrefix, sharing its head with others: found by the head, then
+		// compared whole.
+		b.WriteString(long)
+	}
+	for range 1 + rng.IntN(9) {
+		b.WriteString(secretAlphabet[rng.IntN(len(secretAlphabet))])
+	}
+	return b.String()
+}
+
+// randomSecretText is text made of secrets, their escaped forms, pieces of them, the mask and
+// characters of the alphabet.
+func randomSecretText(rng *rand.Rand, secrets []string) string {
+	var b strings.Builder
+	for range rng.IntN(12) {
+		switch n := rng.IntN(10); {
+		case n < 3 && len(secrets) > 0:
+			b.WriteString(secrets[rng.IntN(len(secrets))])
+		case n < 6 && len(secrets) > 0:
+			forms := escapedForms(secrets[rng.IntN(len(secrets))])
+			f := forms[rng.IntN(len(forms))]
+			if rng.IntN(3) == 0 {
+				i, j := rng.IntN(len(f)+1), rng.IntN(len(f)+1)
+				f = f[min(i, j):max(i, j)]
+			}
+			b.WriteString(f)
+		case n < 7:
+			b.WriteString(Masked)
+		case n < 8:
+			b.WriteString([]string{".", "[", `["`, `"]`, "]", "[0]"}[rng.IntN(6)])
+		default:
+			b.WriteString(secretAlphabet[rng.IntN(len(secretAlphabet))])
+		}
+	}
+	return b.String()
+}
+
+// TestSecretMatcherMatchesReplacers holds every masking operation to the previous
+// implementation (strings.Contains over every form, strings.Replacer over every form) on random
+// secret sets and texts built to overlap them: sensitive, redactText, redactPath and scrub give
+// the same answers, byte for byte. A partial replace (of a beginning of the text) gives a
+// beginning of what the whole text gives.
+func TestSecretMatcherMatchesReplacers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	long := strings.Repeat("-----BEGIN KEY-----\\nMIIE", 4)[:matchPrefix+3]
+	for round := range 400 {
+		sec, old := newSecretSet(), newLegacySecrets()
+		var secrets []string
+		for range rng.IntN(12) {
+			v := randomSecret(rng, long)
+			secrets = append(secrets, v)
+			sec.add(v)
+			old.add(v)
+		}
+		for range 40 {
+			text := randomSecretText(rng, secrets)
+			if got, want := sec.sensitive(text), old.sensitive(text); got != want {
+				t.Fatalf("round %d, secrets %q: sensitive(%q) = %v, want %v", round, secrets, text, got, want)
+			}
+			if got, want := sec.redactText(text), old.redactText(text); got != want {
+				t.Fatalf("round %d, secrets %q: redactText(%q) = %q, want %q", round, secrets, text, got, want)
+			}
+			for _, names := range []bool{false, true} {
+				if got, want := sec.redactPath(text, names), old.redactPath(text, names); got != want {
+					t.Fatalf("round %d, secrets %q: redactPath(%q, %v) = %q, want %q", round, secrets, text, names, got, want)
+				}
+			}
+			want := old.scrub(text)
+			if got := sec.scrub(text); got != want {
+				t.Fatalf("round %d, secrets %q: scrub(%q) = %q, want %q", round, secrets, text, got, want)
+			}
+			if len(sec.values) == 0 {
+				continue
+			}
+			for k := 0; k <= len(text); k += 1 + rng.IntN(4) {
+				if got := sec.matcher(true).replace(text[:k], kindScrub, true); !strings.HasPrefix(want, got) {
+					t.Fatalf("round %d, secrets %q: partial scrub of %q = %q, not a beginning of %q", round, secrets, text[:k], got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestSecretMatcherReleasedAfterClassify: the matcher a stack's redaction needs does not stay
+// on the stack (with tens of thousands of secrets it is tens of megabytes).
+func TestSecretMatcherReleasedAfterClassify(t *testing.T) {
+	s, err := Classify("secrets", "plan.json", strings.NewReader(planSecretsJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.secrets.values) == 0 {
+		t.Fatal("no secrets collected; the test would prove nothing")
+	}
+	if s.secrets.match != nil || s.secrets.long != nil {
+		t.Error("the stack keeps its secret matcher after Classify")
+	}
+	s, err = Classify("bad", "plan.json", strings.NewReader(`{"format_version":"1.2","variables":{"s":{"value":"hunter2"}},"resource_changes":[{"address":"x","change":{"actions":["bogus"]}}]}`))
+	if err == nil {
+		t.Fatal("a plan with unknown actions was accepted")
+	}
+	if s.secrets.match != nil {
+		t.Error("an unclassified stack keeps its secret matcher")
+	}
+}
+
+// oracleStacks are the recorded plans, the secret fixtures and generated plans, classified.
+func oracleStacks(t *testing.T) []*Stack {
+	t.Helper()
+	var stacks []*Stack
+	paths, _ := filepath.Glob(filepath.Join(planTofuDir, "*", "plan.json"))
+	for _, name := range []string{"leak-keys.json", "leak-escaped.json", "escape-output.json", "forget-output.json"} {
+		paths = append(paths, filepath.Join("testdata", name))
+	}
+	for _, p := range paths {
+		s, _ := ClassifyFile(filepath.Base(filepath.Dir(p))+"/"+filepath.Base(p), p)
+		stacks = append(stacks, s)
+	}
+	s, err := Classify("secrets", "plan.json", strings.NewReader(planSecretsJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks = append(stacks, s)
+	for i := range 3 {
+		var buf bytes.Buffer
+		if _, err := writePlan(&buf, genOptions{Changes: 120, Seed: uint64(i), Payload: 300, Secret: fmt.Sprintf("oracle-secret-%d", i), Outputs: 3, Drift: 2}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Classify(fmt.Sprintf("stacks/gen-%d", i), "plan.json", &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stacks = append(stacks, s)
+	}
+	return stacks
+}
+
+// oracleReport is a report of some of stacks, each with its secrets and a few pieces of what
+// the other stacks show as secrets of its own: a value secret in one stack is masked in all.
+func oracleReport(t *testing.T, rng *rand.Rand, stacks []*Stack) *Report {
+	t.Helper()
+	r := &Report{ExecutionURL: planExecutionURL}
+	var shown []string
+	for _, s := range stacks {
+		var text strings.Builder
+		if err := Text(&text, &Report{Stacks: []*Stack{s}}, false); err != nil {
+			t.Fatal(err)
+		}
+		shown = append(shown, text.String())
+	}
+	for _, i := range rng.Perm(len(stacks))[:1+rng.IntN(len(stacks))] {
+		c := *stacks[i]
+		c.secrets = newSecretSet()
+		c.secrets.merge(stacks[i].secrets)
+		for range rng.IntN(4) {
+			other := shown[rng.IntN(len(shown))]
+			a := rng.IntN(len(other))
+			c.secrets.add(other[a:min(len(other), a+1+rng.IntN(12))])
+		}
+		r.Stacks = append(r.Stacks, &c)
+	}
+	return r
+}
+
+// TestRendersMatchLegacy holds every render to the previous implementation, byte for byte, on
+// reports of recorded, fixture and generated plans whose stacks share secrets, and the markdown
+// renders at size limits from a few hundred bytes up, so that every level of detail and the cut
+// of the destructive list are compared.
+func TestRendersMatchLegacy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	stacks := oracleStacks(t)
+	for round := range 12 {
+		r := oracleReport(t, rng, stacks)
+		for _, color := range []bool{false, true} {
+			var got, want strings.Builder
+			if err := Text(&got, r, color); err != nil {
+				t.Fatal(err)
+			}
+			if err := legacyText(&want, r, color); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Fatalf("round %d: Text (color %v) differs:\n%s", round, color, planFirstDiff(got.String(), want.String()))
+			}
+		}
+		var got, want strings.Builder
+		if err := JSON(&got, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := legacyJSON(&want, r); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Fatalf("round %d: JSON differs:\n%s", round, planFirstDiff(got.String(), want.String()))
+		}
+		if got, want := Comment(r), legacyFitMarkdown(r, MaxCommentChars); got != want {
+			t.Fatalf("round %d: Comment differs:\n%s", round, planFirstDiff(got, want))
+		}
+		if got, want := Markdown(r), legacyFitMarkdown(r, MaxSummaryBytes); got != want {
+			t.Fatalf("round %d: Markdown differs:\n%s", round, planFirstDiff(got, want))
+		}
+		full := len(legacyFitMarkdown(r, 1<<30))
+		for limit := 200; limit < full+1000; limit = limit*5/4 + rng.IntN(300) {
+			if got, want := fitMarkdown(r, limit), legacyFitMarkdown(r, limit); got != want {
+				t.Fatalf("round %d: fitMarkdown(%d) differs:\n%s", round, limit, planFirstDiff(got, want))
+			}
+		}
+	}
+}
+
+// planFirstDiff shows where got and want first differ.
+func planFirstDiff(got, want string) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	from := max(0, i-200)
+	return fmt.Sprintf("at byte %d of %d (want %d):\n got …%s…\nwant …%s…", i, len(got), len(want),
+		got[from:min(len(got), i+200)], want[from:min(len(want), i+200)])
+}
+
+// TestRendersShareTheUnionOfSecrets: the runner renders a report three times (Text, Comment,
+// Markdown); the union of its stacks' secrets and its matcher are made once for the three, and
+// again only when the stacks change. With 20,000 secrets, rendering the three a second time
+// allocates a fraction of the first time (before, every render merged the union and built
+// its replacers anew).
+func TestRendersShareTheUnionOfSecrets(t *testing.T) {
+	r := benchSecretReport(20, 1000, 1)
+	renders := func() {
+		if err := Text(io.Discard, r, false); err != nil {
+			t.Fatal(err)
+		}
+		_ = Comment(r)
+		_ = Markdown(r)
+	}
+	first := planAllocated(renders)
+	second := planAllocated(renders)
+	if second*4 > first {
+		t.Errorf("the second Text+Comment+Markdown allocated %d bytes, the first %d: the union of the secrets is made again", second, first)
+	}
+	set := r.secrets()
+	if set.match == nil || r.secrets() != set {
+		t.Fatal("the union of the secrets is not kept with its matcher")
+	}
+	r.Stacks = r.Stacks[1:]
+	if r.secrets() == set {
+		t.Error("the union of the secrets is kept after the stacks changed")
+	}
+}
+
+// planAllocated runs f and returns the bytes it allocated.
+func planAllocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
