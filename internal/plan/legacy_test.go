@@ -368,14 +368,14 @@ func legacyMarkdown(r *Report, level mdLevel, keepDestructive int) string {
 				fmt.Fprintf(&b, "> - %s: %s\n", code(e.stack), mdChange(e.change))
 			}
 		} else {
-			compactDestructive(&b, list)
+			legacyCompactDestructive(&b, list)
 		}
 		if omitted > 0 {
 			fmt.Fprintf(&b, "> - … and %d more (see the execution page)\n", omitted)
 		}
 		b.WriteString("\n")
 	}
-	unc := unclassified(r)
+	unc := legacyUnclassified(r)
 	shown := unc
 	if level >= mdNoTable && len(unc) > maxCollapsedWarnings {
 		shown = unc[:maxCollapsedWarnings]
@@ -525,4 +525,33 @@ func legacyJSON(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, out)
 	return err
+}
+
+// legacyCompactDestructive writes the destructive list one line per stack, addresses only.
+func legacyCompactDestructive(b *strings.Builder, list []destructiveEntry) {
+	for i, e := range list {
+		switch {
+		case i == 0:
+			fmt.Fprintf(b, "> - %s: ", code(e.stack))
+		case e.stack != list[i-1].stack:
+			fmt.Fprintf(b, "\n> - %s: ", code(e.stack))
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(b, "%s %s", e.change.Action.Symbol(), code(e.change.Address))
+	}
+	if len(list) > 0 {
+		b.WriteString("\n")
+	}
+}
+
+// legacyUnclassified is unclassified as it was.
+func legacyUnclassified(r *Report) []*Stack {
+	var out []*Stack
+	for _, s := range r.Stacks {
+		if s.Class == events.ClassUnclassified {
+			out = append(out, s)
+		}
+	}
+	return out
 }

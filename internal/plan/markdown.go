@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tfstackplan/tfstackplan/events"
 )
 
 // mdLevel is how much detail a markdown render keeps; higher drops more.
@@ -26,21 +28,24 @@ func Markdown(r *Report) string { return fitMarkdown(r, MaxSummaryBytes) }
 // alone cannot fit) and the link to the execution page always stay.
 func Comment(r *Report) string { return fitMarkdown(r, MaxCommentChars) }
 
+// fitMarkdown renders r at the most detail that fits in limit bytes. Each level is rendered
+// against a byte budget and left as soon as what it has written cannot fit: the cost of a
+// render is bounded by the limit and the detail of one stack, not by the report (200 stacks at
+// the most detail are hundreds of megabytes of markdown at the first level).
 func fitMarkdown(r *Report, limit int) string {
 	sec := r.secrets()
-	r = r.redacted(sec)
+	v := newRedactedView(r, sec)
 	for level := mdFull; level < mdTrimDestroy; level++ {
-		if out := sec.scrub(markdown(r, level, -1)); len(out) <= limit {
+		if out, ok := fitLevel(v, level, -1, limit); ok {
 			return out
 		}
 	}
 	// Keep as many destructive entries as fit: binary search on the count.
-	list, _ := destructiveList(r)
-	lo, hi := 0, len(list)
-	best := sec.scrub(markdown(r, mdTrimDestroy, 0))
+	lo, hi := 0, destructiveCount(r)
+	best, _ := fitLevel(v, mdTrimDestroy, 0, limit)
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if out := sec.scrub(markdown(r, mdTrimDestroy, mid)); len(out) <= limit {
+		if out, ok := fitLevel(v, mdTrimDestroy, mid, limit); ok {
 			best, lo = out, mid
 		} else {
 			hi = mid - 1
@@ -48,7 +53,8 @@ func fitMarkdown(r *Report, limit int) string {
 	}
 	if len(best) > limit {
 		// Only pathological stack names or errors get here; cut on a line boundary, and keep
-		// the link to the execution page after the cut.
+		// the link to the execution page after the cut. best holds at least the first limit
+		// bytes of the render.
 		link := sec.scrub(executionLink(r))
 		if len(link)+len(cutNote) > limit {
 			link = ""
@@ -57,6 +63,27 @@ func fitMarkdown(r *Report, limit int) string {
 		best = best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
 	}
 	return best
+}
+
+// fitSlack is how far past the limit a budgeted render goes before it stops: the scrub of the
+// secrets in the text can only be told for what is followed by enough text.
+const fitSlack = 4 << 10
+
+// fitLevel renders the markdown of v at level (see markdown), scrubbed, and reports whether
+// it fits in limit bytes. When it does not, the text returned is the beginning of the scrubbed
+// render, of more than limit bytes.
+func fitLevel(v *redactedView, level mdLevel, keepDestructive, limit int) (string, bool) {
+	for budget := limit + fitSlack; ; budget *= 2 {
+		raw, whole := markdown(v, level, keepDestructive, budget)
+		if whole {
+			out := v.sec.scrub(raw)
+			return out, len(out) <= limit
+		}
+		if out := v.sec.scrubBeginning(raw); len(out) > limit {
+			return out, false
+		}
+		// The scrub shortened the text (long secrets in stack names): render further.
+	}
 }
 
 const cutNote = "\n_… cut to fit the size limit._\n"
@@ -73,42 +100,83 @@ func executionLink(r *Report) string {
 	return fmt.Sprintf("[Execution details and logs](%s)\n", r.ExecutionURL)
 }
 
-// markdown renders r at level; keepDestructive < 0 keeps the whole destructive list.
-func markdown(r *Report, level mdLevel, keepDestructive int) string {
+// markdown renders v's report at level; keepDestructive < 0 keeps the whole destructive list.
+// Once the text is longer than budget it stops after the entry (a destructive change, a
+// warning, a table row, a stack's detail) that made it so: whole is then false, and the text
+// is the beginning of the whole render. Stacks are redacted as the render reaches them.
+func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text string, whole bool) {
+	r := v.r
 	var b strings.Builder
+	over := func() bool { return b.Len() > budget }
 	fmt.Fprintf(&b, "### tfstackplan: %s\n\n", classBadge(r.Class()))
 	fmt.Fprintf(&b, "**Totals:** %s\n\n", totalsLine(r, " · "))
 	if g := gateNames(r); g != "" {
 		fmt.Fprintf(&b, "**Gate needed for:** %s\n\n", g)
 	}
 
-	list, omitted := destructiveList(r)
-	if len(list) > 0 || omitted > 0 {
+	listed, omitted := destructiveCount(r), 0
+	for _, s := range r.Stacks {
+		omitted += s.DestructiveOmitted
+	}
+	if listed > 0 || omitted > 0 {
 		fmt.Fprintf(&b, "> [!CAUTION]\n> **%s** — these delete, replace or forget existing resources:\n>\n",
-			plural(len(list)+omitted, "destructive change", "destructive changes"))
-		if keepDestructive >= 0 && keepDestructive < len(list) {
-			omitted += len(list) - keepDestructive
-			list = list[:keepDestructive]
+			plural(listed+omitted, "destructive change", "destructive changes"))
+		keep := listed
+		if keepDestructive >= 0 && keepDestructive < listed {
+			omitted += listed - keepDestructive
+			keep = keepDestructive
 		}
-		if level < mdNoTable {
-			for _, e := range list {
-				fmt.Fprintf(&b, "> - %s: %s\n", code(e.stack), mdChange(e.change))
+		n, prev := 0, ""
+		for i := range r.Stacks {
+			if n == keep {
+				break
 			}
-		} else {
-			compactDestructive(&b, list)
+			s := v.stack(i, viewDestructive)
+			for _, c := range s.Destructive[:min(len(s.Destructive), keep-n)] {
+				switch {
+				case level < mdNoTable:
+					fmt.Fprintf(&b, "> - %s: %s\n", code(s.Name), mdChange(c))
+				case n == 0:
+					fmt.Fprintf(&b, "> - %s: ", code(s.Name))
+				case s.Name != prev:
+					fmt.Fprintf(&b, "\n> - %s: ", code(s.Name))
+				default:
+					b.WriteString(", ")
+				}
+				if level >= mdNoTable {
+					// One line per stack, addresses only.
+					fmt.Fprintf(&b, "%s %s", c.Action.Symbol(), code(c.Address))
+				}
+				n, prev = n+1, s.Name
+				if over() {
+					return b.String(), false
+				}
+			}
+		}
+		if level >= mdNoTable && n > 0 {
+			b.WriteString("\n")
 		}
 		if omitted > 0 {
 			fmt.Fprintf(&b, "> - … and %d more (see the execution page)\n", omitted)
 		}
 		b.WriteString("\n")
 	}
-	unc := unclassified(r)
+	var unc []int
+	for i, s := range r.Stacks {
+		if s.Class == events.ClassUnclassified {
+			unc = append(unc, i)
+		}
+	}
 	shown := unc
 	if level >= mdNoTable && len(unc) > maxCollapsedWarnings {
 		shown = unc[:maxCollapsedWarnings]
 	}
-	for _, s := range shown {
+	for _, i := range shown {
+		s := v.stack(i, viewHead)
 		fmt.Fprintf(&b, "> [!WARNING]\n> %s could not be classified (treated as unclassified): %s\n\n", code(s.Name), cell(s.Error))
+		if over() {
+			return b.String(), false
+		}
 	}
 	if n := len(unc) - len(shown); n > 0 {
 		fmt.Fprintf(&b, "> [!WARNING]\n> … and %s could not be classified (treated as unclassified)", plural(n, "more stack", "more stacks"))
@@ -128,11 +196,12 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 		b.WriteString("| Stack | Class | +create | ~update | ±replace | -delete | forget | import | read |" + moveHead + " outputs | why |\n")
 		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|" + moveAlign + "--:|---|\n")
 		hidden := 0
-		for _, s := range r.Stacks {
+		for i, s := range r.Stacks {
 			if level == mdChangedTable && s.Counts.Total() == 0 && s.OutputsChanged == 0 && s.Error == "" {
 				hidden++
 				continue
 			}
+			s = v.stack(i, viewHead)
 			c := s.Counts
 			move := ""
 			if moves {
@@ -141,6 +210,9 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d |%s %d | %s |\n",
 				code(s.Name), classBadge(s.Class), c.Create, c.Update, c.Replace, c.Delete, c.Forget, c.Import, c.Read, move,
 				s.OutputsChanged, cell(strings.Join(s.Why, "; ")))
+			if over() {
+				return b.String(), false
+			}
 		}
 		if hidden > 0 {
 			fmt.Fprintf(&b, "\n_%s without changes not listed._\n", plural(hidden, "stack", "stacks"))
@@ -149,7 +221,8 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 	}
 
 	if level <= mdNoAttributes {
-		for _, s := range r.Stacks {
+		for i := range r.Stacks {
+			s := v.stack(i, viewDetail)
 			lines := detailLines(s, level == mdFull)
 			if len(lines) == 0 {
 				continue
@@ -160,6 +233,9 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 			}
 			b.WriteString(fence(strings.Join(lines, "\n"), "diff"))
 			b.WriteString("\n</details>\n\n")
+			if over() {
+				return b.String(), false
+			}
 		}
 	} else if level <= mdNoTable {
 		b.WriteString("_Per-stack detail left out to fit the size limit")
@@ -170,25 +246,16 @@ func markdown(r *Report, level mdLevel, keepDestructive int) string {
 	}
 
 	b.WriteString(executionLink(r))
-	return b.String()
+	return b.String(), true
 }
 
-// compactDestructive writes the destructive list one line per stack, addresses only.
-func compactDestructive(b *strings.Builder, list []destructiveEntry) {
-	for i, e := range list {
-		switch {
-		case i == 0:
-			fmt.Fprintf(b, "> - %s: ", code(e.stack))
-		case e.stack != list[i-1].stack:
-			fmt.Fprintf(b, "\n> - %s: ", code(e.stack))
-		default:
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(b, "%s %s", e.change.Action.Symbol(), code(e.change.Address))
+// destructiveCount is how many destructive changes the stacks of r list.
+func destructiveCount(r *Report) int {
+	n := 0
+	for _, s := range r.Stacks {
+		n += len(s.Destructive)
 	}
-	if len(list) > 0 {
-		b.WriteString("\n")
-	}
+	return n
 }
 
 func mdChange(c Change) string {

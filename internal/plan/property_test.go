@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"strconv"
@@ -142,9 +143,13 @@ func TestPlanMarkdownDegradesInOrder(t *testing.T) {
 		r.Stacks = append(r.Stacks, s)
 	}
 	sec := r.secrets()
-	prev := len(sec.scrub(markdown(r, mdFull, -1))) + 1
+	at := func(level mdLevel) string {
+		raw, _ := markdown(newRedactedView(r, sec), level, -1, math.MaxInt)
+		return sec.scrub(raw)
+	}
+	prev := len(at(mdFull)) + 1
 	for level := mdFull; level < mdTrimDestroy; level++ {
-		want := sec.scrub(markdown(r, level, -1))
+		want := at(level)
 		if len(want) > prev || (level <= mdNoDetail && len(want) == prev) {
 			t.Fatalf("level %d does not drop detail (%d bytes, %d before)", level, len(want), prev)
 		}

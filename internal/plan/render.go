@@ -218,16 +218,6 @@ func destructiveList(r *Report) (list []destructiveEntry, omitted int) {
 	return list, omitted
 }
 
-func unclassified(r *Report) []*Stack {
-	var out []*Stack
-	for _, s := range r.Stacks {
-		if s.Class == events.ClassUnclassified {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // gateNames is the comma-separated gate classes of r, "" when none.
 func gateNames(r *Report) string {
 	var names []string

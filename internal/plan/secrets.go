@@ -165,6 +165,15 @@ func jsonInner(v string, html bool) string {
 	return q[1 : len(q)-1]
 }
 
+// scrubBeginning is scrub of the beginning of a text: it returns the beginning of the scrubbed
+// text that the rest of the text cannot change.
+func (s *secretSet) scrubBeginning(text string) string {
+	if len(s.values) == 0 {
+		return text
+	}
+	return s.matcher(true).replace(text, kindScrub, true)
+}
+
 // scrub replaces every occurrence of a secret of at least minScrub bytes in rendered text, raw
 // or in any escaped form a render produces: a last line of defence behind the redaction of the
 // model (Stack.redact, Report.redacted). Where several start at one place, the longest secret's
@@ -371,15 +380,13 @@ func (st *Stack) redact() {
 }
 
 func (st *Stack) redactWith(s *secretSet) {
-	s.redactChanges(st.Changes)
+	st.redactHead(s)
 	s.redactChanges(st.Destructive)
-	s.redactChanges(st.Drift)
-	for i := range st.Outputs {
-		o := &st.Outputs[i]
-		name := s.redactPath(o.Name, true)
-		s.maskDiffs(o.Attributes)
-		o.Name = name
-	}
+	st.redactDetail(s)
+}
+
+// redactHead masks the secrets in what a stack's summary shows: its error, versions and why.
+func (st *Stack) redactHead(s *secretSet) {
 	st.Error = s.redactText(st.Error)
 	st.FormatVersion = s.redactText(st.FormatVersion)
 	st.TerraformVersion = s.redactText(st.TerraformVersion)
@@ -388,24 +395,77 @@ func (st *Stack) redactWith(s *secretSet) {
 	}
 }
 
+// redactDetail masks the secrets in a stack's changes, outputs and drift.
+func (st *Stack) redactDetail(s *secretSet) {
+	s.redactChanges(st.Changes)
+	s.redactChanges(st.Drift)
+	for i := range st.Outputs {
+		o := &st.Outputs[i]
+		name := s.redactPath(o.Name, true)
+		s.maskDiffs(o.Attributes)
+		o.Name = name
+	}
+}
+
 // redacted is a copy of r whose stacks are redacted with the secrets of every stack: a value
 // secret in one stack is masked in all. Renders work on it.
 func (r *Report) redacted(sec *secretSet) *Report {
+	v := newRedactedView(r, sec)
 	out := &Report{ExecutionURL: r.ExecutionURL, Stacks: make([]*Stack, len(r.Stacks))}
-	for i, s := range r.Stacks {
-		c := *s
-		c.Changes = cloneChanges(s.Changes)
-		c.Destructive = cloneChanges(s.Destructive)
-		c.Drift = cloneChanges(s.Drift)
-		c.Outputs = slices.Clone(s.Outputs)
+	for i := range r.Stacks {
+		out.Stacks[i] = v.stack(i, viewHead|viewDestructive|viewDetail)
+	}
+	return out
+}
+
+// Parts of a stack a redactedView redacts.
+const (
+	viewHead        uint8 = 1 << iota // Error, the versions, Why
+	viewDestructive                   // Destructive
+	viewDetail                        // Changes, Drift, Outputs
+)
+
+// redactedView redacts the stacks of a report with the secrets of every stack, a part of a
+// stack when a render first needs it: a render cut to a size limit redacts what it shows.
+type redactedView struct {
+	r      *Report
+	sec    *secretSet
+	stacks []Stack
+	done   []uint8 // the parts of stacks[i] redacted; 0: stacks[i] not copied yet
+}
+
+func newRedactedView(r *Report, sec *secretSet) *redactedView {
+	return &redactedView{r: r, sec: sec, stacks: make([]Stack, len(r.Stacks)), done: make([]uint8, len(r.Stacks))}
+}
+
+// stack returns the copy of the i-th stack with (at least) parts redacted. Its other parts
+// are the stack's own, not yet masked with the other stacks' secrets: callers read only the
+// parts they asked for (and the names, classes and counts, which redaction leaves alone).
+func (v *redactedView) stack(i int, parts uint8) *Stack {
+	c := &v.stacks[i]
+	if v.done[i] == 0 {
+		*c = *v.r.Stacks[i]
+	}
+	need := parts &^ v.done[i]
+	if need&viewHead != 0 {
+		c.Why = slices.Clone(c.Why)
+		c.redactHead(v.sec)
+	}
+	if need&viewDestructive != 0 {
+		c.Destructive = cloneChanges(c.Destructive)
+		v.sec.redactChanges(c.Destructive)
+	}
+	if need&viewDetail != 0 {
+		c.Changes = cloneChanges(c.Changes)
+		c.Drift = cloneChanges(c.Drift)
+		c.Outputs = slices.Clone(c.Outputs)
 		for j := range c.Outputs {
 			c.Outputs[j].Attributes = slices.Clone(c.Outputs[j].Attributes)
 		}
-		c.Why = slices.Clone(s.Why)
-		c.redactWith(sec)
-		out.Stacks[i] = &c
+		c.redactDetail(v.sec)
 	}
-	return out
+	v.done[i] |= parts
+	return c
 }
 
 func cloneChanges(changes []Change) []Change {

@@ -1,0 +1,80 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/events"
+)
+
+// TestFitMarkdownMatchesLegacyAtTheLimits holds the budgeted markdown renders to the previous
+// renders (every level rendered whole, then scrubbed, then measured) where the budget decides:
+// stacks at the most detail, whose first levels are megabytes; stack names holding a long
+// secret, which the scrub shortens so much that the render must go on past its first budget;
+// thousands of destructive changes, cut by the binary search; names too long for any level,
+// cut on a line.
+func TestFitMarkdownMatchesLegacyAtTheLimits(t *testing.T) {
+	template := benchDetailTemplate()
+	detailed := &Report{ExecutionURL: planExecutionURL}
+	for i := range 6 {
+		detailed.Stacks = append(detailed.Stacks, benchDetailStack(template, fmt.Sprintf("stacks/app-%d", i)))
+	}
+
+	secret := strings.Repeat("0123456789abcdef", 400)
+	named := &Report{ExecutionURL: planExecutionURL}
+	for i := range 40 {
+		s := benchDetailStack(template, fmt.Sprintf("stacks/%s/app-%d", secret, i))
+		s.Changes, s.Outputs, s.Drift = s.Changes[:3], nil, nil
+		s.OutputsChanged, s.DriftCount = 0, 0
+		s.secrets = newSecretSet()
+		s.secrets.add(secret)
+		named.Stacks = append(named.Stacks, s)
+	}
+
+	destructive := &Report{ExecutionURL: planExecutionURL}
+	for i := range 8 {
+		s, _ := planGenerated(t, fmt.Sprintf("stacks/env/app-%d", i), genOptions{Changes: 700, Seed: uint64(i), Payload: 200, OnlyOf: ActionDelete, Secret: "destructive-secret"})
+		destructive.Stacks = append(destructive.Stacks, s)
+	}
+
+	huge := &Report{ExecutionURL: planExecutionURL}
+	for i := range 3 {
+		huge.Stacks = append(huge.Stacks, &Stack{Name: fmt.Sprintf("stacks/%d/", i) + strings.Repeat("x\n", 20000),
+			Class: events.ClassUnclassified, Error: "unreadable", Destructive: []Change{}, Changes: []Change{}})
+	}
+
+	for name, r := range map[string]*Report{"detailed": detailed, "named": named, "destructive": destructive, "huge": huge} {
+		for _, limit := range []int{MaxCommentChars, MaxSummaryBytes, 3000, 20000, 150000} {
+			if got, want := fitMarkdown(r, limit), legacyFitMarkdown(r, limit); got != want {
+				t.Fatalf("%s, limit %d: differs:\n%s", name, limit, planFirstDiff(got, want))
+			}
+		}
+	}
+}
+
+// TestCommentCostBoundedByItsSize: the PR comment of stacks at the most detail costs about the
+// same for 40 stacks as for 10 (it was rendered whole at every level until one fit: four
+// times the memory for four times the stacks).
+func TestCommentCostBoundedByItsSize(t *testing.T) {
+	template := benchDetailTemplate()
+	report := func(n int) *Report {
+		r := &Report{ExecutionURL: planExecutionURL}
+		for i := range n {
+			r.Stacks = append(r.Stacks, benchDetailStack(template, fmt.Sprintf("stacks/env/app-%03d", i)))
+		}
+		return r
+	}
+	small, large := report(10), report(40)
+	Comment(small) // the union of the secrets is made once per report: leave it out
+	Comment(large)
+	var smallOut, largeOut string
+	smallAlloc := planAllocated(func() { smallOut = Comment(small) })
+	largeAlloc := planAllocated(func() { largeOut = Comment(large) })
+	if !strings.Contains(largeOut, "Per-stack detail left out") || !strings.Contains(smallOut, "Per-stack detail left out") {
+		t.Fatal("the comments keep per-stack detail; the test would prove nothing")
+	}
+	if largeAlloc > smallAlloc*3/2 {
+		t.Errorf("the comment of 40 stacks allocated %d bytes, of 10 stacks %d: its cost grows with the stacks, not its size", largeAlloc, smallAlloc)
+	}
+}
