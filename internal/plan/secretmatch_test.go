@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -274,4 +275,58 @@ func planAllocated(f func()) uint64 {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestRendersOfOneReportAtOnce: renders share the report's union of secrets; run with -race.
+func TestRendersOfOneReportAtOnce(t *testing.T) {
+	r := benchSecretReport(30, 50, 3)
+	want := Comment(r)
+	r.union = nil
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var got string
+			switch i % 3 {
+			case 0:
+				got = Comment(r)
+			case 1:
+				got = Markdown(r)
+			default:
+				var b strings.Builder
+				if err := Text(&b, r, false); err != nil {
+					t.Error(err)
+				}
+				got = b.String()
+			}
+			if i%3 == 0 && got != want {
+				t.Error("a comment rendered alongside other renders differs")
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestPlainSecretsHaveOneForm: a secret that plainSecret passes is its only encoded and
+// escaped form, as computing them finds; every byte is tried, alone and inside a secret.
+func TestPlainSecretsHaveOneForm(t *testing.T) {
+	for c := range 256 {
+		for _, sec := range []string{string(rune(c)), "ab" + string([]byte{byte(c)}) + "cd", "x" + string(rune(c)) + "-y"} {
+			if !plainSecret(sec) {
+				continue
+			}
+			if got := encodeAll(sec); len(got) != 1 || got[0] != sec {
+				t.Errorf("plain secret %q has encoded forms %q", sec, got)
+			}
+			if got := escapeAll(sec); len(got) != 1 || got[0] != sec {
+				t.Errorf("plain secret %q has escaped forms %q", sec, got)
+			}
+		}
+	}
+	for _, sec := range []string{`a"b`, `a\b`, "a<b", "a>b", "a&b", "a|b", "a\nb", "a\x7fb", "é", "a\u0085"} {
+		if plainSecret(sec) {
+			t.Errorf("%q passes as plain", sec)
+		}
+	}
 }

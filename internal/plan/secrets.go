@@ -136,6 +136,14 @@ const maxEncodings = 2
 // escaped as \u003c, \u003e and \u0026 (as OpenTofu's and Terraform's jsonencode write them,
 // and Go's encoding/json) or not (as `show -json` writes them).
 func encodedForms(sec string) []string {
+	if plainSecret(sec) {
+		return []string{sec}
+	}
+	return encodeAll(sec)
+}
+
+// encodeAll is encodedForms, computed.
+func encodeAll(sec string) []string {
 	forms := []string{sec}
 	seen := map[string]bool{sec: true}
 	level := forms
@@ -153,6 +161,21 @@ func encodedForms(sec string) []string {
 		level = next
 	}
 	return forms
+}
+
+// plainSecret reports whether no encoding or escaping of encodedForms and escapedForms changes
+// sec: it is printable ASCII without a quote, a backslash, <, >, & or |. Most secrets (tokens,
+// passwords) are; their forms are found without encoding them a dozen times.
+func plainSecret(sec string) bool {
+	for i := 0; i < len(sec); i++ {
+		switch c := sec[i]; {
+		case c < 0x20 || c > 0x7e:
+			return false
+		case c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c == '|':
+			return false
+		}
+	}
+	return true
 }
 
 // jsonInner is v as a JSON string literal without its quotes; html escapes <, > and &.
@@ -189,6 +212,14 @@ func (s *secretSet) scrub(text string) string {
 // as the plan may carry it), raw, quoted (Go, JSON, HCL addresses), escaped for a markdown
 // code span or table cell, HTML-escaped, and with control characters replaced for a terminal.
 func escapedForms(sec string) []string {
+	if plainSecret(sec) {
+		return []string{sec}
+	}
+	return escapeAll(sec)
+}
+
+// escapeAll is escapedForms, computed.
+func escapeAll(sec string) []string {
 	var forms []string
 	seen := map[string]bool{}
 	add := func(f string) {
