@@ -330,3 +330,35 @@ func TestPlainSecretsHaveOneForm(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSecretMatcher holds the masking to the previous implementation on arbitrary secrets
+// (separated by NUL) and text.
+func FuzzSecretMatcher(f *testing.F) {
+	f.Add("hunter2\x00pa<ss|wo\"rd99", `x["hunter2"].pa\u003css\|wo\"rd99 (sensitive value)`)
+	f.Add(strings.Repeat("k", 70)+"\x00"+strings.Repeat("k", 66), strings.Repeat("k", 200))
+	f.Fuzz(func(t *testing.T, secrets, text string) {
+		sec, old := newSecretSet(), newLegacySecrets()
+		for _, v := range strings.Split(secrets, "\x00") {
+			sec.add(v)
+			old.add(v)
+		}
+		if got, want := sec.sensitive(text), old.sensitive(text); got != want {
+			t.Fatalf("sensitive(%q) = %v, want %v", text, got, want)
+		}
+		if got, want := sec.redactText(text), old.redactText(text); got != want {
+			t.Fatalf("redactText(%q) = %q, want %q", text, got, want)
+		}
+		if got, want := sec.redactPath(text, true), old.redactPath(text, true); got != want {
+			t.Fatalf("redactPath(%q) = %q, want %q", text, got, want)
+		}
+		want := old.scrub(text)
+		if got := sec.scrub(text); got != want {
+			t.Fatalf("scrub(%q) = %q, want %q", text, got, want)
+		}
+		if len(sec.values) > 0 {
+			if got := sec.scrubBeginning(text[:len(text)/2]); !strings.HasPrefix(want, got) {
+				t.Fatalf("scrubBeginning(%q) = %q, not a beginning of %q", text[:len(text)/2], got, want)
+			}
+		}
+	})
+}
