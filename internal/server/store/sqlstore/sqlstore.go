@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -351,12 +352,45 @@ func (s *DB) q(query string) string {
 	return r
 }
 
+// migration is one file of migrations/, applied once under its version.
+type migration struct {
+	version int
+	name    string
+}
+
+// migrations lists the files of migrations/ in fsys by version, the number their name starts
+// with (001_init.sql is version 1). The version, not the file's rank, is what a database
+// records: migrations written on different branches keep their numbers once merged, gaps
+// included, so a database that applied 004 before 003 existed still applies 003 later.
+func migrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]migration, 0, len(names))
+	seen := map[int]string{}
+	for _, name := range names {
+		base := path.Base(name)
+		digits := len(base) - len(strings.TrimLeft(base, "0123456789"))
+		v, err := strconv.Atoi(base[:digits])
+		if digits == 0 || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: the name must start with a positive version number", name)
+		}
+		if other, ok := seen[v]; ok {
+			return nil, fmt.Errorf("migrations %s and %s have the same version %d", other, name, v)
+		}
+		seen[v] = name
+		out = append(out, migration{version: v, name: name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
 func (s *DB) migrate(ctx context.Context) error {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	ms, err := migrations(migrationFS)
 	if err != nil {
 		return err
 	}
-	sort.Strings(names)
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return s.mapErr(err)
@@ -370,8 +404,8 @@ func (s *DB) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)"); err != nil {
 		return s.mapErr(err)
 	}
-	for i, name := range names {
-		version := i + 1
+	for _, m := range ms {
+		version, name := m.version, m.name
 		var n int
 		if err := tx.QueryRowContext(ctx, s.q("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), version).Scan(&n); err != nil {
 			return s.mapErr(err)
