@@ -84,6 +84,10 @@ type DB struct {
 	qmu    sync.RWMutex
 	qcache map[string]string
 
+	// trace, when set (by tests, before any transaction), sees every statement a transaction
+	// runs, as sent, with its arguments.
+	trace func(query string, args []any)
+
 	smu    sync.Mutex
 	stmts  map[string]*sql.Stmt
 	wanted map[string]bool

@@ -115,7 +115,15 @@ func fromJSON(s string, v any) {
 	}
 }
 
+// traced hands a statement to the store's tracer, when a test set one.
+func (t *sqlTx) traced(query string, args []any) {
+	if f := t.s.trace; f != nil {
+		f(t.s.q(query), args)
+	}
+}
+
 func (t *sqlTx) exec(query string, args ...any) (int64, error) {
+	t.traced(query, args)
 	var res sql.Result
 	st, err := t.stmt(query)
 	switch {
@@ -133,6 +141,7 @@ func (t *sqlTx) exec(query string, args ...any) (int64, error) {
 }
 
 func (t *sqlTx) query(query string, args ...any) (*sql.Rows, error) {
+	t.traced(query, args)
 	var rows *sql.Rows
 	st, err := t.stmt(query)
 	switch {
@@ -149,6 +158,7 @@ func (t *sqlTx) query(query string, args ...any) (*sql.Rows, error) {
 }
 
 func (t *sqlTx) row(query string, args ...any) *sql.Row {
+	t.traced(query, args)
 	if st, err := t.stmt(query); err == nil && st != nil {
 		return st.QueryRowContext(t.ctx, args...)
 	}

@@ -1,0 +1,10 @@
+-- Indexes the list queries read in the order they return, so a page costs its own rows rather
+-- than a sort of every matching one.
+--
+-- Executions newest first (ORDER BY started_at DESC, id DESC), unfiltered or by environment,
+-- PR, or both; (started_at, id) replaces (started_at), its prefix.
+DROP INDEX IF EXISTS executions_started;
+CREATE INDEX IF NOT EXISTS executions_started ON executions (started_at, id);
+CREATE INDEX IF NOT EXISTS executions_env_started ON executions (environment, started_at, id);
+CREATE INDEX IF NOT EXISTS executions_env_pr_started ON executions (environment, pr, started_at, id);
+CREATE INDEX IF NOT EXISTS executions_pr_started ON executions (pr, started_at, id);

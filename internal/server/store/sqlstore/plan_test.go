@@ -1,0 +1,143 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlstore"
+)
+
+var ctx = context.Background()
+
+// statement is one statement a store method ran.
+type statement struct {
+	query string
+	args  []any
+}
+
+// traced opens a SQLite store whose statements are recorded.
+func traced(t *testing.T) (*sqlstore.DB, func() []statement) {
+	t.Helper()
+	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "plan.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	var mu sync.Mutex
+	var seen []statement
+	sqlstore.SetTrace(s, func(q string, args []any) {
+		mu.Lock()
+		seen = append(seen, statement{q, append([]any(nil), args...)})
+		mu.Unlock()
+	})
+	return s, func() []statement {
+		mu.Lock()
+		defer mu.Unlock()
+		out := seen
+		seen = nil
+		return out
+	}
+}
+
+// queryPlan is SQLite's EXPLAIN QUERY PLAN of st, one step a line.
+func queryPlan(t *testing.T, db *sql.DB, st statement) []string {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+st.query, st.args...)
+	if err != nil {
+		t.Fatalf("explain %s: %v", st.query, err)
+	}
+	defer rows.Close()
+	var steps []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return steps
+}
+
+// planCase is a read whose every statement must find its rows through an index, in the
+// order asked for.
+type planCase struct {
+	name string
+	read func(tx store.Tx) error
+	// want is a step some statement's plan must have (the index it must use).
+	want string
+}
+
+// checkPlans runs each case's read and fails when a statement's plan scans a table, sorts in
+// a temporary b-tree, or lacks the wanted step.
+func checkPlans(t *testing.T, s *sqlstore.DB, drain func() []statement, cases []planCase) {
+	t.Helper()
+	for _, c := range cases {
+		drain()
+		if err := s.Read(ctx, c.read); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		sts := drain()
+		if len(sts) == 0 {
+			t.Fatalf("%s: ran no statement", c.name)
+		}
+		found := false
+		for _, st := range sts {
+			steps := queryPlan(t, sqlstore.ReadDB(s), st)
+			for _, step := range steps {
+				if strings.HasPrefix(step, "SCAN ") && !strings.Contains(step, " USING ") || strings.Contains(step, "TEMP B-TREE") {
+					t.Errorf("%s: %s\n  plan: %s", c.name, st.query, strings.Join(steps, "; "))
+				}
+				found = found || strings.Contains(step, c.want)
+			}
+		}
+		if !found {
+			var plans []string
+			for _, st := range sts {
+				plans = append(plans, strings.Join(queryPlan(t, sqlstore.ReadDB(s), st), "; "))
+			}
+			t.Errorf("%s: no plan uses %q: %s", c.name, c.want, strings.Join(plans, " | "))
+		}
+	}
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// The executions list, filtered or not, reads the newest rows from an index in the order it
+// returns them: no sort of every matching row, however many match.
+func TestExecutionsListUsesIndexes(t *testing.T) {
+	s, drain := traced(t)
+	list := func(f store.ExecutionFilter) func(tx store.Tx) error {
+		return func(tx store.Tx) error { _, err := tx.Executions(f); return err }
+	}
+	var cases []planCase
+	for _, env := range []string{"", "prod"} {
+		for _, pr := range []int{0, 7} {
+			for _, before := range []time.Time{{}, t0} {
+				f := store.ExecutionFilter{Environment: env, PR: pr, Before: before, Limit: 50}
+				want := "executions_started"
+				switch {
+				case env != "" && pr != 0:
+					want = "executions_env_pr_started"
+				case env != "":
+					want = "executions_env_started"
+				case pr != 0:
+					want = "executions_pr_started"
+				}
+				cases = append(cases, planCase{name: fmt.Sprintf("%+v", f), read: list(f), want: want})
+			}
+		}
+	}
+	checkPlans(t, s, drain, cases)
+}
