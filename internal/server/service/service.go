@@ -623,7 +623,7 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 	return ack, err
 }
 
-// Executions lists executions newest first, without their stacks.
+// Executions lists executions newest first, without their stacks and edges.
 func (s *Service) Executions(ctx context.Context, f store.ExecutionFilter) ([]api.Execution, error) {
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 50
@@ -634,7 +634,6 @@ func (s *Service) Executions(ctx context.Context, f store.ExecutionFilter) ([]ap
 	}
 	out := make([]api.Execution, 0, len(rows))
 	for _, r := range rows {
-		r.Edges = nil
 		out = append(out, r.Execution)
 	}
 	return out, nil

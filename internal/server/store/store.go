@@ -144,7 +144,7 @@ type Tx interface {
 	EventState(id string) (EventState, error)
 	// SaveExecution writes the mutable fields of an existing execution.
 	SaveExecution(e *Execution) error
-	// Executions lists executions newest first.
+	// Executions lists executions newest first, without their edges (Execution has them).
 	Executions(f ExecutionFilter) ([]Execution, error)
 	// LatestPlan returns the plan execution of a PR in an environment the server received
 	// last, or ErrNotFound. The order is the server's (StampExecution), never a client's clock.

@@ -189,13 +189,22 @@ func (t *sqlTx) LockEnvironment(env string) error {
 
 const execCols = "id, repo, pr, sha, base, environment, op, actor, run_url, status, class, counts, cancelled, cancel_reason, edges, edges_approximate, error, finalized, started_at, finished_at"
 
-func scanExecution(sc interface{ Scan(...any) error }) (*store.Execution, error) {
+// execListCols is execCols without edges: a run graph can hold tens of thousands of edges,
+// which a list of executions never shows.
+const execListCols = "id, repo, pr, sha, base, environment, op, actor, run_url, status, class, counts, cancelled, cancel_reason, edges_approximate, error, finalized, started_at, finished_at"
+
+// scanExecution reads a row of execCols, or of execListCols when withEdges is false.
+func scanExecution(sc interface{ Scan(...any) error }, withEdges bool) (*store.Execution, error) {
 	var e store.Execution
 	var counts, edges, op, status, class string
 	var cancelled, approx, finalized, started, finished int64
-	if err := sc.Scan(&e.ExecutionID, &e.Repo, &e.PR, &e.SHA, &e.Base, &e.Environment, &op, &e.Actor,
+	dest := []any{&e.ExecutionID, &e.Repo, &e.PR, &e.SHA, &e.Base, &e.Environment, &op, &e.Actor,
 		&e.RunURL, &status, &class, &counts, &cancelled, &e.CancelReason, &edges, &approx, &e.Error,
-		&finalized, &started, &finished); err != nil {
+		&finalized, &started, &finished}
+	if !withEdges {
+		dest = slices.Delete(dest, 14, 15)
+	}
+	if err := sc.Scan(dest...); err != nil {
 		return nil, err
 	}
 	e.Op = api.ExecutionOp(op)
@@ -220,7 +229,7 @@ func (t *sqlTx) CreateExecution(e *store.Execution) (bool, error) {
 }
 
 func (t *sqlTx) Execution(id string) (*store.Execution, error) {
-	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE id = ?"+t.forUpdate(), id))
+	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE id = ?"+t.forUpdate(), id), true)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
@@ -270,7 +279,7 @@ func (t *sqlTx) scanExecutions(query string, args ...any) ([]store.Execution, er
 	defer rows.Close()
 	var out []store.Execution
 	for rows.Next() {
-		e, err := scanExecution(rows)
+		e, err := scanExecution(rows, false)
 		if err != nil {
 			return nil, t.s.mapErr(err)
 		}
@@ -294,7 +303,7 @@ func (t *sqlTx) Executions(f store.ExecutionFilter) ([]store.Execution, error) {
 		where = append(where, "started_at < ?")
 		args = append(args, ns(f.Before))
 	}
-	q := "SELECT " + execCols + " FROM executions"
+	q := "SELECT " + execListCols + " FROM executions"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

@@ -14,7 +14,7 @@ import (
 
 func (t *sqlTx) LatestPlan(env string, pr int) (*store.Execution, error) {
 	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE environment = ? AND pr = ? AND op = 'plan' "+
-		"ORDER BY received_at DESC, id DESC LIMIT 1", env, pr))
+		"ORDER BY received_at DESC, id DESC LIMIT 1", env, pr), true)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no plan for PR #%d in %q", store.ErrNotFound, pr, env)
 	}

@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 )
 
@@ -63,6 +65,73 @@ func BenchmarkExecutionsList(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// The list leaves every execution's edges out and keeps the rest of it as Execution reads it.
+func TestExecutionsListLeavesEdgesOut(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		e := exec1("graph", t0)
+		e.Edges = []api.Edge{{From: "a", To: "b"}, {From: "b", To: "c"}}
+		e.EdgesApproximate, e.Class, e.Error, e.FinishedAt = true, "additive", "boom", t0.Add(time.Minute)
+		e.Counts = api.Counts{Create: 2}
+		write(t, s, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err })
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			full, err := tx.Execution("graph")
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed, err := tx.Executions(store.ExecutionFilter{Environment: "prod"})
+			if err != nil || len(listed) != 1 {
+				t.Fatalf("listed %d, %v", len(listed), err)
+			}
+			if listed[0].Edges != nil {
+				t.Errorf("the list returned edges %v", listed[0].Edges)
+			}
+			if len(full.Edges) != 2 {
+				t.Errorf("Execution returned edges %v, want 2", full.Edges)
+			}
+			full.Edges = nil
+			if !reflect.DeepEqual(listed[0], *full) {
+				t.Errorf("listed %+v\nwant    %+v", listed[0], *full)
+			}
+			return nil
+		})
+	})
+}
+
+// BenchmarkExecutionsListEdges lists 50 executions of edges edges each (a large run graph).
+func BenchmarkExecutionsListEdges(b *testing.B) {
+	for _, be := range Backends() {
+		for _, edges := range []int{10000, 20000} {
+			b.Run(fmt.Sprintf("%s/%d", be.Name, edges), func(b *testing.B) {
+				s := be.Open(b)
+				graph := make([]api.Edge, edges)
+				for i := range graph {
+					graph[i] = api.Edge{From: fmt.Sprintf("stacks/team-%03d/app-%05d", i%100, i), To: fmt.Sprintf("stacks/team-%03d/app-%05d", i%100, i+1)}
+				}
+				for i := range 50 {
+					e := exec1(fmt.Sprintf("g%02d", i), t0.Add(time.Duration(i)*time.Second))
+					e.Edges = graph
+					if err := s.Write(ctx, func(tx store.Tx) error { _, err := tx.CreateExecution(e); return err }); err != nil {
+						b.Fatal(err)
+					}
+				}
+				Analyze(b, s)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := s.Read(ctx, func(tx store.Tx) error {
+						got, err := tx.Executions(store.ExecutionFilter{Limit: 50})
+						if err == nil && len(got) != 50 {
+							err = fmt.Errorf("listed %d executions, want 50", len(got))
+						}
+						return err
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
