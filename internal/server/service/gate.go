@@ -314,11 +314,15 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 	sort.Strings(names)
 	var grantIDs []int64
 	var unmet []string
-	for _, g := range s.Policy.RequiredGates(in.Environment, classes) {
-		id, why, err := approving(tx, in.Environment, in.PR, g, planned, now)
-		if err != nil {
+	required := s.Policy.RequiredGates(in.Environment, classes)
+	var active map[gateKey][]api.Grant
+	if len(required) > 0 {
+		if active, err = activeGrants(tx, in.Environment, in.PR, now); err != nil {
 			return nil, err
 		}
+	}
+	for _, g := range required {
+		id, why := approving(active[gateKey{in.Environment, in.PR, g.Class, g.Target}], g, planned)
 		if id == 0 {
 			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), why))
 			continue
@@ -331,22 +335,42 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 	return &decision{plan: plan, stacks: names, grants: grantIDs}, nil
 }
 
-// approving returns the newest active grant of gate g that approved exactly the content the
-// plan has on g's stacks, or 0 and why none did.
-func approving(tx store.Tx, env string, pr int, g api.Gate, planned map[string]store.Stack, now time.Time) (int64, string, error) {
-	grants, err := tx.Grants(store.GrantFilter{Environment: env, PR: pr, Class: g.Class, Target: g.Target, ActiveAt: now})
+// gateKey is what a grant and the gate it approves share.
+type gateKey struct {
+	environment   string
+	pr            int
+	class, target string
+}
+
+func keyOf(g api.Gate) gateKey { return gateKey{g.Environment, g.PR, g.Class, g.Target} }
+
+// activeGrants reads the grants active at now of env and pr (zero values select everything)
+// in one query, newest first within each gate's key.
+func activeGrants(tx store.Tx, env string, pr int, now time.Time) (map[gateKey][]api.Grant, error) {
+	grants, err := tx.Grants(store.GrantFilter{Environment: env, PR: pr, ActiveAt: now})
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
+	out := map[gateKey][]api.Grant{}
+	for _, gr := range grants {
+		k := gateKey{gr.Environment, gr.PR, gr.Class, gr.Target}
+		out[k] = append(out[k], gr)
+	}
+	return out, nil
+}
+
+// approving returns the newest of gate g's active grants (newest first) that approved exactly
+// the content the plan has on g's stacks, or 0 and why none did.
+func approving(grants []api.Grant, g api.Gate, planned map[string]store.Stack) (int64, string) {
 	why := ""
 	for _, gr := range grants {
 		if stack, ok := covers(gr, g.Stacks, func(name string) string { return planned[name].PlanHash }); !ok {
 			why = fmt.Sprintf(": grant %d approved plan %s, whose content differs on stack %q", gr.ID, gr.ExecutionID, stack)
 			continue
 		}
-		return gr.ID, "", nil
+		return gr.ID, ""
 	}
-	return 0, why, nil
+	return 0, why
 }
 
 // covers reports whether a grant approved every one of stacks at the hash hashOf gives; when
@@ -715,6 +739,10 @@ func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, er
 	now := s.Now()
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
 		gates, err := tx.Gates(env, pr)
+		if err != nil || len(gates) == 0 {
+			return err
+		}
+		active, err := activeGrants(tx, env, pr, now)
 		if err != nil {
 			return err
 		}
@@ -732,11 +760,7 @@ func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, er
 				}
 				hashes[g.ExecutionID] = h
 			}
-			grants, err := tx.Grants(store.GrantFilter{Environment: g.Environment, PR: g.PR, Class: g.Class, Target: g.Target, ActiveAt: now})
-			if err != nil {
-				return err
-			}
-			for _, gr := range grants {
+			for _, gr := range active[keyOf(g)] {
 				if _, ok := covers(gr, g.Stacks, func(n string) string { return h[n] }); ok {
 					g.Satisfied = true
 					break

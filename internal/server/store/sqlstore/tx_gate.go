@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -91,9 +92,36 @@ func (t *sqlTx) ReplaceGates(env string, pr int, gates []api.Gate) error {
 	return nil
 }
 
+// whereClause is a WHERE clause made of only the conditions a listing was given. A condition
+// its own argument switches off in SQL, like (? = 0 OR pr = ?), keeps SQLite from using the
+// index on its column: every listing scanned its whole table.
+type whereClause struct {
+	conds []string
+	args  []any
+}
+
+// eq adds col = v when given.
+func (w *whereClause) eq(given bool, col string, v any) {
+	if given {
+		w.conds = append(w.conds, col+" = ?")
+		w.args = append(w.args, v)
+	}
+}
+
+// String is the clause, empty when no condition was given.
+func (w *whereClause) String() string {
+	if len(w.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
 func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
-	q := "SELECT environment, pr, execution_id, class, target, stacks FROM gates WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) ORDER BY environment, pr, class, target"
-	rows, err := t.query(q, env, env, pr, pr)
+	var w whereClause
+	w.eq(env != "", "environment", env)
+	w.eq(pr != 0, "pr", pr)
+	rows, err := t.query("SELECT environment, pr, execution_id, class, target, stacks FROM gates"+w.String()+
+		" ORDER BY environment, pr, class, target", w.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,14 +149,17 @@ func (t *sqlTx) AddGrant(g api.Grant) (int64, error) {
 }
 
 func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
-	q := "SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks FROM grants " +
-		"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) AND (? = '' OR class = ?) AND (? = '' OR target = ?)"
-	args := []any{f.Environment, f.Environment, f.PR, f.PR, f.Class, f.Class, f.Target, f.Target}
+	var w whereClause
+	w.eq(f.Environment != "", "environment", f.Environment)
+	w.eq(f.PR != 0, "pr", f.PR)
+	w.eq(f.Class != "", "class", f.Class)
+	w.eq(f.Target != "", "target", f.Target)
 	if !f.ActiveAt.IsZero() {
-		q += " AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)"
-		args = append(args, ns(f.ActiveAt))
+		w.conds = append(w.conds, "released_at = 0", "(expires_at = 0 OR expires_at > ?)")
+		w.args = append(w.args, ns(f.ActiveAt))
 	}
-	rows, err := t.query(q+" ORDER BY id DESC", args...)
+	rows, err := t.query("SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks FROM grants"+
+		w.String()+" ORDER BY id DESC", w.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -255,10 +286,10 @@ func (t *sqlTx) scanChecks(q string, args ...any) ([]api.Check, error) {
 	return out, t.s.mapErr(rows.Err())
 }
 
-const checkSelect = "SELECT environment, pr, name, conclusion, overridden, reason, updated_at FROM checks "
+const checkSelect = "SELECT environment, pr, name, conclusion, overridden, reason, updated_at FROM checks"
 
 func (t *sqlTx) Check(env string, pr int, name string) (*api.Check, error) {
-	cs, err := t.scanChecks(checkSelect+"WHERE environment = ? AND pr = ? AND name = ?", env, pr, name)
+	cs, err := t.scanChecks(checkSelect+" WHERE environment = ? AND pr = ? AND name = ?", env, pr, name)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +300,10 @@ func (t *sqlTx) Check(env string, pr int, name string) (*api.Check, error) {
 }
 
 func (t *sqlTx) Checks(env string, pr int) ([]api.Check, error) {
-	return t.scanChecks(checkSelect+"WHERE (? = '' OR environment = ?) AND (? = 0 OR pr = ?) ORDER BY environment, pr, name", env, env, pr, pr)
+	var w whereClause
+	w.eq(env != "", "environment", env)
+	w.eq(pr != 0, "pr", pr)
+	return t.scanChecks(checkSelect+w.String()+" ORDER BY environment, pr, name", w.args...)
 }
 
 func (t *sqlTx) AddAudit(e api.AuditEntry) (int64, error) {
