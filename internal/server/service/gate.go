@@ -746,20 +746,18 @@ func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, er
 		if err != nil {
 			return err
 		}
-		hashes := map[string]map[string]string{}
+		var plans []string
 		for _, g := range gates {
-			h, ok := hashes[g.ExecutionID]
-			if !ok {
-				stacks, err := tx.Stacks(g.ExecutionID)
-				if err != nil {
-					return err
-				}
-				h = map[string]string{}
-				for _, st := range stacks {
-					h[st.Stack] = st.PlanHash
-				}
-				hashes[g.ExecutionID] = h
+			if len(active[keyOf(g)]) > 0 {
+				plans = append(plans, g.ExecutionID)
 			}
+		}
+		hashes, err := tx.PlanHashes(plans)
+		if err != nil {
+			return err
+		}
+		for _, g := range gates {
+			h := hashes[g.ExecutionID]
 			for _, gr := range active[keyOf(g)] {
 				if _, ok := covers(gr, g.Stacks, func(n string) string { return h[n] }); ok {
 					g.Satisfied = true

@@ -13,11 +13,12 @@ import (
 )
 
 // countingStore counts what the service's transactions read through the Tx methods whose
-// cost grows with the tables: grant queries.
+// cost grows with the tables: grant queries, and reads of plans' stacks (Stacks, PlanHashes).
 type countingStore struct {
 	store.Store
 	mu           sync.Mutex
 	grantQueries int
+	planReads    int
 }
 
 func (c *countingStore) Read(ctx context.Context, fn func(store.Tx) error) error {
@@ -29,12 +30,18 @@ func (c *countingStore) Write(ctx context.Context, fn func(store.Tx) error) erro
 }
 
 // reset returns the counts so far and starts again from zero.
-func (c *countingStore) reset() (grantQueries int) {
+func (c *countingStore) reset() (grantQueries, planReads int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	grantQueries = c.grantQueries
-	c.grantQueries = 0
+	grantQueries, planReads = c.grantQueries, c.planReads
+	c.grantQueries, c.planReads = 0, 0
 	return
+}
+
+func (c *countingStore) count(n *int) {
+	c.mu.Lock()
+	*n++
+	c.mu.Unlock()
 }
 
 type countingTx struct {
@@ -43,10 +50,18 @@ type countingTx struct {
 }
 
 func (t *countingTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
-	t.c.mu.Lock()
-	t.c.grantQueries++
-	t.c.mu.Unlock()
+	t.c.count(&t.c.grantQueries)
 	return t.Tx.Grants(f)
+}
+
+func (t *countingTx) Stacks(execID string) ([]store.Stack, error) {
+	t.c.count(&t.c.planReads)
+	return t.Tx.Stacks(execID)
+}
+
+func (t *countingTx) PlanHashes(execIDs []string) (map[string]map[string]string, error) {
+	t.c.count(&t.c.planReads)
+	return t.Tx.PlanHashes(execIDs)
 }
 
 // A policy of two classes on two globs: a plan touching both needs up to four gates.
@@ -77,9 +92,9 @@ func forEachCountedStore(t *testing.T, policy string, fn func(t *testing.T, f *f
 	}
 }
 
-// Listing gates reads the active grants once, whatever the number of gates, and a gate check
-// once, whatever the number of gates its plan requires; each gate still sees only the grants
-// of its own key.
+// Listing gates reads the active grants once and the plans' hashes once, whatever the number
+// of gates and plans, and a gate check reads the grants once, whatever the number of gates its
+// plan requires; each gate still sees only the grants of its own key.
 func TestGatesReadGrantsOncePerListing(t *testing.T) {
 	forEachCountedStore(t, twoGlobPolicy, func(t *testing.T, f *fixture, c *countingStore) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"a/x": {"destructive", "h-ax"}, "b/y": {"mutating", "h-by"}, "b/z": {"destructive", "h-bz"}})
@@ -104,12 +119,12 @@ func TestGatesReadGrantsOncePerListing(t *testing.T) {
 				t.Fatalf("gates %v, want %v", got, want)
 			}
 		}
-		if n := c.reset(); n != 1 {
-			t.Errorf("listing %d gates ran %d grant queries, want 1", len(gates), n)
+		if n, plans := c.reset(); n != 1 || plans != 1 {
+			t.Errorf("listing %d gates of 2 plans ran %d grant queries and %d reads of plans, want 1 and 1", len(gates), n, plans)
 		}
 		_, err = f.check("ap1", 1, sp("a/x", "h-ax"), sp("b/y", "h-by"), sp("b/z", "h-bz"))
 		wantErr(t, err, store.ErrDenied, "mutating on b/** (stacks b/y)")
-		if n := c.reset(); n != 1 {
+		if n, _ := c.reset(); n != 1 {
 			t.Errorf("a gate check over 3 required gates ran %d grant queries, want 1", n)
 		}
 		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "mutating", Target: "b/**", Reason: "ok"})

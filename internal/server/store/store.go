@@ -157,6 +157,10 @@ type Tx interface {
 
 	// Stacks lists an execution's stacks, sorted by name.
 	Stacks(execID string) ([]Stack, error)
+	// PlanHashes returns the plan hash of every stack of the listed executions, by execution
+	// id and stack name, in a few queries whatever their number (an execution without stacks
+	// has no entry).
+	PlanHashes(execIDs []string) (map[string]map[string]string, error)
 	// Stack returns one stack or ErrNotFound (locked until the transaction ends inside Write).
 	Stack(execID, stack string) (*Stack, error)
 	// SaveStack inserts or replaces one stack's state.

@@ -146,7 +146,8 @@ func TestExecutionsListUsesIndexes(t *testing.T) {
 }
 
 // Gates, grants and checks filtered by environment, PR, class or target search their index
-// for what was given instead of scanning the table.
+// for what was given instead of scanning the table; so do the plan hashes a gates listing
+// reads.
 func TestGateListingsUseIndexes(t *testing.T) {
 	s, drain := traced(t)
 	grants := func(f store.GrantFilter) func(tx store.Tx) error {
@@ -170,6 +171,8 @@ func TestGateListingsUseIndexes(t *testing.T) {
 		}
 	}
 	cases = append(cases,
+		planCase{name: "plan hashes", read: func(tx store.Tx) error { _, err := tx.PlanHashes([]string{"p1", "p2", "p3"}); return err },
+			want: "sqlite_autoindex_stacks_1 (execution_id=?)"},
 		planCase{name: "gates of a PR", read: gates("prod", 7), want: "sqlite_autoindex_gates_1 (environment=? AND pr=?)"},
 		planCase{name: "gates of an environment", read: gates("prod", 0), want: "sqlite_autoindex_gates_1 (environment=?)"},
 		planCase{name: "checks of a PR", read: checks("prod", 7), want: "sqlite_autoindex_checks_1 (environment=? AND pr=?)"},

@@ -352,6 +352,30 @@ func (t *sqlTx) Stacks(execID string) ([]store.Stack, error) {
 	return out, t.s.mapErr(rows.Err())
 }
 
+func (t *sqlTx) PlanHashes(execIDs []string) (map[string]map[string]string, error) {
+	ids := slices.Compact(slices.Sorted(slices.Values(execIDs)))
+	out := map[string]map[string]string{}
+	err := inLists(ids, func(list string, args []any) error {
+		rows, err := t.query("SELECT execution_id, stack, plan_hash FROM stacks WHERE execution_id IN "+list, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, stack, hash string
+			if err := rows.Scan(&id, &stack, &hash); err != nil {
+				return t.s.mapErr(err)
+			}
+			if out[id] == nil {
+				out[id] = map[string]string{}
+			}
+			out[id][stack] = hash
+		}
+		return t.s.mapErr(rows.Err())
+	})
+	return out, err
+}
+
 func (t *sqlTx) Stack(execID, stack string) (*store.Stack, error) {
 	s, err := scanStack(t.row("SELECT "+stackCols+" FROM stacks WHERE execution_id = ? AND stack = ?"+t.forUpdate(), execID, stack))
 	if errors.Is(err, sql.ErrNoRows) {

@@ -116,6 +116,31 @@ func (w *whereClause) String() string {
 	return " WHERE " + strings.Join(w.conds, " AND ")
 }
 
+// maxInList bounds the IN list of one query; shorter lists are padded to a power of two so
+// that only a few distinct statements are prepared.
+const maxInList = 256
+
+// inLists calls fn for consecutive parts of names (at most maxInList each, padded with the
+// part's last name), with the part's IN list "(?,?,...)" and its arguments.
+func inLists(names []string, fn func(list string, args []any) error) error {
+	for rest := names; len(rest) > 0; {
+		k := min(len(rest), maxInList)
+		size := 1
+		for size < k {
+			size *= 2
+		}
+		args := make([]any, size)
+		for i := range args {
+			args[i] = rest[min(i, k-1)]
+		}
+		if err := fn("(?"+strings.Repeat(",?", size-1)+")", args); err != nil {
+			return err
+		}
+		rest = rest[k:]
+	}
+	return nil
+}
+
 func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
 	var w whereClause
 	w.eq(env != "", "environment", env)

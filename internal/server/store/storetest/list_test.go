@@ -135,3 +135,50 @@ func BenchmarkExecutionsListEdges(b *testing.B) {
 		}
 	}
 }
+
+// PlanHashes returns every stack's hash of the executions asked for, however many (more than
+// one query's worth), named twice or unknown.
+func TestPlanHashes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		const n = 600
+		var ids []string
+		write(t, s, func(tx store.Tx) error {
+			for i := range n {
+				id := fmt.Sprintf("p%03d", i)
+				ids = append(ids, id)
+				if _, err := tx.CreateExecution(exec1(id, t0)); err != nil {
+					return err
+				}
+				for j := range 1 + i%3 {
+					st := &store.Stack{}
+					st.StackState.Stack, st.Status, st.PlanHash = fmt.Sprintf("s%d", j), "succeeded", fmt.Sprintf("h%d-%d", i, j)
+					if err := tx.SaveStack(id, st); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		asked := append(append([]string{"unknown"}, ids...), ids[:10]...)
+		var got map[string]map[string]string
+		if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.PlanHashes(asked); return }); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != n {
+			t.Fatalf("hashes of %d executions, want %d", len(got), n)
+		}
+		for i, id := range ids {
+			if len(got[id]) != 1+i%3 {
+				t.Fatalf("%s: %v, want %d stacks", id, got[id], 1+i%3)
+			}
+			for j := range 1 + i%3 {
+				if h := got[id][fmt.Sprintf("s%d", j)]; h != fmt.Sprintf("h%d-%d", i, j) {
+					t.Fatalf("%s s%d: hash %q", id, j, h)
+				}
+			}
+		}
+		if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.PlanHashes(nil); return }); err != nil || len(got) != 0 {
+			t.Fatalf("no executions: %v, %v", got, err)
+		}
+	})
+}
