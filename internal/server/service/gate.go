@@ -296,15 +296,6 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: the apply does not match plan %s: %s", store.ErrDenied, plan.ExecutionID, strings.Join(problems, "; "))
 	}
-	claims, err := tx.Claims(in.Environment, now)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range claims {
-		if _, ok := planned[c.Stack]; ok && c.PR != in.PR {
-			return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stack, c.PR, c.ExecutionID, in.Environment)
-		}
-	}
 	classes := map[string]events.Class{}
 	names := make([]string, 0, len(planned))
 	for name, st := range planned {
@@ -312,6 +303,15 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	claims, err := tx.ClaimsOn(in.Environment, 0, names, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		if c.PR != in.PR {
+			return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stack, c.PR, c.ExecutionID, in.Environment)
+		}
+	}
 	var grantIDs []int64
 	var unmet []string
 	required := s.Policy.RequiredGates(in.Environment, classes)

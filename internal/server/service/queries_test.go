@@ -13,12 +13,14 @@ import (
 )
 
 // countingStore counts what the service's transactions read through the Tx methods whose
-// cost grows with the tables: grant queries, and reads of plans' stacks (Stacks, PlanHashes).
+// cost grows with the tables: grant queries, reads of plans' stacks (Stacks, PlanHashes) and
+// claim rows (Claims, ClaimsOn).
 type countingStore struct {
 	store.Store
 	mu           sync.Mutex
 	grantQueries int
 	planReads    int
+	claimRows    int
 }
 
 func (c *countingStore) Read(ctx context.Context, fn func(store.Tx) error) error {
@@ -38,10 +40,21 @@ func (c *countingStore) reset() (grantQueries, planReads int) {
 	return
 }
 
-func (c *countingStore) count(n *int) {
+func (c *countingStore) count(n *int) { c.add(n, 1) }
+
+func (c *countingStore) add(n *int, k int) {
 	c.mu.Lock()
-	*n++
+	*n += k
 	c.mu.Unlock()
+}
+
+// claimsRead returns the claim rows read so far and starts again from zero.
+func (c *countingStore) claimsRead() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.claimRows
+	c.claimRows = 0
+	return n
 }
 
 type countingTx struct {
@@ -57,6 +70,18 @@ func (t *countingTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 func (t *countingTx) Stacks(execID string) ([]store.Stack, error) {
 	t.c.count(&t.c.planReads)
 	return t.Tx.Stacks(execID)
+}
+
+func (t *countingTx) Claims(env string, now time.Time) ([]api.Claim, error) {
+	out, err := t.Tx.Claims(env, now)
+	t.c.add(&t.c.claimRows, len(out))
+	return out, err
+}
+
+func (t *countingTx) ClaimsOn(env string, pr int, stacks []string, now time.Time) ([]api.Claim, error) {
+	out, err := t.Tx.ClaimsOn(env, pr, stacks, now)
+	t.c.add(&t.c.claimRows, len(out))
+	return out, err
 }
 
 func (t *countingTx) PlanHashes(execIDs []string) (map[string]map[string]string, error) {
@@ -134,6 +159,49 @@ func TestGatesReadGrantsOncePerListing(t *testing.T) {
 	})
 }
 
+// Finalizing a plan and checking its gate read the claims of the PR and of the plan's changed
+// stacks, not every claim of the environment; what they decide is unchanged.
+func TestDecisionsReadOnlyTheClaimsTheyNeed(t *testing.T) {
+	forEachCountedStore(t, testPolicy, func(t *testing.T, f *fixture, c *countingStore) {
+		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
+			for i := range 500 {
+				if err := tx.PutClaim(api.Claim{Environment: "prod", Stack: fmt.Sprintf("other/%03d", i), PR: 100 + i%7,
+					ExecutionID: "elsewhere", ClaimedAt: f.now}); err != nil {
+					return err
+				}
+			}
+			return tx.PutClaim(api.Claim{Environment: "prod", Stack: "taken", PR: 9, ExecutionID: "p9", ClaimedAt: f.now})
+		}))
+		c.claimsRead()
+		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "h-d"}, "m": {"mutating", "h-m"}})
+		if n := c.claimsRead(); n != 0 {
+			t.Errorf("finalizing PR 1's first plan read %d claims, want 0 (it has none, nor has anyone on d and m)", n)
+		}
+		f.must(f.approve(1, ""))
+		_, err := f.check("ap1", 1, sp("d", "h-d"), sp("m", "h-m"))
+		f.must(err)
+		if n := c.claimsRead(); n != 2 {
+			t.Errorf("a gate check over d and m read %d claims, want their 2", n)
+		}
+		f.planWith("p2", 1, "s2", map[string][2]string{"d": {"destructive", "h-d2"}, "taken": {"mutating", "h-t"}})
+		if n := c.claimsRead(); n != 3 {
+			t.Errorf("finalizing PR 1's second plan read %d claims, want 3 (its d and m, PR 9's taken)", n)
+		}
+		claims, err := f.Claims(ctx, "prod")
+		f.must(err)
+		held := map[string]int{}
+		for _, cl := range claims {
+			held[cl.Stack] = cl.PR
+		}
+		if len(claims) != 502 || held["d"] != 1 || held["taken"] != 9 || held["m"] != 0 {
+			t.Errorf("%d claims; d held by %d, taken by %d, m by %d; want 502, 1, 9, none", len(claims), held["d"], held["taken"], held["m"])
+		}
+		f.must(f.approve(1, ""))
+		_, err = f.check("ap2", 1, sp("d", "h-d2"), sp("taken", "h-t"))
+		wantErr(t, err, store.ErrDenied, `stack "taken" is claimed by PR #9`)
+	})
+}
+
 // BenchmarkGatesListing lists the gates of an environment: gates PRs with one gate each
 // (their plans' one destructive stack), and 1,000 active grants spread over them.
 func BenchmarkGatesListing(b *testing.B) {
@@ -185,6 +253,84 @@ func BenchmarkGatesListing(b *testing.B) {
 					}
 					if len(out) != gates || !out[0].Satisfied {
 						b.Fatalf("listed %d gates, first %+v", len(out), out[0])
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkDecisionClaims finalizes a plan of 10 changed stacks, and checks the gate of
+// another, in an environment where other PRs hold n claims.
+func BenchmarkDecisionClaims(b *testing.B) {
+	for _, be := range storetest.Backends() {
+		for _, n := range []int{10000, 20000, 40000} {
+			open := func(b *testing.B) *Service {
+				p, err := ParsePolicy("policy.hcl", []byte(testPolicy))
+				if err != nil {
+					b.Fatal(err)
+				}
+				st := be.Open(b)
+				now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+				if err := st.Write(ctx, func(tx store.Tx) error {
+					for i := range n {
+						if err := tx.PutClaim(api.Claim{Environment: "prod", Stack: fmt.Sprintf("other/%05d", i), PR: 100 + i%50,
+							ExecutionID: "elsewhere", ClaimedAt: now}); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+				storetest.Analyze(b, st)
+				svc := New(st, p)
+				svc.Now = func() time.Time { now = now.Add(time.Millisecond); return now }
+				return svc
+			}
+			stacks := make([]string, 10)
+			results := make([]api.StackResult, 10)
+			for i := range stacks {
+				stacks[i] = fmt.Sprintf("mine/%02d", i)
+				results[i] = api.StackResult{Stack: stacks[i], Status: "succeeded", Class: "destructive", PlanHash: "h-" + stacks[i]}
+			}
+			b.Run(fmt.Sprintf("%s/finalize/%d", be.Name, n), func(b *testing.B) {
+				svc := open(b)
+				i := 0
+				for b.Loop() {
+					b.StopTimer()
+					id := fmt.Sprintf("p%d", i)
+					i++
+					if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: 1, SHA: "s", Stacks: stacks}); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					if _, err := svc.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%s/gatecheck/%d", be.Name, n), func(b *testing.B) {
+				svc := open(b)
+				if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "p", Environment: "prod", Op: "plan", PR: 1, SHA: "s", Stacks: stacks}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := svc.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p", Status: "succeeded", Stacks: results}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := svc.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "ok"}); err != nil {
+					b.Fatal(err)
+				}
+				check := &api.GateCheck{Environment: "prod", PR: 1, SHA: "s"}
+				for _, r := range results {
+					check.Stacks = append(check.Stacks, api.StackPlan{Stack: r.Stack, PlanHash: r.PlanHash})
+				}
+				i := 0
+				for b.Loop() {
+					check.ExecutionID = fmt.Sprintf("ap%d", i)
+					i++
+					if _, err := svc.GateCheck(ctx, "runner", check); err != nil {
+						b.Fatal(err)
 					}
 				}
 			})

@@ -472,7 +472,13 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 				classes[st.Stack] = st.Class
 			}
 		}
-		claims, err := tx.Claims(e.Environment, now)
+		changedStacks := make([]string, 0, len(classes))
+		for stack := range classes {
+			changedStacks = append(changedStacks, stack)
+		}
+		// Only the PR's own claims and those on the stacks it changed matter: reading all of the
+		// environment's would cost, inside the write transaction, in proportion to every claim.
+		claims, err := tx.ClaimsOn(e.Environment, e.PR, changedStacks, now)
 		if err != nil {
 			return err
 		}

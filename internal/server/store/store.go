@@ -182,6 +182,10 @@ type Tx interface {
 
 	// Claims lists claims not expired at now (env empty: all environments).
 	Claims(env string, now time.Time) ([]api.Claim, error)
+	// ClaimsOn lists the claims in env not expired at now that are on one of stacks or, when pr
+	// is not 0, that PR pr holds, sorted by stack: the claims a decision over those stacks for
+	// that PR needs, read through indexes in a few queries however many claims env has.
+	ClaimsOn(env string, pr int, stacks []string, now time.Time) ([]api.Claim, error)
 	// PutClaim inserts or replaces the claim on (environment, stack).
 	PutClaim(c api.Claim) error
 	// ReleaseClaims deletes a PR's claims in env (one stack when stack is non-empty).

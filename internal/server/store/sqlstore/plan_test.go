@@ -180,3 +180,17 @@ func TestGateListingsUseIndexes(t *testing.T) {
 	)
 	checkPlans(t, s, drain, cases)
 }
+
+// The claims a decision reads are found through the PR's index and the primary key, not by
+// scanning the environment's claims.
+func TestClaimsOnUsesIndexes(t *testing.T) {
+	s, drain := traced(t)
+	on := func(pr int, stacks ...string) func(tx store.Tx) error {
+		return func(tx store.Tx) error { _, err := tx.ClaimsOn("prod", pr, stacks, t0); return err }
+	}
+	checkPlans(t, s, drain, []planCase{
+		{name: "a PR's claims", read: on(7), want: "claims_env_pr (environment=? AND pr=?)"},
+		{name: "claims on stacks", read: on(0, "a", "b", "c"), want: "sqlite_autoindex_claims_1 (environment=? AND stack=?)"},
+		{name: "both", read: on(7, "a", "b", "c"), want: "claims_env_pr (environment=? AND pr=?)"},
+	})
+}

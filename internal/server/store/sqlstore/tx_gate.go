@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,19 +40,46 @@ func (t *sqlTx) ExecutionPrincipal(id string) (string, error) {
 	return p, t.s.mapErr(err)
 }
 
+const claimSelect = "SELECT environment, stack, pr, execution_id, sha, claimed_at, expires_at FROM claims WHERE (expires_at = 0 OR expires_at > ?)"
+
 func (t *sqlTx) Claims(env string, now time.Time) ([]api.Claim, error) {
-	q := "SELECT environment, stack, pr, execution_id, sha, claimed_at, expires_at FROM claims WHERE (expires_at = 0 OR expires_at > ?)"
+	q := claimSelect
 	args := []any{ns(now)}
 	if env != "" {
 		q += " AND environment = ?"
 		args = append(args, env)
 	}
-	rows, err := t.query(q+" ORDER BY environment, stack", args...)
+	return t.scanClaims(nil, q+" ORDER BY environment, stack", args...)
+}
+
+func (t *sqlTx) ClaimsOn(env string, pr int, stacks []string, now time.Time) ([]api.Claim, error) {
+	var out []api.Claim
+	var err error
+	if pr != 0 {
+		if out, err = t.scanClaims(out, claimSelect+" AND environment = ? AND pr = ?", ns(now), env, pr); err != nil {
+			return nil, err
+		}
+	}
+	names := slices.Compact(slices.Sorted(slices.Values(stacks)))
+	err = inLists(names, func(list string, args []any) error {
+		out, err = t.scanClaims(out, claimSelect+" AND environment = ? AND stack IN "+list, append([]any{ns(now), env}, args...)...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A claim of the PR on one of stacks came twice.
+	slices.SortFunc(out, func(a, b api.Claim) int { return strings.Compare(a.Stack, b.Stack) })
+	return slices.CompactFunc(out, func(a, b api.Claim) bool { return a.Stack == b.Stack }), nil
+}
+
+// scanClaims appends the claims a query of claimSelect's columns returns to out.
+func (t *sqlTx) scanClaims(out []api.Claim, q string, args ...any) ([]api.Claim, error) {
+	rows, err := t.query(q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []api.Claim
 	for rows.Next() {
 		var c api.Claim
 		var claimed, expires int64

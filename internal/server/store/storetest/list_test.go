@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -179,6 +180,68 @@ func TestPlanHashes(t *testing.T) {
 		}
 		if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.PlanHashes(nil); return }); err != nil || len(got) != 0 {
 			t.Fatalf("no executions: %v, %v", got, err)
+		}
+	})
+}
+
+// ClaimsOn returns exactly the claims Claims lists for the environment that are on one of the
+// stacks or held by the PR, sorted by stack: random claims over two environments, some
+// expired, asked for with random stack lists (some longer than one query's worth, with
+// repeats and unclaimed names) and PRs (0 included).
+func TestClaimsOnIsClaimsFiltered(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		rng := rand.New(rand.NewPCG(4, 2))
+		stack := func(i int) string { return fmt.Sprintf("stacks/s%04d", i) }
+		write(t, s, func(tx store.Tx) error {
+			for _, env := range []string{"prod", "dev"} {
+				for i := range 700 {
+					if rng.IntN(3) == 0 {
+						continue
+					}
+					c := api.Claim{Environment: env, Stack: stack(i), PR: 1 + rng.IntN(6), ExecutionID: fmt.Sprint("x", i), SHA: "abc", ClaimedAt: t0}
+					switch rng.IntN(3) {
+					case 0:
+						c.ExpiresAt = t0.Add(-time.Minute)
+					case 1:
+						c.ExpiresAt = t0.Add(time.Hour)
+					}
+					if err := tx.PutClaim(c); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		for round := range 40 {
+			pr := rng.IntN(7)
+			var stacks []string
+			for range rng.IntN([]int{5, 50, 900}[round%3]) {
+				stacks = append(stacks, stack(rng.IntN(750)))
+			}
+			asked := map[string]bool{}
+			for _, st := range stacks {
+				asked[st] = true
+			}
+			_ = s.Read(ctx, func(tx store.Tx) error {
+				all, err := tx.Claims("prod", t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []api.Claim
+				for _, c := range all {
+					if asked[c.Stack] || pr != 0 && c.PR == pr {
+						want = append(want, c)
+					}
+				}
+				got, err := tx.ClaimsOn("prod", pr, stacks, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(want) || len(want) > 0 && !reflect.DeepEqual(got, want) {
+					t.Fatalf("round %d (PR %d, %d stacks): got %d claims, want %d\ngot  %v\nwant %v", round, pr, len(stacks), len(got), len(want), got, want)
+				}
+				return nil
+			})
 		}
 	})
 }

@@ -8,3 +8,7 @@ CREATE INDEX IF NOT EXISTS executions_started ON executions (started_at, id);
 CREATE INDEX IF NOT EXISTS executions_env_started ON executions (environment, started_at, id);
 CREATE INDEX IF NOT EXISTS executions_env_pr_started ON executions (environment, pr, started_at, id);
 CREATE INDEX IF NOT EXISTS executions_pr_started ON executions (pr, started_at, id);
+
+-- The claims a PR holds in an environment: a plan's finalize frees and keeps them; the primary
+-- key (environment, stack) finds those on named stacks.
+CREATE INDEX IF NOT EXISTS claims_env_pr ON claims (environment, pr, stack);
