@@ -80,6 +80,8 @@ type planCase struct {
 	// sortOK allows a temporary b-tree: the read returns every row it finds, so sorting them
 	// costs no more than returning them.
 	sortOK bool
+	// write runs read in a write transaction.
+	write bool
 }
 
 // checkPlans runs each case's read and fails when a statement's plan scans a table, sorts in
@@ -88,7 +90,11 @@ func checkPlans(t *testing.T, s *sqlstore.DB, drain func() []statement, cases []
 	t.Helper()
 	for _, c := range cases {
 		drain()
-		if err := s.Read(ctx, c.read); err != nil {
+		run := s.Read
+		if c.write {
+			run = s.Write
+		}
+		if err := run(ctx, c.read); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		sts := drain()
@@ -192,5 +198,17 @@ func TestClaimsOnUsesIndexes(t *testing.T) {
 		{name: "a PR's claims", read: on(7), want: "claims_env_pr (environment=? AND pr=?)"},
 		{name: "claims on stacks", read: on(0, "a", "b", "c"), want: "sqlite_autoindex_claims_1 (environment=? AND stack=?)"},
 		{name: "both", read: on(7, "a", "b", "c"), want: "claims_env_pr (environment=? AND pr=?)"},
+	})
+}
+
+// Releasing an execution's claims finds them through an index, whether it names a stack or not.
+func TestReleaseExecutionClaimsUsesIndexes(t *testing.T) {
+	s, drain := traced(t)
+	release := func(stack string) func(tx store.Tx) error {
+		return func(tx store.Tx) error { _, err := tx.ReleaseExecutionClaims("prod", "x1", stack); return err }
+	}
+	checkPlans(t, s, drain, []planCase{
+		{name: "one stack", read: release("a"), want: "sqlite_autoindex_claims_1 (environment=? AND stack=?)", write: true},
+		{name: "every stack", read: release(""), want: "claims_env_exec (environment=? AND execution_id=?)", write: true},
 	})
 }

@@ -252,7 +252,11 @@ func (t *sqlTx) ReleaseGrantIDs(ids []int64, by string, at time.Time) (int64, er
 }
 
 func (t *sqlTx) ReleaseExecutionClaims(env, execID, stack string) (int64, error) {
-	return t.exec("DELETE FROM claims WHERE environment = ? AND execution_id = ? AND (? = '' OR stack = ?)", env, execID, stack, stack)
+	var w whereClause
+	w.eq(true, "environment", env)
+	w.eq(true, "execution_id", execID)
+	w.eq(stack != "", "stack", stack)
+	return t.exec("DELETE FROM claims"+w.String(), w.args...)
 }
 
 const leaseCols = "execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at, " +

@@ -245,3 +245,43 @@ func TestClaimsOnIsClaimsFiltered(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkReleaseExecutionClaims has an execution claim 10 stacks and release them all, in
+// an environment where other executions hold n claims.
+func BenchmarkReleaseExecutionClaims(b *testing.B) {
+	for _, be := range Backends() {
+		for _, n := range []int{10000, 40000} {
+			b.Run(fmt.Sprintf("%s/%d", be.Name, n), func(b *testing.B) {
+				s := be.Open(b)
+				if err := s.Write(ctx, func(tx store.Tx) error {
+					for i := range n {
+						if err := tx.PutClaim(api.Claim{Environment: "prod", Stack: fmt.Sprintf("other/%05d", i), PR: 100 + i%50,
+							ExecutionID: fmt.Sprintf("x%d", 100+i%50), ClaimedAt: t0}); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+				Analyze(b, s)
+				for b.Loop() {
+					if err := s.Write(ctx, func(tx store.Tx) error {
+						for i := range 10 {
+							if err := tx.PutClaim(api.Claim{Environment: "prod", Stack: fmt.Sprintf("mine/%02d", i), PR: 1, ExecutionID: "x1", ClaimedAt: t0}); err != nil {
+								return err
+							}
+						}
+						released, err := tx.ReleaseExecutionClaims("prod", "x1", "")
+						if err == nil && released != 10 {
+							err = fmt.Errorf("released %d claims, want 10", released)
+						}
+						return err
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -12,3 +12,6 @@ CREATE INDEX IF NOT EXISTS executions_pr_started ON executions (pr, started_at, 
 -- The claims a PR holds in an environment: a plan's finalize frees and keeps them; the primary
 -- key (environment, stack) finds those on named stacks.
 CREATE INDEX IF NOT EXISTS claims_env_pr ON claims (environment, pr, stack);
+
+-- The claims one execution took, which its runner releases.
+CREATE INDEX IF NOT EXISTS claims_env_exec ON claims (environment, execution_id);
