@@ -100,7 +100,8 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 
 // LogRead returns a stack's log bytes from offset as far as they are contiguous. A recorded gap
 // at offset is stepped over (NextOffset moves past it, listed in Gaps); bytes not received yet end
-// the slice. latest selects the newest generation.
+// the slice, and so does a gap after data (listed, not stepped over) and the MaxLogReadRows-th
+// chunk. latest selects the newest generation.
 func (s *Service) LogRead(ctx context.Context, id, stack string, generation int64, latest bool, offset int64, limit int) (*api.LogSlice, error) {
 	if err := checkName("stack", stack); err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 	}
 	var out *api.LogSlice
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		if _, err := tx.Execution(id); err != nil {
+		if _, _, err := tx.ExecutionCancel(id); err != nil {
 			return err
 		}
 		if latest {
@@ -123,43 +124,86 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 			}
 			generation = g
 		}
-		chunks, err := tx.LogChunks(id, stack, generation, offset, limit)
-		if err != nil {
+		k := &logWalk{stack: stack, generation: generation, pos: offset, limit: limit}
+		if err := k.read(tx, id); err != nil {
 			return err
 		}
-		out = assemble(stack, generation, offset, limit, chunks)
+		out = &api.LogSlice{Stack: stack, Generation: generation, Offset: offset, NextOffset: k.pos}
+		out.Data, out.Gaps = k.data, k.gaps
 		return nil
 	})
 	return out, err
 }
 
-func assemble(stack string, generation, offset int64, limit int, chunks []store.LogChunk) *api.LogSlice {
-	out := &api.LogSlice{Stack: stack, Generation: generation, Offset: offset}
-	pos := offset
-	var data []byte
+// firstLogPage is how many chunks a read asks the store for first; each later page is four times
+// the one before, up to MaxLogReadRows in all: a read that stops early (at the first gap after
+// data) fetches little, a long one takes a few queries.
+const firstLogPage = 64
+
+// logWalk is a read of a log: where it got to (pos) and what it met (data, gaps); it ends after
+// limit bytes of data and at a gap record after data, which it lists without stepping over.
+type logWalk struct {
+	stack      string
+	generation int64
+	pos        int64
+	limit      int
+
+	data []byte
+	gaps []api.LogGap
+	done bool
+}
+
+// read walks the log from k.pos, a page of chunks at a time, until the walk ends or runs out of
+// chunks: the pages together are what one LogChunks from k.pos of k.limit bytes and
+// MaxLogReadRows chunks returns, fetched only as far as the walk goes.
+func (k *logWalk) read(tx store.Tx, execID string) error {
+	page, bytes, rows := firstLogPage, k.limit, 0
+	chunks, err := tx.LogChunks(execID, k.stack, k.generation, k.pos, bytes, page)
+	for {
+		if err != nil {
+			return err
+		}
+		rows += len(chunks)
+		k.walk(chunks)
+		for _, c := range chunks {
+			bytes -= len(c.Data)
+		}
+		// A page short of its rows is the end of the log or of the bytes.
+		if k.done || len(chunks) < page || bytes <= 0 || rows >= MaxLogReadRows {
+			return nil
+		}
+		page = min(4*page, MaxLogReadRows-rows)
+		chunks, err = tx.LogChunksAfter(execID, k.stack, k.generation, chunks[len(chunks)-1].Offset, bytes, page)
+	}
+}
+
+// walk lays out the next chunks (in offset order, the first reaching past k.pos) as a reader
+// meets them; a chunk starting past k.pos (bytes not received) ends the walk.
+func (k *logWalk) walk(chunks []store.LogChunk) {
 	for _, c := range chunks {
-		if c.Offset > pos || len(data) >= limit {
-			break
+		if c.Offset > k.pos || len(k.data) >= k.limit {
+			k.done = true
+			return
 		}
 		end := c.End()
 		if c.GapLength > 0 {
-			out.Gaps = append(out.Gaps, api.LogGap{Generation: generation, From: c.Offset, To: end})
-			if len(data) > 0 {
-				break
+			k.gaps = append(k.gaps, api.LogGap{Generation: k.generation, From: c.Offset, To: end})
+			if len(k.data) > 0 {
+				k.done = true
+				return
 			}
-			pos = max(pos, end)
+			k.pos = max(k.pos, end)
 			continue
 		}
-		if end <= pos {
+		if end <= k.pos {
 			continue
 		}
-		part := c.Data[pos-c.Offset : end-c.Offset]
-		if room := limit - len(data); len(part) > room {
+		part := c.Data[k.pos-c.Offset : end-c.Offset]
+		if room := k.limit - len(k.data); len(part) > room {
 			part = part[:room]
 		}
-		data = append(data, part...)
-		pos += int64(len(part))
+		k.data = append(k.data, part...)
+		k.pos += int64(len(part))
 	}
-	out.Data, out.NextOffset = data, pos
-	return out
+	k.done = len(k.data) >= k.limit
 }

@@ -32,6 +32,7 @@ const (
 	MaxStacks         = 10_000    // stacks of one execution (Init, Finalize, GateCheck)
 	MaxEdges          = 50_000    // run-order edges of one execution
 	DefaultLogReadMax = 1 << 20
+	MaxLogReadRows    = 16 << 10 // log chunks one read looks at (bounds the work of a read of many tiny chunks)
 )
 
 // Service implements the domain rules over a store.

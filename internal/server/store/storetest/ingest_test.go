@@ -347,7 +347,7 @@ func TestHostileLogRowsStayReadable(t *testing.T) {
 			want  int
 		}{{"a", 0, 2}, {"a", 3, 1}, {"a", math.MaxInt64 - 1, 1}, {"b", 5, 1}, {"b", math.MaxInt64, 1}, {"c", 0, 1}} {
 			var got []store.LogChunk
-			if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.LogChunks("e1", tc.stack, 1, tc.from, 1<<20); return }); err != nil {
+			if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.LogChunks("e1", tc.stack, 1, tc.from, 1<<20, 100); return }); err != nil {
 				t.Fatalf("LogChunks %s from %d: %v", tc.stack, tc.from, err)
 			}
 			if len(got) != tc.want {

@@ -164,7 +164,7 @@ var suite = []struct {
 			return err
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			got, _ := tx.LogChunks("e1", "a", 1, 3, 1<<20)
+			got, _ := tx.LogChunks("e1", "a", 1, 3, 1<<20, 100)
 			if len(got) != 4 || got[0].Offset != 0 || string(got[0].Data) != "hello " || got[2].GapLength != 10 {
 				t.Errorf("chunks %+v", got)
 			}

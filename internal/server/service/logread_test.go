@@ -1,0 +1,108 @@
+package service
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// plainAssemble is LogRead worked out the plain way: the chunks that reach past offset as the
+// store returns them (storetest.ChunksFrom, unbounded in rows), laid out as LogRead always has.
+func plainAssemble(log []store.LogChunk, stack string, generation, offset int64, limit int) *api.LogSlice {
+	chunks := storetest.ChunksFrom(log, offset, limit, 1<<30)
+	out := &api.LogSlice{Stack: stack, Generation: generation, Offset: offset}
+	pos := offset
+	var data []byte
+	for _, c := range chunks {
+		if c.Offset > pos || len(data) >= limit {
+			break
+		}
+		end := c.End()
+		if c.GapLength > 0 {
+			out.Gaps = append(out.Gaps, api.LogGap{Generation: generation, From: c.Offset, To: end})
+			if len(data) > 0 {
+				break
+			}
+			pos = max(pos, end)
+			continue
+		}
+		if end <= pos {
+			continue
+		}
+		part := c.Data[pos-c.Offset : end-c.Offset]
+		if room := limit - len(data); len(part) > room {
+			part = part[:room]
+		}
+		data = append(data, part...)
+		pos += int64(len(part))
+	}
+	out.Data, out.NextOffset = data, pos
+	return out
+}
+
+// LogRead answers what the plain reading of the whole log does, from every kind of offset and
+// under every limit, for runner-shaped logs and for logs whose chunks overlap.
+func TestLogReadMatchesThePlainReading(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"tiled", "overlapping"}})
+		f.must(err)
+		r := rand.New(rand.NewPCG(5, 6))
+		logs := map[string][]store.LogChunk{"tiled": storetest.RandomLog(r, 400, true), "overlapping": storetest.RandomLog(r, 400, false)}
+		for stack, log := range logs {
+			storetest.WriteLog(t, f.Store, "e1", stack, 1, log)
+		}
+		for stack, log := range logs {
+			end := log[len(log)-1].End()
+			for i := range 300 {
+				off := r.Int64N(min(end, 200_000) + 10)
+				if i%3 == 0 {
+					off = log[r.IntN(len(log))].Offset
+				}
+				limit := 1 + r.IntN(3000)
+				got, err := f.LogRead(ctx, "e1", stack, 1, false, off, limit)
+				f.must(err)
+				if want := plainAssemble(log, stack, 1, off, limit); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("%s from %d, limit %d:\n got %+v\nwant %+v", stack, off, limit, got, want)
+				}
+			}
+		}
+	})
+}
+
+// A read looks at MaxLogReadRows chunks at most: a log of one-byte chunks is read in slices of
+// that many bytes, and followed to its end all the same.
+func TestLogReadStopsAtMaxRows(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		n := MaxLogReadRows + 1000
+		log := make([]store.LogChunk, n)
+		for i := range log {
+			log[i] = store.LogChunk{Offset: int64(i), Data: []byte{'a' + byte(i%26)}}
+		}
+		storetest.WriteLog(t, f.Store, "e1", "a", 1, log)
+		sl, err := f.LogRead(ctx, "e1", "a", 1, false, 0, 4<<20)
+		f.must(err)
+		if len(sl.Data) != MaxLogReadRows || sl.NextOffset != MaxLogReadRows {
+			t.Fatalf("one read of %d one-byte chunks: %d bytes, next offset %d; want %d", n, len(sl.Data), sl.NextOffset, MaxLogReadRows)
+		}
+		var all []byte
+		for off := int64(0); ; {
+			sl, err := f.LogRead(ctx, "e1", "a", 1, false, off, 4<<20)
+			f.must(err)
+			all = append(all, sl.Data...)
+			if sl.NextOffset == off {
+				break
+			}
+			off = sl.NextOffset
+		}
+		if len(all) != n || !bytes.Equal(all[:26], []byte("abcdefghijklmnopqrstuvwxyz")) {
+			t.Fatalf("followed to its end: %d bytes, want %d", len(all), n)
+		}
+	})
+}
