@@ -3,7 +3,9 @@ package service
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -103,6 +105,77 @@ func TestLogReadStopsAtMaxRows(t *testing.T) {
 		}
 		if len(all) != n || !bytes.Equal(all[:26], []byte("abcdefghijklmnopqrstuvwxyz")) {
 			t.Fatalf("followed to its end: %d bytes, want %d", len(all), n)
+		}
+	})
+}
+
+// ReadLogSpan, followed from any offset in bounded steps, gives the log's bytes once each in order,
+// every gap's bytes past the offset as lost before the bytes after it, and stops where bytes were
+// never received; each step keeps to its limit and gap bound.
+func TestReadLogSpanCoversTheLog(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		r := rand.New(rand.NewPCG(9, 10))
+		log := storetest.RandomLog(r, 600, true)
+		storetest.WriteLog(t, f.Store, "e1", "a", 1, log)
+		for range 40 {
+			from := r.Int64N(log[len(log)-1].End() + 10)
+			var want strings.Builder
+			wantEnd, lost, pos := from, int64(0), from
+			for _, c := range storetest.ChunksFrom(log, from, 1<<30, 1<<30) {
+				if c.Offset > pos {
+					break
+				}
+				if c.GapLength > 0 {
+					lost += c.End() - pos
+				} else {
+					if lost > 0 {
+						fmt.Fprintf(&want, "[-%d]", lost)
+						lost = 0
+					}
+					want.Write(c.Data[pos-c.Offset:])
+				}
+				pos = c.End()
+				wantEnd = pos
+			}
+			if lost > 0 {
+				fmt.Fprintf(&want, "[-%d]", lost)
+			}
+			var got strings.Builder
+			lost, off := 0, from
+			for {
+				limit, maxGaps := 1+r.IntN(500), 1+r.IntN(20)
+				sp, err := f.ReadLogSpan(ctx, "e1", "a", 1, off, math.MaxInt64, limit, maxGaps)
+				f.must(err)
+				data, gaps := 0, 0
+				for _, p := range sp.Parts {
+					if p.Data == nil {
+						gaps++
+						lost += p.Lost
+						continue
+					}
+					if lost > 0 {
+						fmt.Fprintf(&got, "[-%d]", lost)
+						lost = 0
+					}
+					data += len(p.Data)
+					got.Write(p.Data)
+				}
+				if data > limit || gaps > maxGaps {
+					t.Fatalf("from %d: a read of limit %d, %d gaps gave %d bytes, %d gaps", off, limit, maxGaps, data, gaps)
+				}
+				if sp.NextOffset == off {
+					break
+				}
+				off = sp.NextOffset
+			}
+			if lost > 0 {
+				fmt.Fprintf(&got, "[-%d]", lost)
+			}
+			if got.String() != want.String() || off != wantEnd {
+				t.Fatalf("from %d: read to %d:\n%q\nwant to %d:\n%q", from, off, got.String(), wantEnd, want.String())
+			}
 		}
 	})
 }

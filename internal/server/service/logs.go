@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"math"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -124,12 +125,62 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 			}
 			generation = g
 		}
-		k := &logWalk{stack: stack, generation: generation, pos: offset, limit: limit}
+		k := &logWalk{stack: stack, generation: generation, pos: offset, until: math.MaxInt64, limit: limit, maxGaps: math.MaxInt}
 		if err := k.read(tx, id); err != nil {
 			return err
 		}
 		out = &api.LogSlice{Stack: stack, Generation: generation, Offset: offset, NextOffset: k.pos}
-		out.Data, out.Gaps = k.data, k.gaps
+		for _, p := range k.parts {
+			if p.Data != nil {
+				out.Data = append(out.Data, p.Data...)
+			} else {
+				out.Gaps = append(out.Gaps, p.Gap)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LogSpan is a stretch of a stack's log read across its gaps.
+type LogSpan struct {
+	// Parts are the stretch's data and gaps in offset order.
+	Parts []LogPart
+	// NextOffset is where the stretch ends.
+	NextOffset int64
+}
+
+// LogPart is consecutive bytes of a log, or (Data nil) a gap record met on the way.
+type LogPart struct {
+	Data []byte
+	// Gap is the gap record as stored; Lost is how many of its bytes the stretch had not
+	// already passed (those before where the read started, or covered by what came before, are
+	// not counted).
+	Gap  api.LogGap
+	Lost int64
+}
+
+// ReadLogSpan reads a stack's log from offset up to until, stepping over the gaps on the way (a
+// page shows where bytes were lost and goes on): at most limit bytes of data, maxGaps gap
+// records (so at most maxGaps+1 data parts) and MaxLogReadRows chunks. Bytes not received yet
+// end it.
+func (s *Service) ReadLogSpan(ctx context.Context, id, stack string, generation, offset, until int64, limit, maxGaps int) (*LogSpan, error) {
+	if offset < 0 {
+		return nil, invalid("offset %d is negative", offset)
+	}
+	out := &LogSpan{NextOffset: offset}
+	if limit <= 0 || maxGaps <= 0 || until <= offset {
+		return out, nil
+	}
+	err := s.Store.Read(ctx, func(tx store.Tx) error {
+		if _, _, err := tx.ExecutionCancel(id); err != nil {
+			return err
+		}
+		k := &logWalk{stack: stack, generation: generation, pos: offset, until: until, limit: limit, maxGaps: maxGaps, span: true}
+		if err := k.read(tx, id); err != nil {
+			return err
+		}
+		out.Parts, out.NextOffset = k.parts, k.pos
 		return nil
 	})
 	return out, err
@@ -140,17 +191,19 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 // data) fetches little, a long one takes a few queries.
 const firstLogPage = 64
 
-// logWalk is a read of a log: where it got to (pos) and what it met (data, gaps); it ends after
-// limit bytes of data and at a gap record after data, which it lists without stepping over.
+// logWalk is a read of a log: where it got to (pos) and what it met (parts), under its bounds:
+// it ends at until, after limit bytes of data or maxGaps gap records, and (unless span) at a gap
+// record after data, which it lists without stepping over.
 type logWalk struct {
-	stack      string
-	generation int64
-	pos        int64
-	limit      int
+	stack          string
+	generation     int64
+	pos, until     int64
+	limit, maxGaps int
+	span           bool
 
-	data []byte
-	gaps []api.LogGap
-	done bool
+	parts      []LogPart
+	data, gaps int
+	done       bool
 }
 
 // read walks the log from k.pos, a page of chunks at a time, until the walk ends or runs out of
@@ -178,32 +231,42 @@ func (k *logWalk) read(tx store.Tx, execID string) error {
 }
 
 // walk lays out the next chunks (in offset order, the first reaching past k.pos) as a reader
-// meets them; a chunk starting past k.pos (bytes not received) ends the walk.
+// meets them; a chunk starting past k.pos (bytes not received) ends the walk. Consecutive bytes
+// make one part; with span, a gap record adding no byte (within until) is counted, not listed.
 func (k *logWalk) walk(chunks []store.LogChunk) {
 	for _, c := range chunks {
-		if c.Offset > k.pos || len(k.data) >= k.limit {
+		if c.Offset > k.pos || k.data >= k.limit || k.gaps >= k.maxGaps || k.pos >= k.until {
 			k.done = true
 			return
 		}
 		end := c.End()
 		if c.GapLength > 0 {
-			k.gaps = append(k.gaps, api.LogGap{Generation: k.generation, From: c.Offset, To: end})
-			if len(k.data) > 0 {
+			k.gaps++
+			lost := max(0, min(end, k.until)-k.pos)
+			if !k.span || lost > 0 {
+				k.parts = append(k.parts, LogPart{Gap: api.LogGap{Generation: k.generation, From: c.Offset, To: end}, Lost: lost})
+			}
+			if k.data > 0 && !k.span {
 				k.done = true
 				return
 			}
-			k.pos = max(k.pos, end)
+			k.pos = max(k.pos, min(end, k.until))
 			continue
 		}
 		if end <= k.pos {
 			continue
 		}
 		part := c.Data[k.pos-c.Offset : end-c.Offset]
-		if room := k.limit - len(k.data); len(part) > room {
+		if room := min(int64(k.limit-k.data), k.until-k.pos); int64(len(part)) > room {
 			part = part[:room]
 		}
-		k.data = append(k.data, part...)
+		if n := len(k.parts); n > 0 && k.parts[n-1].Data != nil {
+			k.parts[n-1].Data = append(k.parts[n-1].Data, part...)
+		} else {
+			k.parts = append(k.parts, LogPart{Data: append([]byte{}, part...)})
+		}
+		k.data += len(part)
 		k.pos += int64(len(part))
 	}
-	k.done = len(k.data) >= k.limit
+	k.done = k.data >= k.limit || k.gaps >= k.maxGaps || k.pos >= k.until
 }

@@ -12,23 +12,21 @@ import (
 )
 
 // logUI returns a UI over a SQLite store whose execution e1 has stack a, whose generation 1 log is
-// chunks (written straight through the store).
+// chunks.
 func logUI(tb testing.TB, chunks []store.LogChunk) *UI {
 	tb.Helper()
-	ctx := context.Background()
 	st := storetest.OpenSQLite(tb)
+	u := newUI(tb, st)
+	storetest.WriteLog(tb, st, "e1", "a", 1, chunks)
+	return u
+}
+
+// newUI returns a UI over st, where execution e1 has stack a.
+func newUI(tb testing.TB, st store.Store) *UI {
+	tb.Helper()
 	svc := service.New(st, nil)
-	if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
+	if _, err := svc.Init(context.Background(), "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
 		tb.Fatal(err)
-	}
-	for from := 0; from < len(chunks); from += 1000 {
-		part := chunks[from:min(from+1000, len(chunks))]
-		for i := range part {
-			part[i].ExecutionID, part[i].Stack, part[i].Generation = "e1", "a", 1
-		}
-		if err := st.Write(ctx, func(tx store.Tx) error { _, err := tx.AddLogChunks(part); return err }); err != nil {
-			tb.Fatal(err)
-		}
 	}
 	return &UI{Service: svc}
 }
