@@ -179,3 +179,48 @@ func TestReadLogSpanCoversTheLog(t *testing.T) {
 		}
 	})
 }
+
+// Gap lists are bounded: a log of thousands of overlapping gaps (one request can hold them) is
+// read MaxLogReadGaps gaps a slice, to its end in a few reads, and its execution lists the first
+// MaxStackGaps of them, saying there are more.
+func TestGapListsAreBounded(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		f.must(err)
+		const n = 5 * MaxLogReadGaps
+		log := []store.LogChunk{{Offset: 0, Data: []byte("x")}}
+		for i := range n {
+			log = append(log, store.LogChunk{Offset: int64(i + 1), GapLength: 1 << 39})
+		}
+		storetest.WriteLog(t, f.Store, "e1", "a", 1, log)
+		storetest.WriteLog(t, f.Store, "e1", "b", 1, []store.LogChunk{{Offset: 0, Data: []byte("ok")}, {Offset: 2, GapLength: 5}})
+		listed := map[int64]bool{}
+		reads := 0
+		for off := int64(0); ; reads++ {
+			sl, err := f.LogRead(ctx, "e1", "a", 1, false, off, 100)
+			f.must(err)
+			if len(sl.Gaps) > MaxLogReadGaps {
+				t.Fatalf("a read from %d lists %d gaps", off, len(sl.Gaps))
+			}
+			for _, g := range sl.Gaps {
+				listed[g.From] = true
+			}
+			if sl.NextOffset == off {
+				break
+			}
+			off = sl.NextOffset
+		}
+		if reads > 4 || !listed[1] || !listed[MaxLogReadGaps] || !listed[n] {
+			t.Fatalf("followed in %d reads, listing gaps at 1: %v, %d: %v, %d: %v", reads, listed[1], MaxLogReadGaps, listed[MaxLogReadGaps], n, listed[n])
+		}
+		x, err := f.Execution(ctx, "e1")
+		f.must(err)
+		a, b := x.Stacks[0], x.Stacks[1]
+		if len(a.Gaps) != MaxStackGaps || !a.GapsTruncated || a.Gaps[0].From != 1 || a.Gaps[MaxStackGaps-1].From != MaxStackGaps {
+			t.Fatalf("stack a lists %d gaps (truncated %v) from %+v", len(a.Gaps), a.GapsTruncated, a.Gaps[0])
+		}
+		if len(b.Gaps) != 1 || b.GapsTruncated || b.LogBytes != 7 {
+			t.Fatalf("stack b: %+v", b)
+		}
+	})
+}

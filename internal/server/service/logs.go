@@ -101,8 +101,8 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 
 // LogRead returns a stack's log bytes from offset as far as they are contiguous. A recorded gap
 // at offset is stepped over (NextOffset moves past it, listed in Gaps); bytes not received yet end
-// the slice, and so does a gap after data (listed, not stepped over) and the MaxLogReadRows-th
-// chunk. latest selects the newest generation.
+// the slice, and so does a gap after data (listed, not stepped over), the MaxLogReadGaps-th gap and
+// the MaxLogReadRows-th chunk. latest selects the newest generation.
 func (s *Service) LogRead(ctx context.Context, id, stack string, generation int64, latest bool, offset int64, limit int) (*api.LogSlice, error) {
 	if err := checkName("stack", stack); err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 			}
 			generation = g
 		}
-		k := &logWalk{stack: stack, generation: generation, pos: offset, until: math.MaxInt64, limit: limit, maxGaps: math.MaxInt}
+		k := &logWalk{stack: stack, generation: generation, pos: offset, until: math.MaxInt64, limit: limit, maxGaps: MaxLogReadGaps}
 		if err := k.read(tx, id); err != nil {
 			return err
 		}

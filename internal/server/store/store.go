@@ -81,7 +81,10 @@ type LogSummary struct {
 	Generation int64
 	// Bytes is the offset just past the generation's last chunk (the one that starts last).
 	Bytes int64
-	Gaps  []api.LogGap
+	// Gaps are the generation's first gap records by offset, as many as LogSummaries was asked
+	// for; GapsTruncated reports that it has more.
+	Gaps          []api.LogGap
+	GapsTruncated bool
 }
 
 // Lease is the requester a satisfied gate check leased to an apply execution.
@@ -179,8 +182,9 @@ type Tx interface {
 	LogChunksAfter(execID, stack string, generation, after int64, maxBytes, maxRows int) ([]LogChunk, error)
 	// LatestGeneration returns the highest generation logged for a stack (0 when none).
 	LatestGeneration(execID, stack string) (int64, error)
-	// LogSummaries describes the latest log generation of each stack of an execution.
-	LogSummaries(execID string) ([]LogSummary, error)
+	// LogSummaries describes the latest log generation of each stack of an execution, with at
+	// most maxGaps of its gap records each, sorted by stack.
+	LogSummaries(execID string, maxGaps int) ([]LogSummary, error)
 
 	// Claims lists claims not expired at now (env empty: all environments).
 	Claims(env string, now time.Time) ([]api.Claim, error)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
@@ -208,5 +209,23 @@ func TestLogFeedShowsTheLog(t *testing.T) {
 		if text, _ := logText(t, later); !bytes.Equal([]byte(text), []byte(plainText(chunks))) {
 			t.Fatalf("round %d: a later snapshot:\n got %q\nwant %q", round, text, plainText(chunks))
 		}
+	}
+}
+
+// An execution's state shows the first gaps of a stack's log and says there are more, instead of
+// a line per gap however many.
+func TestStateShowsBoundedGaps(t *testing.T) {
+	ctx := context.Background()
+	chunks := []store.LogChunk{{Offset: 0, Data: []byte("x")}}
+	for i := range 3 * service.MaxStackGaps {
+		chunks = append(chunks, store.LogChunk{Offset: int64(i + 1), GapLength: 1 << 39})
+	}
+	u := logUI(t, chunks)
+	v := &executionView{ui: u, id: "e1", cursors: map[string]*logCursor{}}
+	if _, _, err := v.update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(v.state), "lost bytes "); n != service.MaxStackGaps+1 || !strings.Contains(string(v.state), "more gaps than listed") {
+		t.Fatalf("the state lists %d gaps: %.300s", n, v.state)
 	}
 }

@@ -5,5 +5,5 @@ const (
 	LogExtentSQL      = logExtentSQL
 	LogExtentAfterSQL = logExtentAfterSQL
 	LogDataSQL        = logDataSQL
-	LogSizesSQL       = logSizesSQL
+	LogSummarySQL     = logSummarySQL
 )

@@ -70,8 +70,10 @@ func TestLogReadsSeekOnSQLite(t *testing.T) {
 	check("extent after", plan(sqlstore.LogExtentAfterSQL, "e", "s", 1, 10, 100),
 		"USING COVERING INDEX log_chunks_extent (execution_id=? AND stack=? AND generation=? AND off>?)")
 	check("data", plan(sqlstore.LogDataSQL, "e", "s", 1, 10, 20), "(execution_id=? AND stack=? AND generation=? AND off>? AND off<?)")
-	sizes := plan(sqlstore.LogSizesSQL, "e", "e", "e", int64(math.MaxInt64), int64(math.MaxInt64), "e")
-	check("sizes", sizes, "USING COVERING INDEX log_chunks_extent (execution_id=? AND stack=? AND generation=?)")
+	top := int64(math.MaxInt64)
+	sums := plan(sqlstore.LogSummarySQL, "e", "e", "e", top, top, "e", "e", 101)
+	check("summaries", sums, "USING COVERING INDEX log_chunks_extent (execution_id=? AND stack=? AND generation=?)")
 	// The next stack after another is the first index entry past it (min() stops there).
-	check("sizes", sizes, "(execution_id=? AND stack>?)")
+	check("summaries", sums, "(execution_id=? AND stack>?)")
+	check("summaries", sums, "USING COVERING INDEX log_chunks_gaps (execution_id=? AND stack=? AND generation=?)")
 }

@@ -12,6 +12,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -866,48 +867,46 @@ const logStacksSQL = "WITH RECURSIVE s(stack) AS (SELECT MIN(stack) FROM log_chu
 	"g AS (SELECT s.stack, (SELECT MAX(c.generation) FROM log_chunks c WHERE c.execution_id = ? AND c.stack = s.stack) AS generation " +
 	"FROM s WHERE s.stack IS NOT NULL) "
 
-// logSizesSQL is each stack's latest generation and where its last chunk ends: one seek of the
-// covering index, where the greatest end of every chunk would read them all.
-const logSizesSQL = logStacksSQL + "SELECT g.stack, g.generation, (SELECT " + chunkEndSQL + " FROM log_chunks c " +
-	"WHERE c.execution_id = ? AND c.stack = g.stack AND c.generation = g.generation ORDER BY c.off DESC LIMIT 1) FROM g"
+// logSummarySQL is each stack's latest generation, where its last chunk ends (one seek of the
+// covering index, where the greatest end of every chunk would read them all) and its first gap
+// records up to a given number ("offset,length" separated by spaces), read from the gap index.
+const logSummarySQL = logStacksSQL + "SELECT g.stack, g.generation, (SELECT " + chunkEndSQL + " FROM log_chunks c " +
+	"WHERE c.execution_id = ? AND c.stack = g.stack AND c.generation = g.generation ORDER BY c.off DESC LIMIT 1), " +
+	"(SELECT string_agg(CAST(x.off AS TEXT) || ',' || CAST(x.gap_length AS TEXT), ' ') FROM (SELECT c.off, c.gap_length FROM log_chunks c " +
+	"WHERE c.execution_id = ? AND c.stack = g.stack AND c.generation = g.generation AND c.gap_length > 0 ORDER BY c.off LIMIT ?) x) FROM g"
 
-func (t *sqlTx) LogSummaries(execID string) ([]store.LogSummary, error) {
-	rows, err := t.query(logSizesSQL, execID, execID, execID, int64(math.MaxInt64), int64(math.MaxInt64), execID)
+func (t *sqlTx) LogSummaries(execID string, maxGaps int) ([]store.LogSummary, error) {
+	maxGaps = max(maxGaps, 0)
+	rows, err := t.query(logSummarySQL, execID, execID, execID, int64(math.MaxInt64), int64(math.MaxInt64), execID, execID, maxGaps+1)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var out []store.LogSummary
-	index := map[string]int{}
 	for rows.Next() {
 		var s store.LogSummary
-		if err := rows.Scan(&s.Stack, &s.Generation, &s.Bytes); err != nil {
-			rows.Close()
+		var gaps sql.NullString
+		if err := rows.Scan(&s.Stack, &s.Generation, &s.Bytes, &gaps); err != nil {
 			return nil, t.s.mapErr(err)
+		}
+		for _, g := range strings.Fields(gaps.String) {
+			off, length, _ := strings.Cut(g, ",")
+			from, err1 := strconv.ParseInt(off, 10, 64)
+			n, err2 := strconv.ParseInt(length, 10, 64)
+			if err := cmp.Or(err1, err2); err != nil {
+				return nil, fmt.Errorf("%w: gap %q of stack %q: %v", store.ErrUnavailable, g, s.Stack, err)
+			}
+			s.Gaps = append(s.Gaps, api.LogGap{Generation: s.Generation, From: from, To: addSat(from, n)})
+		}
+		slices.SortFunc(s.Gaps, func(a, b api.LogGap) int { return cmp.Compare(a.From, b.From) })
+		if len(s.Gaps) > maxGaps {
+			s.Gaps, s.GapsTruncated = s.Gaps[:maxGaps], true
 		}
 		out = append(out, s)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, t.s.mapErr(err)
 	}
 	slices.SortFunc(out, func(a, b store.LogSummary) int { return strings.Compare(a.Stack, b.Stack) })
-	for i, s := range out {
-		index[s.Stack] = i
-	}
-	gaps, err := t.query("SELECT stack, generation, off, gap_length FROM log_chunks WHERE execution_id = ? AND gap_length > 0 ORDER BY stack, generation, off", execID)
-	if err != nil {
-		return nil, err
-	}
-	defer gaps.Close()
-	for gaps.Next() {
-		var stack string
-		var g, off, length int64
-		if err := gaps.Scan(&stack, &g, &off, &length); err != nil {
-			return nil, t.s.mapErr(err)
-		}
-		if i, ok := index[stack]; ok && out[i].Generation == g {
-			out[i].Gaps = append(out[i].Gaps, api.LogGap{Generation: g, From: off, To: addSat(off, length)})
-		}
-	}
-	return out, t.s.mapErr(gaps.Err())
+	return out, nil
 }

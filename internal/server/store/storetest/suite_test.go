@@ -172,7 +172,7 @@ var suite = []struct {
 			if g != 1 {
 				t.Errorf("latest generation %d", g)
 			}
-			sum, _ := tx.LogSummaries("e1")
+			sum, _ := tx.LogSummaries("e1", 100)
 			if len(sum) != 1 || sum[0].Bytes != 26 || sum[0].Generation != 1 || len(sum[0].Gaps) != 1 || sum[0].Gaps[0].To != 22 {
 				t.Errorf("summaries %+v", sum)
 			}
