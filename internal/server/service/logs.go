@@ -152,6 +152,7 @@ type LogSpan struct {
 
 // LogPart is consecutive bytes of a log, or (Data nil) a gap record met on the way.
 type LogPart struct {
+	// Data are the bytes from where the previous part ended (or the read started).
 	Data []byte
 	// Gap is the gap record as stored; Lost is how many of its bytes the stretch had not
 	// already passed (those before where the read started, or covered by what came before, are

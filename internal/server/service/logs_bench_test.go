@@ -9,23 +9,14 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
-// seedLog returns a service whose execution e1 has stack a, whose generation 1 log is chunks
-// (written straight through the store, a thousand a transaction).
+// seedLog returns a service whose execution e1 has stack a, whose generation 1 log is chunks.
 func seedLog(tb testing.TB, st store.Store, chunks []store.LogChunk) *Service {
 	tb.Helper()
 	svc := New(st, nil)
 	if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
 		tb.Fatal(err)
 	}
-	for from := 0; from < len(chunks); from += 1000 {
-		part := chunks[from:min(from+1000, len(chunks))]
-		for i := range part {
-			part[i].ExecutionID, part[i].Stack, part[i].Generation = "e1", "a", 1
-		}
-		if err := st.Write(ctx, func(tx store.Tx) error { _, err := tx.AddLogChunks(part); return err }); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	storetest.WriteLog(tb, st, "e1", "a", 1, chunks)
 	return svc
 }
 
