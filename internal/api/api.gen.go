@@ -481,7 +481,9 @@ type LogGap struct {
 
 // LogSlice defines model for LogSlice.
 type LogSlice struct {
-	Data       []byte   `json:"data,omitempty,omitzero"`
+	Data []byte `json:"data,omitempty,omitzero"`
+
+	// Gaps The gap records the slice met: those it stepped over from offset, and the one after its data when a gap ended it. A slice lists at most 1,000 and then ends (next_offset is past the last it stepped over): read on from next_offset for the others.
 	Gaps       []LogGap `json:"gaps,omitempty,omitzero"`
 	Generation int64    `json:"generation"`
 	NextOffset int64    `json:"next_offset"`
@@ -534,10 +536,15 @@ type StackState struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts        Counts         `json:"counts,omitempty,omitzero"`
-	Destructive   []string       `json:"destructive,omitempty,omitzero"`
-	Error         string         `json:"error,omitempty,omitzero"`
-	Gaps          []LogGap       `json:"gaps,omitempty,omitzero"`
+	Counts      Counts   `json:"counts,omitempty,omitzero"`
+	Destructive []string `json:"destructive,omitempty,omitzero"`
+	Error       string   `json:"error,omitempty,omitzero"`
+
+	// Gaps The first gap records of the latest log generation by offset (ranges the runner could not post), at most 100.
+	Gaps []LogGap `json:"gaps,omitempty,omitzero"`
+
+	// GapsTruncated The latest log generation has more gap records than gaps lists; reading the log (GET /executions/{id}/log) lists them all.
+	GapsTruncated bool           `json:"gaps_truncated,omitempty,omitzero"`
 	LogBytes      int64          `json:"log_bytes,omitempty,omitzero"`
 	LogGeneration int64          `json:"log_generation,omitempty,omitzero"`
 	Phase         string         `json:"phase,omitempty,omitzero"`

@@ -210,7 +210,10 @@ func logCell(st api.StackState) string {
 	if st.LogGeneration > 0 {
 		s += fmt.Sprintf(" gen %d", st.LogGeneration)
 	}
-	if len(st.Gaps) > 0 {
+	switch {
+	case st.GapsTruncated:
+		s += fmt.Sprintf(" (%d+ gaps)", len(st.Gaps))
+	case len(st.Gaps) > 0:
 		s += fmt.Sprintf(" (%d gaps)", len(st.Gaps))
 	}
 	return s

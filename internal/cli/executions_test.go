@@ -95,3 +95,21 @@ func TestExecutionsUsage(t *testing.T) {
 	wantUsage(t, "accepts 1 arg", "executions", "show")
 	wantUsage(t, "invalid argument", "executions", "list", "--pr", "seven")
 }
+
+// A stack's log cell counts its gaps, and says when the server listed only the first ones.
+func TestLogCellCountsGaps(t *testing.T) {
+	gaps := make([]api.LogGap, 3)
+	for _, tc := range []struct {
+		st   api.StackState
+		want string
+	}{
+		{api.StackState{}, ""},
+		{api.StackState{LogBytes: 10, LogGeneration: 1}, "10 B gen 1"},
+		{api.StackState{LogBytes: 10, Gaps: gaps}, "10 B (3 gaps)"},
+		{api.StackState{LogBytes: 10, Gaps: gaps, GapsTruncated: true}, "10 B (3+ gaps)"},
+	} {
+		if got := logCell(tc.st); got != tc.want {
+			t.Errorf("logCell(%+v) = %q, want %q", tc.st, got, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"math"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -100,7 +101,8 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 
 // LogRead returns a stack's log bytes from offset as far as they are contiguous. A recorded gap
 // at offset is stepped over (NextOffset moves past it, listed in Gaps); bytes not received yet end
-// the slice. latest selects the newest generation.
+// the slice, and so does a gap after data (listed, not stepped over), the MaxLogReadGaps-th gap and
+// the MaxLogReadRows-th chunk. latest selects the newest generation.
 func (s *Service) LogRead(ctx context.Context, id, stack string, generation int64, latest bool, offset int64, limit int) (*api.LogSlice, error) {
 	if err := checkName("stack", stack); err != nil {
 		return nil, err
@@ -113,7 +115,7 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 	}
 	var out *api.LogSlice
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		if _, err := tx.Execution(id); err != nil {
+		if _, _, err := tx.ExecutionCancel(id); err != nil {
 			return err
 		}
 		if latest {
@@ -123,43 +125,149 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 			}
 			generation = g
 		}
-		chunks, err := tx.LogChunks(id, stack, generation, offset, limit)
-		if err != nil {
+		k := &logWalk{stack: stack, generation: generation, pos: offset, until: math.MaxInt64, limit: limit, maxGaps: MaxLogReadGaps}
+		if err := k.read(tx, id); err != nil {
 			return err
 		}
-		out = assemble(stack, generation, offset, limit, chunks)
+		out = &api.LogSlice{Stack: stack, Generation: generation, Offset: offset, NextOffset: k.pos}
+		for _, p := range k.parts {
+			if p.Data != nil {
+				out.Data = append(out.Data, p.Data...)
+			} else {
+				out.Gaps = append(out.Gaps, p.Gap)
+			}
+		}
 		return nil
 	})
 	return out, err
 }
 
-func assemble(stack string, generation, offset int64, limit int, chunks []store.LogChunk) *api.LogSlice {
-	out := &api.LogSlice{Stack: stack, Generation: generation, Offset: offset}
-	pos := offset
-	var data []byte
+// LogSpan is a stretch of a stack's log read across its gaps.
+type LogSpan struct {
+	// Parts are the stretch's data and gaps in offset order.
+	Parts []LogPart
+	// NextOffset is where the stretch ends.
+	NextOffset int64
+}
+
+// LogPart is consecutive bytes of a log, or (Data nil) a gap record met on the way.
+type LogPart struct {
+	// Data are the bytes from where the previous part ended (or the read started).
+	Data []byte
+	// Gap is the gap record as stored; Lost is how many of its bytes the stretch had not
+	// already passed (those before where the read started, or covered by what came before, are
+	// not counted).
+	Gap  api.LogGap
+	Lost int64
+}
+
+// ReadLogSpan reads a stack's log from offset up to until, stepping over the gaps on the way (a
+// page shows where bytes were lost and goes on): at most limit bytes of data, maxGaps gap
+// records (so at most maxGaps+1 data parts) and MaxLogReadRows chunks. Bytes not received yet
+// end it.
+func (s *Service) ReadLogSpan(ctx context.Context, id, stack string, generation, offset, until int64, limit, maxGaps int) (*LogSpan, error) {
+	if offset < 0 {
+		return nil, invalid("offset %d is negative", offset)
+	}
+	out := &LogSpan{NextOffset: offset}
+	if limit <= 0 || maxGaps <= 0 || until <= offset {
+		return out, nil
+	}
+	err := s.Store.Read(ctx, func(tx store.Tx) error {
+		if _, _, err := tx.ExecutionCancel(id); err != nil {
+			return err
+		}
+		k := &logWalk{stack: stack, generation: generation, pos: offset, until: until, limit: limit, maxGaps: maxGaps, span: true}
+		if err := k.read(tx, id); err != nil {
+			return err
+		}
+		out.Parts, out.NextOffset = k.parts, k.pos
+		return nil
+	})
+	return out, err
+}
+
+// firstLogPage is how many chunks a read asks the store for first; each later page is four times
+// the one before, up to MaxLogReadRows in all: a read that stops early (at the first gap after
+// data) fetches little, a long one takes a few queries.
+const firstLogPage = 64
+
+// logWalk is a read of a log: where it got to (pos) and what it met (parts), under its bounds:
+// it ends at until, after limit bytes of data or maxGaps gap records, and (unless span) at a gap
+// record after data, which it lists without stepping over.
+type logWalk struct {
+	stack          string
+	generation     int64
+	pos, until     int64
+	limit, maxGaps int
+	span           bool
+
+	parts      []LogPart
+	data, gaps int
+	done       bool
+}
+
+// read walks the log from k.pos, a page of chunks at a time, until the walk ends or runs out of
+// chunks: the pages together are what one LogChunks from k.pos of k.limit bytes and
+// MaxLogReadRows chunks returns, fetched only as far as the walk goes.
+func (k *logWalk) read(tx store.Tx, execID string) error {
+	page, bytes, rows := firstLogPage, k.limit, 0
+	chunks, err := tx.LogChunks(execID, k.stack, k.generation, k.pos, bytes, page)
+	for {
+		if err != nil {
+			return err
+		}
+		rows += len(chunks)
+		k.walk(chunks)
+		for _, c := range chunks {
+			bytes -= len(c.Data)
+		}
+		// A page short of its rows is the end of the log or of the bytes.
+		if k.done || len(chunks) < page || bytes <= 0 || rows >= MaxLogReadRows {
+			return nil
+		}
+		page = min(4*page, MaxLogReadRows-rows)
+		chunks, err = tx.LogChunksAfter(execID, k.stack, k.generation, chunks[len(chunks)-1].Offset, bytes, page)
+	}
+}
+
+// walk lays out the next chunks (in offset order, the first reaching past k.pos) as a reader
+// meets them; a chunk starting past k.pos (bytes not received) ends the walk. Consecutive bytes
+// make one part; with span, a gap record adding no byte (within until) is counted, not listed.
+func (k *logWalk) walk(chunks []store.LogChunk) {
 	for _, c := range chunks {
-		if c.Offset > pos || len(data) >= limit {
-			break
+		if c.Offset > k.pos || k.data >= k.limit || k.gaps >= k.maxGaps || k.pos >= k.until {
+			k.done = true
+			return
 		}
 		end := c.End()
 		if c.GapLength > 0 {
-			out.Gaps = append(out.Gaps, api.LogGap{Generation: generation, From: c.Offset, To: end})
-			if len(data) > 0 {
-				break
+			k.gaps++
+			lost := max(0, min(end, k.until)-k.pos)
+			if !k.span || lost > 0 {
+				k.parts = append(k.parts, LogPart{Gap: api.LogGap{Generation: k.generation, From: c.Offset, To: end}, Lost: lost})
 			}
-			pos = max(pos, end)
+			if k.data > 0 && !k.span {
+				k.done = true
+				return
+			}
+			k.pos = max(k.pos, min(end, k.until))
 			continue
 		}
-		if end <= pos {
+		if end <= k.pos {
 			continue
 		}
-		part := c.Data[pos-c.Offset : end-c.Offset]
-		if room := limit - len(data); len(part) > room {
+		part := c.Data[k.pos-c.Offset : end-c.Offset]
+		if room := min(int64(k.limit-k.data), k.until-k.pos); int64(len(part)) > room {
 			part = part[:room]
 		}
-		data = append(data, part...)
-		pos += int64(len(part))
+		if n := len(k.parts); n > 0 && k.parts[n-1].Data != nil {
+			k.parts[n-1].Data = append(k.parts[n-1].Data, part...)
+		} else {
+			k.parts = append(k.parts, LogPart{Data: append([]byte{}, part...)})
+		}
+		k.data += len(part)
+		k.pos += int64(len(part))
 	}
-	out.Data, out.NextOffset = data, pos
-	return out
+	k.done = k.data >= k.limit || k.gaps >= k.maxGaps || k.pos >= k.until
 }

@@ -32,6 +32,9 @@ const (
 	MaxStacks         = 10_000    // stacks of one execution (Init, Finalize, GateCheck)
 	MaxEdges          = 50_000    // run-order edges of one execution
 	DefaultLogReadMax = 1 << 20
+	MaxLogReadRows    = 16 << 10 // log chunks one read looks at (bounds the work of a read of many tiny chunks)
+	MaxLogReadGaps    = 1000     // gap records one log read lists (the contract's maxItems)
+	MaxStackGaps      = 100      // gap records an execution lists per stack (the contract's maxItems)
 )
 
 // Service implements the domain rules over a store.
@@ -657,7 +660,7 @@ func (s *Service) Execution(ctx context.Context, id string) (*api.Execution, err
 		if err != nil {
 			return err
 		}
-		logs, err := tx.LogSummaries(id)
+		logs, err := tx.LogSummaries(id, MaxStackGaps)
 		if err != nil {
 			return err
 		}
@@ -669,7 +672,7 @@ func (s *Service) Execution(ctx context.Context, id string) (*api.Execution, err
 		for _, st := range stacks {
 			state := st.StackState
 			if l, ok := byStack[st.Stack]; ok {
-				state.LogGeneration, state.LogBytes, state.Gaps = l.Generation, l.Bytes, l.Gaps
+				state.LogGeneration, state.LogBytes, state.Gaps, state.GapsTruncated = l.Generation, l.Bytes, l.Gaps, l.GapsTruncated
 			}
 			x.Stacks = append(x.Stacks, state)
 		}

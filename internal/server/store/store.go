@@ -79,8 +79,12 @@ func (c LogChunk) End() int64 {
 type LogSummary struct {
 	Stack      string
 	Generation int64
-	Bytes      int64
-	Gaps       []api.LogGap
+	// Bytes is the offset just past the generation's last chunk (the one that starts last).
+	Bytes int64
+	// Gaps are the generation's first gap records by offset, as many as LogSummaries was asked
+	// for; GapsTruncated reports that it has more.
+	Gaps          []api.LogGap
+	GapsTruncated bool
 }
 
 // Lease is the requester a satisfied gate check leased to an apply execution.
@@ -172,13 +176,19 @@ type Tx interface {
 	AddLogChunk(c LogChunk) (added bool, err error)
 	// AddLogChunks stores several chunks, each once; it returns how many were new.
 	AddLogChunks(cs []LogChunk) (added int64, err error)
-	// LogChunks returns chunks of one generation overlapping [from, ∞), ordered by offset,
-	// stopping after about maxBytes of data.
-	LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]LogChunk, error)
+	// LogChunks returns chunks of one generation ordered by offset: the one that starts last
+	// before from when it reaches past from, then those that start at from or later, stopping at
+	// the chunk that brings their data to maxBytes or more, or at maxRows chunks. It seeks to
+	// from: the chunks before it cost nothing, nor does the data of the chunks after the last.
+	LogChunks(execID, stack string, generation, from int64, maxBytes, maxRows int) ([]LogChunk, error)
+	// LogChunksAfter is LogChunks for the chunks that start after offset after (a read going on
+	// from the last chunk it was given).
+	LogChunksAfter(execID, stack string, generation, after int64, maxBytes, maxRows int) ([]LogChunk, error)
 	// LatestGeneration returns the highest generation logged for a stack (0 when none).
 	LatestGeneration(execID, stack string) (int64, error)
-	// LogSummaries describes the latest log generation of each stack of an execution.
-	LogSummaries(execID string) ([]LogSummary, error)
+	// LogSummaries describes the latest log generation of each stack of an execution, with at
+	// most maxGaps of its gap records each, sorted by stack.
+	LogSummaries(execID string, maxGaps int) ([]LogSummary, error)
 
 	// Claims lists claims not expired at now (env empty: all environments).
 	Claims(env string, now time.Time) ([]api.Claim, error)

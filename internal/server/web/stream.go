@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -29,6 +30,11 @@ const (
 	// maxLogPerPush bounds the log bytes one update renders per stack, maxLogPerUpdate per view.
 	maxLogPerPush   = 1 << 20
 	maxLogPerUpdate = 4 << 20
+	// maxLogStepsPerPush bounds the log reads and events one update renders per stack (and a
+	// snapshot per stack), maxLogStepsPerUpdate per view: a log of many small pieces (a byte, a
+	// gap, a byte…) costs an event per piece however few its bytes.
+	maxLogStepsPerPush   = 4096
+	maxLogStepsPerUpdate = 16384
 	// feedBytes bounds the rendered events a feed keeps for its streams to catch up on.
 	feedBytes    = 16 << 20
 	coalesce     = 100 * time.Millisecond
@@ -434,7 +440,7 @@ func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
 		v.state = ev
 		evs = append(evs, ev)
 	}
-	budget, more := maxLogPerUpdate, false
+	budget, steps, more := maxLogPerUpdate, maxLogStepsPerUpdate, false
 	for _, st := range x.Stacks {
 		if st.LogBytes == 0 && st.LogGeneration == 0 {
 			continue
@@ -451,7 +457,7 @@ func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
 			v.cursors[st.Stack] = c
 			reset = seen
 		}
-		logs, n, full := v.readLog(ctx, st.Stack, c, -1, min(maxLogPerPush, budget), reset)
+		logs, n, k, full := v.readLog(ctx, st.Stack, c, -1, min(maxLogPerPush, budget), min(maxLogStepsPerPush, steps), reset)
 		if reset && len(logs) == 0 {
 			// The old generation's text goes even before the new one has any.
 			if ev, err := event("log", logEvent{Stack: st.Stack, Reset: true}); err == nil {
@@ -460,8 +466,9 @@ func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
 		}
 		evs = append(evs, logs...)
 		budget -= n
+		steps -= k
 		more = more || full
-		if budget <= 0 {
+		if budget <= 0 || steps <= 0 {
 			break
 		}
 	}
@@ -480,7 +487,7 @@ func (v *executionView) snapshot(ctx context.Context) ([][]byte, error) {
 	for _, stack := range v.stacks {
 		c := v.cursors[stack]
 		from := &logCursor{gen: c.gen, off: max(0, c.off-InitialLogTail)}
-		logs, _, _ := v.readLog(ctx, stack, from, c.off, InitialLogTail, false)
+		logs, _, _, _ := v.readLog(ctx, stack, from, c.off, InitialLogTail, maxLogStepsPerPush, false)
 		evs = append(evs, logs...)
 	}
 	return evs, nil
@@ -494,34 +501,51 @@ type logEvent struct {
 }
 
 // readLog renders a stack's log from c up to end (< 0: as far as it is stored), at most limit
-// bytes, and advances c; it returns the events, the bytes read and whether limit stopped it.
-// reset marks the first event as starting a new generation.
-func (v *executionView) readLog(ctx context.Context, stack string, c *logCursor, end int64, limit int, reset bool) ([][]byte, int, bool) {
-	var evs [][]byte
-	sent := 0
-	for sent < limit && (end < 0 || c.off < end) {
-		want := limit - sent
-		if end >= 0 {
-			want = min(want, int(end-c.off))
-		}
-		sl, err := v.ui.Service.LogRead(ctx, v.id, stack, c.gen, false, c.off, want)
-		if err != nil || sl.NextOffset == c.off {
-			return evs, sent, false
-		}
-		le := logEvent{Stack: stack, Reset: reset, Text: ansi.ReplaceAllString(string(sl.Data), "")}
-		for _, g := range sl.Gaps {
-			if g.From >= c.off && g.From < sl.NextOffset && len(sl.Data) == 0 {
-				le.Gap += g.To - g.From
-			}
-		}
-		ev, err := event("log", le)
-		if err != nil {
-			return evs, sent, false
-		}
-		evs = append(evs, ev)
-		reset = false
-		sent += len(sl.Data)
-		c.off = sl.NextOffset
+// bytes in at most maxSteps steps (a read, an event), and advances c; it returns the events, the
+// bytes and steps they took, and whether a bound stopped it. Each event is a gap's lost bytes
+// and the text after it. reset marks the first event as starting a new generation.
+func (v *executionView) readLog(ctx context.Context, stack string, c *logCursor, end int64, limit, maxSteps int, reset bool) (evs [][]byte, sent, steps int, full bool) {
+	until := int64(math.MaxInt64)
+	if end >= 0 {
+		until = end
 	}
-	return evs, sent, sent >= limit
+	for sent < limit && steps < maxSteps && c.off < until {
+		steps++
+		sp, err := v.ui.Service.ReadLogSpan(ctx, v.id, stack, c.gen, c.off, until, limit-sent, max(1, maxSteps-steps))
+		if err != nil || sp.NextOffset == c.off {
+			return evs, sent, steps, false
+		}
+		var read []logEvent
+		var lost int64
+		n := 0
+		for _, p := range sp.Parts {
+			if p.Data == nil {
+				lost += p.Lost
+				continue
+			}
+			read = append(read, logEvent{Stack: stack, Text: ansi.ReplaceAllString(string(p.Data), ""), Gap: lost})
+			lost = 0
+			n += len(p.Data)
+		}
+		if lost > 0 {
+			read = append(read, logEvent{Stack: stack, Gap: lost})
+		}
+		if len(read) > 0 {
+			read[0].Reset = reset
+		}
+		rendered := make([][]byte, 0, len(read))
+		for _, le := range read {
+			ev, err := event("log", le)
+			if err != nil {
+				return evs, sent, steps, false
+			}
+			rendered = append(rendered, ev)
+		}
+		evs = append(evs, rendered...)
+		reset = reset && len(read) == 0
+		steps += len(read)
+		sent += n
+		c.off = sp.NextOffset
+	}
+	return evs, sent, steps, sent >= limit || steps >= maxSteps
 }

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -788,24 +790,111 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-func (t *sqlTx) LogChunks(execID, stack string, generation, from int64, maxBytes int) ([]store.LogChunk, error) {
-	rows, err := t.query("SELECT off, data, gap_length FROM log_chunks WHERE execution_id = ? AND stack = ? AND generation = ? "+
-		"AND off >= 0 AND n > ? - off ORDER BY off", execID, stack, generation, max(from, 0))
+// logExtentSQL lists where the chunks of one generation around an offset start and how far they
+// reach, from the covering index log_chunks_extent alone (no data is read): the chunk that starts
+// last before the offset, then at most a given number of those that start at it or later.
+const logExtentSQL = "SELECT off, n, gap_length FROM (SELECT off, n, gap_length FROM log_chunks " +
+	"WHERE execution_id = ? AND stack = ? AND generation = ? AND off >= 0 AND off < ? ORDER BY off DESC LIMIT 1) p " +
+	"UNION ALL SELECT off, n, gap_length FROM (SELECT off, n, gap_length FROM log_chunks " +
+	"WHERE execution_id = ? AND stack = ? AND generation = ? AND off >= ? ORDER BY off LIMIT ?) f"
+
+// logExtentAfterSQL is logExtentSQL for the chunks that start after an offset.
+const logExtentAfterSQL = "SELECT off, n, gap_length FROM log_chunks WHERE execution_id = ? AND stack = ? AND generation = ? AND off > ? ORDER BY off LIMIT ?"
+
+// logDataSQL reads the data of the chunks of one generation starting in [from, to].
+const logDataSQL = "SELECT off, data FROM log_chunks WHERE execution_id = ? AND stack = ? AND generation = ? AND off >= ? AND off <= ? ORDER BY off"
+
+func (t *sqlTx) LogChunks(execID, stack string, generation, from int64, maxBytes, maxRows int) ([]store.LogChunk, error) {
+	from = max(from, 0)
+	return t.logChunks(execID, stack, generation, from, maxBytes, maxRows,
+		logExtentSQL, execID, stack, generation, from, execID, stack, generation, from, max(maxRows, 1))
+}
+
+func (t *sqlTx) LogChunksAfter(execID, stack string, generation, after int64, maxBytes, maxRows int) ([]store.LogChunk, error) {
+	if after == math.MaxInt64 {
+		return nil, nil
+	}
+	after = max(after, -1)
+	return t.logChunks(execID, stack, generation, after+1, maxBytes, maxRows,
+		logExtentAfterSQL, execID, stack, generation, after, max(maxRows, 1))
+}
+
+// logChunks reads the extents the query selects and keeps, in offset order, those that reach past
+// from (a chunk starting before from only when it does), up to maxBytes of data or maxRows chunks;
+// then it reads the data of the data chunks kept, and of no other.
+func (t *sqlTx) logChunks(execID, stack string, generation, from int64, maxBytes, maxRows int, query string, args ...any) ([]store.LogChunk, error) {
+	maxRows = max(maxRows, 1)
+	rows, err := t.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []store.LogChunk
-	total := 0
-	for rows.Next() && total < maxBytes {
-		c := store.LogChunk{ExecutionID: execID, Stack: stack, Generation: generation}
-		if err := rows.Scan(&c.Offset, &c.Data, &c.GapLength); err != nil {
+	type extent struct{ off, n, gap int64 }
+	var ext []extent
+	for rows.Next() {
+		var e extent
+		if err := rows.Scan(&e.off, &e.n, &e.gap); err != nil {
+			rows.Close()
 			return nil, t.s.mapErr(err)
 		}
-		total += len(c.Data)
-		out = append(out, c)
+		ext = append(ext, e)
 	}
-	return out, t.s.mapErr(rows.Err())
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	slices.SortFunc(ext, func(a, b extent) int { return cmp.Compare(a.off, b.off) })
+	var out []store.LogChunk
+	total := 0
+	first, last := int64(-1), int64(-1) // the data chunks kept
+	for _, e := range ext {
+		if len(out) >= maxRows || total >= maxBytes {
+			break
+		}
+		if e.off < from && e.n <= from-e.off { // off + n may be past math.MaxInt64 (rows stored before offsets were bounded)
+			continue
+		}
+		out = append(out, store.LogChunk{ExecutionID: execID, Stack: stack, Generation: generation, Offset: e.off, GapLength: e.gap})
+		if e.gap <= 0 {
+			total += int(min(max(e.n, 0), math.MaxInt32))
+			if first < 0 {
+				first = e.off
+			}
+			last = e.off
+		}
+	}
+	if first < 0 {
+		return out, nil
+	}
+	data, err := t.query(logDataSQL, execID, stack, generation, first, last)
+	if err != nil {
+		return nil, err
+	}
+	defer data.Close()
+	byOff := make(map[int64][]byte, len(out))
+	for data.Next() {
+		var off int64
+		var b []byte
+		if err := data.Scan(&off, &b); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		byOff[off] = b
+	}
+	if err := data.Err(); err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	// A chunk that went between the two reads (pruned: each statement of a PostgreSQL read may see
+	// newer commits) ends the chunks here, as a hole would.
+	for i := range out {
+		if out[i].GapLength > 0 {
+			continue
+		}
+		b, ok := byOff[out[i].Offset]
+		if !ok {
+			return out[:i], nil
+		}
+		out[i].Data = b
+	}
+	return out, nil
 }
 
 func (t *sqlTx) LatestGeneration(execID, stack string) (int64, error) {
@@ -814,43 +903,53 @@ func (t *sqlTx) LatestGeneration(execID, stack string) (int64, error) {
 	return g.Int64, t.s.mapErr(err)
 }
 
-func (t *sqlTx) LogSummaries(execID string) ([]store.LogSummary, error) {
-	rows, err := t.query("SELECT c.stack, c.generation, MAX("+chunkEndSQL+") FROM log_chunks c "+
-		"JOIN (SELECT stack, MAX(generation) AS g FROM log_chunks WHERE execution_id = ? GROUP BY stack) m "+
-		"ON m.stack = c.stack AND m.g = c.generation WHERE c.execution_id = ? GROUP BY c.stack, c.generation ORDER BY c.stack",
-		int64(math.MaxInt64), int64(math.MaxInt64), execID, execID)
+// logStacksSQL walks the stacks an execution has logs of, one index seek each (a loose index scan:
+// GROUP BY would read every chunk), with the latest generation of each.
+const logStacksSQL = "WITH RECURSIVE s(stack) AS (SELECT MIN(stack) FROM log_chunks WHERE execution_id = ? " +
+	"UNION ALL SELECT (SELECT MIN(c.stack) FROM log_chunks c WHERE c.execution_id = ? AND c.stack > s.stack) FROM s WHERE s.stack IS NOT NULL), " +
+	"g AS (SELECT s.stack, (SELECT MAX(c.generation) FROM log_chunks c WHERE c.execution_id = ? AND c.stack = s.stack) AS generation " +
+	"FROM s WHERE s.stack IS NOT NULL) "
+
+// logSummarySQL is each stack's latest generation, where its last chunk ends (one seek of the
+// covering index, where the greatest end of every chunk would read them all) and its first gap
+// records up to a given number ("offset,length" separated by spaces), read from the gap index.
+const logSummarySQL = logStacksSQL + "SELECT g.stack, g.generation, (SELECT " + chunkEndSQL + " FROM log_chunks c " +
+	"WHERE c.execution_id = ? AND c.stack = g.stack AND c.generation = g.generation ORDER BY c.off DESC LIMIT 1), " +
+	"(SELECT string_agg(CAST(x.off AS TEXT) || ',' || CAST(x.gap_length AS TEXT), ' ') FROM (SELECT c.off, c.gap_length FROM log_chunks c " +
+	"WHERE c.execution_id = ? AND c.stack = g.stack AND c.generation = g.generation AND c.gap_length > 0 ORDER BY c.off LIMIT ?) x) FROM g"
+
+func (t *sqlTx) LogSummaries(execID string, maxGaps int) ([]store.LogSummary, error) {
+	maxGaps = max(maxGaps, 0)
+	rows, err := t.query(logSummarySQL, execID, execID, execID, int64(math.MaxInt64), int64(math.MaxInt64), execID, execID, maxGaps+1)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var out []store.LogSummary
-	index := map[string]int{}
 	for rows.Next() {
 		var s store.LogSummary
-		if err := rows.Scan(&s.Stack, &s.Generation, &s.Bytes); err != nil {
-			rows.Close()
+		var gaps sql.NullString
+		if err := rows.Scan(&s.Stack, &s.Generation, &s.Bytes, &gaps); err != nil {
 			return nil, t.s.mapErr(err)
 		}
-		index[s.Stack] = len(out)
+		for _, g := range strings.Fields(gaps.String) {
+			off, length, _ := strings.Cut(g, ",")
+			from, err1 := strconv.ParseInt(off, 10, 64)
+			n, err2 := strconv.ParseInt(length, 10, 64)
+			if err := cmp.Or(err1, err2); err != nil {
+				return nil, fmt.Errorf("%w: gap %q of stack %q: %v", store.ErrUnavailable, g, s.Stack, err)
+			}
+			s.Gaps = append(s.Gaps, api.LogGap{Generation: s.Generation, From: from, To: addSat(from, n)})
+		}
+		slices.SortFunc(s.Gaps, func(a, b api.LogGap) int { return cmp.Compare(a.From, b.From) })
+		if len(s.Gaps) > maxGaps {
+			s.Gaps, s.GapsTruncated = s.Gaps[:maxGaps], true
+		}
 		out = append(out, s)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, t.s.mapErr(err)
 	}
-	gaps, err := t.query("SELECT stack, generation, off, gap_length FROM log_chunks WHERE execution_id = ? AND gap_length > 0 ORDER BY stack, generation, off", execID)
-	if err != nil {
-		return nil, err
-	}
-	defer gaps.Close()
-	for gaps.Next() {
-		var stack string
-		var g, off, length int64
-		if err := gaps.Scan(&stack, &g, &off, &length); err != nil {
-			return nil, t.s.mapErr(err)
-		}
-		if i, ok := index[stack]; ok && out[i].Generation == g {
-			out[i].Gaps = append(out[i].Gaps, api.LogGap{Generation: g, From: off, To: addSat(off, length)})
-		}
-	}
-	return out, t.s.mapErr(gaps.Err())
+	slices.SortFunc(out, func(a, b store.LogSummary) int { return strings.Compare(a.Stack, b.Stack) })
+	return out, nil
 }

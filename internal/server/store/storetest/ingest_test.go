@@ -297,7 +297,7 @@ func testAddLogBatch(t *testing.T, s store.Store, one bool) {
 		t.Fatalf("150 names: missing %v added %d err %v", missing, added, err)
 	}
 	var sums []store.LogSummary
-	if err := s.Read(ctx, func(tx store.Tx) (err error) { sums, err = tx.LogSummaries("e1"); return }); err != nil || len(sums) != 0 {
+	if err := s.Read(ctx, func(tx store.Tx) (err error) { sums, err = tx.LogSummaries("e1", 100); return }); err != nil || len(sums) != 0 {
 		t.Fatalf("refused batches stored %+v %v", sums, err)
 	}
 	// s000 at offsets 0, 1, 2, then 0 again (a duplicate: the first stays); s001 at 1.
@@ -334,7 +334,7 @@ func TestHostileLogRowsStayReadable(t *testing.T) {
 			return err
 		})
 		var sums []store.LogSummary
-		if err := s.Read(ctx, func(tx store.Tx) (err error) { sums, err = tx.LogSummaries("e1"); return }); err != nil {
+		if err := s.Read(ctx, func(tx store.Tx) (err error) { sums, err = tx.LogSummaries("e1", 100); return }); err != nil {
 			t.Fatalf("LogSummaries: %v", err)
 		}
 		if len(sums) != 3 || sums[0].Bytes != math.MaxInt64 || sums[1].Bytes != math.MaxInt64 || sums[2].Bytes != math.MaxInt64 ||
@@ -347,7 +347,7 @@ func TestHostileLogRowsStayReadable(t *testing.T) {
 			want  int
 		}{{"a", 0, 2}, {"a", 3, 1}, {"a", math.MaxInt64 - 1, 1}, {"b", 5, 1}, {"b", math.MaxInt64, 1}, {"c", 0, 1}} {
 			var got []store.LogChunk
-			if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.LogChunks("e1", tc.stack, 1, tc.from, 1<<20); return }); err != nil {
+			if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.LogChunks("e1", tc.stack, 1, tc.from, 1<<20, 100); return }); err != nil {
 				t.Fatalf("LogChunks %s from %d: %v", tc.stack, tc.from, err)
 			}
 			if len(got) != tc.want {

@@ -164,7 +164,7 @@ var suite = []struct {
 			return err
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			got, _ := tx.LogChunks("e1", "a", 1, 3, 1<<20)
+			got, _ := tx.LogChunks("e1", "a", 1, 3, 1<<20, 100)
 			if len(got) != 4 || got[0].Offset != 0 || string(got[0].Data) != "hello " || got[2].GapLength != 10 {
 				t.Errorf("chunks %+v", got)
 			}
@@ -172,7 +172,7 @@ var suite = []struct {
 			if g != 1 {
 				t.Errorf("latest generation %d", g)
 			}
-			sum, _ := tx.LogSummaries("e1")
+			sum, _ := tx.LogSummaries("e1", 100)
 			if len(sum) != 1 || sum[0].Bytes != 26 || sum[0].Generation != 1 || len(sum[0].Gaps) != 1 || sum[0].Gaps[0].To != 22 {
 				t.Errorf("summaries %+v", sum)
 			}
