@@ -320,8 +320,9 @@ type Report struct {
 
 // reportSecrets is the union set of the secret sets from, in the order of the stacks.
 type reportSecrets struct {
-	from []*secretSet
-	set  *secretSet
+	from  []*secretSet
+	sizes []int // how many values each of from had: sets only grow, so a new value shows here
+	set   *secretSet
 }
 
 // reportSecretsMu guards Report.union: renders of one report may run at once.
@@ -384,19 +385,21 @@ func (r *Report) GateClasses() []events.Class {
 	return out
 }
 
-// secrets is the union of every stack's sensitive values, with its matcher built. A stack's
-// set does not change once Classify returns it, so the union is made again only when the
-// stacks' sets are not those of the last render.
+// secrets is the union of every stack's sensitive values, with its matcher built. It is made
+// again when the stacks' sets are not those of the last render, or one of them has grown
+// since (a set never loses a value): a value added after a render is never missed.
 func (r *Report) secrets() *secretSet {
 	reportSecretsMu.Lock()
 	defer reportSecretsMu.Unlock()
 	from := make([]*secretSet, 0, len(r.Stacks))
+	sizes := make([]int, 0, len(r.Stacks))
 	for _, s := range r.Stacks {
 		if s.secrets != nil && len(s.secrets.values) > 0 {
 			from = append(from, s.secrets)
+			sizes = append(sizes, len(s.secrets.values))
 		}
 	}
-	if r.union != nil && slices.Equal(r.union.from, from) {
+	if r.union != nil && slices.Equal(r.union.from, from) && slices.Equal(r.union.sizes, sizes) {
 		return r.union.set
 	}
 	all := newSecretSet()
@@ -406,6 +409,6 @@ func (r *Report) secrets() *secretSet {
 	if len(all.values) > 0 {
 		all.matcher(true)
 	}
-	r.union = &reportSecrets{from: from, set: all}
+	r.union = &reportSecrets{from: from, sizes: sizes, set: all}
 	return all
 }

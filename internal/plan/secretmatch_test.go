@@ -362,3 +362,22 @@ func FuzzSecretMatcher(f *testing.F) {
 		}
 	})
 }
+
+// A value added to a stack's set after a render is masked by the next render: the report's
+// cached union of secrets notices that a set grew, not only that the sets changed.
+func TestRendersSeeASecretAddedAfterARender(t *testing.T) {
+	s := &Stack{Name: "stacks/a", Class: "mutating", Destructive: []Change{}, Why: []string{"token tok-SECRET-2 rotated"}, secrets: newSecretSet()}
+	s.secrets.add("tok-SECRET-1")
+	r := &Report{Stacks: []*Stack{s}}
+	_ = Comment(r)
+	s.secrets.add("tok-SECRET-2")
+	var text strings.Builder
+	if err := Text(&text, r, false); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"comment": Comment(r), "markdown": Markdown(r), "text": text.String()} {
+		if strings.Contains(out, "tok-SECRET-2") {
+			t.Fatalf("%s shows a secret added after the first render:\n%s", name, out)
+		}
+	}
+}
