@@ -183,6 +183,8 @@ func TestGateListingsUseIndexes(t *testing.T) {
 		planCase{name: "gates of an environment", read: gates("prod", 0), want: "sqlite_autoindex_gates_1 (environment=?)"},
 		planCase{name: "checks of a PR", read: checks("prod", 7), want: "sqlite_autoindex_checks_1 (environment=? AND pr=?)"},
 		planCase{name: "checks of an environment", read: checks("prod", 0), want: "sqlite_autoindex_checks_1 (environment=?)"},
+		planCase{name: "a later page of the audit log", read: func(tx store.Tx) error { _, err := tx.Audit(50, 1000); return err },
+			want: "INTEGER PRIMARY KEY (rowid<?)"},
 	)
 	checkPlans(t, s, drain, cases)
 }

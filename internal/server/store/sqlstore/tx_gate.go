@@ -374,8 +374,13 @@ func (t *sqlTx) Audit(limit int, before int64) ([]api.AuditEntry, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := t.query("SELECT id, at, principal, action, target, reason, outcome, detail FROM audit WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?",
-		before, before, limit)
+	var w whereClause
+	if before > 0 { // a page after the first: a range of the primary key, not a scan from the newest
+		w.conds = append(w.conds, "id < ?")
+		w.args = append(w.args, before)
+	}
+	rows, err := t.query("SELECT id, at, principal, action, target, reason, outcome, detail FROM audit"+w.String()+" ORDER BY id DESC LIMIT ?",
+		append(w.args, limit)...)
 	if err != nil {
 		return nil, err
 	}
