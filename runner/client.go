@@ -323,7 +323,7 @@ func (c *Client) BaseURL() string {
 
 // Init announces the execution.
 func (c *Client) Init(ctx context.Context, in events.Init) error {
-	return c.event(ctx, "Init", func(ctx context.Context) (*http.Response, error) { return c.api.Init(ctx, in) })
+	return c.eventJSON(ctx, "Init", in, c.api.InitWithBody)
 }
 
 // Phase reports that a stack entered a phase.
@@ -481,7 +481,7 @@ func (c *Client) LogChunks(ctx context.Context, chunks []events.LogChunk) error 
 
 // Finalize ends the execution.
 func (c *Client) Finalize(ctx context.Context, f events.Finalize) error {
-	return c.event(ctx, "Finalize", func(ctx context.Context) (*http.Response, error) { return c.api.Finalize(ctx, f) })
+	return c.eventJSON(ctx, "Finalize", f, c.api.FinalizeWithBody)
 }
 
 // GateRevoke ends the lease a gate check granted (best-effort post-apply cleanup).
@@ -551,6 +551,21 @@ func (c *Client) admin(ctx context.Context, op string, send func(context.Context
 // event sends one best-effort runner event and interprets the Ack.
 func (c *Client) event(ctx context.Context, op string, send func(context.Context) (*http.Response, error)) error {
 	return c.eventSized(ctx, op, 0, send)
+}
+
+// eventJSON is event for a body encoded once here, so that the request gets time for its size
+// (see callSized): an Init or Finalize of thousands of stacks is megabytes.
+func (c *Client) eventJSON(ctx context.Context, op string, v any, send func(context.Context, string, io.Reader, ...api.RequestEditorFn) (*http.Response, error)) error {
+	if !c.Enabled() {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return c.eventSized(ctx, op, len(b), func(ctx context.Context) (*http.Response, error) {
+		return send(ctx, "application/json", bytes.NewReader(b))
+	})
 }
 
 // eventSized is event for a request of about size bytes (see callSized).

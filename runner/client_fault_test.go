@@ -422,6 +422,47 @@ func TestTokenErrorDoesNotReachServer(t *testing.T) {
 // over a slow uplink) gets a 400 KB post, whose attempts allow for 256 KB/s on top of
 // AttemptTimeout, while a small post to it times out on each attempt as any other call does.
 func TestLogPostTimeGrowsWithItsSize(t *testing.T) {
+	posts, c := slowServer(t)
+	big := events.LogChunk{ExecutionID: "e", Stack: "a", Data: bytes.Repeat([]byte("x"), 300<<10)}
+	if err := c.LogChunks(context.Background(), []events.LogChunk{big}); err != nil {
+		t.Fatalf("a 400 KB post to a server that takes a second: %v", err)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("%d attempts, want 1", n)
+	}
+	small := events.LogChunk{ExecutionID: "e", Stack: "a", Data: []byte("x")}
+	var te *TransportError
+	if err := c.LogChunks(context.Background(), []events.LogChunk{small}); !errors.As(err, &te) {
+		t.Fatalf("a small post to a server that takes a second: %v, want a transport error", err)
+	}
+}
+
+// An Init or a Finalize of thousands of stacks is megabytes: it gets time for its size too.
+func TestInitAndFinalizeTimeGrowsWithTheirSize(t *testing.T) {
+	posts, c := slowServer(t)
+	var stacks []string
+	var results []events.StackResult
+	for i := range 8000 {
+		stacks = append(stacks, fmt.Sprintf("stacks/platform/team-%03d/service-%05d", i%300, i))
+		results = append(results, events.StackResult{Stack: stacks[i], Status: "succeeded"})
+	}
+	if err := c.Init(context.Background(), events.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+		t.Fatalf("a 330 KB Init to a server that takes a second: %v", err)
+	}
+	if err := c.Finalize(context.Background(), events.Finalize{ExecutionID: "e", Status: "succeeded", Stacks: results}); err != nil {
+		t.Fatalf("a 500 KB Finalize to a server that takes a second: %v", err)
+	}
+	if n := posts.Load(); n != 2 {
+		t.Errorf("%d attempts, want 2", n)
+	}
+	var te *TransportError
+	if err := c.Init(context.Background(), events.Init{ExecutionID: "e2", Environment: "prod", Op: "plan", Stacks: stacks[:1]}); !errors.As(err, &te) {
+		t.Fatalf("a small Init to a server that takes a second: %v, want a transport error", err)
+	}
+}
+
+// slowServer answers every request after a second; it counts the requests.
+func slowServer(t *testing.T) (*atomic.Int32, *Client) {
 	var posts atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		posts.Add(1)
@@ -439,16 +480,5 @@ func TestLogPostTimeGrowsWithItsSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := events.LogChunk{ExecutionID: "e", Stack: "a", Data: bytes.Repeat([]byte("x"), 300<<10)}
-	if err := c.LogChunks(context.Background(), []events.LogChunk{big}); err != nil {
-		t.Fatalf("a 400 KB post to a server that takes a second: %v", err)
-	}
-	if n := posts.Load(); n != 1 {
-		t.Errorf("%d attempts, want 1", n)
-	}
-	small := events.LogChunk{ExecutionID: "e", Stack: "a", Data: []byte("x")}
-	var te *TransportError
-	if err := c.LogChunks(context.Background(), []events.LogChunk{small}); !errors.As(err, &te) {
-		t.Fatalf("a small post to a server that takes a second: %v, want a transport error", err)
-	}
+	return &posts, c
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -670,13 +671,36 @@ func (r *run) warnUnreported() {
 	}
 }
 
-// The contract's bounds on one Init (api/openapi.yaml: maxItems): a run past them announces
-// what fits, says so in a warning, and marks the edges approximate. Its stacks are never cut:
-// a run of more than 10,000 stacks is refused by the server, and runs unreported.
+// The contract's bounds on one Init (api/openapi.yaml: maxItems, and the server's 12 MiB body
+// limit): a run past them announces what fits, says so in a warning, and marks the edges
+// approximate. Its stacks are never cut: a run of more than 10,000 stacks is refused by the
+// server, and runs unreported.
 const (
 	maxInitEdges   = 50_000
 	maxInitReasons = 10_000
+	maxInitBytes   = 12<<20 - 64<<10 // the server's body limit for an Init, with room to spare
 )
+
+// fitInit makes in fit limit bytes of JSON when long paths make it larger: it halves the
+// edges (marking them approximate), then the reasons, until it fits or none are left, and
+// reports whether it cut anything. The stacks are never cut.
+func fitInit(in *events.Init, limit int) bool {
+	b, err := json.Marshal(in)
+	if err != nil || len(b) <= limit {
+		return false
+	}
+	for len(b) > limit && (len(in.Edges) > 0 || len(in.Reasons) > 0) {
+		if len(in.Edges) > 0 {
+			in.Edges, in.EdgesApproximate = in.Edges[:len(in.Edges)/2], true
+		} else {
+			in.Reasons = in.Reasons[:len(in.Reasons)/2]
+		}
+		if b, err = json.Marshal(in); err != nil {
+			break
+		}
+	}
+	return true
+}
 
 // init announces the execution and starts the log pump (nil without a server or stacks). Init
 // is not waited for: the scripts start while it is in flight (a slow server costs the build
@@ -706,6 +730,9 @@ func (r *run) init(ctx context.Context) *LogPump {
 		Repo: r.o.Repo, PR: r.o.PR, SHA: r.o.SHA, Base: r.o.Base, Actor: r.o.Actor, RunURL: r.o.RunURL,
 		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: approximate,
 		Reasons: reasons, StartedAt: r.res.StartedAt,
+	}
+	if fitInit(&in, maxInitBytes) {
+		r.warn("Init: the announcement was too large for one request; %d of the run graph's edges and %d of the change reasons are sent", len(in.Edges), len(in.Reasons))
 	}
 	// Finalize follows even when Init seemed to fail: a slow server may have stored it anyway,
 	// and no execution may stay running there. It also waits for Init's answer (refusal).

@@ -1021,3 +1021,41 @@ func TestRunAnnotatesFailuresAndWarnings(t *testing.T) {
 		t.Errorf("escapeData = %q", got)
 	}
 }
+
+// An Init larger than one request carries loses edges first (then marked approximate), then
+// reasons, never stacks; one that fits is left alone.
+func TestFitInit(t *testing.T) {
+	in := events.Init{ExecutionID: "e", Environment: "prod", Op: "plan"}
+	for i := range 40 {
+		s := fmt.Sprintf("stacks/%s/%02d", strings.Repeat("p", 40), i)
+		in.Stacks = append(in.Stacks, s)
+		in.Edges = append(in.Edges, events.Edge{From: s, To: s + "/x"})
+		in.Reasons = append(in.Reasons, events.ChangeReason{Stack: s, Raw: s + " - stack has unmerged changes"})
+	}
+	size := func(in events.Init) int { b, _ := json.Marshal(in); return len(b) }
+	whole := in
+	if fitInit(&whole, size(in)) || len(whole.Edges) != 40 || whole.EdgesApproximate {
+		t.Fatalf("an Init that fits was cut: %d edges", len(whole.Edges))
+	}
+	noEdges := in
+	noEdges.Edges = nil
+	for _, c := range []struct {
+		name  string
+		limit int
+	}{
+		{"edges go", size(noEdges) + 200},
+		{"then reasons", size(noEdges) - 1000},
+		{"stacks stay", 10},
+	} {
+		got := in
+		if !fitInit(&got, c.limit) {
+			t.Fatalf("%s: nothing cut", c.name)
+		}
+		if len(got.Stacks) != 40 || (len(got.Reasons) < 40 && len(got.Edges) > 0) || !got.EdgesApproximate {
+			t.Fatalf("%s: %d stacks, %d edges, %d reasons, approximate %v", c.name, len(got.Stacks), len(got.Edges), len(got.Reasons), got.EdgesApproximate)
+		}
+		if s := size(got); s > c.limit && (len(got.Edges) > 0 || len(got.Reasons) > 0) {
+			t.Fatalf("%s: %d bytes, over %d with something left to cut", c.name, s, c.limit)
+		}
+	}
+}

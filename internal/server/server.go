@@ -43,6 +43,10 @@ const (
 	// small (a driver's batch stays within MaxEventBody unless one update alone is larger).
 	MaxUpdatesBody = 4 << 20
 	MaxLogsBody    = 12 << 20 // service.MaxBatchData of data, base64-encoded, plus JSON
+	// MaxExecutionBody bounds the requests that name an execution's stacks (Init, Finalize, a
+	// gate check): service.MaxStacks stacks with paths of a hundred bytes, and an Init's
+	// edges and reasons on top, are megabytes.
+	MaxExecutionBody = 12 << 20
 )
 
 // Config configures a Server.
@@ -121,15 +125,15 @@ func (rt route) tooLarge() error {
 }
 
 var routes = map[string]route{
-	"POST /events/init":             {"Init", auth.RoleRunner, body[api.Init], MaxEventBody},
+	"POST /events/init":             {"Init", auth.RoleRunner, body[api.Init], MaxExecutionBody},
 	"POST /events/phase":            {"Phase", auth.RoleRunner, body[api.PhaseEvent], MaxEventBody},
 	"POST /events/phases":           {"Phases", auth.RoleRunner, body[api.PhaseEvents], MaxPhasesBody},
 	"POST /events/update":           {"Update", auth.RoleRunner, body[api.Update], MaxEventBody},
 	"POST /events/updates":          {"Updates", auth.RoleRunner, body[api.Updates], MaxUpdatesBody},
 	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
 	"POST /events/logs":             {"LogChunks", auth.RoleRunner, body[api.LogChunks], MaxLogsBody},
-	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxEventBody},
-	"POST /gates/check":             {"GateCheck", auth.RoleRunner, body[api.GateCheck], MaxEventBody},
+	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxExecutionBody},
+	"POST /gates/check":             {"GateCheck", auth.RoleRunner, body[api.GateCheck], MaxExecutionBody},
 	"POST /gates/revoke":            {"GateRevoke", auth.RoleRunner, body[api.GateRevoke], MaxEventBody},
 	"GET /gates":                    {"GatesList", auth.RoleViewer, nil, 0},
 	"GET /grants":                   {"GrantsList", auth.RoleViewer, nil, 0},

@@ -467,3 +467,32 @@ func TestTokensFileErrors(t *testing.T) {
 		}
 	}
 }
+
+// An execution at the stack limit, with paths as long as a deep monorepo's, is taken: its
+// Init (with edges and reasons), its Finalize and its gate check are megabytes, more than the
+// 1 MiB of other events.
+func TestExecutionAtTheStackLimitIsTaken(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	stacks := make([]string, service.MaxStacks)
+	var edges []api.Edge
+	var reasons []api.ChangeReason
+	results := make([]api.StackResult, len(stacks))
+	for i := range stacks {
+		stacks[i] = fmt.Sprintf("stacks/platform/region-%02d/team-%03d/service-%05d/component", i%20, i%300, i)
+		results[i] = api.StackResult{Stack: stacks[i], Status: "succeeded", Class: "no-changes"}
+		reasons = append(reasons, api.ChangeReason{Stack: stacks[i], Kind: "unmerged", Raw: stacks[i] + " - stack has unmerged changes"})
+		if i > 0 {
+			edges = append(edges, api.Edge{From: stacks[i-1], To: stacks[i]}, api.Edge{From: stacks[0], To: stacks[i]})
+		}
+	}
+	in := api.Init{ExecutionID: "big", Environment: "prod", Op: "plan", Stacks: stacks, Edges: edges, Reasons: reasons}
+	if b, _ := json.Marshal(in); len(b) <= MaxEventBody {
+		t.Fatalf("the Init is only %d bytes: not a test of the larger limit", len(b))
+	}
+	if status, out, _ := ts.call(t, "runner", "POST", "/events/init", in); status != 200 {
+		t.Fatalf("init: %d %v", status, out)
+	}
+	if status, out, _ := ts.call(t, "runner", "POST", "/events/finalize", api.Finalize{ExecutionID: "big", Status: "succeeded", Stacks: results}); status != 200 {
+		t.Fatalf("finalize: %d %v", status, out)
+	}
+}
