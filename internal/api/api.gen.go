@@ -600,7 +600,7 @@ type PRQuery = int
 type AuditListParams struct {
 	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
 
-	// Before Only entries with an id lower than this (paging).
+	// Before Only entries with an id lower than this (paging; 0 or absent, the newest).
 	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
 }
 

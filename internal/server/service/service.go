@@ -29,7 +29,7 @@ const (
 	MaxShortLen       = 256       // repo, sha, base, actor, plan hashes
 	MaxURLLen         = 2048      // run_url
 	MaxReasons        = 10_000    // change reasons in one Init
-	MaxStacks         = 10_000    // stacks of one execution (Init, Finalize, GateCheck)
+	MaxStacks         = 10_000    // stacks one request names (Init, Finalize, GateCheck)
 	MaxEdges          = 50_000    // run-order edges of one execution
 	DefaultLogReadMax = 1 << 20
 	MaxLogReadRows    = 16 << 10 // log chunks one read looks at (bounds the work of a read of many tiny chunks)
@@ -684,6 +684,9 @@ func (s *Service) Execution(ctx context.Context, id string) (*api.Execution, err
 
 // Audit lists audit entries newest first.
 func (s *Service) Audit(ctx context.Context, limit int, before int64) ([]api.AuditEntry, error) {
+	if before < 0 {
+		return nil, invalid("before %d is negative (0: the newest entries)", before)
+	}
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}

@@ -731,5 +731,7 @@ func TestRequestsBoundTheirStacks(t *testing.T) {
 		}
 		_, err = f.LogChunks(ctx, runner, make([]api.LogChunk, MaxChunks+1))
 		wantErr(t, err, store.ErrInvalid, fmt.Sprint("more than ", MaxChunks))
+		_, err = f.Audit(ctx, 10, -1)
+		wantErr(t, err, store.ErrInvalid, "before -1 is negative")
 	})
 }
