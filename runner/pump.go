@@ -912,7 +912,7 @@ type stackTail struct {
 	p        *LogPump
 	name     string
 	path     string // the log file as last resolved (owned by the goroutine once started)
-	absent   string // where the log was resolved to when it did not exist yet (idem)
+	absent   string // the log's path, unresolved, once a resolution found it missing (idem)
 	watchDir string
 	wake     chan struct{}
 	polled   atomic.Bool
@@ -1138,9 +1138,10 @@ func (s *stackTail) observe() {
 		}
 	}
 	if s.f == nil && s.absent != "" {
-		// Still absent where it was resolved to, its directories included (lstat follows them):
-		// nothing to open, and no need to walk the stack path again on every look at an idle
-		// stack. Anything found there is resolved in full before it is opened.
+		// Still absent at its path, links on the way followed as they are now (a link repointed
+		// since is followed to where it points now): nothing to open, and no need to walk the
+		// stack path again on every look at an idle stack. Anything found there is resolved in
+		// full before it is opened.
 		if _, err := os.Lstat(s.absent); errors.Is(err, fs.ErrNotExist) {
 			s.checkDirGone(err)
 			return
@@ -1158,7 +1159,7 @@ func (s *stackTail) observe() {
 	li, err := os.Lstat(path)
 	if err != nil {
 		if s.f == nil && errors.Is(err, fs.ErrNotExist) {
-			s.absent = path
+			s.absent = filepath.Join(s.p.root.real, filepath.FromSlash(s.name), filepath.FromSlash(s.p.file))
 		}
 		s.checkDirGone(err)
 		s.statOpen()

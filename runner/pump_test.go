@@ -889,6 +889,46 @@ func TestPumpRefusesADirectoryThatAppearsAsALink(t *testing.T) {
 	}
 }
 
+// A stack reached through a link inside the root: the link is repointed before the log is
+// written, and the log is read where the link points now (the cheap look at a missing log
+// follows the link as it is, not as it was first resolved).
+func TestPumpFollowsARepointedLinkToAMissingLog(t *testing.T) {
+	for _, poll := range []bool{true, false} {
+		root := t.TempDir()
+		for _, d := range []string{"gen1/a", "gen2/a"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink("gen1", filepath.Join(root, "cur")); err != nil {
+			t.Fatal(err)
+		}
+		coll := newPumpCollector(6)
+		pump := NewLogPump(coll, root, "tfstackplan.log", "exec-1")
+		if err := pump.AddStack("cur/a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := pump.SetOptions(PumpOptions{Poll: poll, PollInterval: time.Millisecond, SafetyPoll: 5 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pump.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // looked at while missing
+		if err := os.Symlink("gen2", filepath.Join(root, "cur.new")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(root, "cur.new"), filepath.Join(root, "cur")); err != nil {
+			t.Fatal(err)
+		}
+		pumpWriteLog(t, filepath.Join(root, "cur", "a", "tfstackplan.log"), []byte("hello\n"))
+		time.Sleep(20 * time.Millisecond)
+		if rep := pump.Drain(context.Background()); rep.Bytes != 6 || len(rep.Errors) != 0 {
+			t.Fatalf("poll %v: %+v, want the 6 bytes of the log behind the repointed link", poll, rep)
+		}
+	}
+}
+
 func TestPumpDisabledPosterReadsNothing(t *testing.T) {
 	pump := NewLogPump(nil, t.TempDir(), "tfstackplan.log", "exec-1")
 	if err := pump.AddStack("a"); err != nil {

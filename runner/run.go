@@ -1466,11 +1466,22 @@ func (r *run) finalize(ctx context.Context) {
 	for _, e := range res.Stacks {
 		f.Stacks = append(f.Stacks, events.StackResult{Stack: e.Path, Status: wireStatus(e.Status), Class: e.Class, Counts: e.Counts.Events(), PlanHash: e.PlanHash})
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupBudget)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeBudget(f))
 	defer cancel()
 	if err := r.client.Finalize(cctx, f); err != nil && !errors.Is(err, ErrCancelRequested) {
 		r.warn("Finalize not reported: %v", err)
 	}
+}
+
+// finalizeBudget is the time a Finalize gets after the run: CleanupBudget, and for each attempt
+// the time its bytes take at SlowestUpload, as the client gives each attempt (a Finalize of
+// thousands of stacks is megabytes; capped at CleanupBudget it had no time for a retry).
+func finalizeBudget(f events.Finalize) time.Duration {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return CleanupBudget
+	}
+	return CleanupBudget + time.Duration(MaxAttempts)*time.Duration(int64(len(b))*int64(time.Second)/SlowestUpload)
 }
 
 // writeOutputs writes the terminal summary, the GitHub outputs, the comment file and the result.

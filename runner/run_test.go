@@ -1059,3 +1059,21 @@ func TestFitInit(t *testing.T) {
 		}
 	}
 }
+
+// A Finalize gets CleanupBudget plus what each of its attempts is given for its size: about
+// 6 s more per attempt for 10,000 stacks (1.5 MB), next to nothing for a few.
+func TestFinalizeBudgetGrowsWithItsSize(t *testing.T) {
+	small := events.Finalize{ExecutionID: "e", Status: "succeeded", Stacks: []events.StackResult{{Stack: "a", Status: "succeeded"}}}
+	if d := finalizeBudget(small); d < CleanupBudget || d > CleanupBudget+100*time.Millisecond {
+		t.Fatalf("a small Finalize gets %v, want about %v", d, CleanupBudget)
+	}
+	big := events.Finalize{ExecutionID: "e", Status: "succeeded"}
+	for i := range 10000 {
+		big.Stacks = append(big.Stacks, events.StackResult{Stack: fmt.Sprintf("stacks/platform/region-%02d/service-%05d", i%20, i), Status: "succeeded", Class: "no-changes", PlanHash: "v1:" + strings.Repeat("0", 64)})
+	}
+	b, _ := json.Marshal(big)
+	perAttempt := time.Duration(int64(len(b)) * int64(time.Second) / SlowestUpload)
+	if d := finalizeBudget(big); d != CleanupBudget+MaxAttempts*perAttempt || perAttempt < 4*time.Second {
+		t.Fatalf("a %d-byte Finalize gets %v (%v per attempt)", len(b), d, perAttempt)
+	}
+}
