@@ -482,3 +482,31 @@ func slowServer(t *testing.T) (*atomic.Int32, *Client) {
 	}
 	return &posts, c
 }
+
+// A gate check of thousands of stacks is megabytes: each attempt gets time for its size too.
+// A server taking 1.2 s answers a 400 KB check within its attempt (700 ms + the upload time),
+// while a small check still times out: fail-closed, as unreachable.
+func TestGateCheckTimeGrowsWithItsSize(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-time.After(1200 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"requester":"deployer@example.iam.gserviceaccount.com"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := fastClient(t, srv.URL)
+	var stacks []events.StackPlan
+	for i := range 4000 {
+		stacks = append(stacks, events.StackPlan{Stack: fmt.Sprintf("stacks/platform/service-%05d", i), PlanHash: "v1:" + strings.Repeat("0", 64)})
+	}
+	if v := c.GateCheck(context.Background(), events.GateCheck{ExecutionID: "a", Environment: "prod", PR: 1, SHA: "s", Stacks: stacks}); v.Kind != VerdictSatisfied {
+		t.Fatalf("a 400 KB check to a server taking 1.2 s: %v", v)
+	}
+	if v := c.GateCheck(context.Background(), events.GateCheck{ExecutionID: "a", Environment: "prod", PR: 1, SHA: "s", Stacks: stacks[:1]}); v.Kind != VerdictUnreachable {
+		t.Fatalf("a small check to a server taking 1.2 s: %v, want unreachable", v)
+	}
+}

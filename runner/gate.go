@@ -9,6 +9,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -79,11 +80,18 @@ func (c *Client) GateCheck(ctx context.Context, g events.GateCheck) GateVerdict 
 		}
 		return GateVerdict{Kind: VerdictSatisfied}
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.gateBudget)
+	body, err := json.Marshal(g)
+	if err != nil {
+		return GateVerdict{Kind: VerdictNotSatisfied, Err: fmt.Errorf("gate check: %w", err)}
+	}
+	// A check of thousands of stacks is megabytes: each attempt also gets the time its bytes
+	// take at SlowestUpload, as other large posts do.
+	upload := time.Duration(int64(len(body)) * int64(time.Second) / SlowestUpload)
+	ctx, cancel := context.WithTimeout(ctx, c.gateBudget+MaxAttempts*upload)
 	defer cancel()
 	// The gate bypasses the breaker: it is the one decision that must be asked fresh.
-	res := c.attempts(ctx, "GateCheck", MaxAttempts, c.gateAttempt, func(ctx context.Context) (*http.Response, error) {
-		return c.api.GateCheck(ctx, g)
+	res := c.attempts(ctx, "GateCheck", MaxAttempts, c.gateAttempt+upload, func(ctx context.Context) (*http.Response, error) {
+		return c.api.GateCheckWithBody(ctx, "application/json", bytes.NewReader(body))
 	}, nil)
 	return verdictFrom(res)
 }
