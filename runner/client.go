@@ -326,6 +326,11 @@ func (c *Client) Init(ctx context.Context, in events.Init) error {
 	return c.eventJSON(ctx, "Init", in, c.api.InitWithBody)
 }
 
+// initBody is Init for an announcement already encoded as JSON (run.init measures it).
+func (c *Client) initBody(ctx context.Context, body []byte) error {
+	return c.eventBody(ctx, "Init", body, c.api.InitWithBody)
+}
+
 // Phase reports that a stack entered a phase.
 func (c *Client) Phase(ctx context.Context, p events.PhaseEvent) error {
 	return c.event(ctx, "Phase", func(ctx context.Context) (*http.Response, error) { return c.api.Phase(ctx, p) })
@@ -484,6 +489,12 @@ func (c *Client) Finalize(ctx context.Context, f events.Finalize) error {
 	return c.eventJSON(ctx, "Finalize", f, c.api.FinalizeWithBody)
 }
 
+// finalizeBody is Finalize for a body already encoded as JSON (run.finalize sizes its budget
+// by it).
+func (c *Client) finalizeBody(ctx context.Context, body []byte) error {
+	return c.eventBody(ctx, "Finalize", body, c.api.FinalizeWithBody)
+}
+
 // GateRevoke ends the lease a gate check granted (best-effort post-apply cleanup).
 func (c *Client) GateRevoke(ctx context.Context, g events.GateRevoke) error {
 	return c.event(ctx, "GateRevoke", func(ctx context.Context) (*http.Response, error) { return c.api.GateRevoke(ctx, g) })
@@ -555,7 +566,7 @@ func (c *Client) event(ctx context.Context, op string, send func(context.Context
 
 // eventJSON is event for a body encoded once here, so that the request gets time for its size
 // (see callSized): an Init or Finalize of thousands of stacks is megabytes.
-func (c *Client) eventJSON(ctx context.Context, op string, v any, send func(context.Context, string, io.Reader, ...api.RequestEditorFn) (*http.Response, error)) error {
+func (c *Client) eventJSON(ctx context.Context, op string, v any, send bodySender) error {
 	if !c.Enabled() {
 		return nil
 	}
@@ -563,9 +574,23 @@ func (c *Client) eventJSON(ctx context.Context, op string, v any, send func(cont
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	return c.eventSized(ctx, op, len(b), func(ctx context.Context) (*http.Response, error) {
-		return send(ctx, "application/json", bytes.NewReader(b))
+	return c.eventBody(ctx, op, b, send)
+}
+
+// bodySender is a generated client's ...WithBody operation.
+type bodySender func(context.Context, string, io.Reader, ...api.RequestEditorFn) (*http.Response, error)
+
+// eventBody is event for a JSON body, sent afresh on every attempt with time for its size.
+func (c *Client) eventBody(ctx context.Context, op string, body []byte, send bodySender) error {
+	return c.eventSized(ctx, op, len(body), func(ctx context.Context) (*http.Response, error) {
+		return send(ctx, "application/json", bytes.NewReader(body))
 	})
+}
+
+// uploadTime is how long size bytes take to upload at SlowestUpload: what a post of that size
+// gets on top of the usual bounds, per attempt.
+func uploadTime(size int) time.Duration {
+	return time.Duration(int64(max(size, 0)) * int64(time.Second) / SlowestUpload)
 }
 
 // eventSized is event for a request of about size bytes (see callSized).
@@ -606,7 +631,7 @@ func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size
 	if idempotent {
 		attempts = MaxAttempts
 	}
-	upload := time.Duration(int64(max(size, 0)) * int64(time.Second) / SlowestUpload)
+	upload := uploadTime(size)
 	ctx, cancel := context.WithTimeout(ctx, c.callBudget+time.Duration(attempts)*upload)
 	defer cancel()
 	select {

@@ -9,7 +9,6 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"net/http"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -86,7 +85,7 @@ func (c *Client) GateCheck(ctx context.Context, g events.GateCheck) GateVerdict 
 	}
 	// A check of thousands of stacks is megabytes: each attempt also gets the time its bytes
 	// take at SlowestUpload, as other large posts do.
-	upload := time.Duration(int64(len(body)) * int64(time.Second) / SlowestUpload)
+	upload := uploadTime(len(body))
 	ctx, cancel := context.WithTimeout(ctx, c.gateBudget+MaxAttempts*upload)
 	defer cancel()
 	// The gate bypasses the breaker: it is the one decision that must be asked fresh.

@@ -682,24 +682,21 @@ const (
 )
 
 // fitInit makes in fit limit bytes of JSON when long paths make it larger: it halves the
-// edges (marking them approximate), then the reasons, until it fits or none are left, and
-// reports whether it cut anything. The stacks are never cut.
-func fitInit(in *events.Init, limit int) bool {
+// edges (marking them approximate), then the reasons, until it fits or none are left. It
+// returns in's JSON as it ends up, and whether it cut anything. The stacks are never cut.
+func fitInit(in *events.Init, limit int) ([]byte, bool, error) {
 	b, err := json.Marshal(in)
-	if err != nil || len(b) <= limit {
-		return false
-	}
-	for len(b) > limit && (len(in.Edges) > 0 || len(in.Reasons) > 0) {
+	cut := false
+	for err == nil && len(b) > limit && (len(in.Edges) > 0 || len(in.Reasons) > 0) {
 		if len(in.Edges) > 0 {
 			in.Edges, in.EdgesApproximate = in.Edges[:len(in.Edges)/2], true
 		} else {
 			in.Reasons = in.Reasons[:len(in.Reasons)/2]
 		}
-		if b, err = json.Marshal(in); err != nil {
-			break
-		}
+		cut = true
+		b, err = json.Marshal(in)
 	}
-	return true
+	return b, cut, err
 }
 
 // init announces the execution and starts the log pump (nil without a server or stacks). Init
@@ -731,7 +728,8 @@ func (r *run) init(ctx context.Context) *LogPump {
 		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: approximate,
 		Reasons: reasons, StartedAt: r.res.StartedAt,
 	}
-	if fitInit(&in, maxInitBytes) {
+	body, cut, encErr := fitInit(&in, maxInitBytes)
+	if cut {
 		r.warn("Init: the announcement was too large for one request; %d of the run graph's edges and %d of the change reasons are sent", len(in.Edges), len(in.Reasons))
 	}
 	// Finalize follows even when Init seemed to fail: a slow server may have stored it anyway,
@@ -747,7 +745,10 @@ func (r *run) init(ctx context.Context) *LogPump {
 			}
 		}()
 		defer catchPanic(&r.initPanic)
-		r.initErr = r.client.Init(ctx, in)
+		r.initErr = encErr
+		if encErr == nil {
+			r.initErr = r.client.initBody(ctx, body)
+		}
 		switch {
 		case forbidden(r.initErr):
 			r.refused = r.initErr
@@ -1466,22 +1467,22 @@ func (r *run) finalize(ctx context.Context) {
 	for _, e := range res.Stacks {
 		f.Stacks = append(f.Stacks, events.StackResult{Stack: e.Path, Status: wireStatus(e.Status), Class: e.Class, Counts: e.Counts.Events(), PlanHash: e.PlanHash})
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeBudget(f))
-	defer cancel()
-	if err := r.client.Finalize(cctx, f); err != nil && !errors.Is(err, ErrCancelRequested) {
+	body, err := json.Marshal(f)
+	if err == nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeBudget(len(body)))
+		defer cancel()
+		err = r.client.finalizeBody(cctx, body)
+	}
+	if err != nil && !errors.Is(err, ErrCancelRequested) {
 		r.warn("Finalize not reported: %v", err)
 	}
 }
 
-// finalizeBudget is the time a Finalize gets after the run: CleanupBudget, and for each attempt
-// the time its bytes take at SlowestUpload, as the client gives each attempt (a Finalize of
-// thousands of stacks is megabytes; capped at CleanupBudget it had no time for a retry).
-func finalizeBudget(f events.Finalize) time.Duration {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return CleanupBudget
-	}
-	return CleanupBudget + time.Duration(MaxAttempts)*time.Duration(int64(len(b))*int64(time.Second)/SlowestUpload)
+// finalizeBudget is the time a Finalize of size bytes gets after the run: CleanupBudget, and
+// for each attempt the upload time the client gives each attempt (a Finalize of thousands of
+// stacks is megabytes; capped at CleanupBudget it had no time for a retry).
+func finalizeBudget(size int) time.Duration {
+	return CleanupBudget + MaxAttempts*uploadTime(size)
 }
 
 // writeOutputs writes the terminal summary, the GitHub outputs, the comment file and the result.

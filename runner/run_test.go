@@ -1034,7 +1034,7 @@ func TestFitInit(t *testing.T) {
 	}
 	size := func(in events.Init) int { b, _ := json.Marshal(in); return len(b) }
 	whole := in
-	if fitInit(&whole, size(in)) || len(whole.Edges) != 40 || whole.EdgesApproximate {
+	if _, cut, _ := fitInit(&whole, size(in)); cut || len(whole.Edges) != 40 || whole.EdgesApproximate {
 		t.Fatalf("an Init that fits was cut: %d edges", len(whole.Edges))
 	}
 	noEdges := in
@@ -1048,7 +1048,11 @@ func TestFitInit(t *testing.T) {
 		{"stacks stay", 10},
 	} {
 		got := in
-		if !fitInit(&got, c.limit) {
+		body, cut, err := fitInit(&got, c.limit)
+		if err != nil || len(body) != size(got) {
+			t.Fatalf("%s: %d bytes returned for a %d-byte Init: %v", c.name, len(body), size(got), err)
+		}
+		if !cut {
 			t.Fatalf("%s: nothing cut", c.name)
 		}
 		if len(got.Stacks) != 40 || (len(got.Reasons) < 40 && len(got.Edges) > 0) || !got.EdgesApproximate {
@@ -1064,7 +1068,8 @@ func TestFitInit(t *testing.T) {
 // 6 s more per attempt for 10,000 stacks (1.5 MB), next to nothing for a few.
 func TestFinalizeBudgetGrowsWithItsSize(t *testing.T) {
 	small := events.Finalize{ExecutionID: "e", Status: "succeeded", Stacks: []events.StackResult{{Stack: "a", Status: "succeeded"}}}
-	if d := finalizeBudget(small); d < CleanupBudget || d > CleanupBudget+100*time.Millisecond {
+	sb, _ := json.Marshal(small)
+	if d := finalizeBudget(len(sb)); d < CleanupBudget || d > CleanupBudget+100*time.Millisecond {
 		t.Fatalf("a small Finalize gets %v, want about %v", d, CleanupBudget)
 	}
 	big := events.Finalize{ExecutionID: "e", Status: "succeeded"}
@@ -1073,7 +1078,7 @@ func TestFinalizeBudgetGrowsWithItsSize(t *testing.T) {
 	}
 	b, _ := json.Marshal(big)
 	perAttempt := time.Duration(int64(len(b)) * int64(time.Second) / SlowestUpload)
-	if d := finalizeBudget(big); d != CleanupBudget+MaxAttempts*perAttempt || perAttempt < 4*time.Second {
+	if d := finalizeBudget(len(b)); d != CleanupBudget+MaxAttempts*perAttempt || perAttempt < 4*time.Second {
 		t.Fatalf("a %d-byte Finalize gets %v (%v per attempt)", len(b), d, perAttempt)
 	}
 }
