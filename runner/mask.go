@@ -32,9 +32,7 @@ type Masker struct {
 // array: a new one only appends beyond the previous one's length.
 type secretSet struct {
 	values [][]byte
-	maxLen int
-	first  [256]bool // first bytes of values, to find partial matches quickly
-	size   int64     // the values' bytes
+	size   int64 // the values' bytes
 
 	// For sets of more than naiveSecrets values: an automaton over values[:auto.covered], carried
 	// over from the previous snapshot; the values after those are searched one at a time until
@@ -71,7 +69,7 @@ func (m *Masker) add(values []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur := m.set.Load()
-	next := &secretSet{values: cur.values, maxLen: cur.maxLen, first: cur.first, size: cur.size, builds: cur.builds}
+	next := &secretSet{values: cur.values, size: cur.size, builds: cur.builds}
 	next.auto.Store(cur.auto.Load())
 	next.naive.Store(cur.naive.Load())
 	changed := false
@@ -91,8 +89,6 @@ func (m *Masker) add(values []string) error {
 			m.known[string(line)] = true
 			next.values = append(next.values, bytes.Clone(line))
 			next.size += int64(len(line))
-			next.maxLen = max(next.maxLen, len(line))
-			next.first[line[0]] = true
 			changed = true
 		}
 	}
@@ -375,20 +371,4 @@ func partialSuffixOf(values [][]byte, w []byte) int {
 
 // partialSuffix returns where the longest suffix of w that is a proper prefix of a secret
 // starts (len(w) when there is none): those bytes must wait for the next read.
-func (set *secretSet) partialSuffix(w []byte) int {
-	if set.maxLen == 0 {
-		return len(w)
-	}
-	for i := max(0, len(w)-set.maxLen+1); i < len(w); i++ {
-		if !set.first[w[i]] {
-			continue
-		}
-		tail := w[i:]
-		for _, v := range set.values {
-			if len(v) > len(tail) && bytes.HasPrefix(v, tail) {
-				return i
-			}
-		}
-	}
-	return len(w)
-}
+func (set *secretSet) partialSuffix(w []byte) int { return partialSuffixOf(set.values, w) }

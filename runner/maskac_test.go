@@ -13,12 +13,7 @@ import (
 // naiveSet is the secretSet of values searched one value at a time (find and partialSuffix),
 // the oracle the automaton is held to.
 func naiveSet(values [][]byte) *secretSet {
-	set := &secretSet{values: values}
-	for _, v := range values {
-		set.maxLen = max(set.maxLen, len(v))
-		set.first[v[0]] = true
-	}
-	return set
+	return &secretSet{values: values}
 }
 
 // randomSecrets returns k distinct non-empty values of at most maxLen bytes over alphabet.
