@@ -41,10 +41,17 @@ package runner
 // PollInterval after for a polled stack, and at most SafetyPoll after should its event be lost
 // (a queue overflow wakes every stack at once). It is posted at most Coalesce after it was
 // read, unless the server is slower than the logs grow (MaxInFlight posts in flight, MaxBuffered
-// bytes held). With the defaults: 20 ms + 50 ms for a watched stack, 100 ms + 50 ms polled
+// bytes held). With the defaults: 100 ms + 250 ms for a watched stack, 100 ms + 250 ms polled
 // (piggybacking, below, only ever posts a byte sooner). Bytes truncated away (the next
 // command's `tee`) sooner than that after they were written may be lost, and are reported as a
 // gap.
+//
+// Why those defaults. A person watching a log does not tell a third of a second from a
+// twentieth, but the machine running the scripts does: every round and every post wakes the
+// driver, and every post is a request the control plane handles, on CI runners whose cores the
+// scripts already keep busy. On the 200-stack benchmark (scripts/bench.sh), going from 20 ms
+// rounds and 50 ms coalescing to 100 ms and 250 ms cut the log posts from about 170 to about
+// 95, the driver's CPU by about a sixth and the server's by about a quarter.
 //
 // Reading and memory. Appended bytes are read as soon as the pump sees them (so that a truncation
 // right after them, the next command's `tee`, loses nothing) into the stack's open chunk, which is
@@ -111,7 +118,7 @@ type PumpOptions struct {
 	// 256 KiB chunks 1.1 s.
 	MaxChunk int
 	// Coalesce is how long bytes read may wait for more before they are posted (default
-	// 50 ms). A full chunk is posted at once, and an open chunk may be posted sooner, along
+	// 250 ms). A full chunk is posted at once, and an open chunk may be posted sooner, along
 	// with another stack's due chunk (see Piggybacking in pump.go).
 	Coalesce time.Duration
 	// MaxInFlight bounds concurrent posts across all stacks (default 16). Chunks taken along
@@ -135,7 +142,7 @@ type PumpOptions struct {
 	BatchBytes int
 	NoBatch    bool
 	// MinReadInterval spaces out the rounds in which file events reach the stacks (default
-	// 20 ms): the first event after a quiet spell is handled at once, later ones wait, queued
+	// 100 ms): the first event after a quiet spell is handled at once, later ones wait, queued
 	// in the kernel, until MinReadInterval after the previous round. Without it a log written
 	// in many small pieces wakes the pump once per write. It bounds how late a watched stack
 	// reads what was written (see Liveness in pump.go).
@@ -175,10 +182,10 @@ func (o PumpOptions) withDefaults() PumpOptions {
 	if o.BatchBytes <= 0 {
 		o.BatchBytes = 2 << 20
 	}
-	def(&o.Coalesce, 50*time.Millisecond)
+	def(&o.Coalesce, 250*time.Millisecond)
 	def(&o.PollInterval, 100*time.Millisecond)
 	def(&o.SafetyPoll, 2*time.Second)
-	def(&o.MinReadInterval, 20*time.Millisecond)
+	def(&o.MinReadInterval, 100*time.Millisecond)
 	def(&o.PostTimeout, 10*time.Second)
 	def(&o.RetryMin, 50*time.Millisecond)
 	def(&o.RetryMax, 2*time.Second)
