@@ -121,8 +121,12 @@ type PumpOptions struct {
 	// 250 ms). A full chunk is posted at once, and an open chunk may be posted sooner, along
 	// with another stack's due chunk (see Piggybacking in pump.go).
 	Coalesce time.Duration
-	// MaxInFlight bounds concurrent posts across all stacks (default 16). Chunks taken along
-	// before they are due (see Piggybacking in pump.go) use only the first half of the slots.
+	// MaxInFlight bounds the chunks in flight across all stacks (default 64). A batching poster
+	// (the Client) carries them in at most four requests at a time; posted one by one, they
+	// also meet the Client's own bound on concurrent requests (MaxInFlight in client.go, 16).
+	// Chunks taken along before they are due (see Piggybacking in pump.go) use only the first
+	// half of the slots: with 16, a 200-stack run with four stacks at a time needed about 95
+	// requests, because the riders of a request ran out of slots; with 64, about 40.
 	MaxInFlight int
 	// MaxBuffered bounds the bytes read from files and not yet acknowledged, across all stacks
 	// (default 16 MiB). Each stack also holds back at most 2*MaxSecretLength bytes for masking.
@@ -170,7 +174,7 @@ func (o PumpOptions) withDefaults() PumpOptions {
 		o.MaxChunk = 256 << 10
 	}
 	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 16
+		o.MaxInFlight = 64
 	}
 	if o.MaxBuffered <= 0 {
 		o.MaxBuffered = 16 << 20
