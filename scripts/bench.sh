@@ -171,9 +171,14 @@ run_bare() {
   read -r U S M < <(tail -1 "$out.time")
 }
 
-# run_driver DIR OUT [offline]: `tfstackplan run plan` against the server (with "offline":
-# without one). Sets W, U, S, M and ST as run_bare does, SCPU (the server's CPU ms meanwhile),
-# HWM (the driver's VmHWM, sampled, KB) and REQ (what the server handled meanwhile).
+# run_driver DIR OUT [offline|sample]: `tfstackplan run plan` against the server (with
+# "offline": without one). Sets W, U, S, M and ST as run_bare does, SCPU (the server's CPU ms
+# meanwhile), HWM and REQ (what the server handled meanwhile). With "sample", HWM is the
+# driver's VmHWM (KB) sampled from /proc every 0.2 s while it runs; otherwise 0. Only the RSS
+# run samples: each sample starts an awk and a sleep, ten processes a second that the bare
+# side does not pay for. Over a 6.5 s run that loop alone takes about 0.18 CPU-s, against about
+# 10.5 CPU-s for the whole bare run: on a 2-core machine the scripts already keep busy, it made
+# the timed driver runs of the pairs slower by almost 2%.
 run_driver() {
   local dir=$1 out=$2 srv=$server t0 t1 rc=0 s0 s1 st0 tpid dpid="" hwm=0 h
   [ "${3:-}" = offline ] && srv=""
@@ -185,7 +190,7 @@ run_driver() {
     tfstackplan run plan -e bench --parallel "$parallel" --result "$out.json" >"$out.stdout" 2>"$out.stderr") &
   tpid=$!
   # Cross-check of %M: the driver's own high-water mark, sampled from /proc while it runs.
-  while kill -0 "$tpid" 2>/dev/null; do
+  while [ "${3:-}" = sample ] && kill -0 "$tpid" 2>/dev/null; do
     if [ -z "$dpid" ]; then
       dpid=$(cat "/proc/$tpid/task/$tpid/children" 2>/dev/null | awk '{ print $1 }') || true
     fi
@@ -231,7 +236,7 @@ for ((i = 1; i <= pairs; i++)); do
   say "bench: pair $i bare    wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss(tree) ${M}KB steal ${ST}ms"
   run_driver "$tier" "$tmp/driver-$i"
   driver_walls+=("$W")
-  say "bench: pair $i driver  wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss ${M}KB vmhwm ${HWM}KB steal ${ST}ms server cpu ${SCPU}ms"
+  say "bench: pair $i driver  wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss ${M}KB steal ${ST}ms server cpu ${SCPU}ms"
   say "bench:         timings(ms) $(timings "$tmp/driver-$i.json")"
   say "bench:         server handled: $REQ"
   if [ "${BENCH_OFFLINE:-}" = 1 ]; then
@@ -282,7 +287,7 @@ awk -v t="$t_drv" -v z="$t_true" -v n="$nticks" 'BEGIN { printf "tick-driver-ms 
 say "bench: generating $rss_stacks stacks"
 scripts/bench/genproject.sh "$tmp/rss" "$rss_stacks" scripts/terramate
 tier=$tmp/rss/stacks/bench
-run_driver "$tier" "$tmp/rss-driver"
+run_driver "$tier" "$tmp/rss-driver" sample
 rss=$M
 say "bench: $rss_stacks stacks driver wall ${W}ms cpu(tree) user ${U}s sys ${S}s maxrss ${M}KB vmhwm(sampled) ${HWM}KB steal ${ST}ms server cpu ${SCPU}ms"
 say "bench:        timings(ms) $(timings "$tmp/rss-driver.json")"
