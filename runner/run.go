@@ -722,6 +722,10 @@ func (r *run) init(ctx context.Context) *LogPump {
 		r.warn("Init: the %d change reasons are more than the server takes; the first %d are sent", len(reasons), maxInitReasons)
 		reasons = reasons[:maxInitReasons]
 	}
+	reasons, fitted := fitReasons(reasons)
+	if fitted > 0 {
+		r.warn("Init: %d change reasons had texts the server does not take (over %d bytes, not UTF-8, a NUL byte) or more than %d steps; they are sent clipped", fitted, maxReasonText, maxReasonChain)
+	}
 	in := events.Init{
 		ExecutionID: r.o.ExecutionID, Op: api.InitOp(r.o.Op), Environment: r.o.Environment,
 		Repo: r.o.Repo, PR: r.o.PR, SHA: r.o.SHA, Base: r.o.Base, Actor: r.o.Actor, RunURL: r.o.RunURL,

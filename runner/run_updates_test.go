@@ -317,3 +317,73 @@ func TestRunApplyRefusedExecutionDoesNotAskTheGate(t *testing.T) {
 		t.Errorf("stacks %+v, want a not run", res.Stacks)
 	}
 }
+
+// Change reasons the server would refuse (a 2,000-byte file name, bytes that are not UTF-8, a
+// module chain of 100 steps) are sent clipped, with a warning: before, they made the server
+// refuse the whole Init, and the run went unreported.
+func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
+	svc := service.New(storetest.OpenSQLite(t), nil)
+	srv, err := server.New(server.Config{Service: svc, Auth: &auth.Authenticator{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	c, err := NewClient(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a", "b", "c"}
+	longFile := "/" + strings.Repeat("d/", 1000) + "f.json"
+	var steps []string
+	for i := range 100 {
+		steps = append(steps, fmt.Sprintf(`"../m%d"`, i))
+	}
+	base := scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error { return nil })
+	exec := func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+		if slices.Equal(args, []string{"list", "--changed", "--why"}) {
+			fmt.Fprintf(stdout, "a - stack changed because watched file %q changed\n", longFile)
+			fmt.Fprintf(stdout, "b - stack changed in a way \xff\xfe no one knows\n")
+			fmt.Fprintf(stdout, "c - stack changed because %q changed because %s\n", "../m", strings.Join(steps, " changed because "))
+			return nil
+		}
+		return base(ctx, name, args, dir, env, stdout, stderr)
+	}
+	root := runRepo(t, stacks)
+	res := Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
+		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+		Getenv: func(string) string { return "" },
+	})
+	if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, "3 change reasons had texts the server does not take") ||
+		strings.Contains(w, "not reported") {
+		t.Errorf("warnings %q: want the three reasons clipped, and every report sent", res.Warnings)
+	}
+	ex, err := svc.Execution(context.Background(), res.Execution)
+	if err != nil {
+		t.Fatalf("the execution is not on the server: %v (warnings %q)", err, res.Warnings)
+	}
+	got := map[string]api.ChangeReason{}
+	for _, st := range ex.Stacks {
+		if len(st.Reasons) == 1 {
+			got[st.Stack] = st.Reasons[0]
+		}
+	}
+	a, b, cr := got["stacks/prod/a"], got["stacks/prod/b"], got["stacks/prod/c"]
+	if a.Kind != string(events.ReasonWatchedFile) || len(a.Detail) > maxReasonText || !strings.HasSuffix(a.Detail, "…") ||
+		!strings.HasPrefix(longFile, strings.TrimSuffix(a.Detail, "…")) {
+		t.Errorf("a's reason on the server: %s %q… (%d bytes)", a.Kind, firstN(a.Detail, 30), len(a.Detail))
+	}
+	if b.Raw != "stack changed in a way \uFFFD no one knows" {
+		t.Errorf("b's reason on the server: %+v", b)
+	}
+	if len(cr.Chain) != maxReasonChain || cr.Chain[0] != `"../m0"` || cr.Chain[maxReasonChain-1] != "… 37 more steps" {
+		t.Errorf("c's reason on the server: %d steps, %q", len(cr.Chain), cr.Chain)
+	}
+	// The result document keeps what terramate printed.
+	for _, e := range res.Stacks {
+		if e.Path == "stacks/prod/a" && (len(e.Why) != 1 || !strings.Contains(e.Why[0], longFile)) {
+			t.Errorf("a's why in the result: %q", e.Why)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package runner
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
@@ -153,4 +155,77 @@ func parseWhyLines(lines, stacks []string) []events.ChangeReason {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Stack < out[j].Stack })
 	return out
+}
+
+// The contract's bounds on one change reason (api/openapi.yaml, ChangeReason): the server
+// refuses a whole Init, and with it every report of the run, for one reason text that is
+// longer, not valid UTF-8 or holds a NUL byte, or for a longer chain.
+const (
+	maxReasonText  = 1024
+	maxReasonChain = 64
+)
+
+// fitReason returns cr within the contract's bounds, and whether it had to change it: every
+// text valid UTF-8 (invalid bytes become U+FFFD) without NUL bytes (U+FFFD too) and at most
+// maxReasonText bytes (a longer one is cut at a character boundary and ends with "…"), at
+// most maxReasonChain chain steps (the last one kept says how many more there were). The
+// stack is left alone: it is a listed stack's path, which no report may change.
+func fitReason(cr events.ChangeReason) (events.ChangeReason, bool) {
+	changed := false
+	fit := func(s string) string {
+		t := fitReasonText(s)
+		changed = changed || t != s
+		return t
+	}
+	cr.Kind, cr.Detail, cr.Raw = fit(cr.Kind), fit(cr.Detail), fit(cr.Raw)
+	if len(cr.Chain) > 0 {
+		chain := make([]string, 0, min(len(cr.Chain), maxReasonChain)) // never cr's own array
+		for i, step := range cr.Chain {
+			if i == maxReasonChain-1 && len(cr.Chain) > maxReasonChain {
+				chain = append(chain, "… "+strconv.Itoa(len(cr.Chain)-i)+" more steps")
+				changed = true
+				break
+			}
+			chain = append(chain, fit(step))
+		}
+		cr.Chain = chain
+	}
+	return cr, changed
+}
+
+// fitReasons returns reasons fitted with fitReason (a new slice when any changed), and how many
+// changed.
+func fitReasons(reasons []events.ChangeReason) ([]events.ChangeReason, int) {
+	out, n := reasons, 0
+	for i, cr := range reasons {
+		f, changed := fitReason(cr)
+		if !changed {
+			continue
+		}
+		if n == 0 {
+			out = slices.Clone(reasons)
+		}
+		out[i] = f
+		n++
+	}
+	return out, n
+}
+
+// fitReasonText makes s a valid reason text (see fitReason).
+func fitReasonText(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	if len(s) <= maxReasonText {
+		return s
+	}
+	const ellipsis = "…"
+	cut := maxReasonText - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }

@@ -197,7 +197,7 @@ type ChangeReason struct {
 	// Kind One of unmerged, watched-file, module, trigger, terragrunt-module, other.
 	Kind string `json:"kind"`
 
-	// Raw The reason text as terramate printed it.
+	// Raw The reason text as terramate printed it. Every text of a reason is valid UTF-8 without NUL bytes; the driver clips longer ones (ending them with "…") before sending them.
 	Raw   string `json:"raw,omitempty,omitzero"`
 	Stack string `json:"stack"`
 }
