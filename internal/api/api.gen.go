@@ -288,8 +288,10 @@ type Execution struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts           Counts `json:"counts,omitempty,omitzero"`
-	Edges            []Edge `json:"edges,omitempty,omitzero"`
+	Counts Counts `json:"counts,omitempty,omitzero"`
+	Edges  []Edge `json:"edges,omitempty,omitzero"`
+
+	// EdgesApproximate As the Init's edges_approximate.
 	EdgesApproximate bool   `json:"edges_approximate,omitempty,omitzero"`
 	Environment      string `json:"environment"`
 
@@ -438,7 +440,7 @@ type Init struct {
 	Base  string `json:"base,omitempty,omitzero"`
 	Edges []Edge `json:"edges,omitempty,omitzero"`
 
-	// EdgesApproximate The edges were derived from stack metadata, not from terramate's run graph.
+	// EdgesApproximate The edges are not exactly terramate's run graph: they were derived from stack metadata (run-graph was too slow), or they are only part of it (a graph larger than one Init carries).
 	EdgesApproximate bool           `json:"edges_approximate,omitempty,omitzero"`
 	Environment      string         `json:"environment"`
 	ExecutionID      string         `json:"execution_id"`

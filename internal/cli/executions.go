@@ -181,7 +181,7 @@ func writeExecution(w io.Writer, e *api.Execution) error {
 	if len(e.Edges) > 0 {
 		title := "edges (from runs before to):"
 		if e.EdgesApproximate {
-			title = "edges (from runs before to; approximate, from stack metadata):"
+			title = "edges (from runs before to; approximate: derived from stack metadata, or not all of them):"
 		}
 		fmt.Fprintln(w, "\n"+title)
 		for _, ed := range e.Edges {
