@@ -121,12 +121,12 @@ type PumpOptions struct {
 	// 250 ms). A full chunk is posted at once, and an open chunk may be posted sooner, along
 	// with another stack's due chunk (see Piggybacking in pump.go).
 	Coalesce time.Duration
-	// MaxInFlight bounds the chunks in flight across all stacks (default 64). A batching poster
-	// (the Client) carries them in at most four requests at a time; posted one by one, they
-	// also meet the Client's own bound on concurrent requests (MaxInFlight in client.go, 16).
-	// Chunks taken along before they are due (see Piggybacking in pump.go) use only the first
-	// half of the slots: with 16, a 200-stack run with four stacks at a time needed about 95
-	// requests, because the riders of a request ran out of slots; with 64, about 40.
+	// MaxInFlight bounds the chunks in flight across all stacks. With a batching poster (the
+	// Client) the default is 64: they travel in at most four requests at a time, and chunks
+	// taken along before they are due (see Piggybacking in pump.go) use only the first half of
+	// the slots; with 16, a 200-stack run with four stacks at a time needed about 95 requests,
+	// because the riders of a request ran out of slots, and with 64 about 40. Posted one by one
+	// (NoBatch, or a poster that does not batch), each chunk is a request, and the default is 16.
 	MaxInFlight int
 	// MaxBuffered bounds the bytes read from files and not yet acknowledged, across all stacks
 	// (default 16 MiB). Each stack also holds back at most 2*MaxSecretLength bytes for masking.
@@ -164,6 +164,12 @@ type PumpOptions struct {
 	Permanent func(error) bool
 }
 
+// The default MaxInFlight with a batching poster, and posting chunk by chunk.
+const (
+	defaultInFlightBatched = 64
+	defaultInFlightSingle  = 16
+)
+
 func (o PumpOptions) withDefaults() PumpOptions {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
@@ -172,9 +178,6 @@ func (o PumpOptions) withDefaults() PumpOptions {
 	}
 	if o.MaxChunk <= 0 {
 		o.MaxChunk = 256 << 10
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 64
 	}
 	if o.MaxBuffered <= 0 {
 		o.MaxBuffered = 16 << 20
@@ -389,8 +392,16 @@ func (p *LogPump) Start(ctx context.Context) error {
 	if !p.enabled() {
 		return nil
 	}
+	bp, batching := p.poster.(LogBatchPoster)
+	batching = batching && !p.opts.NoBatch
+	if p.opts.MaxInFlight <= 0 {
+		p.opts.MaxInFlight = defaultInFlightSingle
+		if batching {
+			p.opts.MaxInFlight = defaultInFlightBatched
+		}
+	}
 	p.sem = make(chan struct{}, p.opts.MaxInFlight)
-	if bp, ok := p.poster.(LogBatchPoster); ok && !p.opts.NoBatch {
+	if batching {
 		p.batchCh = make(chan pumpBatchReq, p.opts.MaxInFlight)
 		p.bg.Add(1)
 		go p.batcher(bp)
