@@ -31,9 +31,6 @@ type secretAutomaton struct {
 // A value's length must fit the automaton's depths.
 const _ = uint16(MaxSecretLength)
 
-// A value must be a key acauto takes.
-const _ = uint(acauto.MaxKey - MaxSecretLength)
-
 // newSecretAutomaton builds the automaton of values (distinct, non-empty, at most
 // MaxSecretLength bytes each).
 func newSecretAutomaton(values [][]byte) *secretAutomaton {
@@ -47,7 +44,7 @@ func newSecretAutomaton(values [][]byte) *secretAutomaton {
 	for a.ring < longest {
 		a.ring <<= 1
 	}
-	shape := acauto.Build(&a.ac, sorted)
+	shape := acauto.Build[uint16](&a.ac, sorted)
 	a.depth = shape.Depth
 	a.out = make([]int32, a.ac.Nodes())
 	for _, n := range shape.End {

@@ -11,9 +11,6 @@ package acauto
 
 import "slices"
 
-// MaxKey is the longest key Build takes: a node's depth is a uint16.
-const MaxKey = 1<<16 - 1
-
 // Automaton is the trie of a set of keys with its failure links. Step is all a search loop
 // needs; Child, Fail and HasChildren are for walking the trie.
 type Automaton struct {
@@ -24,14 +21,15 @@ type Automaton struct {
 	fail   []int32 // the node of the longest proper suffix of n's prefix that is a node
 }
 
-// Shape is what Build reports about the nodes it made, for callers to annotate them. Nothing in
-// the Automaton refers to it: a caller keeps what it needs and drops the rest.
-type Shape struct {
+// Shape is what Build reports about the nodes it made, for callers to annotate them; D is the
+// type of a depth. Nothing in the Automaton refers to it: a caller keeps what it needs (as its
+// own array of depths, with no copy) and drops the rest.
+type Shape[D ~uint8 | ~uint16] struct {
 	// End[i] is the node whose prefix is keys[i]. It does not decrease with i (the keys are
 	// sorted and the nodes numbered in preorder); equal keys share their node.
 	End []int32
 	// Depth[n] is the length of node n's prefix.
-	Depth []uint16
+	Depth []D
 	// Order is every node once, breadth first, the root first: a node comes after its parent
 	// and after its failure target, so an annotation along failure links can be filled in
 	// this order.
@@ -39,11 +37,12 @@ type Shape struct {
 }
 
 // Build makes a the automaton of keys, which must be sorted in increasing byte order (as by
-// bytes.Compare or strings.Compare) and at most MaxKey bytes long; equal keys are allowed and
-// share a node, and an empty key ends at the root. It panics on unsorted or too long keys.
-// Whatever a held before is replaced. An Automaton is built in place so that its user can hold
-// it as a field, not behind one more pointer to load on every step.
-func Build[K ~string | ~[]byte](a *Automaton, keys []K) Shape {
+// bytes.Compare or strings.Compare), each no longer than the largest D (the depth of its end
+// node); equal keys are allowed and share a node, and an empty key ends at the root. It panics
+// on unsorted or too long keys. Whatever a held before is replaced. An Automaton is built in
+// place so that its user can hold it as a field, not behind one more pointer to load on every
+// step.
+func Build[D ~uint8 | ~uint16, K ~string | ~[]byte](a *Automaton, keys []K) Shape[D] {
 	total := 0
 	for _, k := range keys {
 		total += len(k)
@@ -52,13 +51,13 @@ func Build[K ~string | ~[]byte](a *Automaton, keys []K) Shape {
 	// already, and a node's children are made in increasing byte order.
 	parent := make([]int32, 1, total+1)
 	label := make([]byte, 1, total+1)
-	depth := make([]uint16, 1, total+1)
+	depth := make([]D, 1, total+1)
 	end := make([]int32, len(keys))
 	var path []int32 // path[d] is the node of the previous key's prefix of length d+1
 	var prev K
 	for i, k := range keys {
-		if len(k) > MaxKey {
-			panic("acauto: key longer than MaxKey")
+		if len(k) > int(^D(0)) {
+			panic("acauto: key too long for its depth")
 		}
 		common := 0
 		for common < len(k) && common < len(prev) && k[common] == prev[common] {
@@ -76,7 +75,7 @@ func Build[K ~string | ~[]byte](a *Automaton, keys []K) Shape {
 			c := int32(len(label))
 			parent = append(parent, n)
 			label = append(label, k[d])
-			depth = append(depth, uint16(d+1))
+			depth = append(depth, D(d+1))
 			path = append(path, c)
 			n = c
 		}
@@ -120,7 +119,7 @@ func Build[K ~string | ~[]byte](a *Automaton, keys []K) Shape {
 			order = append(order, c)
 		}
 	}
-	return Shape{End: end, Depth: depth, Order: order}
+	return Shape[D]{End: end, Depth: depth, Order: order}
 }
 
 // Nodes returns how many nodes a has, the root included: nodes are 0 to Nodes()-1.

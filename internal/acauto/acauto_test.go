@@ -30,7 +30,7 @@ func prefixes(keys []string) []string {
 func check(t *testing.T, keys []string, text string) {
 	t.Helper()
 	var a Automaton
-	shape := Build(&a, keys)
+	shape := Build[uint16](&a, keys)
 	want := prefixes(keys)
 	if a.Nodes() != len(want) {
 		t.Fatalf("keys %q: %d nodes, want %d", keys, a.Nodes(), len(want))
@@ -182,7 +182,7 @@ func TestBuildEmpty(t *testing.T) {
 	check(t, nil, "abc")
 	check(t, []string{}, "")
 	var a Automaton
-	shape := Build(&a, [][]byte(nil))
+	shape := Build[uint16](&a, [][]byte(nil))
 	if a.Nodes() != 1 || len(shape.End) != 0 || !slices.Equal(shape.Order, []int32{0}) || !slices.Equal(shape.Depth, []uint16{0}) {
 		t.Fatalf("empty set: %d nodes, shape %+v", a.Nodes(), shape)
 	}
@@ -200,7 +200,7 @@ func TestBuildEqualAndEmptyKeys(t *testing.T) {
 	keys := []string{"", "", "ab", "ab", "abc", "b", "b"}
 	check(t, keys, "xabcbab")
 	var a Automaton
-	shape := Build(&a, keys)
+	shape := Build[uint16](&a, keys)
 	if !slices.Equal(shape.End, []int32{0, 0, 2, 2, 3, 4, 4}) {
 		t.Fatalf("ends %v", shape.End)
 	}
@@ -211,7 +211,7 @@ func TestBuildFailureLinks(t *testing.T) {
 	keys := []string{"he", "hers", "his", "she"}
 	check(t, keys, "ushershishe")
 	var a Automaton
-	Build(&a, keys)
+	Build[uint16](&a, keys)
 	walk := func(s string) int32 {
 		n := int32(0)
 		for i := range len(s) {
@@ -234,8 +234,8 @@ func TestBuildFailureLinks(t *testing.T) {
 
 func TestBuildReplaces(t *testing.T) {
 	var a Automaton
-	Build(&a, []string{"x", "y"})
-	Build(&a, []string{"ab"})
+	Build[uint16](&a, []string{"x", "y"})
+	Build[uint16](&a, []string{"ab"})
 	if a.Child(0, 'x') != 0 || a.Child(0, 'y') != 0 || a.Nodes() != 3 {
 		t.Fatal("a second Build kept the first one's root")
 	}
@@ -250,7 +250,7 @@ func TestBuildBytesAsStrings(t *testing.T) {
 			bkeys = append(bkeys, []byte(k))
 		}
 		var s, b Automaton
-		ss, bs := Build(&s, keys), Build(&b, bkeys)
+		ss, bs := Build[uint16](&s, keys), Build[uint16](&b, bkeys)
 		if !slices.Equal(ss.End, bs.End) || !slices.Equal(ss.Depth, bs.Depth) || !slices.Equal(ss.Order, bs.Order) ||
 			s.root != b.root || !slices.Equal(s.edgeLo, b.edgeLo) || !bytes.Equal(s.edgeB, b.edgeB) ||
 			!slices.Equal(s.edgeTo, b.edgeTo) || !slices.Equal(s.fail, b.fail) {
@@ -264,7 +264,7 @@ func TestBuildPanics(t *testing.T) {
 		"unsorted":     {"b", "a"},
 		"unsorted-sub": {"ab", "a"},
 		"unsorted-mid": {"a", "ac", "ab"},
-		"too long":     {strings.Repeat("x", MaxKey+1)},
+		"too long":     {strings.Repeat("x", 1<<16)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -273,11 +273,38 @@ func TestBuildPanics(t *testing.T) {
 				}
 			}()
 			var a Automaton
-			Build(&a, keys)
+			Build[uint16](&a, keys)
 		})
 	}
 	var a Automaton
-	Build(&a, []string{strings.Repeat("x", MaxKey)}) // the longest key is taken
+	Build[uint16](&a, []string{strings.Repeat("x", 1<<16-1)}) // the longest key is taken
+	Build[uint8](&a, []string{strings.Repeat("x", 255)})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Build[uint8] of a key of 256 bytes did not panic")
+			}
+		}()
+		Build[uint8](&a, []string{strings.Repeat("x", 256)})
+	}()
+}
+
+// Depths of one type or the other describe the same automaton.
+func TestBuildDepthTypes(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 50 {
+		keys := randomKeys(r, "abc", 30, 10)
+		var a, b Automaton
+		wide, narrow := Build[uint16](&a, keys), Build[uint8](&b, keys)
+		if len(wide.Depth) != len(narrow.Depth) || !slices.Equal(wide.End, narrow.End) || !slices.Equal(wide.Order, narrow.Order) {
+			t.Fatalf("keys %q: uint8 and uint16 depths make different shapes", keys)
+		}
+		for n := range wide.Depth {
+			if uint16(narrow.Depth[n]) != wide.Depth[n] {
+				t.Fatalf("keys %q: depth of node %d: %d and %d", keys, n, narrow.Depth[n], wide.Depth[n])
+			}
+		}
+	}
 }
 
 // FuzzBuild: keys are the lines of the first input, sorted; the second is the text.

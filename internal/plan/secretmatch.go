@@ -28,6 +28,9 @@ const (
 // memory than the strings.
 const matchPrefix = 64
 
+// A head's length must fit the matcher's depths.
+const _ = uint8(matchPrefix)
+
 // secretPattern is one text to find, of the kinds in kinds; rank orders the kindScrub patterns
 // (lower first) where several start at one place.
 type secretPattern struct {
@@ -84,12 +87,9 @@ func newSecretMatcher(pats []secretPattern) *secretMatcher {
 	for i, p := range pats {
 		heads[i] = p.text[:min(len(p.text), matchPrefix)]
 	}
-	shape := acauto.Build(&m.ac, heads)
+	shape := acauto.Build[uint8](&m.ac, heads)
+	m.depth = shape.Depth
 	nodes := m.ac.Nodes()
-	m.depth = make([]uint8, nodes)
-	for n, d := range shape.Depth {
-		m.depth[n] = uint8(d)
-	}
 	m.ends = make([]uint8, nodes)
 	for i, n := range shape.End {
 		if len(m.term) == 0 || m.term[len(m.term)-1] != n {
