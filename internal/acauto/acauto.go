@@ -11,8 +11,9 @@ package acauto
 
 import "slices"
 
-// Automaton is the trie of a set of keys with its failure links. Step is all a search loop
-// needs; Child, Fail and HasChildren are for walking the trie.
+// Automaton is the trie of a set of keys with its failure links. Step drives a search, Fail
+// follows a node's failure chain (to the keys that end at a position), and Child and
+// HasChildren walk the trie.
 type Automaton struct {
 	root   [256]int32 // the root's child for each byte, 0 when none
 	edgeLo []int32    // node n's children are edgeTo[edgeLo[n]:edgeLo[n+1]]
