@@ -3,6 +3,8 @@ package plan
 import (
 	"slices"
 	"strings"
+
+	"github.com/tfstackplan/tfstackplan/internal/acauto"
 )
 
 // Kinds of secret pattern, as bit flags: one text may be a pattern of several kinds.
@@ -26,6 +28,9 @@ const (
 // memory than the strings.
 const matchPrefix = 64
 
+// A head's length must fit the matcher's depths.
+const _ = uint8(matchPrefix)
+
 // secretPattern is one text to find, of the kinds in kinds; rank orders the kindScrub patterns
 // (lower first) where several start at one place.
 type secretPattern struct {
@@ -39,17 +44,13 @@ type secretPattern struct {
 // there are: testing each pattern in turn (strings.Contains) cost the text's length once per
 // pattern, for every value and key of every stack, against the secrets of every stack.
 //
-// Nodes are the patterns' prefixes (up to matchPrefix bytes) numbered in preorder, the root 0;
-// a node's children are edgeTo[edgeLo[n]:edgeLo[n+1]], labelled by the bytes edgeB[...] in
-// increasing order. Preorder is the patterns' sorted order, so the patterns that a node ends
-// (the patterns whose first matchPrefix bytes are its prefix) are one run of pats, found with
-// term and termLo.
+// The trie, its edges and failure links are an acauto.Automaton over the patterns' heads (their
+// first matchPrefix bytes); the nodes are the heads' prefixes numbered in preorder, the root
+// 0. Preorder is the patterns' sorted order, so the patterns that a node ends (the patterns
+// whose first matchPrefix bytes are its prefix) are one run of pats, found with term and
+// termLo.
 type secretMatcher struct {
-	root   [256]int32 // the root's child for each byte, 0 when none
-	edgeLo []int32
-	edgeB  []byte
-	edgeTo []int32
-	fail   []int32 // the node of the longest proper suffix of n's prefix that is a node
+	ac     acauto.Automaton
 	depth  []uint8 // the length of n's prefix
 	ends   []uint8 // the kinds of the patterns n ends
 	chain  []uint8 // the kinds of the patterns n or a node on its failure chain ends
@@ -80,118 +81,30 @@ func newSecretMatcher(pats []secretPattern) *secretMatcher {
 	pats = slices.Clip(merged)
 	m := &secretMatcher{pats: pats}
 
-	// The trie of the patterns' heads, from the sorted patterns: the prefix a head shares with
-	// the previous one is there already, and a node's children come in increasing byte order.
-	total := 0
-	for _, p := range pats {
-		total += min(len(p.text), matchPrefix)
-	}
-	parent := make([]int32, 1, total+1)
-	label := make([]byte, 1, total+1)
-	m.depth = make([]uint8, 1, total+1)
-	m.ends = make([]uint8, 1, total+1)
-	var path []int32 // path[d] is the node of the previous head's prefix of length d+1
-	prev := ""
+	// The trie of the patterns' heads: the heads of sorted patterns are sorted, and patterns
+	// with one head are next to each other and end at one node.
+	heads := make([]string, len(pats))
 	for i, p := range pats {
-		head := p.text[:min(len(p.text), matchPrefix)]
-		common := 0
-		for common < len(head) && common < len(prev) && head[common] == prev[common] {
-			common++
-		}
-		path = path[:common]
-		n := int32(0)
-		if common > 0 {
-			n = path[common-1]
-		}
-		for d := common; d < len(head); d++ {
-			c := int32(len(label))
-			parent = append(parent, n)
-			label = append(label, head[d])
-			m.depth = append(m.depth, uint8(d+1))
-			m.ends = append(m.ends, 0)
-			path = append(path, c)
-			n = c
-		}
+		heads[i] = p.text[:min(len(p.text), matchPrefix)]
+	}
+	shape := acauto.Build[uint8](&m.ac, heads)
+	m.depth = shape.Depth
+	nodes := m.ac.Nodes()
+	m.ends = make([]uint8, nodes)
+	for i, n := range shape.End {
 		if len(m.term) == 0 || m.term[len(m.term)-1] != n {
 			m.term = append(m.term, n)
 			m.termLo = append(m.termLo, int32(i))
 		}
-		m.ends[n] |= p.kinds
-		prev = head
+		m.ends[n] |= pats[i].kinds
 	}
 	m.termLo = append(m.termLo, int32(len(pats)))
-	// The edges grouped by parent: the nodes were made in increasing byte order under each
-	// parent, so taking them in order keeps each group sorted.
-	nodes := len(label)
-	m.edgeLo = make([]int32, nodes+1)
-	for c := 1; c < nodes; c++ {
-		m.edgeLo[parent[c]+1]++
-	}
-	for n := range nodes {
-		m.edgeLo[n+1] += m.edgeLo[n]
-	}
-	m.edgeB = make([]byte, nodes-1)
-	m.edgeTo = make([]int32, nodes-1)
-	next := slices.Clone(m.edgeLo[:nodes])
-	for c := 1; c < nodes; c++ {
-		p := parent[c]
-		m.edgeB[next[p]], m.edgeTo[next[p]] = label[c], int32(c)
-		next[p]++
-	}
-	parent, label, next = nil, nil, nil
-	for i := m.edgeLo[0]; i < m.edgeLo[1]; i++ {
-		m.root[m.edgeB[i]] = m.edgeTo[i]
-	}
-	// Failure links breadth first: a node's failure target is shallower, so it is done first.
-	m.fail = make([]int32, nodes)
+	// Breadth first: a node's failure target is shallower, so its chain is done first.
 	m.chain = make([]uint8, nodes)
-	queue := make([]int32, 0, nodes)
-	queue = append(queue, 0)
-	for len(queue) > 0 {
-		n := queue[0]
-		queue = queue[1:]
-		for i := m.edgeLo[n]; i < m.edgeLo[n+1]; i++ {
-			c, b := m.edgeTo[i], m.edgeB[i]
-			if n != 0 {
-				m.fail[c] = m.step(m.fail[n], b)
-			}
-			m.chain[c] = m.ends[c] | m.chain[m.fail[c]]
-			queue = append(queue, c)
-		}
+	for _, n := range shape.Order[1:] {
+		m.chain[n] = m.ends[n] | m.chain[m.ac.Fail(n)]
 	}
 	return m
-}
-
-// child returns n's child for byte b, 0 when there is none.
-func (m *secretMatcher) child(n int32, b byte) int32 {
-	if n == 0 {
-		return m.root[b]
-	}
-	lo, hi := m.edgeLo[n], m.edgeLo[n+1]
-	if hi-lo > 8 {
-		i, found := slices.BinarySearch(m.edgeB[lo:hi], b)
-		if !found {
-			return 0
-		}
-		return m.edgeTo[lo+int32(i)]
-	}
-	for i := lo; i < hi; i++ {
-		if m.edgeB[i] == b {
-			return m.edgeTo[i]
-		}
-	}
-	return 0
-}
-
-// step returns the node reached from n by reading b.
-func (m *secretMatcher) step(n int32, b byte) int32 {
-	for n != 0 {
-		if c := m.child(n, b); c != 0 {
-			return c
-		}
-		n = m.fail[n]
-	}
-	return m.root[b]
 }
 
 // ended returns the patterns that node n ends.
@@ -207,7 +120,7 @@ func (m *secretMatcher) ended(n int32) []secretPattern {
 func (m *secretMatcher) equal(v string, kind uint8) bool {
 	n := int32(0)
 	for i := 0; i < len(v) && i < matchPrefix; i++ {
-		if n = m.child(n, v[i]); n == 0 {
+		if n = m.ac.Child(n, v[i]); n == 0 {
 			return false
 		}
 	}
@@ -226,11 +139,11 @@ func (m *secretMatcher) equal(v string, kind uint8) bool {
 func (m *secretMatcher) contains(v string, kind uint8) bool {
 	n := int32(0)
 	for i := 0; i < len(v); i++ {
-		n = m.step(n, v[i])
+		n = m.ac.Step(n, v[i])
 		if m.chain[n]&kind == 0 {
 			continue
 		}
-		for t := n; t != 0; t = m.fail[t] {
+		for t := n; t != 0; t = m.ac.Fail(t) {
 			if m.ends[t]&kind == 0 {
 				continue
 			}
@@ -281,10 +194,10 @@ func (m *secretMatcher) next(text string, from int, kind uint8, partial bool) (s
 	n := int32(0)
 	i := from
 	for ; i < len(text); i++ {
-		n = m.step(n, text[i])
+		n = m.ac.Step(n, text[i])
 		if m.chain[n]&kind != 0 {
 			// Deepest first: the starts only grow along the chain.
-			for t := n; t != 0; t = m.fail[t] {
+			for t := n; t != 0; t = m.ac.Fail(t) {
 				if m.ends[t]&kind == 0 {
 					continue
 				}
@@ -318,10 +231,10 @@ func (m *secretMatcher) next(text string, from int, kind uint8, partial bool) (s
 	end, bestRank := -1, int32(0)
 	t := int32(0)
 	for j := best; j < len(text) && j-best < matchPrefix; j++ {
-		if t = m.child(t, text[j]); t == 0 {
+		if t = m.ac.Child(t, text[j]); t == 0 {
 			break
 		}
-		if partial && j == len(text)-1 && m.edgeLo[t+1] > m.edgeLo[t] {
+		if partial && j == len(text)-1 && m.ac.HasChildren(t) {
 			return 0, 0, matchUnsure, best // a longer head may follow
 		}
 		if m.ends[t]&kind == 0 {
