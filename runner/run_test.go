@@ -87,6 +87,12 @@ func runPlanScripted(t *testing.T, c *Client, root string, stacks []string, id s
 // name of the script terramate runs.
 func runScripted(t *testing.T, c *Client, root string, stacks []string, op, id string, script func(name, tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
+	return runScriptedWith(t, c, root, stacks, op, id, 0, script)
+}
+
+// runScriptedWith is runScripted with the ticks relayed every relay (0: the default).
+func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, id string, relay time.Duration, script func(name, tickDir string, stdout io.Writer) error) *Result {
+	t.Helper()
 	exec := scriptedTerramate(stacks, nil)
 	pr := 0
 	if op == OpApply {
@@ -94,7 +100,7 @@ func runScripted(t *testing.T, c *Client, root string, stacks []string, op, id s
 	}
 	return Run(context.Background(), RunOptions{
 		Op: op, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
-		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", PR: pr, ExecutionID: id,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", PR: pr, ExecutionID: id, TickRelay: relay,
 		Getenv: func(string) string { return "" },
 		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 			if len(args) < 2 || args[0] != "script" {
@@ -817,7 +823,8 @@ func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
 	planJSON := recordedPlan(t, "create")
-	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
+	const relay = 100 * time.Millisecond // the relay looks several times while Init is held
+	res := runScriptedWith(t, c, root, stacks, OpPlan, "", relay, func(_, tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
 		dir := filepath.Join(root, "stacks/prod/a")
 		if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
@@ -827,9 +834,9 @@ func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
 			return err
 		}
 		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
-		// The relay and the pump have had something to send for a while; Init's attempt (500
-		// ms) has not timed out yet.
-		time.Sleep(TickRelayInterval + 100*time.Millisecond)
+		// The relay and the pump have had something to send for a while (the pump's chunk is
+		// due Coalesce, 250 ms, after it was read); Init's attempt (500 ms) has not timed out.
+		time.Sleep(3*relay + 50*time.Millisecond)
 		close(hold)
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			m.mu.Lock()
