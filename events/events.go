@@ -102,6 +102,13 @@ const (
 	ReasonOther            = "other"
 )
 
+// The contract's bounds on one change reason (api/openapi.yaml, ChangeReason): each text
+// (kind, detail, raw, a chain step) at most MaxReasonText bytes, at most MaxReasonChain steps.
+const (
+	MaxReasonText  = 1024
+	MaxReasonChain = 64
+)
+
 // Operations.
 const (
 	OpPlan  = api.InitOpPlan

@@ -726,7 +726,7 @@ func (r *run) init(ctx context.Context) *LogPump {
 	}
 	reasons, fitted := fitReasons(reasons)
 	if fitted > 0 {
-		r.warn("Init: %d change reasons had texts the server does not take (over %d bytes, not UTF-8, a NUL byte) or more than %d steps; they are sent clipped", fitted, maxReasonText, maxReasonChain)
+		r.warn("Init: %d change reasons had texts the server does not take (over %d bytes, not UTF-8, a NUL byte) or more than %d steps; they are sent clipped", fitted, events.MaxReasonText, events.MaxReasonChain)
 	}
 	in := events.Init{
 		ExecutionID: r.o.ExecutionID, Op: api.InitOp(r.o.Op), Environment: r.o.Environment,

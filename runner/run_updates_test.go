@@ -370,14 +370,14 @@ func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
 		}
 	}
 	a, b, cr := got["stacks/prod/a"], got["stacks/prod/b"], got["stacks/prod/c"]
-	if a.Kind != string(events.ReasonWatchedFile) || len(a.Detail) > maxReasonText || !strings.HasSuffix(a.Detail, "…") ||
+	if a.Kind != string(events.ReasonWatchedFile) || len(a.Detail) > events.MaxReasonText || !strings.HasSuffix(a.Detail, "…") ||
 		!strings.HasPrefix(longFile, strings.TrimSuffix(a.Detail, "…")) {
 		t.Errorf("a's reason on the server: %s %q… (%d bytes)", a.Kind, firstN(a.Detail, 30), len(a.Detail))
 	}
 	if b.Raw != "stack changed in a way \uFFFD no one knows" {
 		t.Errorf("b's reason on the server: %+v", b)
 	}
-	if len(cr.Chain) != maxReasonChain || cr.Chain[0] != `"../m0"` || cr.Chain[maxReasonChain-1] != "… 37 more steps" {
+	if len(cr.Chain) != events.MaxReasonChain || cr.Chain[0] != `"../m0"` || cr.Chain[events.MaxReasonChain-1] != "… 37 more steps" {
 		t.Errorf("c's reason on the server: %d steps, %q", len(cr.Chain), cr.Chain)
 	}
 	// The result document keeps what terramate printed.

@@ -5,9 +5,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // The reason texts terramate 0.17 prints for `list --changed --why`.
@@ -157,18 +157,10 @@ func parseWhyLines(lines, stacks []string) []events.ChangeReason {
 	return out
 }
 
-// The contract's bounds on one change reason (api/openapi.yaml, ChangeReason): the server
-// refuses a whole Init, and with it every report of the run, for one reason text that is
-// longer, not valid UTF-8 or holds a NUL byte, or for a longer chain.
-const (
-	maxReasonText  = 1024
-	maxReasonChain = 64
-)
-
 // fitReason returns cr within the contract's bounds, and whether it had to change it: every
 // text valid UTF-8 (invalid bytes become U+FFFD) without NUL bytes (U+FFFD too) and at most
-// maxReasonText bytes (a longer one is cut at a character boundary and ends with "…"), at
-// most maxReasonChain chain steps (the last one kept says how many more there were). The
+// events.MaxReasonText bytes (a longer one is cut at a character boundary and ends with "…"), at
+// most events.MaxReasonChain chain steps (the last one kept says how many more there were). The
 // stack is left alone: it is a listed stack's path, which no report may change.
 func fitReason(cr events.ChangeReason) (events.ChangeReason, bool) {
 	changed := false
@@ -179,9 +171,9 @@ func fitReason(cr events.ChangeReason) (events.ChangeReason, bool) {
 	}
 	cr.Kind, cr.Detail, cr.Raw = fit(cr.Kind), fit(cr.Detail), fit(cr.Raw)
 	if len(cr.Chain) > 0 {
-		chain := make([]string, 0, min(len(cr.Chain), maxReasonChain)) // never cr's own array
+		chain := make([]string, 0, min(len(cr.Chain), events.MaxReasonChain)) // never cr's own array
 		for i, step := range cr.Chain {
-			if i == maxReasonChain-1 && len(cr.Chain) > maxReasonChain {
+			if i == events.MaxReasonChain-1 && len(cr.Chain) > events.MaxReasonChain {
 				chain = append(chain, "… "+strconv.Itoa(len(cr.Chain)-i)+" more steps")
 				changed = true
 				break
@@ -213,19 +205,10 @@ func fitReasons(reasons []events.ChangeReason) ([]events.ChangeReason, int) {
 
 // fitReasonText makes s a valid reason text (see fitReason).
 func fitReasonText(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	}
-	if len(s) <= maxReasonText {
+	s = textfit.Sanitize(s)
+	if len(s) <= events.MaxReasonText {
 		return s
 	}
 	const ellipsis = "…"
-	cut := maxReasonText - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return textfit.Prefix(s, events.MaxReasonText-len(ellipsis)) + ellipsis
 }

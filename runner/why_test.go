@@ -165,8 +165,8 @@ func BenchmarkParseWhyLinesManySeparators(b *testing.B) {
 }
 
 // fitReason keeps a reason the server takes as it is, and brings every other within the
-// contract: texts cut at a character boundary to maxReasonText bytes ending in "…", invalid
-// UTF-8 and NUL bytes replaced, chains cut to maxReasonChain steps saying how many are left out.
+// contract: texts cut at a character boundary to events.MaxReasonText bytes ending in "…", invalid
+// UTF-8 and NUL bytes replaced, chains cut to events.MaxReasonChain steps saying how many are left out.
 func TestFitReason(t *testing.T) {
 	t.Parallel()
 	ok := events.ChangeReason{Stack: "s", Kind: events.ReasonModule, Detail: "../m", Chain: []string{"a", "b"}, Raw: "stack changed because \"../m\" changed because a changed because b"}
@@ -185,7 +185,7 @@ func TestFitReason(t *testing.T) {
 		t.Fatal("fitReason reported no change")
 	}
 	for _, text := range append([]string{got.Kind, got.Detail, got.Raw}, got.Chain...) {
-		if len(text) > maxReasonText || !utf8.ValidString(text) || strings.IndexByte(text, 0) >= 0 {
+		if len(text) > events.MaxReasonText || !utf8.ValidString(text) || strings.IndexByte(text, 0) >= 0 {
 			t.Errorf("text %q (%d bytes) is not within the contract", firstN(text, 40), len(text))
 		}
 	}
@@ -195,7 +195,7 @@ func TestFitReason(t *testing.T) {
 	if got.Raw != "x\uFFFDy" || got.Chain[3] != "bad\uFFFD\uFFFDstep" {
 		t.Errorf("raw %q, chain[3] %q: want U+FFFD for the invalid byte and the NUL", got.Raw, got.Chain[3])
 	}
-	if len(got.Chain) != maxReasonChain || got.Chain[maxReasonChain-1] != "… 37 more steps" || got.Chain[62] != "step62" {
+	if len(got.Chain) != events.MaxReasonChain || got.Chain[events.MaxReasonChain-1] != "… 37 more steps" || got.Chain[62] != "step62" {
 		t.Errorf("chain of %d steps ending %q", len(got.Chain), got.Chain[len(got.Chain)-1])
 	}
 	if in.Chain[3] != "bad\xff\x00step" || len(in.Chain) != 100 {

@@ -405,7 +405,7 @@ func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRev
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return api.Ack{}, err
 	}
-	outcome := clip(sanitize(in.Outcome), 64)
+	outcome := clip(in.Outcome, 64)
 	now := s.Now()
 	var revoked *store.Lease
 	err := s.Store.Write(ctx, func(tx store.Tx) error {

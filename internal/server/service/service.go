@@ -18,6 +18,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/granter"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // Limits on what the service stores.
@@ -120,15 +121,6 @@ func interleave(field string, values []string) []string {
 	return out
 }
 
-// sanitize makes free text (messages, errors) storable in every store: invalid UTF-8 and NUL
-// bytes become U+FFFD. Free text is shown, never matched, so it is repaired rather than refused.
-func sanitize(v string) string {
-	if utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
-		return v
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", "\uFFFD")
-}
-
 // checkNames checks (field, value) pairs with checkName.
 func checkNames(pairs ...string) error {
 	for i := 0; i+1 < len(pairs); i += 2 {
@@ -139,17 +131,10 @@ func checkNames(pairs ...string) error {
 	return nil
 }
 
-// clip sanitizes free text and cuts it to at most n bytes, on a rune boundary.
-func clip(s string, n int) string {
-	s = sanitize(s)
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+// clip makes free text (messages, errors) storable in every store and cuts it to at most n
+// bytes, on a rune boundary: invalid UTF-8 and NUL bytes become U+FFFD. Free text is shown,
+// never matched, so it is repaired rather than refused.
+func clip(s string, n int) string { return textfit.Prefix(textfit.Sanitize(s), n) }
 
 func (s *Service) ttl(env string, lease bool) time.Duration {
 	if lease {
@@ -217,13 +202,13 @@ func checkInit(in *api.Init) error {
 		if err := checkName("reason stack", r.Stack); err != nil {
 			return err
 		}
-		if err := checkTexts(MaxNameLen, "reason kind", r.Kind, "reason detail", r.Detail, "reason raw", r.Raw); err != nil {
+		if err := checkTexts(events.MaxReasonText, "reason kind", r.Kind, "reason detail", r.Detail, "reason raw", r.Raw); err != nil {
 			return err
 		}
-		if len(r.Chain) > 64 {
-			return invalid("reason chain of %d steps, more than 64", len(r.Chain))
+		if len(r.Chain) > events.MaxReasonChain {
+			return invalid("reason chain of %d steps, more than %d", len(r.Chain), events.MaxReasonChain)
 		}
-		if err := checkTexts(MaxNameLen, interleave("reason chain", r.Chain)...); err != nil {
+		if err := checkTexts(events.MaxReasonText, interleave("reason chain", r.Chain)...); err != nil {
 			return err
 		}
 	}

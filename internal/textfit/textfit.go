@@ -1,0 +1,31 @@
+// Package textfit makes text fit where it is stored or sent: valid UTF-8 without NUL bytes (as
+// PostgreSQL's text and the server's checks want), and cut to a byte length without splitting a
+// character. The server repairs free text with it, the driver fits change reasons to the
+// server's bounds before sending them, and plan rendering cuts long values.
+package textfit
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Sanitize returns s with each run of bytes that is not valid UTF-8, and each NUL byte,
+// replaced by U+FFFD; s itself when there is nothing to replace.
+func Sanitize(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// Prefix returns the longest prefix of s of at most n bytes that does not end inside a
+// character (s itself when it is no longer than n).
+func Prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
