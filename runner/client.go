@@ -11,7 +11,6 @@ package runner
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -380,7 +379,7 @@ type batchOp struct {
 	name, field string
 	max         int
 	none        *atomic.Bool
-	post        func(ctx context.Context, contentType string, body io.Reader, reqEditors ...api.RequestEditorFn) (*http.Response, error)
+	post        bodySender
 }
 
 // sendBatched sends items with op as Updates describes it, and each one alone with single when
@@ -414,9 +413,7 @@ func sendBatched[T any](c *Client, ctx context.Context, items []T, op batchOp, s
 			end++
 		}
 		body := append(append([]byte(`{"`+op.field+`":[`), bytes.Join(encoded[start:end], []byte(","))...), "]}"...)
-		err := c.event(ctx, op.name, func(ctx context.Context) (*http.Response, error) {
-			return op.post(ctx, "application/json", bytes.NewReader(body))
-		})
+		err := c.eventBody(ctx, op.name, body, op.post)
 		var ae *APIError
 		switch {
 		case errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || ae.StatusCode == http.StatusNotFound || ae.StatusCode == http.StatusMethodNotAllowed):
@@ -467,7 +464,7 @@ func (e *batchErrors) first() error {
 
 // LogChunk posts a slice of one stack's log, or a gap (best-effort).
 func (c *Client) LogChunk(ctx context.Context, lc events.LogChunk) error {
-	return c.event(ctx, "LogChunk", func(ctx context.Context) (*http.Response, error) { return c.api.LogChunk(ctx, lc) })
+	return c.eventJSON(ctx, "LogChunk", lc, c.api.LogChunkWithBody)
 }
 
 // LogChunks posts several chunks of one execution's logs in one request (best-effort); the
@@ -476,12 +473,7 @@ func (c *Client) LogChunks(ctx context.Context, chunks []events.LogChunk) error 
 	if len(chunks) == 0 {
 		return nil
 	}
-	body := api.LogChunks{Chunks: chunks}
-	size := 0
-	for _, lc := range chunks {
-		size += base64.StdEncoding.EncodedLen(len(lc.Data)) + 256 // and the chunk's other fields
-	}
-	return c.eventSized(ctx, "LogChunks", size, func(ctx context.Context) (*http.Response, error) { return c.api.LogChunks(ctx, body) })
+	return c.eventJSON(ctx, "LogChunks", api.LogChunks{Chunks: chunks}, c.api.LogChunksWithBody)
 }
 
 // Finalize ends the execution.
@@ -565,7 +557,8 @@ func (c *Client) event(ctx context.Context, op string, send func(context.Context
 }
 
 // eventJSON is event for a body encoded once here, so that the request gets time for its size
-// (see callSized): an Init or Finalize of thousands of stacks is megabytes.
+// (see callSized): an Init or Finalize of thousands of stacks, or a batch of log chunks, is
+// megabytes.
 func (c *Client) eventJSON(ctx context.Context, op string, v any, send bodySender) error {
 	if !c.Enabled() {
 		return nil
@@ -591,6 +584,13 @@ func (c *Client) eventBody(ctx context.Context, op string, body []byte, send bod
 // gets on top of the usual bounds, per attempt.
 func uploadTime(size int) time.Duration {
 	return time.Duration(int64(max(size, 0)) * int64(time.Second) / SlowestUpload)
+}
+
+// sizedBounds is the budget of a call of attempts attempts at a request of size bytes, and the
+// timeout of each attempt: the usual bounds (budget, attempt) and, per attempt, uploadTime(size).
+func sizedBounds(budget, attempt time.Duration, attempts, size int) (total, each time.Duration) {
+	upload := uploadTime(size)
+	return budget + time.Duration(attempts)*upload, attempt + upload
 }
 
 // eventSized is event for a request of about size bytes (see callSized).
@@ -631,8 +631,8 @@ func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size
 	if idempotent {
 		attempts = MaxAttempts
 	}
-	upload := uploadTime(size)
-	ctx, cancel := context.WithTimeout(ctx, c.callBudget+time.Duration(attempts)*upload)
+	budget, each := sizedBounds(c.callBudget, c.attemptTimeout, attempts, size)
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	select {
 	case c.inflight <- struct{}{}:
@@ -644,7 +644,7 @@ func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size
 	if !c.breaker.allowWaiting() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
-	res := c.attempts(ctx, op, attempts, c.attemptTimeout+upload, send, c.breaker)
+	res := c.attempts(ctx, op, attempts, each, send, c.breaker)
 	if res.transport != nil {
 		return nil, res.transport
 	}

@@ -85,11 +85,11 @@ func (c *Client) GateCheck(ctx context.Context, g events.GateCheck) GateVerdict 
 	}
 	// A check of thousands of stacks is megabytes: each attempt also gets the time its bytes
 	// take at SlowestUpload, as other large posts do.
-	upload := uploadTime(len(body))
-	ctx, cancel := context.WithTimeout(ctx, c.gateBudget+MaxAttempts*upload)
+	budget, each := sizedBounds(c.gateBudget, c.gateAttempt, MaxAttempts, len(body))
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	// The gate bypasses the breaker: it is the one decision that must be asked fresh.
-	res := c.attempts(ctx, "GateCheck", MaxAttempts, c.gateAttempt+upload, func(ctx context.Context) (*http.Response, error) {
+	res := c.attempts(ctx, "GateCheck", MaxAttempts, each, func(ctx context.Context) (*http.Response, error) {
 		return c.api.GateCheckWithBody(ctx, "application/json", bytes.NewReader(body))
 	}, nil)
 	return verdictFrom(res)

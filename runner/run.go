@@ -1495,7 +1495,8 @@ func (r *run) finalize(ctx context.Context) {
 // for each attempt the upload time the client gives each attempt (a Finalize of thousands of
 // stacks is megabytes; capped at CleanupBudget it had no time for a retry).
 func finalizeBudget(size int) time.Duration {
-	return CleanupBudget + MaxAttempts*uploadTime(size)
+	budget, _ := sizedBounds(CleanupBudget, 0, MaxAttempts, size)
+	return budget
 }
 
 // writeOutputs writes the terminal summary, the GitHub outputs, the comment file and the result.
