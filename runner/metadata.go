@@ -181,11 +181,6 @@ func selectStacks(paths []string, byTag func(filter string) []string, self, entr
 	return slices.Compact(out)
 }
 
-// pathWithin reports whether p is dir or below it.
-func tmPathWithin(p, dir string) bool {
-	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
-}
-
 // matchTagFilter evaluates a terramate tag filter against tags.
 func matchTagFilter(filter string, tags []string) bool {
 	for alt := range strings.SplitSeq(filter, ",") {

@@ -186,3 +186,8 @@ func BenchmarkMetadataEdges(b *testing.B) {
 		}
 	}
 }
+
+// tmPathWithin reports whether p is dir or below it (the scan oracle's test).
+func tmPathWithin(p, dir string) bool {
+	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
+}

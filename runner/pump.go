@@ -170,7 +170,14 @@ const (
 	defaultInFlightSingle  = 16
 )
 
-func (o PumpOptions) withDefaults() PumpOptions {
+// batches reports whether chunks posted through poster with options o travel in batches.
+func batches(poster LogPoster, o PumpOptions) bool {
+	_, ok := poster.(LogBatchPoster)
+	return ok && !o.NoBatch
+}
+
+// withDefaults fills in the zero fields of o; batching: see batches.
+func (o PumpOptions) withDefaults(batching bool) PumpOptions {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -178,6 +185,12 @@ func (o PumpOptions) withDefaults() PumpOptions {
 	}
 	if o.MaxChunk <= 0 {
 		o.MaxChunk = 256 << 10
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = defaultInFlightSingle
+		if batching {
+			o.MaxInFlight = defaultInFlightBatched
+		}
 	}
 	if o.MaxBuffered <= 0 {
 		o.MaxBuffered = 16 << 20
@@ -310,7 +323,7 @@ func NewLogPump(p LogPoster, root, file, execID string) *LogPump {
 	postCtx, cancel := context.WithCancel(context.Background())
 	lp := &LogPump{
 		poster: p, file: file, execID: execID,
-		opts:   PumpOptions{}.withDefaults(),
+		opts:   PumpOptions{}.withDefaults(batches(p, PumpOptions{})),
 		byName: map[string]*stackTail{}, byDir: map[string][]*stackTail{},
 		drainCh: make(chan struct{}), stopBg: make(chan struct{}), pollKick: make(chan struct{}, 1),
 		postCtx: postCtx, cancelPost: cancel,
@@ -330,7 +343,7 @@ func (p *LogPump) SetOptions(o PumpOptions) error {
 	if o.Masker == nil {
 		o.Masker = p.opts.Masker
 	}
-	p.opts = o.withDefaults()
+	p.opts = o.withDefaults(batches(p.poster, o))
 	return nil
 }
 
@@ -392,19 +405,11 @@ func (p *LogPump) Start(ctx context.Context) error {
 	if !p.enabled() {
 		return nil
 	}
-	bp, batching := p.poster.(LogBatchPoster)
-	batching = batching && !p.opts.NoBatch
-	if p.opts.MaxInFlight <= 0 {
-		p.opts.MaxInFlight = defaultInFlightSingle
-		if batching {
-			p.opts.MaxInFlight = defaultInFlightBatched
-		}
-	}
 	p.sem = make(chan struct{}, p.opts.MaxInFlight)
-	if batching {
+	if batches(p.poster, p.opts) {
 		p.batchCh = make(chan pumpBatchReq, p.opts.MaxInFlight)
 		p.bg.Add(1)
-		go p.batcher(bp)
+		go p.batcher(p.poster.(LogBatchPoster))
 	}
 	p.budget = newByteBudget(p.opts.MaxBuffered)
 	if !p.opts.Poll {

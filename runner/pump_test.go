@@ -1233,34 +1233,21 @@ func TestPumpStackDirectoryReplaced(t *testing.T) {
 	})
 }
 
-// pumpBatchFuncPoster is a pumpFuncPoster that also takes batches.
-type pumpBatchFuncPoster struct{ pumpFuncPoster }
-
-func (p pumpBatchFuncPoster) LogChunks(ctx context.Context, chunks []events.LogChunk) error {
-	for _, lc := range chunks {
-		if err := p.pumpFuncPoster(ctx, lc); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // MaxInFlight's default depends on how chunks travel: 64 in flight for a batching poster (a
 // few requests carry them), 16 for one posting chunk by chunk (each is a request) or told not
 // to batch; a value given is kept either way.
 func TestPumpInFlightDefaults(t *testing.T) {
 	t.Parallel()
-	ok := pumpFuncPoster(func(context.Context, events.LogChunk) error { return nil })
 	for _, tc := range []struct {
 		name   string
 		poster LogPoster
 		opts   PumpOptions
 		want   int
 	}{
-		{"batching", pumpBatchFuncPoster{ok}, PumpOptions{}, defaultInFlightBatched},
-		{"chunk by chunk", ok, PumpOptions{}, defaultInFlightSingle},
-		{"batching refused", pumpBatchFuncPoster{ok}, PumpOptions{NoBatch: true}, defaultInFlightSingle},
-		{"given", pumpBatchFuncPoster{ok}, PumpOptions{MaxInFlight: 3}, 3},
+		{"batching", pumpBatchCollector{newPumpCollector(1)}, PumpOptions{}, defaultInFlightBatched},
+		{"chunk by chunk", newPumpCollector(1), PumpOptions{}, defaultInFlightSingle},
+		{"batching refused", pumpBatchCollector{newPumpCollector(1)}, PumpOptions{NoBatch: true}, defaultInFlightSingle},
+		{"given", pumpBatchCollector{newPumpCollector(1)}, PumpOptions{MaxInFlight: 3}, 3},
 	} {
 		pump := pumpNew(t, t.TempDir(), tc.poster, tc.opts)
 		ctx, cancel := context.WithCancel(context.Background())

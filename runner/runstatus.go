@@ -152,10 +152,11 @@ func (o scriptOutcome) status(path string, fresh bool) string {
 	if o.failed[path] {
 		return StatusFailed
 	}
-	if o.ticks[path].failed {
+	ticked := o.ticks[path]
+	if ticked.failed {
 		return StatusFailed
 	}
-	done := o.ticks[path].done
+	done := ticked.done
 	if !o.started[path] {
 		if done {
 			return StatusSucceeded // ticked done: it ran (terramate's echo was not seen)

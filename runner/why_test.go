@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -170,7 +171,7 @@ func BenchmarkParseWhyLinesManySeparators(b *testing.B) {
 func TestFitReason(t *testing.T) {
 	t.Parallel()
 	ok := events.ChangeReason{Stack: "s", Kind: events.ReasonModule, Detail: "../m", Chain: []string{"a", "b"}, Raw: "stack changed because \"../m\" changed because a changed because b"}
-	if got, changed := fitReason(ok); changed || !reflectEqualReason(got, ok) {
+	if got, changed := fitReason(ok); changed || !reflect.DeepEqual(got, ok) {
 		t.Errorf("fitReason(%+v) = %+v, %v; want it unchanged", ok, got, changed)
 	}
 	long := strings.Repeat("é", 700) // 1,400 bytes, 2 a character: a cut at 1,021 falls mid-character
@@ -201,10 +202,6 @@ func TestFitReason(t *testing.T) {
 	if in.Chain[3] != "bad\xff\x00step" || len(in.Chain) != 100 {
 		t.Error("fitReason changed its argument's chain")
 	}
-}
-
-func reflectEqualReason(a, b events.ChangeReason) bool {
-	return a.Stack == b.Stack && a.Kind == b.Kind && a.Detail == b.Detail && a.Raw == b.Raw && slices.Equal(a.Chain, b.Chain)
 }
 
 func firstN(s string, n int) string { return s[:min(n, len(s))] }
