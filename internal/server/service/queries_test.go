@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -13,14 +14,16 @@ import (
 )
 
 // countingStore counts what the service's transactions read through the Tx methods whose
-// cost grows with the tables: grant queries, reads of plans' stacks (Stacks, PlanHashes) and
-// claim rows (Claims, ClaimsOn).
+// cost grows with the tables: grant queries, reads of plans' stacks (Stacks, PlanHashes),
+// claim rows (Claims, ClaimsOn) and reads of run-graph edges (ExecutionEdges, or an
+// execution Execution or LatestPlan returned with its edges).
 type countingStore struct {
 	store.Store
 	mu           sync.Mutex
 	grantQueries int
 	planReads    int
 	claimRows    int
+	edgeReads    int
 }
 
 func (c *countingStore) Read(ctx context.Context, fn func(store.Tx) error) error {
@@ -48,13 +51,13 @@ func (c *countingStore) add(n *int, k int) {
 	c.mu.Unlock()
 }
 
-// claimsRead returns the claim rows read so far and starts again from zero.
-func (c *countingStore) claimsRead() int {
+// take returns the count n so far and starts it again from zero.
+func (c *countingStore) take(n *int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.claimRows
-	c.claimRows = 0
-	return n
+	k := *n
+	*n = 0
+	return k
 }
 
 type countingTx struct {
@@ -82,6 +85,27 @@ func (t *countingTx) ClaimsOn(env string, pr int, stacks []string, now time.Time
 	out, err := t.Tx.ClaimsOn(env, pr, stacks, now)
 	t.c.add(&t.c.claimRows, len(out))
 	return out, err
+}
+
+func (t *countingTx) ExecutionEdges(id string) ([]api.Edge, error) {
+	t.c.count(&t.c.edgeReads)
+	return t.Tx.ExecutionEdges(id)
+}
+
+func (t *countingTx) Execution(id string) (*store.Execution, error) {
+	e, err := t.Tx.Execution(id)
+	if e != nil && e.Edges != nil {
+		t.c.count(&t.c.edgeReads)
+	}
+	return e, err
+}
+
+func (t *countingTx) LatestPlan(env string, pr int) (*store.Execution, error) {
+	e, err := t.Tx.LatestPlan(env, pr)
+	if e != nil && e.Edges != nil {
+		t.c.count(&t.c.edgeReads)
+	}
+	return e, err
 }
 
 func (t *countingTx) PlanHashes(execIDs []string) (map[string]map[string]string, error) {
@@ -172,19 +196,19 @@ func TestDecisionsReadOnlyTheClaimsTheyNeed(t *testing.T) {
 			}
 			return tx.PutClaim(api.Claim{Environment: "prod", Stack: "taken", PR: 9, ExecutionID: "p9", ClaimedAt: f.now})
 		}))
-		c.claimsRead()
+		c.take(&c.claimRows)
 		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "h-d"}, "m": {"mutating", "h-m"}})
-		if n := c.claimsRead(); n != 0 {
+		if n := c.take(&c.claimRows); n != 0 {
 			t.Errorf("finalizing PR 1's first plan read %d claims, want 0 (it has none, nor has anyone on d and m)", n)
 		}
 		f.must(f.approve(1, ""))
 		_, err := f.check("ap1", 1, sp("d", "h-d"), sp("m", "h-m"))
 		f.must(err)
-		if n := c.claimsRead(); n != 2 {
+		if n := c.take(&c.claimRows); n != 2 {
 			t.Errorf("a gate check over d and m read %d claims, want their 2", n)
 		}
 		f.planWith("p2", 1, "s2", map[string][2]string{"d": {"destructive", "h-d2"}, "taken": {"mutating", "h-t"}})
-		if n := c.claimsRead(); n != 3 {
+		if n := c.take(&c.claimRows); n != 3 {
 			t.Errorf("finalizing PR 1's second plan read %d claims, want 3 (its d and m, PR 9's taken)", n)
 		}
 		claims, err := f.Claims(ctx, "prod")
@@ -199,6 +223,56 @@ func TestDecisionsReadOnlyTheClaimsTheyNeed(t *testing.T) {
 		f.must(f.approve(1, ""))
 		_, err = f.check("ap2", 1, sp("d", "h-d2"), sp("taken", "h-t"))
 		wantErr(t, err, store.ErrDenied, `stack "taken" is claimed by PR #9`)
+	})
+}
+
+// Only the execution's detail reads its run-graph edges: a retried Init, Finalize, a grant
+// (on the latest plan or a named one), a gate check and a cancel do not, however many edges
+// the plan has; the detail still has them all, and EdgesApproximate as the Init had it.
+func TestOnlyTheDetailReadsEdges(t *testing.T) {
+	forEachCountedStore(t, testPolicy, func(t *testing.T, f *fixture, c *countingStore) {
+		stacks := make([]string, 50)
+		var edges []api.Edge
+		for i := range stacks {
+			stacks[i] = fmt.Sprintf("s/%02d", i)
+			for j := range i {
+				edges = append(edges, api.Edge{From: stacks[j], To: stacks[i]})
+			}
+		}
+		results := make([]api.StackResult, len(stacks))
+		for i, st := range stacks {
+			results[i] = api.StackResult{Stack: st, Status: "succeeded", Class: "no-changes"}
+		}
+		results[0].Class, results[0].PlanHash = "destructive", "h0"
+		in := &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: stacks, Edges: edges, EdgesApproximate: true}
+		_, err := f.Init(ctx, "runner", in)
+		f.must(err)
+		_, err = f.Init(ctx, "runner", in)
+		f.must(err)
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p1", Status: "succeeded", Stacks: results})
+		f.must(err)
+		f.must(f.approve(1, ""))
+		f.must(f.approve(1, "p1"))
+		_, err = f.check("ap1", 1, sp(stacks[0], "h0"))
+		f.must(err)
+		_, err = f.CancelExecution(ctx, "alice", &api.ExecutionsCancel{ExecutionID: "p1", Reason: "done"})
+		f.must(err)
+		list, err := f.Executions(ctx, store.ExecutionFilter{Environment: "prod"})
+		f.must(err)
+		if len(list) != 1 || list[0].Edges != nil || !list[0].EdgesApproximate {
+			t.Errorf("listed %+v, want p1 without edges, approximate", list)
+		}
+		if n := c.take(&c.edgeReads); n != 0 {
+			t.Errorf("Init, Finalize, grants, a gate check, a cancel and the list read edges %d times, want 0", n)
+		}
+		x, err := f.Execution(ctx, "p1")
+		f.must(err)
+		if !reflect.DeepEqual(x.Edges, edges) || !x.EdgesApproximate {
+			t.Errorf("the detail has %d edges (approximate %v), want %d (true)", len(x.Edges), x.EdgesApproximate, len(edges))
+		}
+		if n := c.take(&c.edgeReads); n != 1 {
+			t.Errorf("the detail read edges %d times, want 1", n)
+		}
 	})
 }
 

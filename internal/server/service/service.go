@@ -641,6 +641,9 @@ func (s *Service) Execution(ctx context.Context, id string) (*api.Execution, err
 		if err != nil {
 			return err
 		}
+		if e.Edges, err = tx.ExecutionEdges(id); err != nil {
+			return err
+		}
 		stacks, err := tx.Stacks(id)
 		if err != nil {
 			return err

@@ -135,9 +135,13 @@ type EventState struct {
 type Tx interface {
 	// CreateExecution stores e unless its id exists; created reports which.
 	CreateExecution(e *Execution) (created bool, err error)
-	// Execution returns one execution or ErrNotFound. Inside Write it locks the row until the
+	// Execution returns one execution, without its edges (ExecutionEdges has them; its
+	// EdgesApproximate is set), or ErrNotFound. Inside Write it locks the row until the
 	// transaction ends, so read-modify-write of an execution (and its stacks) is serialized.
 	Execution(id string) (*Execution, error)
+	// ExecutionEdges returns the run-graph edges of one execution, or ErrNotFound. They can
+	// number tens of thousands: only the execution's detail reads them.
+	ExecutionEdges(id string) ([]api.Edge, error)
 	// ExecutionCancel returns whether an execution was cancelled and why, or ErrNotFound,
 	// without locking the row: the check gate checks make. Runner events read it through
 	// ApplyUpdate, AddPhaseEvent and AddLogBatch.
@@ -148,10 +152,10 @@ type Tx interface {
 	EventState(id string) (EventState, error)
 	// SaveExecution writes the mutable fields of an existing execution.
 	SaveExecution(e *Execution) error
-	// Executions lists executions newest first, without their edges (Execution has them).
+	// Executions lists executions newest first, without their edges (ExecutionEdges has them).
 	Executions(f ExecutionFilter) ([]Execution, error)
 	// LatestPlan returns the plan execution of a PR in an environment the server received
-	// last, or ErrNotFound. The order is the server's (StampExecution), never a client's clock.
+	// last, without its edges, or ErrNotFound. The order is the server's (StampExecution), never a client's clock.
 	LatestPlan(env string, pr int) (*Execution, error)
 	// StampExecution records the principal that announced an execution and when the server
 	// received it.

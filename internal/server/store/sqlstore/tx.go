@@ -189,31 +189,27 @@ func (t *sqlTx) LockEnvironment(env string) error {
 	return err
 }
 
-const execCols = "id, repo, pr, sha, base, environment, op, actor, run_url, status, class, counts, cancelled, cancel_reason, edges, edges_approximate, error, finalized, started_at, finished_at"
+// execReadCols are the columns every read of an execution selects: all but its edges, which
+// can number tens of thousands and only the execution's detail shows (ExecutionEdges).
+const execReadCols = "id, repo, pr, sha, base, environment, op, actor, run_url, status, class, counts, cancelled, cancel_reason, edges_approximate, error, finalized, started_at, finished_at"
 
-// execListCols is execCols without edges: a run graph can hold tens of thousands of edges,
-// which a list of executions never shows.
-const execListCols = "id, repo, pr, sha, base, environment, op, actor, run_url, status, class, counts, cancelled, cancel_reason, edges_approximate, error, finalized, started_at, finished_at"
+// execCols are the columns CreateExecution writes: execReadCols, then the edges.
+const execCols = execReadCols + ", edges"
 
-// scanExecution reads a row of execCols, or of execListCols when withEdges is false.
-func scanExecution(sc interface{ Scan(...any) error }, withEdges bool) (*store.Execution, error) {
+// scanExecution reads a row of execReadCols; the execution's Edges stay nil.
+func scanExecution(sc interface{ Scan(...any) error }) (*store.Execution, error) {
 	var e store.Execution
-	var counts, edges, op, status, class string
+	var counts, op, status, class string
 	var cancelled, approx, finalized, started, finished int64
-	dest := []any{&e.ExecutionID, &e.Repo, &e.PR, &e.SHA, &e.Base, &e.Environment, &op, &e.Actor,
-		&e.RunURL, &status, &class, &counts, &cancelled, &e.CancelReason, &edges, &approx, &e.Error,
-		&finalized, &started, &finished}
-	if !withEdges {
-		dest = slices.Delete(dest, 14, 15)
-	}
-	if err := sc.Scan(dest...); err != nil {
+	if err := sc.Scan(&e.ExecutionID, &e.Repo, &e.PR, &e.SHA, &e.Base, &e.Environment, &op, &e.Actor,
+		&e.RunURL, &status, &class, &counts, &cancelled, &e.CancelReason, &approx, &e.Error,
+		&finalized, &started, &finished); err != nil {
 		return nil, err
 	}
 	e.Op = api.ExecutionOp(op)
 	e.Status = api.ExecutionStatus(status)
 	e.Class = api.Class(class)
 	fromJSON(counts, &e.Counts)
-	fromJSON(edges, &e.Edges)
 	e.Cancelled = cancelled != 0
 	e.EdgesApproximate = approx != 0
 	e.Finalized = finalized != 0
@@ -226,16 +222,30 @@ func (t *sqlTx) CreateExecution(e *store.Execution) (bool, error) {
 	n, err := t.exec("INSERT INTO executions ("+execCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
 		e.ExecutionID, e.Repo, e.PR, e.SHA, e.Base, e.Environment, string(e.Op), e.Actor, e.RunURL,
 		string(e.Status), string(e.Class), toJSON(e.Counts), b2i(e.Cancelled), e.CancelReason,
-		toJSON(e.Edges), b2i(e.EdgesApproximate), e.Error, b2i(e.Finalized), ns(e.StartedAt), ns(e.FinishedAt))
+		b2i(e.EdgesApproximate), e.Error, b2i(e.Finalized), ns(e.StartedAt), ns(e.FinishedAt), toJSON(e.Edges))
 	return n > 0, err
 }
 
 func (t *sqlTx) Execution(id string) (*store.Execution, error) {
-	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE id = ?"+t.forUpdate(), id), true)
+	e, err := scanExecution(t.row("SELECT "+execReadCols+" FROM executions WHERE id = ?"+t.forUpdate(), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
 	return e, t.s.mapErr(err)
+}
+
+func (t *sqlTx) ExecutionEdges(id string) ([]api.Edge, error) {
+	var edges string
+	err := t.row("SELECT edges FROM executions WHERE id = ?", id).Scan(&edges)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, t.s.mapErr(err)
+	}
+	var out []api.Edge
+	fromJSON(edges, &out)
+	return out, nil
 }
 
 func (t *sqlTx) ExecutionCancel(id string) (bool, string, error) {
@@ -281,7 +291,7 @@ func (t *sqlTx) scanExecutions(query string, args ...any) ([]store.Execution, er
 	defer rows.Close()
 	var out []store.Execution
 	for rows.Next() {
-		e, err := scanExecution(rows, false)
+		e, err := scanExecution(rows)
 		if err != nil {
 			return nil, t.s.mapErr(err)
 		}
@@ -305,7 +315,7 @@ func (t *sqlTx) Executions(f store.ExecutionFilter) ([]store.Execution, error) {
 		where = append(where, "started_at < ?")
 		args = append(args, ns(f.Before))
 	}
-	q := "SELECT " + execListCols + " FROM executions"
+	q := "SELECT " + execReadCols + " FROM executions"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

@@ -15,8 +15,8 @@ import (
 // The PR-level state: latest plans, claims, gates, grants, leases, checks and the audit log.
 
 func (t *sqlTx) LatestPlan(env string, pr int) (*store.Execution, error) {
-	e, err := scanExecution(t.row("SELECT "+execCols+" FROM executions WHERE environment = ? AND pr = ? AND op = 'plan' "+
-		"ORDER BY received_at DESC, id DESC LIMIT 1", env, pr), true)
+	e, err := scanExecution(t.row("SELECT "+execReadCols+" FROM executions WHERE environment = ? AND pr = ? AND op = 'plan' "+
+		"ORDER BY received_at DESC, id DESC LIMIT 1", env, pr))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no plan for PR #%d in %q", store.ErrNotFound, pr, env)
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -70,8 +71,9 @@ func BenchmarkExecutionsList(b *testing.B) {
 	}
 }
 
-// The list leaves every execution's edges out and keeps the rest of it as Execution reads it.
-func TestExecutionsListLeavesEdgesOut(t *testing.T) {
+// Every read of an execution (Execution, LatestPlan, the list) leaves its edges out and
+// reads the rest of it alike, EdgesApproximate included; ExecutionEdges reads the edges.
+func TestExecutionReadsLeaveEdgesOut(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s store.Store) {
 		e := exec1("graph", t0)
 		e.Edges = []api.Edge{{From: "a", To: "b"}, {From: "b", To: "c"}}
@@ -83,19 +85,31 @@ func TestExecutionsListLeavesEdgesOut(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			want := *e
+			want.Edges = nil
+			if !reflect.DeepEqual(*full, want) {
+				t.Errorf("Execution read %+v\nwant           %+v", *full, want)
+			}
+			latest, err := tx.LatestPlan("prod", 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*latest, want) {
+				t.Errorf("LatestPlan read %+v\nwant            %+v", *latest, want)
+			}
 			listed, err := tx.Executions(store.ExecutionFilter{Environment: "prod"})
 			if err != nil || len(listed) != 1 {
 				t.Fatalf("listed %d, %v", len(listed), err)
 			}
-			if listed[0].Edges != nil {
-				t.Errorf("the list returned edges %v", listed[0].Edges)
+			if !reflect.DeepEqual(listed[0], want) {
+				t.Errorf("listed %+v\nwant   %+v", listed[0], want)
 			}
-			if len(full.Edges) != 2 {
-				t.Errorf("Execution returned edges %v, want 2", full.Edges)
+			edges, err := tx.ExecutionEdges("graph")
+			if err != nil || !reflect.DeepEqual(edges, e.Edges) {
+				t.Errorf("ExecutionEdges read %v, %v; want %v", edges, err, e.Edges)
 			}
-			full.Edges = nil
-			if !reflect.DeepEqual(listed[0], *full) {
-				t.Errorf("listed %+v\nwant    %+v", listed[0], *full)
+			if _, err := tx.ExecutionEdges("nope"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("ExecutionEdges of an unknown execution: %v, want ErrNotFound", err)
 			}
 			return nil
 		})

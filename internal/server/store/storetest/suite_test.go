@@ -62,8 +62,11 @@ var suite = []struct {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Repo != "" || got.PR != 7 || !got.StartedAt.Equal(t0) || len(got.Edges) != 1 {
+			if got.Repo != "" || got.PR != 7 || !got.StartedAt.Equal(t0) {
 				t.Errorf("stored %+v", got)
+			}
+			if edges, err := tx.ExecutionEdges("e1"); err != nil || len(edges) != 1 {
+				t.Errorf("stored edges %v, %v; want 1", edges, err)
 			}
 			return nil
 		})
