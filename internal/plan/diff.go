@@ -50,28 +50,28 @@ func diffValues(root string, before, after, afterUnknown, beforeSens, afterSens 
 		unknownSet[u] = struct{}{}
 	}
 
-	paths := make(map[string]bool, len(bl)+len(al)+len(unknown))
+	// The paths of the leaves, sorted; then, merged in only when there are any, the unknown
+	// paths that no leaf is at or under (Compact drops an unknown path flagged twice).
+	sorted := make([]string, 0, len(bl)+len(al)+len(unknown))
 	for p := range bl {
-		paths[p] = true
-	}
-	for p := range al {
-		paths[p] = true
-	}
-	leaves := make([]string, 0, len(paths))
-	for p := range paths {
-		leaves = append(leaves, p)
-	}
-	sort.Strings(leaves)
-	for _, u := range unknown {
-		if !hasLeafUnder(leaves, u) {
-			paths[u] = true
-		}
-	}
-	sorted := make([]string, 0, len(paths))
-	for p := range paths {
 		sorted = append(sorted, p)
 	}
+	for p := range al {
+		if _, ok := bl[p]; !ok {
+			sorted = append(sorted, p)
+		}
+	}
 	sort.Strings(sorted)
+	leaves := sorted
+	for _, u := range unknown {
+		if !hasLeafUnder(leaves, u) {
+			sorted = append(sorted, u) // after leaves, in the room made for them
+		}
+	}
+	if len(sorted) > len(leaves) {
+		sort.Strings(sorted)
+		sorted = slices.Compact(sorted)
+	}
 
 	for _, p := range sorted {
 		bv, hasB := bl[p]
