@@ -22,10 +22,8 @@ const minSecretSubstring = 4
 // empty string would hide the plan, and they carry no secret.
 type secretSet struct {
 	values map[string]struct{}
-	// long caches the values of at least minSecretSubstring bytes, longest first; match the
-	// matcher of their forms (scrubbing: with the kindScrub forms). Both are nil when stale;
-	// Classify drops match once the stack is redacted (release).
-	long      []string
+	// match caches the matcher of the values' forms (scrubbing: with the kindScrub forms); nil
+	// when stale. Classify drops it once the stack is redacted (release).
 	match     *secretMatcher
 	scrubbing bool
 }
@@ -38,7 +36,7 @@ func (s *secretSet) add(v string) {
 	}
 	if _, ok := s.values[v]; !ok {
 		s.values[v] = struct{}{}
-		s.long, s.match = nil, nil
+		s.match = nil
 	}
 }
 
@@ -53,19 +51,19 @@ func (s *secretSet) merge(o *secretSet) {
 
 // release drops the matcher, which only the redaction of the stack needed: a render builds
 // one for the secrets of all its stacks.
-func (s *secretSet) release() { s.long, s.match = nil, nil }
+func (s *secretSet) release() { s.match = nil }
 
+// longValues returns the values of at least minSecretSubstring bytes, longest first (a new
+// slice each time: the matcher, itself cached, is built from it once).
 func (s *secretSet) longValues() []string {
-	if s.long == nil {
-		s.long = []string{}
-		for v := range s.values {
-			if len(v) >= minSecretSubstring {
-				s.long = append(s.long, v)
-			}
+	long := []string{}
+	for v := range s.values {
+		if len(v) >= minSecretSubstring {
+			long = append(long, v)
 		}
-		sortLongestFirst(s.long)
 	}
-	return s.long
+	sortLongestFirst(long)
+	return long
 }
 
 // matcher returns the matcher of the secrets' forms, with the kindScrub ones when scrub.
@@ -87,13 +85,13 @@ func (s *secretSet) matcher(scrub bool) *secretMatcher {
 	if scrub {
 		// The long secrets' patterns; and their escaped forms, from the same encoded forms,
 		// ranked as scrub says: the longest secret first, each of its forms in turn.
+		// Every long value is scrubbed: minScrub is not above minSecretSubstring (the constant
+		// below fails to compile if it is).
+		const _ = uint(minSecretSubstring - minScrub)
 		rank := int32(0)
 		for _, sec := range s.longValues() {
 			forms, plain := secretForms(sec)
 			pats = appendLongPatterns(pats, forms, plain)
-			if len(sec) < minScrub {
-				continue
-			}
 			escaped := forms // escapedForms(sec)
 			if !plain {
 				escaped = escapeEncoded(forms)
