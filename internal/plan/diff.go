@@ -182,17 +182,9 @@ func isIdent(s string) bool {
 	return true
 }
 
-// under reports whether path p is prefix itself or lies inside it.
-func under(p, prefix string) bool {
-	if prefix == "" || p == prefix {
-		return true
-	}
-	return strings.HasPrefix(p, prefix) && (p[len(prefix)] == '.' || p[len(prefix)] == '[')
-}
-
-// underAny reports whether p is under (see under) one of the paths of set. It looks up the
-// prefixes p can be under, not every path of the set: a change may flag thousands of paths
-// unknown, and every path of the change is looked up.
+// underAny reports whether p is one of the paths of set or lies inside one ("" holds every
+// path). It looks up the prefixes p can be under, not every path of the set: a change may flag
+// thousands of paths unknown, and every path of the change is looked up.
 func underAny(p string, set map[string]struct{}) bool {
 	if len(set) == 0 {
 		return false
@@ -213,7 +205,7 @@ func underAny(p string, set map[string]struct{}) bool {
 	return false
 }
 
-// hasLeafUnder reports whether one of the sorted leaf paths is under (see under) prefix.
+// hasLeafUnder reports whether one of the sorted leaf paths is prefix or lies inside it.
 func hasLeafUnder(sorted []string, prefix string) bool {
 	if prefix == "" {
 		return len(sorted) > 0
