@@ -104,7 +104,6 @@ func Build[D ~uint8 | ~uint16, K ~string | ~[]byte](a *Automaton, keys []K) Shap
 		a.edgeB[next[p]], a.edgeTo[next[p]] = label[c], int32(c)
 		next[p]++
 	}
-	parent, label, next = nil, nil, nil
 	for i := a.edgeLo[0]; i < a.edgeLo[1]; i++ {
 		a.root[a.edgeB[i]] = a.edgeTo[i]
 	}

@@ -50,28 +50,28 @@ func diffValues(root string, before, after, afterUnknown, beforeSens, afterSens 
 		unknownSet[u] = struct{}{}
 	}
 
-	paths := make(map[string]bool, len(bl)+len(al)+len(unknown))
+	// The paths of the leaves, sorted; then, merged in only when there are any, the unknown
+	// paths that no leaf is at or under (Compact drops an unknown path flagged twice).
+	sorted := make([]string, 0, len(bl)+len(al)+len(unknown))
 	for p := range bl {
-		paths[p] = true
-	}
-	for p := range al {
-		paths[p] = true
-	}
-	leaves := make([]string, 0, len(paths))
-	for p := range paths {
-		leaves = append(leaves, p)
-	}
-	sort.Strings(leaves)
-	for _, u := range unknown {
-		if !hasLeafUnder(leaves, u) {
-			paths[u] = true
-		}
-	}
-	sorted := make([]string, 0, len(paths))
-	for p := range paths {
 		sorted = append(sorted, p)
 	}
+	for p := range al {
+		if _, ok := bl[p]; !ok {
+			sorted = append(sorted, p)
+		}
+	}
 	sort.Strings(sorted)
+	leaves := sorted
+	for _, u := range unknown {
+		if !hasLeafUnder(leaves, u) {
+			sorted = append(sorted, u) // after leaves, in the room made for them
+		}
+	}
+	if len(sorted) > len(leaves) {
+		sort.Strings(sorted)
+		sorted = slices.Compact(sorted)
+	}
 
 	for _, p := range sorted {
 		bv, hasB := bl[p]
@@ -182,17 +182,9 @@ func isIdent(s string) bool {
 	return true
 }
 
-// under reports whether path p is prefix itself or lies inside it.
-func under(p, prefix string) bool {
-	if prefix == "" || p == prefix {
-		return true
-	}
-	return strings.HasPrefix(p, prefix) && (p[len(prefix)] == '.' || p[len(prefix)] == '[')
-}
-
-// underAny reports whether p is under (see under) one of the paths of set. It looks up the
-// prefixes p can be under, not every path of the set: a change may flag thousands of paths
-// unknown, and every path of the change is looked up.
+// underAny reports whether p is one of the paths of set or lies inside one ("" holds every
+// path). It looks up the prefixes p can be under, not every path of the set: a change may flag
+// thousands of paths unknown, and every path of the change is looked up.
 func underAny(p string, set map[string]struct{}) bool {
 	if len(set) == 0 {
 		return false
@@ -213,7 +205,7 @@ func underAny(p string, set map[string]struct{}) bool {
 	return false
 }
 
-// hasLeafUnder reports whether one of the sorted leaf paths is under (see under) prefix.
+// hasLeafUnder reports whether one of the sorted leaf paths is prefix or lies inside it.
 func hasLeafUnder(sorted []string, prefix string) bool {
 	if prefix == "" {
 		return len(sorted) > 0

@@ -109,6 +109,14 @@ func TestDiffValuesMatchesScanningLookups(t *testing.T) {
 	}
 }
 
+// under reports whether path p is prefix itself or lies inside it.
+func under(p, prefix string) bool {
+	if prefix == "" || p == prefix {
+		return true
+	}
+	return strings.HasPrefix(p, prefix) && (p[len(prefix)] == '.' || p[len(prefix)] == '[')
+}
+
 // scanningDiffValues is diffValues as it was before its lookups were made O(depth).
 func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, afterSens json.RawMessage) (diffs []AttrDiff, omitted int, err error) {
 	var b, a, unk, bs, as any

@@ -41,7 +41,8 @@ func fitMarkdown(r *Report, limit int) string {
 		}
 	}
 	// Keep as many destructive entries as fit: binary search on the count.
-	lo, hi := 0, destructiveCount(r)
+	hi, _ := destructiveCount(r)
+	lo := 0
 	best, _ := fitLevel(v, mdTrimDestroy, 0, limit)
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
@@ -114,10 +115,7 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 		fmt.Fprintf(&b, "**Gate needed for:** %s\n\n", g)
 	}
 
-	listed, omitted := destructiveCount(r), 0
-	for _, s := range r.Stacks {
-		omitted += s.DestructiveOmitted
-	}
+	listed, omitted := destructiveCount(r)
 	if listed > 0 || omitted > 0 {
 		fmt.Fprintf(&b, "> [!CAUTION]\n> **%s** — these delete, replace or forget existing resources:\n>\n",
 			plural(listed+omitted, "destructive change", "destructive changes"))
@@ -249,13 +247,14 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	return b.String(), true
 }
 
-// destructiveCount is how many destructive changes the stacks of r list.
-func destructiveCount(r *Report) int {
-	n := 0
+// destructiveCount is how many destructive changes the stacks of r list, and how many more
+// they leave out (DestructiveOmitted).
+func destructiveCount(r *Report) (listed, omitted int) {
 	for _, s := range r.Stacks {
-		n += len(s.Destructive)
+		listed += len(s.Destructive)
+		omitted += s.DestructiveOmitted
 	}
-	return n
+	return listed, omitted
 }
 
 func mdChange(c Change) string {

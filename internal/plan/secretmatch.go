@@ -144,14 +144,8 @@ func (m *secretMatcher) contains(v string, kind uint8) bool {
 			continue
 		}
 		for t := n; t != 0; t = m.ac.Fail(t) {
-			if m.ends[t]&kind == 0 {
-				continue
-			}
-			rest := v[i+1-int(m.depth[t]):]
-			for _, p := range m.ended(t) {
-				if p.kinds&kind != 0 && strings.HasPrefix(rest, p.text) {
-					return true
-				}
+			if m.ends[t]&kind != 0 && m.at(v, i+1-int(m.depth[t]), t, kind, false) == matchFound {
+				return true
 			}
 		}
 	}

@@ -112,7 +112,7 @@ func TestSecretMatcherReleasedAfterClassify(t *testing.T) {
 	if len(s.secrets.values) == 0 {
 		t.Fatal("no secrets collected; the test would prove nothing")
 	}
-	if s.secrets.match != nil || s.secrets.long != nil {
+	if s.secrets.match != nil {
 		t.Error("the stack keeps its secret matcher after Classify")
 	}
 	s, err = Classify("bad", "plan.json", strings.NewReader(`{"format_version":"1.2","variables":{"s":{"value":"hunter2"}},"resource_changes":[{"address":"x","change":{"actions":["bogus"]}}]}`))

@@ -22,10 +22,8 @@ const minSecretSubstring = 4
 // empty string would hide the plan, and they carry no secret.
 type secretSet struct {
 	values map[string]struct{}
-	// long caches the values of at least minSecretSubstring bytes, longest first; match the
-	// matcher of their forms (scrubbing: with the kindScrub forms). Both are nil when stale;
-	// Classify drops match once the stack is redacted (release).
-	long      []string
+	// match caches the matcher of the values' forms (scrubbing: with the kindScrub forms); nil
+	// when stale. Classify drops it once the stack is redacted (release).
 	match     *secretMatcher
 	scrubbing bool
 }
@@ -38,7 +36,7 @@ func (s *secretSet) add(v string) {
 	}
 	if _, ok := s.values[v]; !ok {
 		s.values[v] = struct{}{}
-		s.long, s.match = nil, nil
+		s.match = nil
 	}
 }
 
@@ -53,19 +51,19 @@ func (s *secretSet) merge(o *secretSet) {
 
 // release drops the matcher, which only the redaction of the stack needed: a render builds
 // one for the secrets of all its stacks.
-func (s *secretSet) release() { s.long, s.match = nil, nil }
+func (s *secretSet) release() { s.match = nil }
 
+// longValues returns the values of at least minSecretSubstring bytes, longest first (a new
+// slice each time: the matcher, itself cached, is built from it once).
 func (s *secretSet) longValues() []string {
-	if s.long == nil {
-		s.long = []string{}
-		for v := range s.values {
-			if len(v) >= minSecretSubstring {
-				s.long = append(s.long, v)
-			}
+	long := []string{}
+	for v := range s.values {
+		if len(v) >= minSecretSubstring {
+			long = append(long, v)
 		}
-		sortLongestFirst(s.long)
 	}
-	return s.long
+	sortLongestFirst(long)
+	return long
 }
 
 // matcher returns the matcher of the secrets' forms, with the kindScrub ones when scrub.
@@ -75,25 +73,30 @@ func (s *secretSet) matcher(scrub bool) *secretMatcher {
 	}
 	pats := make([]secretPattern, 0, 2*len(s.values))
 	for v := range s.values {
-		long := len(v) >= minSecretSubstring
-		for _, f := range encodedForms(v) {
-			if !long {
+		if len(v) < minSecretSubstring {
+			for _, f := range encodedForms(v) {
 				pats = append(pats, secretPattern{text: f, kinds: kindExact, rank: -1})
-				continue
 			}
-			goQuoted := strconv.Quote(f)
-			pats = append(pats, secretPattern{text: f, kinds: kindExact | kindInner | kindText, rank: -1},
-				secretPattern{text: goQuoted[1 : len(goQuoted)-1], kinds: kindText, rank: -1})
+		} else if !scrub {
+			forms, plain := secretForms(v)
+			pats = appendLongPatterns(pats, forms, plain)
 		}
 	}
 	if scrub {
-		// Ranked as scrub says: the longest secret first, each of its forms in turn.
+		// The long secrets' patterns; and their escaped forms, from the same encoded forms,
+		// ranked as scrub says: the longest secret first, each of its forms in turn.
+		// Every long value is scrubbed: minScrub is not above minSecretSubstring (the constant
+		// below fails to compile if it is).
+		const _ = uint(minSecretSubstring - minScrub)
 		rank := int32(0)
 		for _, sec := range s.longValues() {
-			if len(sec) < minScrub {
-				continue
+			forms, plain := secretForms(sec)
+			pats = appendLongPatterns(pats, forms, plain)
+			escaped := forms // escapedForms(sec)
+			if !plain {
+				escaped = escapeEncoded(forms)
 			}
-			for _, v := range escapedForms(sec) {
+			for _, v := range escaped {
 				if len(v) >= minScrub {
 					pats = append(pats, secretPattern{text: v, kinds: kindScrub, rank: rank})
 					rank++
@@ -103,6 +106,23 @@ func (s *secretSet) matcher(scrub bool) *secretMatcher {
 	}
 	s.match, s.scrubbing = newSecretMatcher(pats), scrub
 	return s.match
+}
+
+// appendLongPatterns appends the patterns of the encoded forms of a secret of at least
+// minSecretSubstring bytes (forms, from secretForms): each form, and the inside of its Go-quoted
+// literal where quoting changes it (never for a plain secret).
+func appendLongPatterns(pats []secretPattern, forms []string, plain bool) []secretPattern {
+	for _, f := range forms {
+		pats = append(pats, secretPattern{text: f, kinds: kindExact | kindInner | kindText, rank: -1})
+		if plain {
+			continue
+		}
+		goQuoted := strconv.Quote(f)
+		if q := goQuoted[1 : len(goQuoted)-1]; q != f {
+			pats = append(pats, secretPattern{text: q, kinds: kindText, rank: -1})
+		}
+	}
+	return pats
 }
 
 func sortLongestFirst(v []string) {
@@ -136,10 +156,16 @@ const maxEncodings = 2
 // escaped as \u003c, \u003e and \u0026 (as OpenTofu's and Terraform's jsonencode write them,
 // and Go's encoding/json) or not (as `show -json` writes them).
 func encodedForms(sec string) []string {
+	forms, _ := secretForms(sec)
+	return forms
+}
+
+// secretForms is encodedForms(sec), and whether sec is plain (plainSecret).
+func secretForms(sec string) (forms []string, plain bool) {
 	if plainSecret(sec) {
-		return []string{sec}
+		return []string{sec}, true
 	}
-	return encodeAll(sec)
+	return encodeAll(sec), false
 }
 
 // encodeAll is encodedForms, computed.
@@ -219,7 +245,10 @@ func escapedForms(sec string) []string {
 }
 
 // escapeAll is escapedForms, computed.
-func escapeAll(sec string) []string {
+func escapeAll(sec string) []string { return escapeEncoded(encodedForms(sec)) }
+
+// escapeEncoded is escapeAll of the secret whose encoded forms (encodedForms) are encoded.
+func escapeEncoded(encoded []string) []string {
 	var forms []string
 	seen := map[string]bool{}
 	add := func(f string) {
@@ -228,7 +257,7 @@ func escapeAll(sec string) []string {
 			forms = append(forms, f)
 		}
 	}
-	for _, e := range encodedForms(sec) {
+	for _, e := range encoded {
 		goQuoted := strconv.Quote(e)
 		add(e)
 		add(goQuoted[1 : len(goQuoted)-1])
