@@ -7,7 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // Display values for attributes that have no printable value.
@@ -228,11 +229,7 @@ func truncate(s string) string {
 	if len(s) <= maxValueLen {
 		return s
 	}
-	cut := maxValueLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return textfit.Prefix(s, maxValueLen) + "…"
 }
 
 // unmarshalNumber decodes raw keeping numbers as json.Number, so they print as written.
