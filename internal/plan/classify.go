@@ -11,6 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
@@ -119,7 +123,7 @@ type classifier struct {
 	s       *Stack
 	secrets *secretSet
 	hash    *planHasher
-	dec     *json.Decoder
+	dec     *jsontext.Decoder
 
 	detailed int
 	// variables holds the root variables' values until the configuration says which are
@@ -203,6 +207,18 @@ type rawResource struct {
 	SensitiveValues json.RawMessage `json:"sensitive_values"`
 }
 
+// readAsV1 makes the classifier read a plan as encoding/json reads it, which the plan hash's
+// definition (PlanHashVersion) relies on: a key that appears twice counts with its last value,
+// invalid UTF-8 and unpaired surrogates become U+FFFD, and struct fields match keys without
+// regard to case (an exact match first). The reader is json v2's, which reads every byte once
+// (encoding/json's Decoder scans each value twice, and a plan is mostly values it skips).
+var readAsV1 = []jsonv2.Options{
+	jsontext.AllowDuplicateNames(true),
+	jsontext.AllowInvalidUTF8(true),
+	jsonv2.MatchCaseInsensitiveNames(true),
+	jsonv1.MatchCaseSensitiveDelimiter(true),
+}
+
 // savedPlanMagic starts a saved plan file (`plan -out`), a zip archive.
 const savedPlanMagic = "PK\x03\x04"
 
@@ -225,11 +241,11 @@ func (c *classifier) run(br *bufio.Reader) error {
 		return fmt.Errorf("%w: it starts with %q; this looks like human-readable plan output, "+
 			"pass the output of `tofu show -json PLANFILE` (or terraform)", ErrNotJSON, first)
 	}
-	c.dec = json.NewDecoder(br)
+	c.dec = jsontext.NewDecoder(br, readAsV1...)
 	if err := c.object(c.topLevel); err != nil {
 		return jsonError(err)
 	}
-	if _, err := c.dec.Token(); err != io.EOF {
+	if _, err := c.dec.ReadToken(); err != io.EOF {
 		return fmt.Errorf("%w: unexpected data after the plan object", ErrNotJSON)
 	}
 	if c.s.FormatVersion == "" {
@@ -249,12 +265,12 @@ func (c *classifier) run(br *bufio.Reader) error {
 
 // jsonError turns decoder errors into messages that say what is wrong with the file.
 func jsonError(err error) error {
-	var se *json.SyntaxError
+	var se *jsontext.SyntacticError
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return fmt.Errorf("%w: truncated JSON (unexpected end of file)", ErrNotJSON)
 	case errors.As(err, &se):
-		return fmt.Errorf("%w: invalid JSON at byte %d: %v", ErrNotJSON, se.Offset, err)
+		return fmt.Errorf("%w: invalid JSON at byte %d: %v", ErrNotJSON, se.ByteOffset, se.Err)
 	}
 	return err
 }
@@ -279,68 +295,62 @@ func (c *classifier) object(field func(key string) error) error {
 	if err := c.delim('{'); err != nil {
 		return err
 	}
-	for c.dec.More() {
-		tok, err := c.dec.Token()
+	for c.dec.PeekKind() == '"' {
+		tok, err := c.dec.ReadToken()
 		if err != nil {
 			return err
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return fmt.Errorf("%w: expected an object key, got %v", ErrNotJSON, tok)
-		}
-		if err := field(key); err != nil {
+		if err := field(tok.String()); err != nil {
 			return err
 		}
 	}
-	_, err := c.dec.Token()
+	_, err := c.dec.ReadToken()
 	return err
 }
 
 // array reads one JSON array (or null), calling elem with the decoder positioned at each
 // element; elem must consume it.
 func (c *classifier) array(what string, elem func() error) error {
-	tok, err := c.dec.Token()
+	tok, err := c.dec.ReadToken()
 	if err != nil {
 		return err
 	}
-	if tok == nil {
+	switch tok.Kind() {
+	case 'n':
 		return nil
+	case '[':
+	default:
+		return fmt.Errorf("%s: expected an array, got %s", what, tok)
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return fmt.Errorf("%s: expected an array, got %v", what, tok)
-	}
-	for c.dec.More() {
+	for c.dec.PeekKind() != ']' {
 		if err := elem(); err != nil {
 			return err
 		}
 	}
-	_, err = c.dec.Token()
+	_, err = c.dec.ReadToken()
 	return err
 }
 
-func (c *classifier) delim(want json.Delim) error {
-	tok, err := c.dec.Token()
+func (c *classifier) delim(want jsontext.Kind) error {
+	tok, err := c.dec.ReadToken()
 	if err != nil {
 		return err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != want {
-		return fmt.Errorf("%w: expected %q, got %v", ErrNotJSON, want, tok)
+	if tok.Kind() != want {
+		return fmt.Errorf("%w: expected %q, got %s", ErrNotJSON, want, tok)
 	}
 	return nil
 }
 
-// skipValue consumes a value without copying it.
-type skipValue struct{}
+func (c *classifier) skip() error { return c.dec.SkipValue() }
 
-// UnmarshalJSON discards the value.
-func (*skipValue) UnmarshalJSON([]byte) error { return nil }
-
-func (c *classifier) skip() error { return c.dec.Decode(&skipValue{}) }
+// decode reads the next value into v.
+func (c *classifier) decode(v any) error { return jsonv2.UnmarshalDecode(c.dec, v) }
 
 func (c *classifier) topLevel(key string) error {
 	switch key {
 	case "format_version":
-		if err := c.dec.Decode(&c.s.FormatVersion); err != nil {
+		if err := c.decode(&c.s.FormatVersion); err != nil {
 			return fmt.Errorf("format_version: %w", err)
 		}
 		major, _, _ := strings.Cut(c.s.FormatVersion, ".")
@@ -349,9 +359,9 @@ func (c *classifier) topLevel(key string) error {
 		}
 		return nil
 	case "terraform_version":
-		return c.dec.Decode(&c.s.TerraformVersion)
+		return c.decode(&c.s.TerraformVersion)
 	case "variables":
-		return c.dec.Decode(&c.variables)
+		return c.decode(&c.variables)
 	case "planned_values":
 		c.sawPlanned = true
 		return c.stateValues()
@@ -374,7 +384,7 @@ func (c *classifier) topLevel(key string) error {
 	case "configuration":
 		return c.configuration()
 	case "errored":
-		return c.dec.Decode(&c.errored)
+		return c.decode(&c.errored)
 	}
 	return c.skip()
 }
@@ -421,7 +431,7 @@ func (c *classifier) resourceChange(drift bool) error {
 	rc := &c.rc
 	rc.Change.reset()
 	rc.resourceHead = resourceHead{}
-	if err := c.dec.Decode(rc); err != nil {
+	if err := c.decode(rc); err != nil {
 		return err
 	}
 	ch := &rc.Change
@@ -493,7 +503,7 @@ func (c *classifier) outputChanges() error {
 	var ch rawChange
 	return c.object(func(name string) error {
 		ch.reset()
-		if err := c.dec.Decode(&ch); err != nil {
+		if err := c.decode(&ch); err != nil {
 			return fmt.Errorf("output %s: %w", name, err)
 		}
 		if err := c.secrets.collectChange(&ch); err != nil {
@@ -537,7 +547,7 @@ func (c *classifier) stateValues() error {
 				Sensitive bool            `json:"sensitive"`
 				Value     json.RawMessage `json:"value"`
 			}
-			if err := c.dec.Decode(&outs); err != nil {
+			if err := c.decode(&outs); err != nil {
 				return fmt.Errorf("outputs: %w", err)
 			}
 			for name, o := range outs {
@@ -563,7 +573,7 @@ func (c *classifier) module() error {
 			return c.array("resources", func() error {
 				r := &c.res
 				*r = rawResource{Values: r.Values[:0], SensitiveValues: r.SensitiveValues[:0]}
-				if err := c.dec.Decode(r); err != nil {
+				if err := c.decode(r); err != nil {
 					return err
 				}
 				if err := c.secrets.collectRaw(r.Values, r.SensitiveValues); err != nil {
@@ -597,7 +607,7 @@ func (c *classifier) configuration() error {
 	var cfg struct {
 		RootModule configModule `json:"root_module"`
 	}
-	if err := c.dec.Decode(&cfg); err != nil {
+	if err := c.decode(&cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	c.sensitiveVars = map[string]bool{}

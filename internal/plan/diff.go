@@ -3,10 +3,13 @@ package plan
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
@@ -232,11 +235,64 @@ func truncate(s string) string {
 	return textfit.Prefix(s, maxValueLen) + "…"
 }
 
-// unmarshalNumber decodes raw keeping numbers as json.Number, so they print as written.
+// unmarshalNumber decodes raw as encoding/json's Decoder with UseNumber does (numbers as
+// json.Number, so they print as written; objects as map[string]any, arrays as []any; see
+// readAsV1), with json v2's reader, which reads each byte once.
 func unmarshalNumber(raw json.RawMessage, v *any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return dec.Decode(v)
+	x, err := readAny(jsontext.NewDecoder(bytes.NewReader(raw), readAsV1...))
+	if err != nil {
+		return err
+	}
+	*v = x
+	return nil
+}
+
+// readAny reads the next value from dec.
+func readAny(dec *jsontext.Decoder) (any, error) {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	switch tok.Kind() {
+	case 'n':
+		return nil, nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	case '"':
+		return tok.String(), nil
+	case '0':
+		return json.Number(tok.String()), nil
+	case '{':
+		m := map[string]any{}
+		for dec.PeekKind() == '"' {
+			name, err := dec.ReadToken()
+			if err != nil {
+				return nil, err
+			}
+			key := name.String() // before the next read voids name
+			v, err := readAny(dec)
+			if err != nil {
+				return nil, err
+			}
+			m[key] = v
+		}
+		_, err := dec.ReadToken()
+		return m, err
+	case '[':
+		a := []any{}
+		for dec.PeekKind() != ']' {
+			v, err := readAny(dec)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		_, err := dec.ReadToken()
+		return a, err
+	}
+	return nil, fmt.Errorf("unexpected %s", tok)
 }
 
 func isNull(raw json.RawMessage) bool {

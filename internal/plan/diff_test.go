@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -192,4 +193,30 @@ func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, af
 		diffs = append(diffs, d)
 	}
 	return diffs, omitted, nil
+}
+
+// FuzzUnmarshalNumber holds unmarshalNumber to what encoding/json's Decoder with UseNumber
+// reads, which the rendered values and the collected secrets relied on before it moved to
+// json v2's reader: the same value, or an error from both.
+func FuzzUnmarshalNumber(f *testing.F) {
+	for _, s := range []string{
+		`null`, `true`, `[]`, `{}`, `1.50`, `-0`, `1e400`, `12345678901234567890123`,
+		`{"a":1,"a":[true,null,"x"],"b":{"c":{}}}`, `["\u0041\ud83d\ude00", "\ud800", "\udc00x"]`,
+		"\"\xff\xfe\xc3\"", "{\"\xe2\x82\":\"\xf0\x9f\x98\"}", `{"a":1} trailing`, `{"a":}`, `[1,]`, ``, ` 7 `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want any
+		gerr := unmarshalNumber(data, &got)
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		werr := dec.Decode(&want)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("%q: error %v, encoding/json's %v", data, gerr, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: %#v, encoding/json reads %#v", data, got, want)
+		}
+	})
 }

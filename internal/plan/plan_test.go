@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -381,6 +382,8 @@ func TestPlanBadInput(t *testing.T) {
 		{"no version", planWriteTemp(t, "plan.json", []byte(`{"planned_values":{}}`)), ErrNotPlan, "format_version"},
 		{"trailing", planWriteTemp(t, "plan.json", append(bytes.Clone(mixed), []byte("{}")...)), ErrNotJSON, "after the plan"},
 		{"array", planWriteTemp(t, "plan.json", []byte(`[1,2]`)), ErrNotJSON, "object"},
+		{"syntax", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"actions":["update"]`), []byte(`"actions":[update]`), 1)), ErrNotJSON, "invalid JSON at byte"},
+		{"syntax in a skipped value", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"configuration":{`), []byte(`"configuration":{,`), 1)), ErrNotJSON, "invalid JSON at byte"},
 		{"unknown action", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"actions":["update"]`), []byte(`"actions":["explode"]`), 1)), nil, "explode"},
 		{"errored", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"errored":false`), []byte(`"errored":true`), 1)), nil, "errored"},
 	}
@@ -649,5 +652,46 @@ func TestReadBufferSizeFitsTheInput(t *testing.T) {
 		if got := readBufferSize(tc.r); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestClassifyReadsAsEncodingJSON: the classifier reads a plan as encoding/json does (see
+// readAsV1), which the plan hash's definition relies on: a repeated key counts with its last
+// value (so a change cannot list a harmless action first and a destructive one after it),
+// keys match fields without regard to case, and invalid UTF-8 becomes U+FFFD.
+func TestClassifyReadsAsEncodingJSON(t *testing.T) {
+	plan := func(changes string) string {
+		return `{"format_version":"1.2","planned_values":{},"resource_changes":[` + changes + `]}`
+	}
+	cases := []struct {
+		name, plan string
+		want       []Change
+	}{
+		{"repeated actions", plan(`{"address":"x.a","change":{"actions":["no-op"],"actions":["delete"]}}`),
+			[]Change{{Address: "x.a", Action: ActionDelete}}},
+		{"repeated change", plan(`{"address":"x.a","change":{"actions":["delete"]},"change":{"actions":["create"]}}`),
+			[]Change{{Address: "x.a", Action: ActionCreate}}},
+		{"repeated address", plan(`{"address":"x.a","address":"x.b","change":{"actions":["delete"]}}`),
+			[]Change{{Address: "x.b", Action: ActionDelete}}},
+		{"keys in another case", plan(`{"ADDRESS":"x.a","Change":{"Actions":["delete"]}}`),
+			[]Change{{Address: "x.a", Action: ActionDelete}}},
+		{"invalid UTF-8", plan("{\"address\":\"x.a\xff\",\"change\":{\"actions\":[\"delete\"]}}"),
+			[]Change{{Address: "x.a\uFFFD", Action: ActionDelete}}},
+		{"unpaired surrogate", plan(`{"address":"x.a\ud800","change":{"actions":["delete"]}}`),
+			[]Change{{Address: "x.a\uFFFD", Action: ActionDelete}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Classify("stacks/app", "plan.json", strings.NewReader(tc.plan))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(s.Changes, tc.want) {
+				t.Errorf("changes %+v, want %+v", s.Changes, tc.want)
+			}
+			if want := planHashOf(t, []byte(plan(`{"address":"`+tc.want[0].Address+`","change":{"actions":["`+string(tc.want[0].Action)+`"]}}`))); s.PlanHash != want {
+				t.Errorf("plan hash %s, want %s (the plan as read)", s.PlanHash, want)
+			}
+		})
 	}
 }
