@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
@@ -228,4 +229,58 @@ func TestStateShowsBoundedGaps(t *testing.T) {
 	if n := strings.Count(string(v.state), "lost bytes "); n != service.MaxStackGaps+1 || !strings.Contains(string(v.state), "more gaps than listed") {
 		t.Fatalf("the state lists %d gaps: %.300s", n, v.state)
 	}
+}
+
+// An update reads only the logs that grew since the last one: with nothing new it reads the
+// execution and nothing else, however many stacks have logs, and then only the log that grew.
+func TestIdleUpdateReadsNoLog(t *testing.T) {
+	ctx := context.Background()
+	st := &countingStore{Store: storetest.OpenSQLite(t)}
+	const stacks = 50
+	v := manyLogsView(t, st, stacks)
+	evs, _, err := v.update(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := logText(t, evs); n != stacks {
+		t.Fatalf("the first update shows %d logs, want %d", n, stacks)
+	}
+	before := st.reads.Load()
+	evs, _, err = v.update(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads := st.reads.Load() - before; reads != 1 || len(evs) != 0 {
+		t.Fatalf("an update with nothing new read the store %d times and sent %d events, want 1 and 0", reads, len(evs))
+	}
+	storetest.WriteLog(t, st, "e1", "s007", 1, []store.LogChunk{{Offset: 13, Data: []byte("applied\n")}})
+	before = st.reads.Load()
+	evs, _, err = v.update(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := logText(t, evs); text != "applied\n" {
+		t.Fatalf("the update shows %q, want the new line", text)
+	}
+	if reads := st.reads.Load() - before; reads != 2 {
+		t.Fatalf("an update after one log grew read the store %d times, want 2 (the execution, that log)", reads)
+	}
+}
+
+// manyLogsView is a started page of execution e1 of n stacks (s000, s001, ...), each with a
+// 13-byte log ("sNNN planned\n").
+func manyLogsView(tb testing.TB, st store.Store, n int) *executionView {
+	tb.Helper()
+	svc := service.New(st, nil)
+	stacks := make([]string, n)
+	for i := range stacks {
+		stacks[i] = fmt.Sprintf("s%03d", i)
+	}
+	if _, err := svc.Init(context.Background(), "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, s := range stacks {
+		storetest.WriteLog(tb, st, "e1", s, 1, []store.LogChunk{{Offset: 0, Data: []byte(s + " planned\n")}})
+	}
+	return &executionView{ui: &UI{Service: svc}, id: "e1", cursors: map[string]*logCursor{}, started: true}
 }

@@ -457,7 +457,10 @@ func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
 			v.cursors[st.Stack] = c
 			reset = seen
 		}
-		logs, n, k, full := v.readLog(ctx, st.Stack, c, -1, min(maxLogPerPush, budget), min(maxLogStepsPerPush, steps), reset)
+		// Up to where the state says the log ends: a stack with nothing new costs no read (a
+		// page of a 200-stack execution read every log on every update). What arrives after the
+		// state was read wakes the feed again.
+		logs, n, k, full := v.readLog(ctx, st.Stack, c, st.LogBytes, min(maxLogPerPush, budget), min(maxLogStepsPerPush, steps), reset)
 		if reset && len(logs) == 0 {
 			// The old generation's text goes even before the new one has any.
 			if ev, err := event("log", logEvent{Stack: st.Stack, Reset: true}); err == nil {

@@ -71,3 +71,21 @@ func BenchmarkExecutionViewAlternatingGaps(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExecutionViewIdle times an update of a live page of an execution whose stacks all
+// have logs, when nothing is new (what every viewer's page pays on each state change).
+func BenchmarkExecutionViewIdle(b *testing.B) {
+	for _, n := range []int{50, 200} {
+		b.Run(fmt.Sprintf("stacks=%d", n), func(b *testing.B) {
+			v := manyLogsView(b, storetest.OpenSQLite(b), n)
+			if _, _, err := v.update(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, _, err := v.update(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
