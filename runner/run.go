@@ -1200,9 +1200,13 @@ func (r *run) classify(out scriptOutcome, report bool) {
 	var unsent []int
 	for i := range r.res.Stacks {
 		e := &r.res.Stacks[i]
-		file, fresh, ferr := r.planFile(e.Path)
-		e.Status = out.status(e.Path, fresh)
 		s := r.early[e.Path]
+		// A stack classified early ticked done with its fresh plan: no need to look again.
+		file, fresh, ferr := "", true, error(nil)
+		if s == nil {
+			file, fresh, ferr = r.planFile(e.Path)
+		}
+		e.Status = out.status(e.Path, fresh)
 		if s == nil || e.Status != StatusSucceeded {
 			s = r.classifyStack(e, e.Status, file, fresh, ferr)
 			unsent = append(unsent, i)
