@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -213,4 +214,27 @@ func TestReleaseExecutionClaimsUsesIndexes(t *testing.T) {
 		{name: "one stack", read: release("a"), want: "sqlite_autoindex_claims_1 (environment=? AND stack=?)", write: true},
 		{name: "every stack", read: release(""), want: "claims_env_exec (environment=? AND execution_id=?)", write: true},
 	})
+}
+
+// The latest plan of a PR reads the index that orders a PR's executions by arrival; the index
+// before it, executions_env_pr, which no query read, is gone (migration 005).
+func TestLatestPlanUsesItsIndex(t *testing.T) {
+	s, drain := traced(t)
+	checkPlans(t, s, drain, []planCase{{
+		name: "LatestPlan",
+		read: func(tx store.Tx) error {
+			_, err := tx.LatestPlan("prod", 7)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		},
+		want: "executions_env_pr_received",
+		// Only executions received in the same nanosecond are sorted, by id.
+		sortOK: true,
+	}})
+	var n int
+	if err := sqlstore.ReadDB(s).QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'executions_env_pr'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("index executions_env_pr: %d (%v), want dropped", n, err)
+	}
 }
