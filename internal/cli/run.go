@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,24 @@ type RunOptions struct {
 	Signals <-chan os.Signal
 	// Exit ends the process at once on a second signal (os.Exit when nil).
 	Exit func(code int)
+}
+
+// driverGCPercent is the driver's garbage-collection target (GOGC). The driver lives for one job
+// and keeps little for long (a 1,000-stack run peaks near 45 MB with the default of 100):
+// twice the default takes a 200-stack run from 6 or 7 collections to 2, and its GC from 26-38
+// to 12-19 ms of CPU (gctrace; the driver uses about 200 ms in all), which the scripts get
+// back, for about 9 MB more at 1,000 stacks (46 to 55 MB peak RSS).
+const driverGCPercent = 200
+
+// raiseGCTarget sets the driver's GC target, unless GOGC says otherwise, and returns what puts
+// the previous one back. It is not an environment variable: terramate and the scripts keep
+// theirs.
+func raiseGCTarget() (restore func()) {
+	if os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(driverGCPercent)
+	return func() { debug.SetGCPercent(prev) }
 }
 
 func newRunCmd(ios *IO) *cobra.Command {
@@ -168,6 +187,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	defer raiseGCTarget()()
 	r := opts.Run
 	r.All = opts.All
 	r.Stdout, r.Stderr = opts.IO.Out, opts.IO.ErrOut

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"syscall"
 	"testing"
@@ -93,4 +94,34 @@ func TestDriverMaxProcs(t *testing.T) {
 	if n, set := driverMaxProcs(env("4")); set {
 		t.Errorf("GOMAXPROCS=4 chosen by the user: got (%d, %v), want it left alone", n, set)
 	}
+}
+
+// The driver raises its GC target for the run and puts the previous one back; a GOGC the
+// user set wins.
+func TestRaiseGCTarget(t *testing.T) {
+	gcPercent := func() int {
+		p := debug.SetGCPercent(100)
+		debug.SetGCPercent(p)
+		return p
+	}
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+
+	t.Setenv("GOGC", "")
+	restore := raiseGCTarget()
+	if got := gcPercent(); got != driverGCPercent {
+		t.Errorf("during the run GOGC is %d, want %d", got, driverGCPercent)
+	}
+	restore()
+	if got := gcPercent(); got != 100 {
+		t.Errorf("after the run GOGC is %d, want 100 back", got)
+	}
+
+	t.Setenv("GOGC", "50")
+	debug.SetGCPercent(50)
+	restore = raiseGCTarget()
+	if got := gcPercent(); got != 50 {
+		t.Errorf("with GOGC=50 set, the run's GOGC is %d", got)
+	}
+	restore()
 }
