@@ -26,7 +26,8 @@ package runner
 // the file it has open, any other event (create, remove, rename) makes it resolve the path
 // again. A stack whose directory cannot be watched (missing, watches exhausted) or goes away,
 // or every stack once the watcher fails, is polled every PollInterval; watched stacks are also
-// polled every SafetyPoll in case an event was lost. Both ways run the same code on the same
+// polled every SafetyPoll in case an event was lost, the poller waking only those whose log is
+// no longer as they last saw it (see asLastSeen). Both ways run the same code on the same
 // observations, so they yield the same result.
 //
 // Wake-ups. Events are taken in rounds at least MinReadInterval apart (the first after a quiet
@@ -811,13 +812,18 @@ func (p *LogPump) poll() {
 		}
 		nextPoll = now.Add(p.opts.PollInterval)
 		p.mu.Lock()
-		for _, s := range p.stacks {
-			if all || s.polled.Load() {
+		stacks := p.stacks // only ever appended to: this prefix stays as it is
+		p.mu.Unlock()
+		for _, s := range stacks {
+			polled := s.polled.Load()
+			// A watched stack whose log is as it last saw it has nothing to look at: waking
+			// every stack of a 200-stack run at once, every SafetyPoll, was a quarter of the
+			// driver's goroutine wake-ups.
+			if polled || all && !s.asLastSeen() {
 				s.pathChanged.Store(true)
 				s.poke()
 			}
 		}
-		p.mu.Unlock()
 	}
 }
 
@@ -938,7 +944,7 @@ const (
 type stackTail struct {
 	p        *LogPump
 	name     string
-	path     string // the log file as last resolved (owned by the goroutine once started)
+	path     string // the log file as last resolved (changed by the goroutine, under mu)
 	absent   string // the log's path, unresolved, once a resolution found it missing (idem)
 	watchDir string
 	wake     chan struct{}
@@ -978,6 +984,30 @@ type stackTail struct {
 	refused    bool // a problem with the log file was already recorded
 
 	pending bool // owned by the dispatch goroutine: on the current round's list
+}
+
+// asLastSeen reports whether the stack's log is as the stack last saw it, by the checks its look
+// (observe) makes first: the open log still at its path with the size seen and the bytes before
+// the read position in place, or the missing log still missing in a directory still there. A
+// safety poll wakes only the stacks for which it is false. It runs on the poller's goroutine; a
+// stack busy at that moment counts as changed.
+func (s *stackTail) asLastSeen() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	switch {
+	case s.f != nil:
+		li, err := os.Lstat(s.path)
+		return err == nil && os.SameFile(s.fi, li) && li.Size() == s.seen && s.unchanged()
+	case s.absent != "":
+		if _, err := os.Lstat(s.absent); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+		_, err := os.Stat(s.watchDir)
+		return err == nil
+	}
+	return false
 }
 
 // poke wakes the stack's goroutine without blocking.

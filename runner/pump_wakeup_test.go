@@ -330,3 +330,63 @@ func TestPumpStackWaitingForPostSlotSleeps(t *testing.T) {
 	close(unblock)
 	pumpDelivered(t, pump, coll, a, b)
 }
+
+// A safety poll wakes only the stacks whose log is not as they last saw it: idle stacks (a log
+// read to its end, a log not there yet) sleep through it.
+func TestPumpSafetyPollLeavesUnchangedStacksAsleep(t *testing.T) {
+	pumpWatchers(t, testPumpSafetyPollLeavesUnchangedStacksAsleep)
+}
+
+func testPumpSafetyPollLeavesUnchangedStacksAsleep(t *testing.T, fsnotifyOnly bool) {
+	root := t.TempDir()
+	a, b := openPumpLog(t, root, "a"), openPumpLog(t, root, "b")
+	pumpStackDir(t, root, "c") // its log never appears
+	coll := newPumpCollector(26)
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, SafetyPoll: 5 * time.Millisecond}, "a", "b", "c"), fsnotifyOnly)
+	a.write("one line\n")
+	b.write("another\n")
+	a.observed(pump)
+	b.observed(pump)
+	deadline := time.Now().Add(10 * time.Second)
+	for string(pumpCollected(t, coll, "a", 0)) != string(a.data) || string(pumpCollected(t, coll, "b", 0)) != string(b.data) {
+		if time.Now().After(deadline) {
+			t.Fatal("the logs were not posted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the posts' outcomes reach their stacks
+	polls, wakes := pump.pollWakes.Load(), pump.stackWakes.Load()
+	for pump.pollWakes.Load() < polls+10 {
+		if time.Now().After(deadline) {
+			t.Fatal("no safety polls")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := pump.stackWakes.Load() - wakes; n != 0 {
+		t.Errorf("%d safety polls of unchanged logs woke stacks %d times", pump.pollWakes.Load()-polls, n)
+	}
+	pumpDelivered(t, pump, coll, a, b)
+}
+
+// What the watcher does not report (here: events held back for an hour) a safety poll still
+// finds: bytes appended to an open log, and a log that appears.
+func TestPumpSafetyPollFindsUnreportedChanges(t *testing.T) {
+	pumpWatchers(t, testPumpSafetyPollFindsUnreportedChanges)
+}
+
+func testPumpSafetyPollFindsUnreportedChanges(t *testing.T, fsnotifyOnly bool) {
+	t.Setenv("TMPDIR", t.TempDir()) // where the dispatcher keeps its round marker
+	root := t.TempDir()
+	a := openPumpLog(t, root, "a")
+	pumpStackDir(t, root, "b")
+	coll := newPumpCollector(27)
+	pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: 5 * time.Millisecond, Coalesce: time.Millisecond}, "a", "b")
+	gate.pause(t, pump, a)
+	a.write("written while the events are held\n")
+	b := openPumpLog(t, root, "b")
+	b.write("a log that appeared meanwhile\n")
+	a.observed(pump)
+	b.observed(pump)
+	gate.release()
+	pumpDelivered(t, pump, coll, a, b)
+}
