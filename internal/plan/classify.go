@@ -208,7 +208,8 @@ type rawResource struct {
 }
 
 // readAsV1 makes the classifier read a plan as encoding/json reads it, which the plan hash's
-// definition (PlanHashVersion) relies on: a key that appears twice counts with its last value,
+// definition (PlanHashVersion) relies on: a key that appears twice counts with its last value
+// (a map entry is replaced, not merged into; a null after a value leaves the value as it was),
 // invalid UTF-8 and unpaired surrogates become U+FFFD, and struct fields match keys without
 // regard to case (an exact match first). The reader is json v2's, which reads every byte once
 // (encoding/json's Decoder scans each value twice, and a plan is mostly values it skips).
@@ -217,6 +218,7 @@ var readAsV1 = []jsonv2.Options{
 	jsontext.AllowInvalidUTF8(true),
 	jsonv2.MatchCaseInsensitiveNames(true),
 	jsonv1.MatchCaseSensitiveDelimiter(true),
+	jsonv1.MergeWithLegacySemantics(true),
 }
 
 // savedPlanMagic starts a saved plan file (`plan -out`), a zip archive.

@@ -673,6 +673,10 @@ func TestClassifyReadsAsEncodingJSON(t *testing.T) {
 			[]Change{{Address: "x.a", Action: ActionCreate}}},
 		{"repeated address", plan(`{"address":"x.a","address":"x.b","change":{"actions":["delete"]}}`),
 			[]Change{{Address: "x.b", Action: ActionDelete}}},
+		{"null after the address", plan(`{"address":"x.a","address":null,"change":{"actions":["delete"]}}`),
+			[]Change{{Address: "x.a", Action: ActionDelete}}},
+		{"null after the change", plan(`{"address":"x.a","change":{"actions":["delete"]},"change":null}`),
+			[]Change{{Address: "x.a", Action: ActionDelete}}},
 		{"keys in another case", plan(`{"ADDRESS":"x.a","Change":{"Actions":["delete"]}}`),
 			[]Change{{Address: "x.a", Action: ActionDelete}}},
 		{"invalid UTF-8", plan("{\"address\":\"x.a\xff\",\"change\":{\"actions\":[\"delete\"]}}"),
@@ -693,5 +697,26 @@ func TestClassifyReadsAsEncodingJSON(t *testing.T) {
 				t.Errorf("plan hash %s, want %s (the plan as read)", s.PlanHash, want)
 			}
 		})
+	}
+}
+
+// A null after a value leaves the value as encoding/json leaves it: a plan cannot undo what
+// it said (errored, a move, a sensitive output) by repeating the key with null.
+func TestClassifyNullAfterAValueKeepsIt(t *testing.T) {
+	head := `{"format_version":"1.2",`
+	if _, err := Classify("s", "plan.json", strings.NewReader(head+`"planned_values":{},"errored":true,"errored":null}`)); err == nil || !strings.Contains(err.Error(), "errored") {
+		t.Errorf("an errored plan with a null after errored: %v, want the errored refusal", err)
+	}
+	s, err := Classify("s", "plan.json", strings.NewReader(head+`"planned_values":{},"resource_changes":[{"address":"x.a","previous_address":"x.b","previous_address":null,"change":{"actions":["no-op"]}}]}`))
+	if err != nil || len(s.Changes) != 1 || s.Changes[0].Action != ActionMove || s.Changes[0].PreviousAddress != "x.b" {
+		t.Errorf("a move with a null after previous_address: %v %+v, want the move from x.b", err, s.Changes)
+	}
+	s, err = Classify("s", "plan.json", strings.NewReader(head+`"planned_values":{"outputs":{"o":{"sensitive":true,"value":"hunter2secret","sensitive":null}}},`+
+		`"resource_changes":[{"address":"x.a","change":{"actions":["create"],"before":null,"after":{"v":"hunter2secret"},"after_unknown":{},"before_sensitive":false,"after_sensitive":{}}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := Markdown(&Report{Stacks: []*Stack{s}}); strings.Contains(md, "hunter2secret") {
+		t.Errorf("a sensitive output with a null after sensitive is shown:\n%s", md)
 	}
 }
