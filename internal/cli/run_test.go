@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"syscall"
 	"testing"
@@ -96,32 +95,19 @@ func TestDriverMaxProcs(t *testing.T) {
 	}
 }
 
-// The driver raises its GC target for the run and puts the previous one back; a GOGC the
-// user set wins.
-func TestRaiseGCTarget(t *testing.T) {
-	gcPercent := func() int {
-		p := debug.SetGCPercent(100)
-		debug.SetGCPercent(p)
-		return p
+func TestDriverGCPercent(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOGC" {
+				return v
+			}
+			return ""
+		}
 	}
-	prev := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(prev)
-
-	t.Setenv("GOGC", "")
-	restore := raiseGCTarget()
-	if got := gcPercent(); got != driverGCPercent {
-		t.Errorf("during the run GOGC is %d, want %d", got, driverGCPercent)
+	if n, set := driverGCPercent(env("")); !set || n != 200 {
+		t.Errorf("GOGC unset: got (%d, %v), want (200, true)", n, set)
 	}
-	restore()
-	if got := gcPercent(); got != 100 {
-		t.Errorf("after the run GOGC is %d, want 100 back", got)
+	if n, set := driverGCPercent(env("50")); set {
+		t.Errorf("GOGC=50 chosen by the user: got (%d, %v), want it left alone", n, set)
 	}
-
-	t.Setenv("GOGC", "50")
-	debug.SetGCPercent(50)
-	restore = raiseGCTarget()
-	if got := gcPercent(); got != 50 {
-		t.Errorf("with GOGC=50 set, the run's GOGC is %d", got)
-	}
-	restore()
 }
