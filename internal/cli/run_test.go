@@ -78,36 +78,29 @@ func TestRunSecondSignalExitsAtOnce(t *testing.T) {
 	}
 }
 
-func TestDriverMaxProcs(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == "GOMAXPROCS" {
-				return v
+// The driver's runtime settings: its own unless the user's environment chooses.
+func TestDriverRuntimeSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, user string
+		choose     func(func(string) string) (int, bool)
+		want       int
+	}{
+		{"GOMAXPROCS", "4", driverMaxProcs, 1},
+		{"GOGC", "50", driverGCPercent, 200},
+	} {
+		env := func(v string) func(string) string {
+			return func(k string) string {
+				if k == tc.name {
+					return v
+				}
+				return ""
 			}
-			return ""
 		}
-	}
-	if n, set := driverMaxProcs(env("")); !set || n != 1 {
-		t.Errorf("GOMAXPROCS unset: got (%d, %v), want (1, true)", n, set)
-	}
-	if n, set := driverMaxProcs(env("4")); set {
-		t.Errorf("GOMAXPROCS=4 chosen by the user: got (%d, %v), want it left alone", n, set)
-	}
-}
-
-func TestDriverGCPercent(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == "GOGC" {
-				return v
-			}
-			return ""
+		if n, set := tc.choose(env("")); !set || n != tc.want {
+			t.Errorf("%s unset: got (%d, %v), want (%d, true)", tc.name, n, set, tc.want)
 		}
-	}
-	if n, set := driverGCPercent(env("")); !set || n != 200 {
-		t.Errorf("GOGC unset: got (%d, %v), want (200, true)", n, set)
-	}
-	if n, set := driverGCPercent(env("50")); set {
-		t.Errorf("GOGC=50 chosen by the user: got (%d, %v), want it left alone", n, set)
+		if n, set := tc.choose(env(tc.user)); set {
+			t.Errorf("%s=%s chosen by the user: got (%d, %v), want it left alone", tc.name, tc.user, n, set)
+		}
 	}
 }
