@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -271,10 +272,66 @@ func jsonError(err error) error {
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return fmt.Errorf("%w: truncated JSON (unexpected end of file)", ErrNotJSON)
+	case errors.As(err, &se) && se.JSONPointer != "":
+		return fmt.Errorf("%w: invalid JSON at byte %d (in %s): %v", ErrNotJSON, se.ByteOffset, se.JSONPointer, se.Err)
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: invalid JSON at byte %d: %v", ErrNotJSON, se.ByteOffset, se.Err)
 	}
 	return err
+}
+
+// typeError names a value of the wrong type by where it is in the plan (a JSON pointer) and what
+// was expected there, instead of by the Go types it was to be read into; other errors are
+// returned as they are.
+func typeError(err error) error {
+	var se *jsonv2.SemanticError
+	if !errors.As(err, &se) || se.Err != nil || se.GoType == nil || se.JSONKind == 0 {
+		return err
+	}
+	where := string(se.JSONPointer)
+	if where == "" {
+		where = "/"
+	}
+	return fmt.Errorf("at %s: expected %s, got %s", where, expectedJSON(se.GoType), jsonKindName(se.JSONKind))
+}
+
+// expectedJSON is what JSON a value of type t is read from.
+func expectedJSON(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return expectedJSON(t.Elem())
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another value"
+}
+
+// jsonKindName names a JSON kind for messages.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "an invalid value"
 }
 
 func firstByte(br *bufio.Reader) (byte, error) {
@@ -347,7 +404,7 @@ func (c *classifier) delim(want jsontext.Kind) error {
 func (c *classifier) skip() error { return c.dec.SkipValue() }
 
 // decode reads the next value into v.
-func (c *classifier) decode(v any) error { return jsonv2.UnmarshalDecode(c.dec, v) }
+func (c *classifier) decode(v any) error { return typeError(jsonv2.UnmarshalDecode(c.dec, v)) }
 
 func (c *classifier) topLevel(key string) error {
 	switch key {

@@ -383,6 +383,7 @@ func TestPlanBadInput(t *testing.T) {
 		{"trailing", planWriteTemp(t, "plan.json", append(bytes.Clone(mixed), []byte("{}")...)), ErrNotJSON, "after the plan"},
 		{"array", planWriteTemp(t, "plan.json", []byte(`[1,2]`)), ErrNotJSON, "object"},
 		{"syntax", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"actions":["update"]`), []byte(`"actions":[update]`), 1)), ErrNotJSON, "invalid JSON at byte"},
+		{"actions not an array", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"actions":["update"]`), []byte(`"actions":"update"`), 1)), nil, "/change/actions: expected an array, got a string"},
 		{"syntax in a skipped value", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"configuration":{`), []byte(`"configuration":{,`), 1)), ErrNotJSON, "invalid JSON at byte"},
 		{"unknown action", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"actions":["update"]`), []byte(`"actions":["explode"]`), 1)), nil, "explode"},
 		{"errored", planWriteTemp(t, "plan.json", bytes.Replace(mixed, []byte(`"errored":false`), []byte(`"errored":true`), 1)), nil, "errored"},
