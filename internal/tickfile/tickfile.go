@@ -10,7 +10,9 @@
 package tickfile
 
 import (
+	"io"
 	"os"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -146,13 +148,23 @@ func Path(dir string) string { return dir + string(os.PathSeparator) + Name }
 func Append(dir string, r Record) error {
 	r.Stack, r.Phase, r.Status, r.Message = Clip(r.Stack), Clip(r.Phase), Clip(r.Status), Clip(r.Message)
 	line := append(r.AppendJSON(make([]byte, 0, 128)), '\n')
-	f, err := os.OpenFile(Path(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	// Plain system calls, not os.OpenFile: an *os.File sets up the runtime's poller (an epoll
+	// instance, an eventfd, two epoll_ctl and an epoll_pwait) for a file it cannot poll, in a
+	// process that writes one line and exits.
+	path := Path(dir)
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.Write(line)
-	if cerr := f.Close(); err == nil {
+	n, err := syscall.Write(fd, line)
+	if err == nil && n < len(line) {
+		err = io.ErrShortWrite
+	}
+	if cerr := syscall.Close(fd); err == nil && cerr != nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package tickfile
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -136,7 +138,34 @@ func TestAppendClipsFields(t *testing.T) {
 }
 
 func TestAppendReportsAMissingDirectory(t *testing.T) {
-	if err := Append(filepath.Join(t.TempDir(), "missing"), Record{Stack: "a", Phase: "p"}); err == nil {
-		t.Fatal("Append into a missing directory succeeded")
+	dir := filepath.Join(t.TempDir(), "missing")
+	err := Append(dir, Record{Stack: "a", Phase: "p"})
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), Path(dir)) {
+		t.Fatalf("Append into a missing directory: %v, want a not-exist error naming %s", err, Path(dir))
+	}
+}
+
+// The tick file is created readable by its owner only (a message may say more than a log
+// line should), and each Append adds exactly its line.
+func TestAppendCreatesAPrivateFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, phase := range []string{"init", "plan"} {
+		if err := Append(dir, Record{Stack: "a", Phase: phase, At: 7}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(Path(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("tick file mode %v, want 0600", fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(Path(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"stack\":\"a\",\"phase\":\"init\",\"at\":7}\n{\"stack\":\"a\",\"phase\":\"plan\",\"at\":7}\n"; string(b) != want {
+		t.Errorf("tick file:\n%s\nwant\n%s", b, want)
 	}
 }
