@@ -273,7 +273,7 @@ func jsonError(err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return fmt.Errorf("%w: truncated JSON (unexpected end of file)", ErrNotJSON)
 	case errors.As(err, &se) && se.JSONPointer != "":
-		return fmt.Errorf("%w: invalid JSON at byte %d (in %s): %v", ErrNotJSON, se.ByteOffset, se.JSONPointer, se.Err)
+		return fmt.Errorf("%w: invalid JSON at byte %d (in %s): %v", ErrNotJSON, se.ByteOffset, truncate(string(se.JSONPointer)), se.Err)
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: invalid JSON at byte %d: %v", ErrNotJSON, se.ByteOffset, se.Err)
 	}
@@ -288,7 +288,7 @@ func typeError(err error) error {
 	if !errors.As(err, &se) || se.Err != nil || se.GoType == nil || se.JSONKind == 0 {
 		return err
 	}
-	where := string(se.JSONPointer)
+	where := truncate(string(se.JSONPointer)) // the names on the way are the plan's, however long
 	if where == "" {
 		where = "/"
 	}

@@ -721,3 +721,12 @@ func TestClassifyNullAfterAValueKeepsIt(t *testing.T) {
 		t.Errorf("a sensitive output with a null after sensitive is shown:\n%s", md)
 	}
 }
+
+// A type error names where the value is, clipped: the names on the way are the plan's.
+func TestTypeErrorClipsItsPlace(t *testing.T) {
+	name := strings.Repeat("k", 5000)
+	_, err := Classify("s", "plan.json", strings.NewReader(`{"format_version":"1.2","planned_values":{"outputs":{"`+name+`":{"sensitive":"x"}}}}`))
+	if err == nil || !strings.Contains(err.Error(), "/planned_values/outputs/kkk") || !strings.Contains(err.Error(), "…: expected true or false, got a string") || len(err.Error()) > 400 {
+		t.Errorf("error (%d bytes): %.300v", len(err.Error()), err)
+	}
+}
