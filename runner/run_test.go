@@ -117,6 +117,17 @@ func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, 
 	})
 }
 
+// runPlanWith runs `run plan` for environment prod of root, terramate's calls going to exec;
+// c nil reports to no server.
+func runPlanWith(t *testing.T, c *Client, root string, exec ExecFunc, dryRun bool) *Result {
+	t.Helper()
+	return Run(context.Background(), RunOptions{
+		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c, DryRun: dryRun,
+		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+		Getenv: func(string) string { return "" },
+	})
+}
+
 // memClient starts an in-memory control plane and returns it with a client of it.
 func memClient(t *testing.T) (*memServer, *Client) {
 	t.Helper()
@@ -600,11 +611,7 @@ func TestDiscoverAsksTheGraphAlongside(t *testing.T) {
 				}
 				return base(ctx, name, args, dir, env, stdout, stderr)
 			}
-			res := Run(context.Background(), RunOptions{
-				Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: cl,
-				ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
-				Getenv: func(string) string { return "" },
-			})
+			res := runPlanWith(t, cl, root, exec, false)
 			if res.Error == nil || res.Error.Kind != c.kind || res.Error.Step != "discover" || !strings.Contains(res.Error.Tail, c.contains) {
 				t.Fatalf("error = %+v, want %s in discover naming %q", res.Error, c.kind, c.contains)
 			}
@@ -655,11 +662,7 @@ func TestDiscoverRunsItsThreeCallsAtOnce(t *testing.T) {
 			return base(ctx, name, args, dir, env, stdout, stderr)
 		}
 		root := runRepo(t, stacks)
-		res := Run(context.Background(), RunOptions{
-			Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), DryRun: true,
-			ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
-			Getenv: func(string) string { return "" },
-		})
+		res := runPlanWith(t, nil, root, exec, true)
 		if res.Error != nil || len(res.Stacks) != 2 || len(res.Stacks[0].Why) != 1 {
 			t.Fatalf("error %+v, stacks %+v", res.Error, res.Stacks)
 		}
@@ -696,11 +699,7 @@ func TestDiscoverRunsItsThreeCallsAtOnce(t *testing.T) {
 				return base(ctx, name, args, dir, env, stdout, stderr)
 			}
 			root := runRepo(t, []string{"a"})
-			res := Run(context.Background(), RunOptions{
-				Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"),
-				ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
-				Getenv: func(string) string { return "" },
-			})
+			res := runPlanWith(t, nil, root, exec, false)
 			if c.list != nil {
 				if res.Error == nil || res.Error.Step != "discover" || !strings.Contains(res.Error.Tail, "list broke") {
 					t.Fatalf("error = %+v, want the list's failure in discover", res.Error)
@@ -751,11 +750,7 @@ func TestRunClipsWhatInitCannotCarry(t *testing.T) {
 	}
 	m, cl := memClient(t)
 	root := runRepo(t, stacks)
-	res := Run(context.Background(), RunOptions{
-		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: cl,
-		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
-		Getenv: func(string) string { return "" },
-	})
+	res := runPlanWith(t, cl, root, exec, false)
 	// The script writes no plans: the run fails in classify, after Init.
 	if res.Error == nil || res.Error.Step == "discover" || len(res.Edges) != 320*319/2 {
 		t.Fatalf("error %+v, %d edges in the result", res.Error, len(res.Edges))

@@ -350,11 +350,7 @@ func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
 		return base(ctx, name, args, dir, env, stdout, stderr)
 	}
 	root := runRepo(t, stacks)
-	res := Run(context.Background(), RunOptions{
-		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
-		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
-		Getenv: func(string) string { return "" },
-	})
+	res := runPlanWith(t, c, root, exec, false)
 	if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, "3 change reasons had texts the server does not take") ||
 		strings.Contains(w, "not reported") {
 		t.Errorf("warnings %q: want the three reasons clipped, and every report sent", res.Warnings)
