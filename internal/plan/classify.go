@@ -354,17 +354,7 @@ func (c *classifier) object(field func(key string) error) error {
 	if err := c.delim('{'); err != nil {
 		return err
 	}
-	for c.dec.PeekKind() == '"' {
-		tok, err := c.dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		if err := field(tok.String()); err != nil {
-			return err
-		}
-	}
-	_, err := c.dec.ReadToken()
-	return err
+	return eachMember(c.dec, field)
 }
 
 // array reads one JSON array (or null), calling elem with the decoder positioned at each
@@ -381,12 +371,35 @@ func (c *classifier) array(what string, elem func() error) error {
 	default:
 		return fmt.Errorf("%s: expected an array, got %s", what, tok)
 	}
-	for c.dec.PeekKind() != ']' {
+	return eachElement(c.dec, elem)
+}
+
+// eachMember calls field for each member of the object whose '{' dec has just read, with dec
+// positioned at the member's value (field must consume it), then reads the '}'. A syntax
+// error stops the loop (PeekKind says 0) and is reported by the read that follows.
+func eachMember(dec *jsontext.Decoder, field func(name string) error) error {
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if err := field(tok.String()); err != nil { // the name is copied before field reads on
+			return err
+		}
+	}
+	_, err := dec.ReadToken()
+	return err
+}
+
+// eachElement calls elem for each element of the array whose '[' dec has just read (elem must
+// consume it), then reads the ']'.
+func eachElement(dec *jsontext.Decoder, elem func() error) error {
+	for dec.PeekKind() != ']' {
 		if err := elem(); err != nil {
 			return err
 		}
 	}
-	_, err = c.dec.ReadToken()
+	_, err := dec.ReadToken()
 	return err
 }
 

@@ -266,30 +266,19 @@ func readAny(dec *jsontext.Decoder) (any, error) {
 		return json.Number(tok.String()), nil
 	case '{':
 		m := map[string]any{}
-		for dec.PeekKind() == '"' {
-			name, err := dec.ReadToken()
-			if err != nil {
-				return nil, err
-			}
-			key := name.String() // before the next read voids name
+		err := eachMember(dec, func(name string) error {
 			v, err := readAny(dec)
-			if err != nil {
-				return nil, err
-			}
-			m[key] = v
-		}
-		_, err := dec.ReadToken()
+			m[name] = v
+			return err
+		})
 		return m, err
 	case '[':
 		a := []any{}
-		for dec.PeekKind() != ']' {
+		err := eachElement(dec, func() error {
 			v, err := readAny(dec)
-			if err != nil {
-				return nil, err
-			}
 			a = append(a, v)
-		}
-		_, err := dec.ReadToken()
+			return err
+		})
 		return a, err
 	}
 	return nil, fmt.Errorf("unexpected %s", tok)
