@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -96,6 +97,8 @@ type DB struct {
 	npending map[string]bool
 	nwake    chan struct{}
 	ndone    chan struct{}
+
+	commits atomic.Uint64 // write transactions committed (Commits)
 }
 
 // prepared returns the cached prepared statement of query on the writer connection, or nil
@@ -166,6 +169,10 @@ func Open(ctx context.Context, d Dialect, wdb, rdb *sql.DB) (*DB, error) {
 
 // Closed is closed when Close starts.
 func (s *DB) Closed() <-chan struct{} { return s.closing }
+
+// Commits returns how many write transactions the store has committed since it was opened: a
+// change in it says that something was written meanwhile.
+func (s *DB) Commits() uint64 { return s.commits.Load() }
 
 // Kind names the backend.
 func (s *DB) Kind() string { return s.d.Name }
@@ -546,6 +553,7 @@ func (s *DB) writeOnce(ctx context.Context, fn func(store.Tx) error) ([]string, 
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
+	s.commits.Add(1)
 	return t.notify, nil
 }
 
@@ -688,6 +696,7 @@ func (s *DB) tryBatch(jobs []*job, isolate bool) ([]error, []string, error) {
 		_ = tx.Rollback()
 		return nil, nil, err
 	}
+	s.commits.Add(1)
 	return results, notify, nil
 }
 
