@@ -10,6 +10,7 @@ package runner
 // only the gate check decides anything, and it fails closed.
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -174,6 +175,8 @@ type run struct {
 	initPanic *goPanic // a panic while sending Init
 	initSaid  bool     // sayInit has said what Init's answer was
 	initFail  bool     // awaitInit has made initPanic the run's error
+	// draining holds the pumps' drains under way (startDrain); drain waits for them.
+	draining map[*LogPump]*call[DrainReport]
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -214,7 +217,7 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 	if o.Op == OpPlan {
 		planScript = r.script
 	}
-	outcome, runErr := r.scriptRun(ctx, "plan", planScript, nil)
+	outcome, runErr := r.scriptRun(ctx, "plan", planScript, nil, pump)
 	r.awaitInit(true)
 	if ctx.Err() == nil || o.Op == OpPlan {
 		r.classify(outcome, o.Op == OpPlan)
@@ -920,14 +923,13 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 	return p
 }
 
-// drain waits (bounded) for the pump to post what the scripts wrote.
-func (r *run) drain(ctx context.Context, p *LogPump) {
-	if p == nil {
+// startDrain starts draining p (bounded): the scripts have stopped writing, so the pump's last
+// looks and posts go on while the flow does what follows (the tick relay's last round, the
+// classification of the last stacks) instead of after it. drain waits for it.
+func (r *run) startDrain(ctx context.Context, p *LogPump) {
+	if p == nil || r.draining[p] != nil {
 		return
 	}
-	step := r.step
-	r.begin("drain")
-	defer r.begin(step)
 	budget := DrainBudget
 	switch {
 	case r.client.Unreachable():
@@ -937,8 +939,27 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 		budget = CancelDrainBudget
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-	defer cancel()
-	rep := p.Drain(dctx)
+	if r.draining == nil {
+		r.draining = map[*LogPump]*call[DrainReport]{}
+	}
+	r.draining[p] = goCall(func() (DrainReport, error) {
+		defer cancel()
+		return p.Drain(dctx), nil
+	})
+}
+
+// drain waits for the pump's drain (starting it when startDrain did not) and says what did not
+// reach the server.
+func (r *run) drain(ctx context.Context, p *LogPump) {
+	if p == nil {
+		return
+	}
+	step := r.step
+	r.begin("drain")
+	defer r.begin(step)
+	r.startDrain(ctx, p)
+	rep, _ := r.draining[p].wait()
+	delete(r.draining, p)
 	switch {
 	case rep.Stopped != nil && errors.Is(rep.Stopped, r.silenced()):
 		// Said when Init was refused (or panicked).
@@ -1007,8 +1028,9 @@ func ensureSelfOnPath(getenv func(string) string) string {
 	return selfDir.dir
 }
 
-// scriptRun runs one terramate script over the selected stacks and says what happened to each.
-func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string) (scriptOutcome, error) {
+// scriptRun runs one terramate script over the selected stacks and says what happened to each;
+// pump (nil: none) tails their logs, and its drain starts as soon as terramate returns.
+func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string, pump *LogPump) (scriptOutcome, error) {
 	r.begin(step)
 	tickDir, err := os.MkdirTemp("", "tfstackplan-ticks-")
 	if err != nil {
@@ -1042,6 +1064,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		ContinueOnError: r.o.ContinueOnError, Env: r.scriptEnv(tickDir, extraEnv),
 		StackFiles: []string{r.o.LogFile, r.o.PlanOut, r.o.PlanJSON},
 	})
+	r.startDrain(ctx, pump)
 	stopRelay()
 	if actions {
 		fmt.Fprintf(r.out, "\n::%s::\n::endgroup::\n", resume)
@@ -1100,8 +1123,11 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			}
 		}
 		pctx := context.WithoutCancel(ctx)
+		// The phases travel while the stacks that are done get classified; the updates follow
+		// them, as before.
+		var phases *call[struct{}]
 		if reporting {
-			r.event("Phase", r.client.Phases(pctx, batch))
+			phases = goCall(func() (struct{}, error) { return struct{}{}, r.client.Phases(pctx, batch) })
 		}
 		var updates []events.Update
 		for _, stack := range done {
@@ -1110,6 +1136,8 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			}
 		}
 		if reporting {
+			_, err := phases.wait()
+			r.event("Phase", err)
 			r.event("Update", r.client.Updates(pctx, updates))
 		}
 	}
@@ -1385,7 +1413,7 @@ func (r *run) apply(ctx context.Context) {
 		extra = append(extra, EnvRequester+"="+v.Requester, EnvImpersonate+"="+v.Requester)
 	}
 	pump := r.startPump(ctx, announcedLongAgo)
-	out, runErr := r.scriptRun(ctx, "apply", r.script, extra)
+	out, runErr := r.scriptRun(ctx, "apply", r.script, extra, pump)
 	r.drain(ctx, pump)
 	for i := range r.res.Stacks {
 		e := &r.res.Stacks[i]
@@ -1506,32 +1534,36 @@ func finalizeBudget(size int) time.Duration {
 // writeOutputs writes the terminal summary, the GitHub outputs, the comment file and the result.
 func (r *run) writeOutputs() {
 	res := r.res
+	// A line per stack and per destroyed resource, the plans and the annotations: one write to
+	// stdout, not one each.
+	out := bufio.NewWriterSize(r.out, 64<<10)
 	if r.report != nil && !r.o.DryRun {
-		fmt.Fprintln(r.out)
-		if err := plan.Text(r.out, r.report, r.o.Color); err != nil {
+		fmt.Fprintln(out)
+		if err := plan.Text(out, r.report, r.o.Color); err != nil {
 			r.warn("summary: %v", err)
 		}
 	}
-	r.terminalSummary()
+	r.terminalSummary(out)
 	if r.gh.Actions {
 		for _, e := range res.Stacks {
 			if e.Status == StatusFailed {
-				annotateError(r.out, "tfstackplan "+res.Op+": "+e.Stack, "stack "+e.Stack+" failed: "+e.Error)
+				annotateError(out, "tfstackplan "+res.Op+": "+e.Stack, "stack "+e.Stack+" failed: "+e.Error)
 			}
 		}
 		if res.Error != nil && res.Error.Kind != KindScript {
-			annotateError(r.out, "tfstackplan "+res.Op, res.Error.Kind+" error in "+res.Error.Step+": "+tailOf(res.Error.Tail, 1024))
+			annotateError(out, "tfstackplan "+res.Op, res.Error.Kind+" error in "+res.Error.Step+": "+tailOf(res.Error.Tail, 1024))
 		}
 		// The warnings were printed as they came, some inside the script run's folded group:
 		// the annotations show them on the run's page too.
 		for i, w := range res.Warnings {
 			if i == maxWarningAnnotations {
-				annotate(r.out, "warning", "tfstackplan "+res.Op, fmt.Sprintf("%d more warnings: see the result document", len(res.Warnings)-i))
+				annotate(out, "warning", "tfstackplan "+res.Op, fmt.Sprintf("%d more warnings: see the result document", len(res.Warnings)-i))
 				break
 			}
-			annotate(r.out, "warning", "tfstackplan "+res.Op, w)
+			annotate(out, "warning", "tfstackplan "+res.Op, w)
 		}
 	}
+	_ = out.Flush()
 	if r.report != nil {
 		if r.o.CommentFile != "" {
 			if err := writeFileAtomic(r.o.CommentFile, []byte(plan.Comment(r.report)), 0o644); err != nil {
@@ -1580,9 +1612,8 @@ func (r *run) writeOutputs() {
 
 // terminalSummary prints one line per stack and names every destroyed, replaced and forgotten
 // resource by address, then the outcome.
-func (r *run) terminalSummary() {
+func (r *run) terminalSummary(w io.Writer) {
 	res := r.res
-	w := r.out
 	fmt.Fprintf(w, "\ntfstackplan %s %s: %s", res.Op, res.Environment, res.Status)
 	if res.ExecutionURL != "" {
 		fmt.Fprintf(w, " (%s)", res.ExecutionURL)

@@ -87,20 +87,20 @@ func runPlanScripted(t *testing.T, c *Client, root string, stacks []string, id s
 // name of the script terramate runs.
 func runScripted(t *testing.T, c *Client, root string, stacks []string, op, id string, script func(name, tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
-	return runScriptedWith(t, c, root, stacks, op, id, 0, script)
+	return runScriptedWith(t, c, root, stacks, op, id, nil, script)
 }
 
-// runScriptedWith is runScripted with the ticks relayed every relay (0: the default).
-func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, id string, relay time.Duration, script func(name, tickDir string, stdout io.Writer) error) *Result {
+// runScriptedWith is runScripted with the run's options changed by tune (nil: none).
+func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, id string, tune func(*RunOptions), script func(name, tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
 	exec := scriptedTerramate(stacks, nil)
 	pr := 0
 	if op == OpApply {
 		pr = 5
 	}
-	return Run(context.Background(), RunOptions{
+	o := RunOptions{
 		Op: op, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
-		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", PR: pr, ExecutionID: id, TickRelay: relay,
+		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", PR: pr, ExecutionID: id,
 		Getenv: func(string) string { return "" },
 		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 			if len(args) < 2 || args[0] != "script" {
@@ -114,7 +114,11 @@ func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, 
 			}
 			return script(args[len(args)-1], tickDir, stdout)
 		}},
-	})
+	}
+	if tune != nil {
+		tune(&o)
+	}
+	return Run(context.Background(), o)
 }
 
 // runPlanWith runs `run plan` for environment prod of root, terramate's calls going to exec;
@@ -819,7 +823,7 @@ func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
 	root := runRepo(t, stacks)
 	planJSON := recordedPlan(t, "create")
 	const relay = 100 * time.Millisecond // the relay looks several times while Init is held
-	res := runScriptedWith(t, c, root, stacks, OpPlan, "", relay, func(_, tickDir string, stdout io.Writer) error {
+	res := runScriptedWith(t, c, root, stacks, OpPlan, "", func(o *RunOptions) { o.TickRelay = relay }, func(_, tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
 		dir := filepath.Join(root, "stacks/prod/a")
 		if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {

@@ -383,3 +383,82 @@ func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
 		}
 	}
 }
+
+// The pump's drain starts as soon as terramate returns: the last log posts reach the server
+// while the tick relay's last round is still being handled, not after it. The server holds
+// the Phases request until a log post arrives; the pump (coalescing for a minute) posts
+// nothing before its drain, and the relay (every minute) nothing before its last round. A
+// driver that drained the pump only after that round would have its Phases held until the
+// test gives up.
+func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
+	const id = "exec-drain-overlap"
+	svc := service.New(storetest.OpenSQLite(t), nil)
+	srv, err := server.New(server.Config{Service: svc, Auth: &auth.Authenticator{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPosted := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var held []string // how each Phases request ended its wait
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch strings.TrimPrefix(r.URL.Path, server.BasePath) {
+		case "/events/logs":
+			select {
+			case logPosted <- struct{}{}:
+			default:
+			}
+		case "/events/phases":
+			how := "a log post came"
+			select {
+			case <-logPosted:
+			case <-time.After(3 * time.Second):
+				how = "no log post within 3s"
+			}
+			mu.Lock()
+			held = append(held, how)
+			mu.Unlock()
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	c, err := NewClient(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a", "b"}
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	res := runScriptedWith(t, c, root, stacks, OpPlan, id, func(o *RunOptions) {
+		o.TickRelay = time.Minute
+		o.Pump.Coalesce = time.Minute
+	}, func(_, tickDir string, stdout io.Writer) error {
+		for _, s := range stacks {
+			dir := filepath.Join(root, "stacks/prod", s)
+			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
+			if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+				return err
+			}
+			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		}
+		return nil
+	})
+	if res.Error != nil || len(res.Warnings) > 0 {
+		t.Fatalf("run: error %+v, warnings %v", res.Error, res.Warnings)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(held, []string{"a log post came"}) {
+		t.Errorf("Phases requests: %q, want one, answered once a log post came", held)
+	}
+	for _, s := range stacks {
+		sl, err := svc.LogRead(context.Background(), id, "stacks/prod/"+s, 0, true, 0, 1<<20)
+		if err != nil {
+			t.Errorf("log of %s on the server: %v", s, err)
+		} else if string(sl.Data) != "planning "+s+"\n" {
+			t.Errorf("log of %s on the server: %q", s, sl.Data)
+		}
+	}
+}
