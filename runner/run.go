@@ -176,7 +176,7 @@ type run struct {
 	initSaid  bool     // sayInit has said what Init's answer was
 	initFail  bool     // awaitInit has made initPanic the run's error
 	// draining holds the pumps' drains under way (startDrain); drain waits for them.
-	draining map[*LogPump]*call[DrainReport]
+	draining map[*LogPump]*pendingDrain
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -940,12 +940,18 @@ func (r *run) startDrain(ctx context.Context, p *LogPump) {
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	if r.draining == nil {
-		r.draining = map[*LogPump]*call[DrainReport]{}
+		r.draining = map[*LogPump]*pendingDrain{}
 	}
-	r.draining[p] = goCall(func() (DrainReport, error) {
+	r.draining[p] = &pendingDrain{cancel: cancel, call: goCall(func() (DrainReport, error) {
 		defer cancel()
 		return p.Drain(dctx), nil
-	})
+	})}
+}
+
+// pendingDrain is a pump's drain under way (startDrain).
+type pendingDrain struct {
+	call   *call[DrainReport]
+	cancel context.CancelFunc // ends it
 }
 
 // drain waits for the pump's drain (starting it when startDrain did not) and says what did not
@@ -958,8 +964,15 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	r.begin("drain")
 	defer r.begin(step)
 	r.startDrain(ctx, p)
-	rep, _ := r.draining[p].wait()
+	d := r.draining[p]
 	delete(r.draining, p)
+	if r.client.Unreachable() {
+		// The server failed since the drain started (the relay's last round, the last updates
+		// found it dead): wait no longer than a drain started now would.
+		stop := time.AfterFunc(UnreachableDrainBudget, d.cancel)
+		defer stop.Stop()
+	}
+	rep, _ := d.call.wait()
 	switch {
 	case rep.Stopped != nil && errors.Is(rep.Stopped, r.silenced()):
 		// Said when Init was refused (or panicked).

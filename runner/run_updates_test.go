@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -384,23 +386,67 @@ func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
 	}
 }
 
-// The pump's drain starts as soon as terramate returns: the last log posts reach the server
-// while the tick relay's last round is still being handled, not after it. The server holds
-// the Phases request until a log post arrives; the pump (coalescing for a minute) posts
-// nothing before its drain, and the relay (every minute) nothing before its last round. A
-// driver that drained the pump only after that round would have its Phases held until the
-// test gives up.
-func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
-	const id = "exec-drain-overlap"
+// endOfRunPlan runs `run plan` of execution id over stacks a and b against a SQLite control
+// plane behind wrap (which sees every request and passes it on to next, or not), with the tick
+// relay and the pump's coalescing at a minute: nothing but Init is sent before terramate
+// returns. The script waits for Init to be stored, writes each stack's log and plan, ticks it
+// done, and then calls atEnd. It returns the service and the result.
+func endOfRunPlan(t *testing.T, id string, wrap func(w http.ResponseWriter, r *http.Request, next http.Handler), atEnd func()) (*service.Service, *Result) {
+	t.Helper()
 	svc := service.New(storetest.OpenSQLite(t), nil)
 	srv, err := server.New(server.Config{Service: svc, Auth: &auth.Authenticator{Insecure: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { wrap(w, r, srv) }))
+	t.Cleanup(ts.Close)
+	c, err := NewClient(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := []string{"a", "b"}
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	res := runScriptedWith(t, c, root, stacks, OpPlan, id, func(o *RunOptions) {
+		o.TickRelay = time.Minute
+		o.Pump.Coalesce = time.Minute
+	}, func(_, tickDir string, stdout io.Writer) error {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := svc.Execution(context.Background(), id); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.New("Init did not arrive")
+			}
+		}
+		for _, s := range stacks {
+			dir := filepath.Join(root, "stacks/prod", s)
+			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
+			if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+				return err
+			}
+			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		}
+		atEnd()
+		return nil
+	})
+	return svc, res
+}
+
+// The pump's drain starts as soon as terramate returns: the last log posts reach the server
+// while the tick relay's last round is still being handled, not after it. The server holds
+// the Phases request until a log post arrives (see endOfRunPlan: nothing is posted before the
+// end). A driver that drained the pump only after that round would have its Phases held until
+// the test gives up.
+func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
+	const id = "exec-drain-overlap"
 	logPosted := make(chan struct{}, 1)
 	var mu sync.Mutex
 	var held []string // how each Phases request ended its wait
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	svc, res := endOfRunPlan(t, id, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		switch strings.TrimPrefix(r.URL.Path, server.BasePath) {
 		case "/events/logs":
 			select {
@@ -418,33 +464,8 @@ func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
 			held = append(held, how)
 			mu.Unlock()
 		}
-		srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	c, err := NewClient(ts.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stacks := []string{"a", "b"}
-	root := runRepo(t, stacks)
-	planJSON := recordedPlan(t, "create")
-	res := runScriptedWith(t, c, root, stacks, OpPlan, id, func(o *RunOptions) {
-		o.TickRelay = time.Minute
-		o.Pump.Coalesce = time.Minute
-	}, func(_, tickDir string, stdout io.Writer) error {
-		for _, s := range stacks {
-			dir := filepath.Join(root, "stacks/prod", s)
-			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
-			if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
-				return err
-			}
-			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
-		}
-		return nil
-	})
+		next.ServeHTTP(w, r)
+	}, func() {})
 	if res.Error != nil || len(res.Warnings) > 0 {
 		t.Fatalf("run: error %+v, warnings %v", res.Error, res.Warnings)
 	}
@@ -453,7 +474,7 @@ func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
 	if !slices.Equal(held, []string{"a log post came"}) {
 		t.Errorf("Phases requests: %q, want one, answered once a log post came", held)
 	}
-	for _, s := range stacks {
+	for _, s := range []string{"a", "b"} {
 		sl, err := svc.LogRead(context.Background(), id, "stacks/prod/"+s, 0, true, 0, 1<<20)
 		if err != nil {
 			t.Errorf("log of %s on the server: %v", s, err)
@@ -461,4 +482,41 @@ func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
 			t.Errorf("log of %s on the server: %q", s, sl.Data)
 		}
 	}
+}
+
+// A server that stops answering as the scripts end costs the run's end a bounded time: the
+// tick relay's last round finds it dead (one call budget), and the pump's drain, started as
+// terramate returned with the whole DrainBudget, is then cut to UnreachableDrainBudget instead
+// of waiting out its budget against the black hole.
+func TestRunDrainCutShortWhenTheServerDiesAtTheEnd(t *testing.T) {
+	var dead atomic.Bool
+	gone := make(chan struct{})
+	defer close(gone) // before the server's Close (a cleanup), which waits for the handlers
+	var scriptEnd time.Time
+	_, res := endOfRunPlan(t, "exec-dies-at-end", func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if dead.Load() {
+			select { // a black hole: the request is read, never answered
+			case <-gone:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		next.ServeHTTP(w, r)
+	}, func() {
+		dead.Store(true)
+		scriptEnd = time.Now()
+	})
+	end := time.Since(scriptEnd)
+	if res.Error != nil {
+		t.Fatalf("run error %+v", res.Error)
+	}
+	if len(res.Warnings) == 0 {
+		t.Error("no warning about the server that stopped answering")
+	}
+	// The relay's last round: one call budget (with its retry); the drain then 200 ms; the
+	// Finalize fails fast on the open breaker. Without the cut the drain alone takes 10 s.
+	if bound := 2*CallBudget + DrainBudget/4; end > bound {
+		t.Errorf("the run took %v after the scripts ended against a dead server, bound %v (warnings %v)", end, bound, res.Warnings)
+	}
+	t.Logf("%v after the scripts ended; warnings %v", end, res.Warnings)
 }
