@@ -930,27 +930,33 @@ func (r *run) startDrain(ctx context.Context, p *LogPump) {
 	if p == nil || r.draining[p] != nil {
 		return
 	}
-	budget := DrainBudget
-	switch {
-	case r.client.Unreachable():
-		// The server failed recently: waiting for it would only cost the build time.
-		budget = UnreachableDrainBudget
-	case ctx.Err() != nil:
-		budget = CancelDrainBudget
-	}
+	budget := r.drainBudget(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	if r.draining == nil {
 		r.draining = map[*LogPump]*pendingDrain{}
 	}
-	r.draining[p] = &pendingDrain{cancel: cancel, call: goCall(func() (DrainReport, error) {
+	r.draining[p] = &pendingDrain{budget: budget, cancel: cancel, call: goCall(func() (DrainReport, error) {
 		defer cancel()
 		return p.Drain(dctx), nil
 	})}
 }
 
+// drainBudget bounds a drain that starts now.
+func (r *run) drainBudget(ctx context.Context) time.Duration {
+	switch {
+	case r.client.Unreachable():
+		// The server failed recently: waiting for it would only cost the build time.
+		return UnreachableDrainBudget
+	case ctx.Err() != nil:
+		return CancelDrainBudget
+	}
+	return DrainBudget
+}
+
 // pendingDrain is a pump's drain under way (startDrain).
 type pendingDrain struct {
 	call   *call[DrainReport]
+	budget time.Duration      // what it was given
 	cancel context.CancelFunc // ends it
 }
 
@@ -966,10 +972,11 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	r.startDrain(ctx, p)
 	d := r.draining[p]
 	delete(r.draining, p)
-	if r.client.Unreachable() {
-		// The server failed since the drain started (the relay's last round, the last updates
-		// found it dead): wait no longer than a drain started now would.
-		stop := time.AfterFunc(UnreachableDrainBudget, d.cancel)
+	if b := r.drainBudget(ctx); b < d.budget {
+		// The server failed, or the run was cancelled, since the drain started (the relay's
+		// last round, the last updates found the server dead): wait no longer than a drain
+		// started now would.
+		stop := time.AfterFunc(b, d.cancel)
 		defer stop.Stop()
 	}
 	rep, _ := d.call.wait()
