@@ -175,8 +175,9 @@ type run struct {
 	initPanic *goPanic // a panic while sending Init
 	initSaid  bool     // sayInit has said what Init's answer was
 	initFail  bool     // awaitInit has made initPanic the run's error
-	// draining holds the pumps' drains under way (startDrain); drain waits for them.
-	draining map[*LogPump]*pendingDrain
+	// draining is the pump's drain under way (startDrain; one pump at a time), which drain
+	// waits for.
+	draining *pendingDrain
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -927,15 +928,12 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 // looks and posts go on while the flow does what follows (the tick relay's last round, the
 // classification of the last stacks) instead of after it. drain waits for it.
 func (r *run) startDrain(ctx context.Context, p *LogPump) {
-	if p == nil || r.draining[p] != nil {
+	if p == nil || r.draining != nil && r.draining.pump == p {
 		return
 	}
 	budget := r.drainBudget(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-	if r.draining == nil {
-		r.draining = map[*LogPump]*pendingDrain{}
-	}
-	r.draining[p] = &pendingDrain{budget: budget, cancel: cancel, call: goCall(func() (DrainReport, error) {
+	r.draining = &pendingDrain{pump: p, budget: budget, cancel: cancel, call: goCall(func() (DrainReport, error) {
 		defer cancel()
 		return p.Drain(dctx), nil
 	})}
@@ -955,6 +953,7 @@ func (r *run) drainBudget(ctx context.Context) time.Duration {
 
 // pendingDrain is a pump's drain under way (startDrain).
 type pendingDrain struct {
+	pump   *LogPump
 	call   *call[DrainReport]
 	budget time.Duration      // what it was given
 	cancel context.CancelFunc // ends it
@@ -970,8 +969,8 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	r.begin("drain")
 	defer r.begin(step)
 	r.startDrain(ctx, p)
-	d := r.draining[p]
-	delete(r.draining, p)
+	d := r.draining
+	r.draining = nil
 	if b := r.drainBudget(ctx); b < d.budget {
 		// The server failed, or the run was cancelled, since the drain started (the relay's
 		// last round, the last updates found the server dead): wait no longer than a drain
