@@ -6,7 +6,13 @@
 // without importing the generated package everywhere.
 package events
 
-import "github.com/tfstackplan/tfstackplan/internal/api"
+import (
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+)
 
 // Init announces an execution: who, what, which stacks, their edges and why they changed.
 type Init = api.Init
@@ -108,6 +114,32 @@ const (
 	MaxReasonText  = 1024
 	MaxReasonChain = 64
 )
+
+// MaxNameLen bounds a name the control plane stores, in bytes: an execution id, an
+// environment, a stack's path.
+const MaxNameLen = 1024
+
+// NameProblem says why the control plane refuses v as a name (an execution id, an
+// environment, a stack's path, an edge's end): "is required", "is longer than 1024 bytes",
+// "is not valid UTF-8" or "contains a control character"; "" when it takes v. The server
+// refuses a request naming such a name; the driver leaves the stacks whose paths it refuses
+// out of what it reports.
+func NameProblem(v string) string {
+	switch {
+	case v == "":
+		return "is required"
+	case len(v) > MaxNameLen:
+		return "is longer than " + strconv.Itoa(MaxNameLen) + " bytes"
+	case !utf8.ValidString(v):
+		return "is not valid UTF-8"
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
 
 // Operations.
 const (

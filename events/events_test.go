@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,5 +73,24 @@ func TestClassOrder(t *testing.T) {
 	}
 	if ClassRank("bogus") != ClassRank(ClassUnclassified) {
 		t.Error("unknown class must rank as unclassified")
+	}
+}
+
+func TestNameProblem(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"stacks/prod/network", ""},
+		{"stacks/prod/café ü", ""},
+		{strings.Repeat("x", MaxNameLen), ""},
+		{"", "is required"},
+		{strings.Repeat("x", MaxNameLen+1), "is longer than 1024 bytes"},
+		{"caf\xe9", "is not valid UTF-8"},
+		{"tab\there", "contains a control character"},
+		{"nul\x00", "contains a control character"},
+		{"c1\u0085", "contains a control character"},
+		{"del\x7f", "contains a control character"},
+	} {
+		if got := NameProblem(c.name); got != c.want {
+			t.Errorf("NameProblem(%q) = %q, want %q", c.name, got, c.want)
+		}
 	}
 }

@@ -160,8 +160,8 @@ type PumpOptions struct {
 	// Masker masks secrets; nil keeps the pump's current one (see LogPump.Masker).
 	Masker *Masker
 	// Permanent reports whether a post error means the server will never accept more (default:
-	// a server-side cancel, a 403: the server refuses this runner the execution's logs, or a
-	// run whose Init panicked). Posting then stops; what is left is reported unsent.
+	// a server-side cancel, a 403: the server refuses this runner the execution's logs, a run
+	// whose Init panicked or was refused). Posting then stops; what is left is reported unsent.
 	Permanent func(error) bool
 }
 
@@ -216,7 +216,7 @@ func (o PumpOptions) withDefaults(batching bool) PumpOptions {
 	if o.Permanent == nil {
 		o.Permanent = func(err error) bool {
 			var ae *APIError
-			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errInitPanicked) ||
+			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errInitPanicked) || errors.Is(err, errSilenced) ||
 				errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
 		}
 	}

@@ -150,6 +150,9 @@ type run struct {
 	entry   map[string]int      // root-relative → index in res.Stacks
 	why     map[string][]string // root-relative → reasons as terramate printed them
 	reasons []events.ChangeReason
+	// unnamed holds the stacks whose paths the server does not take as names
+	// (events.NameProblem), with the problem: they are left out of what is reported.
+	unnamed map[string]string
 	report  *plan.Report
 	classed map[string]*plan.Stack // root-relative → classification
 	// early holds the stacks `run plan` classified and reported when they ticked done; only
@@ -168,8 +171,8 @@ type run struct {
 	// goes out as the scripts start; refused, initErr and initPanic are read only after it.
 	announced chan struct{}
 	// refused is the server's refusal of the execution's Init (403: another principal
-	// announced this id, or the token may not run): nothing more is sent for it. Read it
-	// through refusal.
+	// announced this id, or the token may not run; 400: the server will never take it):
+	// nothing more is sent for it. Read it through refusal.
 	refused   error
 	initErr   error    // Init's outcome
 	initPanic *goPanic // a panic while sending Init
@@ -714,9 +717,12 @@ func (r *run) init(ctx context.Context) *LogPump {
 	if !r.client.Enabled() {
 		return nil
 	}
+	named := r.sortUnnamed()
 	edges := make([]events.Edge, 0, min(len(r.res.Edges), maxInitEdges))
 	for _, e := range r.res.Edges[:min(len(r.res.Edges), maxInitEdges)] {
-		edges = append(edges, events.Edge{From: r.rootPath(e.From), To: r.rootPath(e.To)})
+		if from, to := r.rootPath(e.From), r.rootPath(e.To); r.named(from) && r.named(to) {
+			edges = append(edges, events.Edge{From: from, To: to})
+		}
 	}
 	approximate := r.res.EdgesApproximate
 	if len(r.res.Edges) > maxInitEdges {
@@ -724,6 +730,9 @@ func (r *run) init(ctx context.Context) *LogPump {
 		r.warn("Init: the run graph's %d edges are more than the server takes; the first %d are sent", len(r.res.Edges), maxInitEdges)
 	}
 	reasons := r.reasons
+	if len(r.unnamed) > 0 {
+		reasons = slices.DeleteFunc(slices.Clone(reasons), func(cr events.ChangeReason) bool { return !r.named(cr.Stack) })
+	}
 	if len(reasons) > maxInitReasons {
 		r.warn("Init: the %d change reasons are more than the server takes; the first %d are sent", len(reasons), maxInitReasons)
 		reasons = reasons[:maxInitReasons]
@@ -735,7 +744,7 @@ func (r *run) init(ctx context.Context) *LogPump {
 	in := events.Init{
 		ExecutionID: r.o.ExecutionID, Op: api.InitOp(r.o.Op), Environment: r.o.Environment,
 		Repo: r.o.Repo, PR: r.o.PR, SHA: r.o.SHA, Base: r.o.Base, Actor: r.o.Actor, RunURL: r.o.RunURL,
-		Stacks: slices.Clone(r.paths), Edges: edges, EdgesApproximate: approximate,
+		Stacks: named, Edges: edges, EdgesApproximate: approximate,
 		Reasons: reasons, StartedAt: r.res.StartedAt,
 	}
 	body, cut, encErr := fitInit(&in, maxInitBytes)
@@ -760,7 +769,7 @@ func (r *run) init(ctx context.Context) *LogPump {
 			r.initErr = r.client.initBody(ctx, body)
 		}
 		switch {
-		case forbidden(r.initErr):
+		case refusedForGood(r.initErr):
 			r.refused = r.initErr
 		case errors.Is(r.initErr, ErrCancelRequested):
 			r.cancelRun(r.initErr) // an administrator cancelled it already: stop the scripts
@@ -768,6 +777,53 @@ func (r *run) init(ctx context.Context) *LogPump {
 	}()
 	return r.startPump(ctx, announced)
 }
+
+// sortUnnamed finds the stacks whose paths the server does not take as names (r.unnamed),
+// says which they are, and returns the others' paths.
+func (r *run) sortUnnamed() (named []string) {
+	r.unnamed = map[string]string{}
+	var odd []string
+	for _, p := range r.paths {
+		if problem := events.NameProblem(p); problem != "" {
+			r.unnamed[p] = problem
+			if len(odd) < maxListedUnnamed {
+				odd = append(odd, fmt.Sprintf("%q %s", firstBytes(p, 80), problem))
+			}
+			continue
+		}
+		named = append(named, p)
+	}
+	if len(r.unnamed) > 0 {
+		more := ""
+		if n := len(r.unnamed) - len(odd); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		r.warn("%d stacks are left out of what is reported, their paths being names the server does not take: %s%s", len(r.unnamed), strings.Join(odd, ", "), more)
+	}
+	return named
+}
+
+// maxListedUnnamed is how many of the stacks left out of the reports their warning names.
+const maxListedUnnamed = 10
+
+// firstBytes is s cut to at most n bytes, with "…" when cut.
+func firstBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// named reports whether the server takes path as a stack's name: whether the stack is
+// reported.
+func (r *run) named(path string) bool {
+	_, odd := r.unnamed[path]
+	return !odd
+}
+
+// errSilenced wraps why nothing is sent for the execution (run.silenced) where a post was
+// refused for it: the pump stops at once (PumpOptions.Permanent).
+var errSilenced = errors.New("nothing is sent for this execution")
 
 // errInitPanicked stops the run, and what is sent for it, when sending Init panicked.
 var errInitPanicked = errors.New("sending the execution's Init panicked")
@@ -824,10 +880,12 @@ func (r *run) awaitInit(raise bool) {
 	}
 }
 
-// forbidden reports whether err is the server's 403: a refusal that no retry changes.
-func forbidden(err error) bool {
+// refusedForGood reports whether err is a refusal that no retry changes: the server's 403,
+// or its 400 (a request it will never take as it stands; every later event would then be
+// answered "no such execution").
+func refusedForGood(err error) bool {
 	var ae *APIError
-	return errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
+	return errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || ae.StatusCode == http.StatusBadRequest)
 }
 
 // reporting reports whether the run's events go to the server: one is configured, and the
@@ -877,7 +935,7 @@ func (p cancellingPoster) post(ctx context.Context, send func() error) error {
 	}
 	if p.silenced != nil {
 		if err := p.silenced(); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errSilenced, err)
 		}
 	}
 	err := send()
@@ -913,6 +971,9 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 		return nil
 	}
 	for _, s := range r.paths {
+		if !r.named(s) {
+			continue
+		}
 		if err := p.AddStack(s); err != nil {
 			r.warn("log pump: %v", err)
 		}
@@ -1131,7 +1192,7 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			if _, ok := r.byPath[rec.Stack]; !ok {
 				continue // not a stack of this run: never reported
 			}
-			if reporting {
+			if reporting && r.named(rec.Stack) {
 				batch = append(batch, events.PhaseEvent{
 					ExecutionID: r.o.ExecutionID, Stack: rec.Stack, Phase: rec.Phase, Status: rec.Status,
 					Message: rec.Message, At: time.Unix(0, rec.At).UTC(), Seq: r.seqNext(),
@@ -1150,7 +1211,7 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 		}
 		var updates []events.Update
 		for _, stack := range done {
-			if u, ok := r.classifyEarly(stack); ok {
+			if u, ok := r.classifyEarly(stack); ok && r.named(stack) {
 				updates = append(updates, u)
 			}
 		}
@@ -1337,8 +1398,9 @@ func (r *run) sendUpdates(ctx context.Context, idx []int) {
 	}
 	updates := make([]events.Update, 0, len(idx))
 	for _, i := range idx {
-		e := r.res.Stacks[i]
-		updates = append(updates, r.update(e.Path, e.Status, r.classed[e.Path]))
+		if e := r.res.Stacks[i]; r.named(e.Path) {
+			updates = append(updates, r.update(e.Path, e.Status, r.classed[e.Path]))
+		}
 	}
 	r.event("Update", r.client.Updates(ctx, updates))
 }
@@ -1401,6 +1463,13 @@ func (r *run) apply(ctx context.Context) {
 		// doubt, and doubt denies the apply.
 		r.gateDenied(ctx, "the gate was not asked: the server refused this execution: "+r.refused.Error())
 		return
+	}
+	for _, st := range stacks {
+		if problem, odd := r.unnamed[st.Stack]; odd {
+			// No approval can name it, so none can cover it.
+			r.gateDenied(ctx, fmt.Sprintf("the gate was not asked: stack %q would change, and the server takes no such name (it %s)", firstBytes(st.Stack, 200), problem))
+			return
+		}
 	}
 	v := r.client.GateCheck(ctx, events.GateCheck{
 		Environment: r.o.Environment, ExecutionID: r.o.ExecutionID, PR: r.o.PR, Repo: r.o.Repo, SHA: r.o.SHA, Stacks: stacks,
@@ -1529,6 +1598,9 @@ func (r *run) finalize(ctx context.Context) {
 		f.Error = res.Error.Kind + " (" + res.Error.Step + "): " + tailOf(res.Error.Tail, 1024)
 	}
 	for _, e := range res.Stacks {
+		if !r.named(e.Path) {
+			continue
+		}
 		f.Stacks = append(f.Stacks, events.StackResult{Stack: e.Path, Status: wireStatus(e.Status), Class: e.Class, Counts: e.Counts.Events(), PlanHash: e.PlanHash})
 	}
 	body, err := json.Marshal(f)

@@ -520,3 +520,145 @@ func TestRunDrainCutShortWhenTheServerDiesAtTheEnd(t *testing.T) {
 	}
 	t.Logf("%v after the scripts ended; warnings %v", end, res.Warnings)
 }
+
+// oddStacks are stack directories whose paths the control plane does not take as names: bytes
+// that are not UTF-8, a control character, a path over events.MaxNameLen bytes.
+func oddStacks() []string {
+	long := strings.Repeat("x", 250)
+	return []string{"caf\xe9", "tab\there", strings.Join([]string{long, long, long, long, long}, "/")}
+}
+
+// A stack whose path the server does not take as a name is left out of what is reported,
+// with a warning naming it; every other stack is reported as usual. Before, the server
+// refused the whole Init and nothing of the run was reported.
+func TestRunReportsTheStacksTheServerCanName(t *testing.T) {
+	const id = "exec-odd-names"
+	mine, _, svc, requests := twoRunners(t)
+	stacks := append([]string{"a"}, oddStacks()...)
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	res := runScripted(t, mine, root, stacks, OpPlan, id, func(_, tickDir string, stdout io.Writer) error {
+		for _, s := range stacks {
+			dir := filepath.Join(root, "stacks/prod", s)
+			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
+			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "plan", At: time.Now().UnixNano()})
+			if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+				return err
+			}
+			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		}
+		return nil
+	})
+	if res.Error != nil {
+		t.Fatalf("run: %+v", res.Error)
+	}
+	var left string
+	for _, w := range res.Warnings {
+		if strings.Contains(w, "not reported") || strings.HasPrefix(w, "logs:") {
+			t.Errorf("warning %q: want everything else reported", w)
+		}
+		if strings.Contains(w, "names the server does not take") {
+			left = w
+		}
+	}
+	for _, want := range []string{`"stacks/prod/caf\xe9" is not valid UTF-8`, `"stacks/prod/tab\there" contains a control character`, `xxx…" is longer than 1024 bytes`, "3 stacks"} {
+		if !strings.Contains(left, want) {
+			t.Errorf("warning %q: want it to say %s", left, want)
+		}
+	}
+	if len(res.Stacks) != len(stacks) {
+		t.Fatalf("result has %d stacks, want %d", len(res.Stacks), len(stacks))
+	}
+	for _, e := range res.Stacks {
+		if e.Status != StatusSucceeded || e.Class != events.ClassAdditive || e.PlanHash == "" {
+			t.Errorf("result stack %q: %s %s %q, want each classified as usual", e.Path, e.Status, e.Class, e.PlanHash)
+		}
+	}
+	ex, err := svc.Execution(context.Background(), id)
+	if err != nil {
+		t.Fatalf("the execution is not on the server: %v (warnings %q, requests %v)", err, res.Warnings, requests())
+	}
+	if ex.Status != "succeeded" || len(ex.Stacks) != 1 || ex.Stacks[0].Stack != "stacks/prod/a" ||
+		ex.Stacks[0].Status != "succeeded" || ex.Stacks[0].Class != events.ClassAdditive {
+		t.Errorf("on the server: status %s, stacks %+v; want stack a alone, succeeded and additive", ex.Status, ex.Stacks)
+	}
+	logs, err := svc.LogRead(context.Background(), id, "stacks/prod/a", 0, true, 0, 0)
+	if err != nil || !strings.Contains(string(logs.Data), "planning a") {
+		t.Errorf("a's log on the server: %v, %+v", err, logs)
+	}
+}
+
+// An apply that would change a stack the server cannot name never asks the gate, and never
+// applies: the approval could not cover that stack.
+func TestRunApplyDeniedForAStackTheServerCannotName(t *testing.T) {
+	mine, _, _, requests := twoRunners(t)
+	stacks := []string{"a", oddStacks()[0]}
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	var scripts []string
+	res := runScripted(t, mine, root, stacks, OpApply, "", func(script, _ string, stdout io.Writer) error {
+		scripts = append(scripts, script)
+		if script != "plan" {
+			return nil
+		}
+		for _, s := range stacks {
+			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
+			if err := os.WriteFile(filepath.Join(root, "stacks/prod", s, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if res.Error == nil || res.Error.Kind != KindGate || !strings.Contains(res.Error.Tail, `"stacks/prod/caf\xe9"`) {
+		t.Fatalf("error %+v, want a gate denial naming the stack", res.Error)
+	}
+	if !slices.Equal(scripts, []string{"plan"}) {
+		t.Errorf("scripts run: %v, want the plan only", scripts)
+	}
+	if got := requests(); got["/gates/check"] != 0 || got["/events/init"] != 1 || got["/events/finalize"] != 1 {
+		t.Errorf("requests %v: want Init and Finalize, and no gate check", got)
+	}
+	for _, e := range res.Stacks {
+		if e.Status != StatusNotRun {
+			t.Errorf("stack %q %s, want not run", e.Path, e.Status)
+		}
+	}
+}
+
+// An Init the server answers 400 (here: a commit id longer than it takes) silences the
+// execution as a refusal does: nothing more is sent, and the run does not spend its drain
+// budget posting logs the server can only answer "no such execution".
+func TestRunInvalidInitSendsNothingMore(t *testing.T) {
+	mine, _, _, requests := twoRunners(t)
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	planJSON := recordedPlan(t, "create")
+	start := time.Now()
+	res := runScriptedWith(t, mine, root, stacks, OpPlan, "", func(o *RunOptions) { o.SHA = strings.Repeat("f", 300) }, func(_, tickDir string, stdout io.Writer) error {
+		dir := filepath.Join(root, "stacks/prod/a")
+		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
+		if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+			return err
+		}
+		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		return nil
+	})
+	took := time.Since(start)
+	if res.Error != nil || len(res.Stacks) != 1 || res.Stacks[0].Class != events.ClassAdditive {
+		t.Fatalf("run: error %+v, stacks %+v", res.Error, res.Stacks)
+	}
+	if want := map[string]int{"/events/init": 1}; !reflect.DeepEqual(requests(), want) {
+		t.Errorf("requests %v, want only the Init (after %v)", requests(), took)
+	}
+	// The pump stops at once: its logs are not retried until the drain budget runs out.
+	if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, "the server refused this execution") ||
+		!strings.Contains(w, "sha is longer than 256 bytes") || strings.Contains(w, "logs:") {
+		t.Errorf("warnings %q: want the refusal and its reason, and nothing said of the logs", res.Warnings)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/tfstackplan/tfstackplan/events"
@@ -23,15 +22,15 @@ import (
 
 // Limits on what the service stores.
 const (
-	MaxNameLen        = 1024      // execution ids, stack names, environments
-	MaxLogChunk       = 1_500_000 // bytes of data in one log chunk (the contract's maxLength)
-	MaxDestructive    = 200       // destructive addresses kept per stack
-	MaxTextLen        = 16 << 10  // error messages, reasons
-	MaxShortLen       = 256       // repo, sha, base, actor, plan hashes
-	MaxURLLen         = 2048      // run_url
-	MaxReasons        = 10_000    // change reasons in one Init
-	MaxStacks         = 10_000    // stacks one request names (Init, Finalize, GateCheck)
-	MaxEdges          = 50_000    // run-order edges of one execution
+	MaxNameLen        = events.MaxNameLen // execution ids, stack names, environments
+	MaxLogChunk       = 1_500_000         // bytes of data in one log chunk (the contract's maxLength)
+	MaxDestructive    = 200               // destructive addresses kept per stack
+	MaxTextLen        = 16 << 10          // error messages, reasons
+	MaxShortLen       = 256               // repo, sha, base, actor, plan hashes
+	MaxURLLen         = 2048              // run_url
+	MaxReasons        = 10_000            // change reasons in one Init
+	MaxStacks         = 10_000            // stacks one request names (Init, Finalize, GateCheck)
+	MaxEdges          = 50_000            // run-order edges of one execution
 	DefaultLogReadMax = 1 << 20
 	MaxLogReadRows    = 16 << 10 // log chunks one read looks at (bounds the work of a read of many tiny chunks)
 	MaxLogReadGaps    = 1000     // gap records one log read lists (the contract's maxItems)
@@ -69,23 +68,17 @@ func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{store.ErrInvalid}, a...)...)
 }
 
-// checkName validates an identifier-like field: non-empty, bounded, printable.
+// checkName validates an identifier-like field: non-empty, bounded, printable
+// (events.NameProblem, the rule the driver applies too). A bounded value is quoted.
 func checkName(field, v string) error {
-	if v == "" {
-		return invalid("%s is required", field)
+	switch p := events.NameProblem(v); {
+	case p == "":
+		return nil
+	case v == "" || len(v) > MaxNameLen:
+		return invalid("%s %s", field, p)
+	default:
+		return invalid("%s %q %s", field, v, p)
 	}
-	if len(v) > MaxNameLen {
-		return invalid("%s is longer than %d bytes", field, MaxNameLen)
-	}
-	if !utf8.ValidString(v) {
-		return invalid("%s is not valid UTF-8", field)
-	}
-	for _, r := range v {
-		if unicode.IsControl(r) {
-			return invalid("%s %q contains a control character", field, v)
-		}
-	}
-	return nil
 }
 
 // checkText validates a bounded text field: valid UTF-8, no NUL byte, at most max bytes. One
