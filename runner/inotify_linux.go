@@ -32,6 +32,9 @@ type inotifyWatcher struct {
 	mu     sync.Mutex
 	closed bool             // fd was closed (by the dispatcher, as it ended)
 	dirs   map[int32]string // watch descriptor → the directory as added
+	// closeFD closes the inotify instance (unix.Close; tests hold it), on a goroutine of its
+	// own: see shutdown.
+	closeFD func(fd int) error
 }
 
 // inotifyMask is the events fsnotify watches a directory for, the ones the pump relies on.
@@ -52,7 +55,7 @@ func newInotifyWatcher() (*inotifyWatcher, error) {
 		_ = unix.Close(fd)
 		return nil, err
 	}
-	return &inotifyWatcher{fd: fd, ready: o, buf: make([]byte, 64<<10), dirs: map[int32]string{}}, nil
+	return &inotifyWatcher{fd: fd, ready: o, buf: make([]byte, 64<<10), dirs: map[int32]string{}, closeFD: unix.Close}, nil
 }
 
 // Add watches dir (a directory already watched keeps its watch).
@@ -74,14 +77,17 @@ func (w *inotifyWatcher) Add(dir string) error {
 func (w *inotifyWatcher) Close() error { return w.ready.Close() }
 
 // shutdown closes the inotify instance; called by the dispatcher as it ends, so that no read
-// can meet a descriptor number reused meanwhile.
+// can meet a descriptor number reused meanwhile. The close itself goes on without anyone
+// waiting: closing an instance that watches directories waits for the kernel to free the
+// watches, an RCU grace period, which took 13 to 19 ms in 3 runs of 5 of the 200-stack
+// benchmark, on the drain's path at the very end of the run.
 func (w *inotifyWatcher) shutdown() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_ = w.ready.Close()
 	if !w.closed {
 		w.closed = true
-		_ = unix.Close(w.fd)
+		go w.closeFD(w.fd)
 	}
 }
 

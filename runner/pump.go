@@ -855,12 +855,14 @@ func (p *LogPump) Drain(ctx context.Context) DrainReport {
 	p.drainCtx = ctx
 	close(p.drainCh)
 	p.mu.Unlock()
+	// Every stack now looks at its log once more and reads it to its end: the watcher and the
+	// poller have nothing left to wake, and the watcher's end overlaps the last reads and posts.
+	p.stopBackground()
 
 	stopPosts := context.AfterFunc(ctx, p.cancelPost)
 	p.wg.Wait()
 	stopPosts()
 	p.cancelPost()
-	p.stopBackground()
 	p.bg.Wait()
 	return p.report()
 }
