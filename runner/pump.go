@@ -13,7 +13,7 @@ package runner
 // chunk (same offset, same bytes), which is what makes the server's (execution, stack,
 // generation, offset) dedup an exactly-once effect.
 //
-// Generations. The first file seen is generation 0. A truncation (the size shrinks, or the bytes
+// Generations. The first file seen is generation 0 (or the stack's FirstGenerations). A truncation (the size shrinks, or the bytes
 // the pump already read changed: `tee` without -a truncates at every command) or a new file at
 // the path (deleted and recreated, renamed over) starts the next generation at offset 0. A
 // rewrite that reproduces the first bytes and the bytes just before the read position of the
@@ -159,6 +159,14 @@ type PumpOptions struct {
 	RetryMin, RetryMax time.Duration
 	// Masker masks secrets; nil keeps the pump's current one (see LogPump.Masker).
 	Masker *Masker
+	// Fresh has AddStack remove the regular file it finds at the stack's log path (a symbolic
+	// link is left alone): the scripts start every log afresh, and what an earlier run left
+	// there is no part of this execution's log. run plan and run apply set it.
+	Fresh bool
+	// FirstGenerations numbers the first log file of each stack it names (default 0): a later
+	// pump of the same execution goes on where an earlier one ended (NextGenerations), since
+	// the server keeps the first copy of each (stack, generation, offset).
+	FirstGenerations map[string]int64
 	// Permanent reports whether a post error means the server will never accept more (default:
 	// a server-side cancel, a 403: the server refuses this runner the execution's logs, a run
 	// whose Init panicked or was refused). Posting then stops; what is left is reported unsent.
@@ -384,7 +392,17 @@ func (p *LogPump) AddStack(stack string) error {
 	if _, dup := p.byName[stack]; dup {
 		return fmt.Errorf("log pump: stack %q added twice", stack)
 	}
-	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), done: make(chan error, 1), gen: -1}
+	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), done: make(chan error, 1), gen: -1, firstGen: p.opts.FirstGenerations[stack]}
+	if p.opts.Fresh {
+		// The log's own name, not where it resolves to: a link is not followed to a file it
+		// names (the links on the way are checked to stay inside the root, above).
+		at := filepath.Join(p.root.real, filepath.FromSlash(stack), filepath.FromSlash(p.file))
+		if li, err := os.Lstat(at); err == nil && li.Mode().IsRegular() {
+			if err := os.Remove(at); err != nil {
+				s.errs = append(s.errs, fmt.Sprintf("stack %q: the log an earlier run left could not be removed, and may be posted: %v", stack, err))
+			}
+		}
+	}
 	p.stacks = append(p.stacks, s)
 	p.byName[stack] = s
 	if p.started {
@@ -867,6 +885,24 @@ func (p *LogPump) Drain(ctx context.Context) DrainReport {
 	return p.report()
 }
 
+// NextGenerations returns, once Drain has returned, the generation each stack's log would go
+// on in: one past the last this pump numbered, or its first when it saw no file. A later pump
+// of the same execution takes it as FirstGenerations.
+func (p *LogPump) NextGenerations() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := make(map[string]int64, len(p.stacks))
+	for _, s := range p.stacks {
+		s.mu.Lock()
+		next[s.name] = s.firstGen
+		if s.gen >= s.firstGen {
+			next[s.name] = s.gen + 1
+		}
+		s.mu.Unlock()
+	}
+	return next
+}
+
 // stopBackground ends the dispatcher and the poller (once: Drain or the end of Start's ctx).
 func (p *LogPump) stopBackground() {
 	p.stopOnce.Do(func() {
@@ -946,6 +982,7 @@ const (
 type stackTail struct {
 	p        *LogPump
 	name     string
+	firstGen int64  // the generation of the first file seen (PumpOptions.FirstGenerations)
 	path     string // the log file as last resolved (changed by the goroutine, under mu)
 	absent   string // the log's path, unresolved, once a resolution found it missing (idem)
 	watchDir string
@@ -1241,7 +1278,7 @@ func (s *stackTail) observe() {
 			_ = s.f.Close()
 			s.endGeneration(lost)
 		} else {
-			s.gen = 0
+			s.gen = s.firstGen
 		}
 		s.f, s.fi = f, fi
 		s.seen = fi.Size()

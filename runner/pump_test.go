@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -1261,5 +1263,69 @@ func TestPumpInFlightDefaults(t *testing.T) {
 		pump.Drain(dctx)
 		dcancel()
 		cancel()
+	}
+}
+
+// With Fresh, AddStack removes the log an earlier run left (a regular file; a symbolic link is
+// left alone), so nothing of it is posted; NextGenerations tells a later pump of the same
+// execution where each stack's log goes on, and FirstGenerations makes it go on there.
+func TestPumpFreshLogsAndGenerationsAcrossPumps(t *testing.T) {
+	root := t.TempDir()
+	a, b := pumpStackDir(t, root, "a"), pumpStackDir(t, root, "b")
+	pumpStackDir(t, root, "c")
+	pumpWriteLog(t, a, []byte("stale: an earlier run\n"))
+	shared := filepath.Join(root, "shared.log")
+	pumpWriteLog(t, shared, []byte("shared: kept\n"))
+	if err := os.Symlink(shared, b); err != nil {
+		t.Fatal(err)
+	}
+	coll := newPumpCollector(41)
+	first := pumpNew(t, root, coll, PumpOptions{Fresh: true, Coalesce: time.Millisecond}, "a", "b", "c")
+	if _, err := os.Lstat(a); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a's stale log is still there: %v", err)
+	}
+	if _, err := os.Lstat(b); err != nil {
+		t.Fatalf("b's log link was removed: %v", err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pumpWriteLog(t, a, []byte("plan: this run\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if rep := first.Drain(ctx); !rep.Complete || len(rep.Errors) > 0 {
+		t.Fatalf("first drain: %+v", rep)
+	}
+	if got := string(pumpCollected(t, coll, "a", 0)); got != "plan: this run\n" {
+		t.Errorf("a, generation 0: %q", got)
+	}
+	if got := string(pumpCollected(t, coll, "b", 0)); got != "shared: kept\n" {
+		t.Errorf("b, generation 0: %q", got)
+	}
+	next := first.NextGenerations()
+	if want := map[string]int64{"a": 1, "b": 1, "c": 0}; !reflect.DeepEqual(next, want) {
+		t.Fatalf("NextGenerations %v, want %v", next, want)
+	}
+
+	second := pumpNew(t, root, coll, PumpOptions{Fresh: true, FirstGenerations: next, Coalesce: time.Millisecond}, "a", "c")
+	if err := second.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pumpWriteLog(t, a, []byte("apply: this run\n"))
+	pumpWriteLog(t, pumpStackDir(t, root, "c"), []byte("apply: c\n"))
+	if rep := second.Drain(ctx); !rep.Complete || len(rep.Errors) > 0 {
+		t.Fatalf("second drain: %+v", rep)
+	}
+	if got := string(pumpCollected(t, coll, "a", 1)); got != "apply: this run\n" {
+		t.Errorf("a, generation 1: %q", got)
+	}
+	if got := string(pumpCollected(t, coll, "a", 0)); got != "plan: this run\n" {
+		t.Errorf("a, generation 0 after the second pump: %q", got)
+	}
+	if got := string(pumpCollected(t, coll, "c", 0)); got != "apply: c\n" {
+		t.Errorf("c, generation 0: %q", got)
+	}
+	if want := map[string]int64{"a": 2, "c": 1}; !reflect.DeepEqual(second.NextGenerations(), want) {
+		t.Errorf("second NextGenerations %v, want %v", second.NextGenerations(), want)
 	}
 }

@@ -153,8 +153,11 @@ type run struct {
 	// unnamed holds the stacks whose paths the server does not take as names
 	// (events.NameProblem), with the problem: they are left out of what is reported.
 	unnamed map[string]string
-	report  *plan.Report
-	classed map[string]*plan.Stack // root-relative → classification
+	// nextGens is where each stack's log goes on after a drained script run (the pump's
+	// NextGenerations): run apply's apply script follows its plan script's logs.
+	nextGens map[string]int64
+	report   *plan.Report
+	classed  map[string]*plan.Stack // root-relative → classification
 	// early holds the stacks `run plan` classified and reported when they ticked done; only
 	// the tick relay writes it, and only while the script runs.
 	early map[string]*plan.Stack
@@ -966,7 +969,11 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 		return nil
 	}
 	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, silenced: r.silenced}, r.root.real, r.o.LogFile, r.o.ExecutionID)
-	if err := p.SetOptions(r.o.Pump); err != nil {
+	opts := r.o.Pump
+	// Each script run starts the stacks' logs afresh, numbered after the generations an
+	// earlier script run of this execution posted (run apply's plan script).
+	opts.Fresh, opts.FirstGenerations = true, r.nextGens
+	if err := p.SetOptions(opts); err != nil {
 		r.warn("log pump: %v", err)
 		return nil
 	}
@@ -1040,6 +1047,7 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 		defer stop.Stop()
 	}
 	rep, _ := d.call.wait()
+	r.nextGens = p.NextGenerations()
 	switch {
 	case rep.Stopped != nil && errors.Is(rep.Stopped, r.silenced()):
 		// Said when Init was refused (or panicked).

@@ -662,3 +662,78 @@ func TestRunInvalidInitSendsNothingMore(t *testing.T) {
 		t.Errorf("warnings %q: want the refusal and its reason, and nothing said of the logs", res.Warnings)
 	}
 }
+
+// The logs of run apply reach the server whole and apart: a log file an earlier run left in a
+// stack is no part of this execution and is not posted, the plan script's log is, and the
+// apply script's log goes on in the generations after the plan's. The server keeps the first
+// copy of each (stack, generation, offset): an apply pump that numbered its generations from 0
+// again had its log dropped as copies of the plan's.
+func TestRunApplyLogsFollowThePlansOnTheServer(t *testing.T) {
+	m, c := memClient(t)
+	m.mu.Lock()
+	m.inits["the-plan"] = api.Init{ExecutionID: "the-plan", PR: 5, Environment: "prod"}
+	m.finals = append(m.finals, api.Finalize{ExecutionID: "the-plan"})
+	m.mu.Unlock()
+	stacks := []string{"a"}
+	root := runRepo(t, stacks)
+	dir := filepath.Join(root, "stacks/prod/a")
+	logFile := filepath.Join(dir, DefaultLogFile)
+	if err := os.WriteFile(logFile, []byte("stale: the log of an earlier run\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	planJSON := recordedPlan(t, "create")
+	// posted waits until the server has a chunk of stack a holding s (bounded).
+	posted := func(s string) bool {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			m.mu.Lock()
+			for _, lc := range m.logs {
+				if strings.Contains(string(lc.Data), s) {
+					m.mu.Unlock()
+					return true
+				}
+			}
+			m.mu.Unlock()
+		}
+		return false
+	}
+	res := runScripted(t, c, root, stacks, OpApply, "", func(script, _ string, stdout io.Writer) error {
+		fmt.Fprintf(stdout, "/stacks/prod/a (script:0 job:0.0)> %s\n", script)
+		if script == "plan" {
+			if err := os.WriteFile(logFile, []byte("plan: the plan script's own log\n"), 0o644); err != nil {
+				return err
+			}
+			if !posted("plan script") {
+				return errors.New("the plan's log was not posted")
+			}
+			return os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644)
+		}
+		return os.WriteFile(logFile, []byte("apply: the apply script's own log\n"), 0o644)
+	})
+	if res.Error != nil || res.Gate == nil || !res.Gate.Allowed {
+		t.Fatalf("run: error %+v, gate %+v", res.Error, res.Gate)
+	}
+	// The server's view: the first copy of each (generation, offset) wins.
+	m.mu.Lock()
+	kept := map[[2]int64]string{}
+	for _, lc := range m.logs {
+		k := [2]int64{lc.Generation, lc.Offset}
+		if _, dup := kept[k]; !dup && lc.Stack == "stacks/prod/a" {
+			kept[k] = string(lc.Data)
+		}
+	}
+	m.mu.Unlock()
+	var plan, apply []int64
+	for k, data := range kept {
+		switch {
+		case strings.Contains(data, "stale"):
+			t.Errorf("generation %d holds the earlier run's log: %q", k[0], data)
+		case strings.Contains(data, "plan script"):
+			plan = append(plan, k[0])
+		case strings.Contains(data, "apply script"):
+			apply = append(apply, k[0])
+		}
+	}
+	if len(plan) != 1 || len(apply) != 1 || apply[0] <= plan[0] {
+		t.Errorf("on the server: the plan's log in generations %v, the apply's in %v (all kept: %v); want one each, the apply's after", plan, apply, kept)
+	}
+}
