@@ -13,9 +13,11 @@ package runner
 // chunk (same offset, same bytes), which is what makes the server's (execution, stack,
 // generation, offset) dedup an exactly-once effect.
 //
-// Generations. The first file seen is generation 0 (or the stack's FirstGenerations). A truncation (the size shrinks, or the bytes
-// the pump already read changed: `tee` without -a truncates at every command) or a new file at
-// the path (deleted and recreated, renamed over) starts the next generation at offset 0. A
+// Generations. The first file seen is generation 0 (or the stack's FirstGenerations); with
+// Fresh, a log file a stack has when it is added counts only from its first change. A
+// truncation (the size shrinks, or the bytes the pump already read changed: `tee` without -a
+// truncates at every command) or a new file at the path (deleted and recreated, renamed over)
+// starts the next generation at offset 0. A
 // rewrite that reproduces the first bytes and the bytes just before the read position of the
 // previous generation, before the pump looked again, cannot be told from an append; bytes
 // appended and then truncated away before the pump looked at all leave no trace to report.
@@ -159,9 +161,10 @@ type PumpOptions struct {
 	RetryMin, RetryMax time.Duration
 	// Masker masks secrets; nil keeps the pump's current one (see LogPump.Masker).
 	Masker *Masker
-	// Fresh has AddStack remove the regular file it finds at the stack's log path (a symbolic
-	// link is left alone): the scripts start every log afresh, and what an earlier run left
-	// there is no part of this execution's log. run plan and run apply set it.
+	// Fresh makes the log file a stack has when AddStack is called an earlier run's: none of
+	// it is posted while it stays as it was (the same file, size and modification time); its
+	// first change (the scripts start every log afresh) starts the stack's first generation,
+	// from its first byte. run plan and run apply set it.
 	Fresh bool
 	// FirstGenerations numbers the first log file of each stack it names (default 0): a later
 	// pump of the same execution goes on where an earlier one ended (NextGenerations), since
@@ -394,13 +397,8 @@ func (p *LogPump) AddStack(stack string) error {
 	}
 	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), done: make(chan error, 1), gen: -1, firstGen: p.opts.FirstGenerations[stack]}
 	if p.opts.Fresh {
-		// The log's own name, not where it resolves to: a link is not followed to a file it
-		// names (the links on the way are checked to stay inside the root, above).
-		at := filepath.Join(p.root.real, filepath.FromSlash(stack), filepath.FromSlash(p.file))
-		if li, err := os.Lstat(at); err == nil && li.Mode().IsRegular() {
-			if err := os.Remove(at); err != nil {
-				s.errs = append(s.errs, fmt.Sprintf("stack %q: the log an earlier run left could not be removed, and may be posted: %v", stack, err))
-			}
+		if li, err := os.Lstat(path); err == nil && li.Mode().IsRegular() {
+			s.earlier = li
 		}
 	}
 	p.stacks = append(p.stacks, s)
@@ -982,7 +980,9 @@ const (
 type stackTail struct {
 	p        *LogPump
 	name     string
-	firstGen int64  // the generation of the first file seen (PumpOptions.FirstGenerations)
+	firstGen int64 // the generation of the first file seen (PumpOptions.FirstGenerations)
+	// earlier is the log an earlier run left at path (PumpOptions.Fresh), until it changes.
+	earlier  os.FileInfo
 	path     string // the log file as last resolved (changed by the goroutine, under mu)
 	absent   string // the log's path, unresolved, once a resolution found it missing (idem)
 	watchDir string
@@ -1039,6 +1039,8 @@ func (s *stackTail) asLastSeen() bool {
 	case s.f != nil:
 		li, err := os.Lstat(s.path)
 		return err == nil && os.SameFile(s.fi, li) && li.Size() == s.seen && s.unchanged()
+	case s.earlier != nil:
+		return s.asEarlier()
 	case s.absent != "":
 		if _, err := os.Lstat(s.absent); !errors.Is(err, fs.ErrNotExist) {
 			return false
@@ -1047,6 +1049,13 @@ func (s *stackTail) asLastSeen() bool {
 		return err == nil
 	}
 	return false
+}
+
+// asEarlier reports whether the log an earlier run left (Fresh) is still at the path, as it
+// was: the same file, size and modification time.
+func (s *stackTail) asEarlier() bool {
+	li, err := os.Lstat(s.path)
+	return err == nil && os.SameFile(s.earlier, li) && li.Size() == s.earlier.Size() && li.ModTime().Equal(s.earlier.ModTime())
 }
 
 // poke wakes the stack's goroutine without blocking.
@@ -1232,6 +1241,12 @@ func (s *stackTail) observe() {
 			s.checkSize(li.Size())
 			return
 		}
+	}
+	if s.f == nil && s.earlier != nil {
+		if s.asEarlier() {
+			return // nothing of it is posted
+		}
+		s.earlier = nil
 	}
 	if s.f == nil && s.absent != "" {
 		// Still absent at its path, links on the way followed as they are now (a link repointed

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -1266,66 +1266,71 @@ func TestPumpInFlightDefaults(t *testing.T) {
 	}
 }
 
-// With Fresh, AddStack removes the log an earlier run left (a regular file; a symbolic link is
-// left alone), so nothing of it is posted; NextGenerations tells a later pump of the same
-// execution where each stack's log goes on, and FirstGenerations makes it go on there.
+// With Fresh, the logs stacks have when they are added are an earlier run's: nothing of them
+// is posted while they stay as they were (a log that is a link to a file inside the root
+// included), and their first change starts generation 0 from the first byte, whatever bytes it
+// shares with the earlier log. NextGenerations tells a later pump of the same execution where
+// each stack's log goes on, and FirstGenerations makes it go on there; the log the first pump
+// posted is, to the second, an earlier run's.
 func TestPumpFreshLogsAndGenerationsAcrossPumps(t *testing.T) {
 	root := t.TempDir()
-	a, b := pumpStackDir(t, root, "a"), pumpStackDir(t, root, "b")
-	pumpStackDir(t, root, "c")
-	pumpWriteLog(t, a, []byte("stale: an earlier run\n"))
+	a, b, c := pumpStackDir(t, root, "a"), pumpStackDir(t, root, "b"), pumpStackDir(t, root, "c")
+	pumpStackDir(t, root, "d")
+	pumpWriteLog(t, a, []byte("same start, then the earlier run\n"))
+	pumpWriteLog(t, c, []byte("c: an earlier run, never run again\n"))
 	shared := filepath.Join(root, "shared.log")
-	pumpWriteLog(t, shared, []byte("shared: kept\n"))
+	pumpWriteLog(t, shared, []byte("shared: an earlier run\n"))
 	if err := os.Symlink(shared, b); err != nil {
 		t.Fatal(err)
 	}
 	coll := newPumpCollector(41)
-	first := pumpNew(t, root, coll, PumpOptions{Fresh: true, Coalesce: time.Millisecond}, "a", "b", "c")
-	if _, err := os.Lstat(a); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("a's stale log is still there: %v", err)
-	}
-	if _, err := os.Lstat(b); err != nil {
-		t.Fatalf("b's log link was removed: %v", err)
-	}
+	first := pumpNew(t, root, coll, PumpOptions{Fresh: true, Coalesce: time.Millisecond}, "a", "b", "c", "d")
 	if err := first.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	pumpWriteLog(t, a, []byte("plan: this run\n"))
+	pumpWriteLog(t, a, []byte("same start, then this run\n"))
+	pumpWriteLog(t, b, []byte("shared: this run\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if rep := first.Drain(ctx); !rep.Complete || len(rep.Errors) > 0 {
 		t.Fatalf("first drain: %+v", rep)
 	}
-	if got := string(pumpCollected(t, coll, "a", 0)); got != "plan: this run\n" {
-		t.Errorf("a, generation 0: %q", got)
-	}
-	if got := string(pumpCollected(t, coll, "b", 0)); got != "shared: kept\n" {
-		t.Errorf("b, generation 0: %q", got)
+	want := map[pumpKey]string{{"a", 0}: "same start, then this run\n", {"b", 0}: "shared: this run\n"}
+	if got := pumpAllCollected(t, coll); !reflect.DeepEqual(got, want) {
+		t.Errorf("first pump posted %v, want %v", got, want)
 	}
 	next := first.NextGenerations()
-	if want := map[string]int64{"a": 1, "b": 1, "c": 0}; !reflect.DeepEqual(next, want) {
+	if want := map[string]int64{"a": 1, "b": 1, "c": 0, "d": 0}; !reflect.DeepEqual(next, want) {
 		t.Fatalf("NextGenerations %v, want %v", next, want)
 	}
 
-	second := pumpNew(t, root, coll, PumpOptions{Fresh: true, FirstGenerations: next, Coalesce: time.Millisecond}, "a", "c")
+	second := pumpNew(t, root, coll, PumpOptions{Fresh: true, FirstGenerations: next, Coalesce: time.Millisecond}, "a", "d")
 	if err := second.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	pumpWriteLog(t, a, []byte("apply: this run\n"))
-	pumpWriteLog(t, pumpStackDir(t, root, "c"), []byte("apply: c\n"))
+	pumpWriteLog(t, pumpStackDir(t, root, "d"), []byte("apply: d\n"))
 	if rep := second.Drain(ctx); !rep.Complete || len(rep.Errors) > 0 {
 		t.Fatalf("second drain: %+v", rep)
 	}
-	if got := string(pumpCollected(t, coll, "a", 1)); got != "apply: this run\n" {
-		t.Errorf("a, generation 1: %q", got)
+	want[pumpKey{"a", 1}], want[pumpKey{"d", 0}] = "apply: this run\n", "apply: d\n"
+	if got := pumpAllCollected(t, coll); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the second pump, posted %v, want %v", got, want)
 	}
-	if got := string(pumpCollected(t, coll, "a", 0)); got != "plan: this run\n" {
-		t.Errorf("a, generation 0 after the second pump: %q", got)
-	}
-	if got := string(pumpCollected(t, coll, "c", 0)); got != "apply: c\n" {
-		t.Errorf("c, generation 0: %q", got)
-	}
-	if want := map[string]int64{"a": 2, "c": 1}; !reflect.DeepEqual(second.NextGenerations(), want) {
+	if want := map[string]int64{"a": 2, "d": 1}; !reflect.DeepEqual(second.NextGenerations(), want) {
 		t.Errorf("second NextGenerations %v, want %v", second.NextGenerations(), want)
 	}
+}
+
+// pumpAllCollected is every generation the collector holds, each as one string.
+func pumpAllCollected(t *testing.T, c *pumpCollector) map[pumpKey]string {
+	t.Helper()
+	c.mu.Lock()
+	keys := slices.Collect(maps.Keys(c.data))
+	c.mu.Unlock()
+	out := map[pumpKey]string{}
+	for _, k := range keys {
+		out[k] = string(pumpCollected(t, c, k.stack, k.gen))
+	}
+	return out
 }
