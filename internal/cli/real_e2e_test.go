@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,24 @@ environment "prod" {
 	state = mustRun(filepath.Join(proj, "stacks/prod/network"), "tofu", "state", "list")
 	if !strings.Contains(state, "terraform_data.extra") {
 		t.Errorf("network state after apply: %q", state)
+	}
+	// The apply's logs on the server: its plan script's first (the log `run plan` left was
+	// not posted again), then its apply script's, in the generation after.
+	logOf := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, "tfstackplan"), append([]string{"logs", ar.Execution, "stacks/prod/app"}, args...)...)
+		cmd.Env = append(slices.Clone(env), "TFSTACKPLAN_TOKEN=real-e2e-admin-secret")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tfstackplan logs %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if l := logOf(); !strings.Contains(l, "Apply complete!") {
+		t.Errorf("the apply's latest log of app is not its apply script's:\n%s", l)
+	}
+	if l := logOf("--generation", "0"); !strings.Contains(l, "Plan: ") || strings.Contains(l, "Apply complete!") {
+		t.Errorf("the apply's first log of app is not its plan script's:\n%s", l)
 	}
 
 	// A change after the plan: the apply's fresh plan differs and the gate refuses it.
