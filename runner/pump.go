@@ -17,10 +17,10 @@ package runner
 // Fresh, a log file a stack has when it is added counts only from its first change. A
 // truncation (the size shrinks, or the bytes the pump already read changed: `tee` without -a
 // truncates at every command) or a new file at the path (deleted and recreated, renamed over)
-// starts the next generation at offset 0. A
-// rewrite that reproduces the first bytes and the bytes just before the read position of the
-// previous generation, before the pump looked again, cannot be told from an append; bytes
-// appended and then truncated away before the pump looked at all leave no trace to report.
+// starts the next generation at offset 0. A rewrite that reproduces the first bytes and the
+// bytes just before the read position of the previous generation, before the pump looked
+// again, cannot be told from an append; bytes appended and then truncated away before the
+// pump looked at all leave no trace to report.
 //
 // Watching. Each stack's DIRECTORY is watched (one watch per directory, not per file): with
 // inotify of the pump's own on Linux (see inotifyWatcher: it is not woken by the events it

@@ -720,7 +720,7 @@ func (r *run) init(ctx context.Context) *LogPump {
 	if !r.client.Enabled() {
 		return nil
 	}
-	named := r.sortUnnamed()
+	named := r.separateUnnamed()
 	edges := make([]events.Edge, 0, min(len(r.res.Edges), maxInitEdges))
 	for _, e := range r.res.Edges[:min(len(r.res.Edges), maxInitEdges)] {
 		if from, to := r.rootPath(e.From), r.rootPath(e.To); r.named(from) && r.named(to) {
@@ -781,9 +781,9 @@ func (r *run) init(ctx context.Context) *LogPump {
 	return r.startPump(ctx, announced)
 }
 
-// sortUnnamed finds the stacks whose paths the server does not take as names (r.unnamed),
+// separateUnnamed finds the stacks whose paths the server does not take as names (r.unnamed),
 // says which they are, and returns the others' paths.
-func (r *run) sortUnnamed() (named []string) {
+func (r *run) separateUnnamed() (named []string) {
 	r.unnamed = map[string]string{}
 	var odd []string
 	for _, p := range r.paths {
