@@ -1163,6 +1163,11 @@ func (s *stackTail) run(ctx context.Context) {
 			s.posted(err)
 			s.mu.Unlock()
 		}
+		if draining {
+			// Nothing wakes a draining stack for its log any more (the watcher and the poller
+			// stopped as the drain began): it looks again before it decides that it is done.
+			look = true
+		}
 		p.stackWakes.Add(1)
 		if !timer.Stop() {
 			select {
