@@ -722,12 +722,14 @@ func (r *run) init(ctx context.Context) *LogPump {
 	}
 	named := r.separateUnnamed()
 	edges := make([]events.Edge, 0, min(len(r.res.Edges), maxInitEdges))
+	approximate := r.res.EdgesApproximate
 	for _, e := range r.res.Edges[:min(len(r.res.Edges), maxInitEdges)] {
 		if from, to := r.rootPath(e.From), r.rootPath(e.To); r.named(from) && r.named(to) {
 			edges = append(edges, events.Edge{From: from, To: to})
+		} else {
+			approximate = true // an edge left out: a → odd → b says nothing of a and b
 		}
 	}
-	approximate := r.res.EdgesApproximate
 	if len(r.res.Edges) > maxInitEdges {
 		approximate = true
 		r.warn("Init: the run graph's %d edges are more than the server takes; the first %d are sent", len(r.res.Edges), maxInitEdges)

@@ -537,7 +537,18 @@ func TestRunReportsTheStacksTheServerCanName(t *testing.T) {
 	stacks := append([]string{"a"}, oddStacks()...)
 	root := runRepo(t, stacks)
 	planJSON := recordedPlan(t, "create")
-	res := runScripted(t, mine, root, stacks, OpPlan, id, func(_, tickDir string, stdout io.Writer) error {
+	// The run graph: a after caf\xe9.
+	graph := func(o *RunOptions) {
+		exec := o.Terramate.Exec
+		o.Terramate.Exec = func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+			if len(args) > 1 && args[0] == "experimental" {
+				fmt.Fprintf(stdout, "digraph  {\n\tn1[label=\"/stacks/prod/a\"];\n\tn2[label=\"/stacks/prod/%s\"];\n\tn2 -> n1;\n}\n", stacks[1])
+				return nil
+			}
+			return exec(ctx, name, args, dir, env, stdout, stderr)
+		}
+	}
+	res := runScriptedWith(t, mine, root, stacks, OpPlan, id, graph, func(_, tickDir string, stdout io.Writer) error {
 		for _, s := range stacks {
 			dir := filepath.Join(root, "stacks/prod", s)
 			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
@@ -584,6 +595,9 @@ func TestRunReportsTheStacksTheServerCanName(t *testing.T) {
 	if ex.Status != "succeeded" || len(ex.Stacks) != 1 || ex.Stacks[0].Stack != "stacks/prod/a" ||
 		ex.Stacks[0].Status != "succeeded" || ex.Stacks[0].Class != events.ClassAdditive {
 		t.Errorf("on the server: status %s, stacks %+v; want stack a alone, succeeded and additive", ex.Status, ex.Stacks)
+	}
+	if len(res.Edges) != 1 || len(ex.Edges) != 0 || !ex.EdgesApproximate {
+		t.Errorf("edges: %v in the result; %v on the server, approximate %v; want the edge left out there, and the graph marked approximate", res.Edges, ex.Edges, ex.EdgesApproximate)
 	}
 	logs, err := svc.LogRead(context.Background(), id, "stacks/prod/a", 0, true, 0, 0)
 	if err != nil || !strings.Contains(string(logs.Data), "planning a") {
