@@ -792,7 +792,7 @@ func (r *run) separateUnnamed() (named []string) {
 		if problem := events.NameProblem(p); problem != "" {
 			r.unnamed[p] = problem
 			if len(odd) < maxListedUnnamed {
-				odd = append(odd, fmt.Sprintf("%q %s", firstBytes(p, 80), problem))
+				odd = append(odd, fmt.Sprintf("%q %s", truncate(p, 80), problem))
 			}
 			continue
 		}
@@ -810,14 +810,6 @@ func (r *run) separateUnnamed() (named []string) {
 
 // maxListedUnnamed is how many of the stacks left out of the reports their warning names.
 const maxListedUnnamed = 10
-
-// firstBytes is s cut to at most n bytes, with "…" when cut.
-func firstBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
 
 // named reports whether the server takes path as a stack's name: whether the stack is
 // reported.
@@ -1477,7 +1469,7 @@ func (r *run) apply(ctx context.Context) {
 	for _, st := range stacks {
 		if problem, odd := r.unnamed[st.Stack]; odd {
 			// No approval can name it, so none can cover it.
-			r.gateDenied(ctx, fmt.Sprintf("the gate was not asked: stack %q would change, and the server takes no such name (it %s)", firstBytes(st.Stack, 200), problem))
+			r.gateDenied(ctx, fmt.Sprintf("the gate was not asked: stack %q would change, and the server takes no such name (it %s)", truncate(st.Stack, 200), problem))
 			return
 		}
 	}
