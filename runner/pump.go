@@ -171,8 +171,9 @@ type PumpOptions struct {
 	// the server keeps the first copy of each (stack, generation, offset).
 	FirstGenerations map[string]int64
 	// Permanent reports whether a post error means the server will never accept more (default:
-	// a server-side cancel, a 403: the server refuses this runner the execution's logs, a run
-	// whose Init panicked or was refused). Posting then stops; what is left is reported unsent.
+	// a server-side cancel, a 403: the server refuses this runner the execution's logs, or a
+	// run that sends nothing for its execution: its Init was refused or panicked, errSilenced).
+	// Posting then stops; what is left is reported unsent.
 	Permanent func(error) bool
 }
 
@@ -227,7 +228,7 @@ func (o PumpOptions) withDefaults(batching bool) PumpOptions {
 	if o.Permanent == nil {
 		o.Permanent = func(err error) bool {
 			var ae *APIError
-			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errInitPanicked) || errors.Is(err, errSilenced) ||
+			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errSilenced) ||
 				errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
 		}
 	}
@@ -383,7 +384,7 @@ func (p *LogPump) AddStack(stack string) error {
 	}
 	// The stack directory and the log file are both checked: an escaping stack path, or a log
 	// that is a link pointing outside (or dangling) right now, refuses the stack.
-	path, err := p.root.stackFile(stack, p.file)
+	path, li, err := p.root.stackFileInfo(stack, p.file)
 	if err != nil {
 		return fmt.Errorf("log pump: stack %q: %w", stack, err)
 	}
@@ -396,10 +397,8 @@ func (p *LogPump) AddStack(stack string) error {
 		return fmt.Errorf("log pump: stack %q added twice", stack)
 	}
 	s := &stackTail{p: p, name: stack, path: path, watchDir: filepath.Dir(path), wake: make(chan struct{}, 1), done: make(chan error, 1), gen: -1, firstGen: p.opts.FirstGenerations[stack]}
-	if p.opts.Fresh {
-		if li, err := os.Lstat(path); err == nil && li.Mode().IsRegular() {
-			s.earlier = li
-		}
+	if p.opts.Fresh && li != nil && li.Mode().IsRegular() {
+		s.earlier = li
 	}
 	p.stacks = append(p.stacks, s)
 	p.byName[stack] = s
@@ -1265,19 +1264,18 @@ func (s *stackTail) observe() {
 		s.absent = ""
 	}
 	// Absent, replaced or never opened: resolve the path again before opening anything.
-	path, err := s.p.root.stackFile(s.name, s.p.file)
+	path, li, err := s.p.root.stackFileInfo(s.name, s.p.file)
 	if err != nil {
 		s.complain(err)
 		s.checkDirGone(err)
 		s.statOpen()
 		return
 	}
-	li, err := os.Lstat(path)
-	if err != nil {
-		if s.f == nil && errors.Is(err, fs.ErrNotExist) {
+	if li == nil { // nothing at the path
+		if s.f == nil {
 			s.absent = filepath.Join(s.p.root.real, filepath.FromSlash(s.name), filepath.FromSlash(s.p.file))
 		}
-		s.checkDirGone(err)
+		s.checkDirGone(fs.ErrNotExist)
 		s.statOpen()
 		return
 	}

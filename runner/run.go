@@ -1337,12 +1337,8 @@ func (r *run) classify(out scriptOutcome, report bool) {
 // planFile resolves a stack's plan JSON inside the repository and tells whether this run
 // wrote it.
 func (r *run) planFile(path string) (file string, fresh bool, err error) {
-	file, err = r.root.stackFile(path, r.o.PlanJSON)
-	if err == nil {
-		if fi, serr := os.Stat(file); serr == nil && !fi.ModTime().Before(r.res.StartedAt.Add(-time.Second)) {
-			fresh = true
-		}
-	}
+	file, fi, err := r.root.stackFileInfo(path, r.o.PlanJSON)
+	fresh = err == nil && fi != nil && !fi.ModTime().Before(r.res.StartedAt.Add(-time.Second))
 	return file, fresh, err
 }
 

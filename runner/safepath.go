@@ -66,13 +66,19 @@ func (sr stackRoot) stackPath(stack string) (string, error) {
 
 // stackFile is ResolveStackFile under sr.
 func (sr stackRoot) stackFile(stack, file string) (string, error) {
+	path, _, err := sr.stackFileInfo(stack, file)
+	return path, err
+}
+
+// stackFileInfo is stackFile, with the lstat of the resolved path (nil: nothing is there).
+func (sr stackRoot) stackFileInfo(stack, file string) (string, os.FileInfo, error) {
 	if err := checkRelative(file, "log file name"); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := checkRelative(stack, "stack path"); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return sr.resolve(filepath.Join(filepath.FromSlash(stack), filepath.FromSlash(file)), "stack file")
+	return sr.resolveInfo(filepath.Join(filepath.FromSlash(stack), filepath.FromSlash(file)), "stack file")
 }
 
 // checkRelative refuses names that are empty, absolute, contain NUL or a ".." element.
@@ -100,10 +106,18 @@ func checkRelative(name, what string) error {
 // yet. The path built so far is symlink-free at every step, so the result is what
 // filepath.EvalSymlinks would give for the existing part, at one lstat per element of rel.
 func (sr stackRoot) resolve(rel, what string) (string, error) {
+	path, _, err := sr.resolveInfo(rel, what)
+	return path, err
+}
+
+// resolveInfo is resolve, with the lstat of the resolved path (nil: nothing is there), so that
+// a caller need not look again: the walk's own, or its target's for a symbolic link.
+func (sr stackRoot) resolveInfo(rel, what string) (string, os.FileInfo, error) {
 	if err := checkRelative(rel, what); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	cur := sr.real
+	var last os.FileInfo
 	elems := strings.Split(filepath.Clean(filepath.FromSlash(rel)), string(filepath.Separator))
 	for i, el := range elems {
 		if el == "." || el == "" {
@@ -114,30 +128,34 @@ func (sr stackRoot) resolve(rel, what string) (string, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			full := filepath.Join(append([]string{next}, elems[i+1:]...)...)
 			if !within(sr.real, full) {
-				return "", fmt.Errorf("%s %q resolves outside the project root: %w", what, rel, ErrPathEscapes)
+				return "", nil, fmt.Errorf("%s %q resolves outside the project root: %w", what, rel, ErrPathEscapes)
 			}
-			return full, nil
+			return full, nil, nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("%s %q: %w", what, rel, err)
+			return "", nil, fmt.Errorf("%s %q: %w", what, rel, err)
 		}
+		last = fi
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			link := filepath.Join(elems[:i+1]...)
 			target, err := filepath.EvalSymlinks(next)
 			switch {
 			case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP):
 				// Its target may appear later, anywhere: refuse rather than guess where it goes.
-				return "", fmt.Errorf("%s %q: symbolic link %s dangles or loops: %w", what, rel, link, ErrPathEscapes)
+				return "", nil, fmt.Errorf("%s %q: symbolic link %s dangles or loops: %w", what, rel, link, ErrPathEscapes)
 			case err != nil:
-				return "", fmt.Errorf("%s %q: symbolic link %s: %w", what, rel, link, err)
+				return "", nil, fmt.Errorf("%s %q: symbolic link %s: %w", what, rel, link, err)
 			case !within(sr.real, target):
-				return "", fmt.Errorf("%s %q: symbolic link %s resolves outside the project root: %w", what, rel, link, ErrPathEscapes)
+				return "", nil, fmt.Errorf("%s %q: symbolic link %s resolves outside the project root: %w", what, rel, link, ErrPathEscapes)
 			}
 			next = target
+			if last, err = os.Lstat(target); err != nil {
+				last = nil // gone since: looked at again by whoever opens it
+			}
 		}
 		cur = next
 	}
-	return cur, nil
+	return cur, last, nil
 }
 
 // within reports whether path is root or below it (both cleaned, absolute).

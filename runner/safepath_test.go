@@ -268,3 +268,43 @@ func BenchmarkResolveStackFile(b *testing.B) {
 		}
 	})
 }
+
+// stackFileInfo gives the lstat of the resolved path, so that callers need not look again:
+// the file's own, a link's target's, nothing for a missing file.
+func TestStackFileInfo(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "s"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "s", "log"), []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "target"), []byte("123"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "target"), filepath.Join(root, "s", "link")); err != nil {
+		t.Fatal(err)
+	}
+	sr, err := newStackRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file string
+		size int64 // -1: no info
+	}{{"log", 5}, {"link", 3}, {"missing", -1}} {
+		path, fi, err := sr.stackFileInfo("s", c.file)
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		want, _ := sr.stackFile("s", c.file)
+		switch {
+		case path != want:
+			t.Errorf("%s: path %s, stackFile says %s", c.file, path, want)
+		case c.size < 0 && fi != nil:
+			t.Errorf("%s: info %v for a missing file", c.file, fi)
+		case c.size >= 0 && (fi == nil || !fi.Mode().IsRegular() || fi.Size() != c.size):
+			t.Errorf("%s: info %v, want a regular file of %d bytes", c.file, fi, c.size)
+		}
+	}
+}
