@@ -5,12 +5,13 @@
 // paid thousands of times in one CI run. Most of that cost is the initialization of packages
 // a tick never uses (Google's API clients, gRPC, protobuf, the SQL drivers, HCL, cobra). Go
 // initializes packages one at a time, each time the first in import-path order whose imports
-// are all initialized (the Go specification, "Package initialization"). This package and
-// internal/tickfile import nothing that os does not already import (not even strings: an
-// import that sorts late, like path/filepath, made it wait for almost every other package),
-// so it runs right after os, long before the heavy ones; internal/cli's tests check that
-// with GODEBUG=inittrace=1. internal/cli imports it, so every binary with the command line
-// has it.
+// are all initialized (the Go specification, "Package initialization"). On Linux on amd64 and
+// arm64 this package and the two it imports (internal/tickfile, internal/rawsys) import
+// nothing with initialization work: the arguments and the environment come from
+// /proc/self/cmdline and /proc/self/environ, the tick file is written with raw system calls.
+// So it runs as the third or fourth package, before even os. Elsewhere it imports os, and runs
+// right after it, still long before the heavy ones. internal/cli's tests check both with
+// GODEBUG=inittrace=1. internal/cli imports it, so every binary with the command line has it.
 //
 // It handles exactly the calls whose outcome needs nothing else:
 //
@@ -23,17 +24,12 @@
 //   - no TFSTACKPLAN_SERVER or no TFSTACKPLAN_EXECUTION (offline): nothing to do, exit 0.
 //
 // Every other call (help, an unknown or repeated flag, a missing value, phase or stack, a
-// tick sent straight to a server) is left alone: init returns and the full command line runs
-// it as it always did. The outcome is the same either way (internal/cli's tests compare the
-// two paths call by call); only the cost differs.
+// tick sent straight to a server), and every call when /proc cannot be read, is left alone:
+// init returns and the full command line runs it as it always did. The outcome is the same
+// either way (internal/cli's tests compare the two paths call by call); only the cost differs.
 package earlytick
 
-import (
-	"os"
-	"time"
-
-	"github.com/tfstackplan/tfstackplan/internal/tickfile"
-)
+import "github.com/tfstackplan/tfstackplan/internal/tickfile"
 
 // The environment a tick reads; the same names as runner's EnvStack, EnvServer and
 // EnvExecution (runner cannot be imported here: it is one of the heavy packages).
@@ -43,18 +39,13 @@ const (
 	envExecution = "TFSTACKPLAN_EXECUTION"
 )
 
-func init() {
-	if Handle(os.Args[1:], os.Getenv, time.Now) {
-		os.Exit(0)
-	}
-}
-
 // Handle carries out the tick that args (the command line without the program name) describe
 // when it is one of the calls this package handles, and reports whether it did; the process
-// then has nothing left to do and exits 0. A tick file that cannot be written is ignored, as
-// `run tick` always does: the driver then relies on terramate's output.
-func Handle(args []string, getenv func(string) string, now func() time.Time) bool {
-	if len(args) < 2 || args[0] != "run" || args[1] != "tick" {
+// then has nothing left to do and exits 0. now returns the time in Unix nanoseconds. A tick
+// file that cannot be written is ignored, as `run tick` always does: the driver then relies
+// on terramate's output.
+func Handle(args []string, getenv func(string) string, now func() int64) bool {
+	if !isTick(args) {
 		return false
 	}
 	var r tickfile.Record
@@ -96,12 +87,15 @@ func Handle(args []string, getenv func(string) string, now func() time.Time) boo
 		return false
 	}
 	if dir := getenv(tickfile.EnvDir); dir != "" {
-		r.At = now().UnixNano()
+		r.At = now()
 		_ = tickfile.Append(dir, r)
 		return true
 	}
 	return blank(getenv(envServer)) || getenv(envExecution) == ""
 }
+
+// isTick reports whether args (without the program name) start with `run tick`.
+func isTick(args []string) bool { return len(args) >= 2 && args[0] == "run" && args[1] == "tick" }
 
 // cut is strings.Cut for one byte.
 func cut(s string, sep byte) (before, after string, found bool) {

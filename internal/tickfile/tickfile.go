@@ -3,18 +3,14 @@
 // directory the driver names in TFSTACKPLAN_TICK_DIR, and the driver relays what it reads
 // there to the control plane.
 //
-// The package imports nothing that os does not already import, on purpose: the early tick
-// path (internal/earlytick) writes through it, and is initialized as soon as its imports are
-// (see there); one more import, even strconv or path/filepath, can make it wait for dozens
-// of other packages.
+// The early tick path (internal/earlytick) writes through this package, and is initialized
+// as soon as its imports are (see there). So the package imports nothing with initialization
+// work: unicode/utf8 and, where the early tick makes raw system calls (Linux on amd64 and
+// arm64), internal/rawsys; elsewhere syscall, which os needs anyway. One more import, even
+// strconv or path/filepath, can make the early tick wait for dozens of other packages.
 package tickfile
 
-import (
-	"io"
-	"os"
-	"syscall"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // EnvDir names the directory where ticks are recorded for the driver (set by `run plan|apply`,
 // one directory per script run).
@@ -140,31 +136,25 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Path returns the tick file's path in dir.
-func Path(dir string) string { return dir + string(os.PathSeparator) + Name }
+// AppendError is a tick that could not be appended to the tick file.
+type AppendError struct {
+	Op    string  // "open", "write" or "close"
+	Path  string  // the tick file
+	Errno uintptr // the system's error number; 0 for a write that wrote only part of the line
+}
 
-// Append appends r (fields clipped to MaxField) as one line to the tick file in dir. O_APPEND
-// and a single write keep the lines of concurrent ticks (parallel stacks) from interleaving.
-func Append(dir string, r Record) error {
+// Error returns "tick file PATH: OP: errno N" (or "short write"). The number alone: the
+// error's names and messages live in packages this one must not import.
+func (e *AppendError) Error() string {
+	what := "short write"
+	if e.Errno != 0 {
+		what = "errno " + string(appendInt(nil, int64(e.Errno)))
+	}
+	return "tick file " + e.Path + ": " + e.Op + ": " + what
+}
+
+// line is r (fields clipped to MaxField) as one line of the tick file.
+func line(r Record) []byte {
 	r.Stack, r.Phase, r.Status, r.Message = Clip(r.Stack), Clip(r.Phase), Clip(r.Status), Clip(r.Message)
-	line := append(r.AppendJSON(make([]byte, 0, 128)), '\n')
-	// Plain system calls, not os.OpenFile: an *os.File sets up the runtime's poller (an epoll
-	// instance, an eventfd, two epoll_ctl and an epoll_pwait) for a file it cannot poll, in a
-	// process that writes one line and exits.
-	path := Path(dir)
-	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	n, err := syscall.Write(fd, line)
-	if err == nil && n < len(line) {
-		err = io.ErrShortWrite
-	}
-	if cerr := syscall.Close(fd); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		return &os.PathError{Op: "write", Path: path, Err: err}
-	}
-	return nil
+	return append(r.AppendJSON(make([]byte, 0, 128)), '\n')
 }

@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -140,8 +140,13 @@ func TestAppendClipsFields(t *testing.T) {
 func TestAppendReportsAMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
 	err := Append(dir, Record{Stack: "a", Phase: "p"})
-	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), Path(dir)) {
-		t.Fatalf("Append into a missing directory: %v, want a not-exist error naming %s", err, Path(dir))
+	var ae *AppendError
+	if !errors.As(err, &ae) || ae.Op != "open" || ae.Errno != uintptr(syscall.ENOENT) || !strings.Contains(err.Error(), Path(dir)) {
+		t.Fatalf("Append into a missing directory: %v, want ENOENT on open, naming %s", err, Path(dir))
+	}
+	want := "tick file " + Path(dir) + ": open: errno " + strconv.Itoa(int(syscall.ENOENT))
+	if err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
 	}
 }
 

@@ -1,0 +1,88 @@
+//go:build linux && (amd64 || arm64)
+
+package earlytick
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/rawsys"
+)
+
+// The arguments and the environment read from /proc are the ones os gives: the test binary
+// runs itself with odd arguments and an odd environment, and the child compares.
+func TestProcArgsAndEnvironmentAreOsArgsAndGetenv(t *testing.T) {
+	if os.Getenv("EARLYTICK_CHILD") == "1" {
+		cmdline, e := readProc("cmdline")
+		if e != nil {
+			t.Fatal(e)
+		}
+		if got := splitNUL(cmdline); !slices.Equal(got, os.Args) {
+			t.Fatalf("/proc/self/cmdline gives %q, os.Args is %q", got, os.Args)
+		}
+		environ, e := readProc("environ")
+		if e != nil {
+			t.Fatal(e)
+		}
+		env := splitNUL(environ)
+		for _, k := range []string{"EARLYTICK_DUP", "EARLYTICK_EMPTY", "EARLYTICK_EQ", "EARLYTICK_NOEQ", "EARLYTICK", "EARLYTICK_MISSING", "EARLYTICK_UTF8", "PATH"} {
+			if got, want := lookup(env, k), os.Getenv(k); got != want {
+				t.Errorf("lookup(%s) = %q, os.Getenv gives %q", k, got, want)
+			}
+		}
+		if lookup(env, "EARLYTICK_DUP") != "first" {
+			t.Errorf("a repeated variable: %q, want the first", lookup(env, "EARLYTICK_DUP"))
+		}
+		return
+	}
+	args := []string{"-test.run=^TestProcArgsAndEnvironmentAreOsArgsAndGetenv$", "", "two words", "--phase=x=y", "\xff\xfe", "日本"}
+	// os.StartProcess, not os/exec: exec.Cmd drops the repeated variable.
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := os.StartProcess(os.Args[0], append([]string{os.Args[0]}, args...), &os.ProcAttr{
+		Env: []string{"EARLYTICK_CHILD=1", "PATH=" + os.Getenv("PATH"),
+			"EARLYTICK_DUP=first", "EARLYTICK_DUP=second", "EARLYTICK_EMPTY=", "EARLYTICK_EQ=a=b=c",
+			"EARLYTICK_NOEQ", "EARLYTICK_UTF8=\xff ü", "=nokey"},
+		Files: []*os.File{nil, out, out},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out.Name())
+	if !st.Success() || !strings.Contains(string(b), "PASS") {
+		t.Fatalf("child: %v\n%s", st, b)
+	}
+}
+
+func readProc(name string) ([]byte, error) {
+	b, e := rawsys.ReadFile("/proc/self/" + name)
+	if e != 0 {
+		return nil, syscall.Errno(e)
+	}
+	return b, nil
+}
+
+func TestSplitNUL(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"\x00", []string{""}},
+		{"a\x00\x00b\x00", []string{"a", "", "b"}},
+		{"a\x00b", []string{"a", "b"}},
+	} {
+		if got := splitNUL([]byte(tc.in)); !slices.Equal(got, tc.want) {
+			t.Errorf("splitNUL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+//go:build linux && (amd64 || arm64)
+
+// Package rawsys makes the handful of Linux system calls the early tick needs (open, read,
+// write, close, the clock, exit) without importing syscall or os.
+//
+// Why: Go initializes packages one at a time, each time the first in import-path order whose
+// imports are all initialized (the Go specification, "Package initialization"). A package
+// that imports os waits for os and everything os needs, and meanwhile every ready package
+// whose path sorts earlier runs first; in tfstackplan's binary that is about 25 packages,
+// 3 to 4 ms of a tick's start on a slow machine. A package that imports nothing (this one
+// imports only unsafe, which has no initialization) is ready from the start. internal/earlytick
+// builds on it to answer a tick from the third or fourth package initialized.
+//
+// The calls are raw: the runtime is not told that the goroutine is in a system call, as
+// syscall.RawSyscall does not tell it. That is right for what these are used for, short calls
+// on local files during package initialization, and wrong for anything that may block.
+package rawsys
+
+import "unsafe"
+
+// Errno is a Linux error number, as a system call returned it (0: no error). It is a number,
+// not an error: the names and messages live in syscall, which this package must not import;
+// syscall.Errno(e) gives them where syscall is at hand.
+type Errno uintptr
+
+// The errors the callers look at.
+const (
+	ENOENT Errno = 2
+	EINTR  Errno = 4
+)
+
+// Flags of Open (the same values on amd64 and arm64).
+const (
+	O_RDONLY  = 0x0
+	O_WRONLY  = 0x1
+	O_CREAT   = 0x40
+	O_APPEND  = 0x400
+	O_CLOEXEC = 0x80000
+)
+
+const atFDCWD = ^uintptr(99) // AT_FDCWD, -100
+
+// rawSyscall makes system call trap with up to four arguments, the second of them a pointer
+// (every call this package makes has its pointer there), and returns the result or the
+// error number. Assembly, in rawsys_linux_$GOARCH.s. p is typed as a pointer so that the
+// memory it points to stays alive and in place for the call.
+//
+//go:noescape
+func rawSyscall(trap, a1 uintptr, p unsafe.Pointer, a3, a4 uintptr) (r1 uintptr, errno Errno)
+
+// Open opens path (openat relative to the working directory) and returns its descriptor.
+func Open(path string, flags int, mode uint32) (int, Errno) {
+	p := make([]byte, len(path)+1) // NUL-terminated
+	copy(p, path)
+	for {
+		fd, e := rawSyscall(sysOpenat, atFDCWD, unsafe.Pointer(&p[0]), uintptr(flags), uintptr(mode))
+		if e != EINTR {
+			return int(fd), e
+		}
+	}
+}
+
+// Read reads up to len(b) bytes from fd.
+func Read(fd int, b []byte) (int, Errno) { return transfer(sysRead, fd, b) }
+
+// Write makes one write of b to fd and returns how much of it was written.
+func Write(fd int, b []byte) (int, Errno) { return transfer(sysWrite, fd, b) }
+
+// transfer makes one read or write (trap) of b on fd, again when interrupted.
+func transfer(trap uintptr, fd int, b []byte) (int, Errno) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	for {
+		n, e := rawSyscall(trap, uintptr(fd), unsafe.Pointer(&b[0]), uintptr(len(b)), 0)
+		if e != EINTR {
+			return int(n), e
+		}
+	}
+}
+
+// Close closes fd. An interrupted close is not retried: the descriptor is gone either way on
+// Linux.
+func Close(fd int) Errno {
+	_, e := rawSyscall(sysClose, uintptr(fd), nil, 0, 0)
+	return e
+}
+
+// ReadFile returns the whole content of the file at path, read until end of file (so that it
+// also reads files of /proc, whose size stat does not know).
+func ReadFile(path string) ([]byte, Errno) {
+	fd, e := Open(path, O_RDONLY|O_CLOEXEC, 0)
+	if e != 0 {
+		return nil, e
+	}
+	b := make([]byte, 0, 4096)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, e := Read(fd, b[len(b):cap(b)])
+		if e != 0 {
+			Close(fd)
+			return nil, e
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	return b, Close(fd)
+}
+
+// NowUnixNano returns the wall clock (CLOCK_REALTIME) in nanoseconds since the Unix epoch, as
+// time.Now().UnixNano() does, or 0 should the clock fail.
+func NowUnixNano() int64 {
+	var ts [2]int64 // struct timespec: seconds, nanoseconds
+	if _, e := rawSyscall(sysClockGettime, 0, unsafe.Pointer(&ts), 0, 0); e != 0 {
+		return 0
+	}
+	return ts[0]*1e9 + ts[1]
+}
+
+// Exit ends the process at once with code (exit_group): no deferred calls, no flush, as
+// os.Exit.
+func Exit(code int) {
+	for {
+		rawSyscall(sysExitGroup, uintptr(code), nil, 0, 0)
+	}
+}
