@@ -12,14 +12,15 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/tickfile"
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
 
 // EnvTickDir names the directory where `run tick` records each tick for the driver that
 // started the scripts (set by `run plan|apply`, one directory per script run).
-const EnvTickDir = tickfile.EnvDir
+const EnvTickDir = tickline.EnvDir
 
 // tickFile is the file in EnvTickDir that ticks are appended to, one JSON object a line.
-const tickFile = tickfile.Name
+const tickFile = tickline.Name
 
 // TickBudget bounds the whole online tick: building the client (minting a token included)
 // and one Phase event.
@@ -40,7 +41,7 @@ type TickOptions struct {
 }
 
 // tickRecord is one line of the tick file.
-type tickRecord = tickfile.Record
+type tickRecord = tickline.Record
 
 // ErrTickUsage is returned when a tick has no phase or no stack.
 var ErrTickUsage = errors.New("run tick needs --phase and a stack (--stack or TFSTACKPLAN_STACK)")
@@ -107,7 +108,7 @@ func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 	}
 }
 
-// recordTick appends one line to the tick file (fields clipped to tickfile.MaxField).
+// recordTick appends one line to the tick file (fields clipped to tickline.MaxField).
 // Failing to record is silent: the driver then relies on terramate's output alone.
 func recordTick(dir string, r tickRecord) { _ = tickfile.Append(dir, r) }
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/earlytick"
-	"github.com/tfstackplan/tfstackplan/internal/tickfile"
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -57,7 +57,7 @@ func TestEarlyTickAgreesWithTheCommandLine(t *testing.T) {
 			}
 			setenv(early)
 			if !earlytick.Handle(args, os.Getenv, func() int64 { return time.Now().UnixNano() }) {
-				if _, err := os.Stat(tickfile.Path(early)); err == nil {
+				if _, err := os.Stat(tickline.Path(early)); err == nil {
 					t.Fatalf("%q %v: not handled, yet a tick file was written", args, env)
 				}
 				continue
@@ -81,7 +81,7 @@ func TestEarlyTickAgreesWithTheCommandLine(t *testing.T) {
 // tickLines reads dir's tick file with each record's time zeroed ("" when there is none).
 func tickLines(t *testing.T, dir string) string {
 	t.Helper()
-	b, err := os.ReadFile(tickfile.Path(dir))
+	b, err := os.ReadFile(tickline.Path(dir))
 	if os.IsNotExist(err) {
 		return ""
 	}
@@ -90,7 +90,7 @@ func tickLines(t *testing.T, dir string) string {
 	}
 	var lines []string
 	for l := range bytes.Lines(b) {
-		var r tickfile.Record
+		var r tickline.Record
 		if err := json.Unmarshal(l, &r); err != nil {
 			t.Fatalf("%s: %v", l, err)
 		}
@@ -144,7 +144,7 @@ func TestEarlyTickRunsBeforeTheHeavyPackages(t *testing.T) {
 			t.Errorf("%s was initialized before the early tick ended the process", p)
 		}
 	}
-	// A late import in earlytick, tickfile or rawsys (path/filepath did it once) makes the early
+	// A late import in earlytick, tickline or rawsys (path/filepath did it once) makes the early
 	// tick wait for most of the binary. Where the tick makes raw system calls, 4 of the 244
 	// packages with init work run before it today (the runtime's, and one that sorts first),
 	// and os is not one of them; elsewhere it waits for os, about 25.

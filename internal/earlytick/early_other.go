@@ -5,6 +5,9 @@ package earlytick
 import (
 	"os"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/tickfile"
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
 
 func init() {
@@ -12,3 +15,6 @@ func init() {
 		os.Exit(0)
 	}
 }
+
+// appendTick appends r to the tick file in dir, and reports whether it did.
+func appendTick(dir string, r tickline.Record) bool { return tickfile.Append(dir, r) == nil }

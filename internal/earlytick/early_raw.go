@@ -2,29 +2,43 @@
 
 package earlytick
 
-import "github.com/tfstackplan/tfstackplan/internal/rawsys"
+import (
+	"github.com/tfstackplan/tfstackplan/internal/rawsys"
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
+)
 
 func init() {
-	cmdline, e := rawsys.ReadFile("/proc/self/cmdline")
-	if e != 0 {
+	args, ok := procStrings("cmdline")
+	if !ok || len(args) == 0 || !isTick(args[1:]) {
 		return
 	}
-	args := splitNUL(cmdline)
-	if len(args) == 0 || !isTick(args[1:]) {
+	env, ok := procStrings("environ")
+	if !ok {
 		return
 	}
-	environ, e := rawsys.ReadFile("/proc/self/environ")
-	if e != 0 {
+	at, ok := rawsys.NowUnixNano()
+	if !ok {
 		return
 	}
-	env := splitNUL(environ)
-	if Handle(args[1:], func(key string) string { return lookup(env, key) }, rawsys.NowUnixNano) {
+	if Handle(args[1:], func(key string) string { return lookup(env, key) }, func() int64 { return at }) {
 		rawsys.Exit(0)
 	}
 }
 
-// splitNUL splits the NUL-terminated strings of a /proc/self/cmdline or environ file.
-func splitNUL(b []byte) []string {
+// procStrings reads /proc/self/<name>, a list of NUL-terminated strings, and reports whether
+// it got all of it (see splitNUL).
+func procStrings(name string) ([]string, bool) {
+	b, e := rawsys.ReadFile("/proc/self/" + name)
+	if e != 0 {
+		return nil, false
+	}
+	return splitNUL(b)
+}
+
+// splitNUL splits NUL-terminated strings, and reports whether the last one had its NUL: one
+// without is a list cut short (kernels before 4.2 cut cmdline at one page), not the
+// process's own.
+func splitNUL(b []byte) ([]string, bool) {
 	var out []string
 	start := 0
 	for i, c := range b {
@@ -33,10 +47,7 @@ func splitNUL(b []byte) []string {
 			start = i + 1
 		}
 	}
-	if start < len(b) { // a last string without its NUL
-		out = append(out, string(b[start:]))
-	}
-	return out
+	return out, start == len(b)
 }
 
 // lookup returns the value of key in env ("KEY=value" strings) as os.Getenv does: the first
@@ -48,4 +59,17 @@ func lookup(env []string, key string) string {
 		}
 	}
 	return ""
+}
+
+// appendTick appends r to the tick file in dir as internal/tickfile's Append does, with raw
+// system calls (a process that has nothing else to do: see internal/rawsys), and reports
+// whether it did. A failure is ignored, as `run tick` always ignores it.
+func appendTick(dir string, r tickline.Record) bool {
+	line := tickline.Line(r)
+	fd, e := rawsys.Open(tickline.Path(dir), rawsys.O_WRONLY|rawsys.O_APPEND|rawsys.O_CREAT|rawsys.O_CLOEXEC, 0o600)
+	if e != 0 {
+		return false
+	}
+	n, e := rawsys.Write(fd, line)
+	return rawsys.Close(fd) == 0 && e == 0 && n == len(line)
 }

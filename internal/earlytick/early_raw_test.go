@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/rawsys"
+	"github.com/tfstackplan/tfstackplan/internal/tickfile"
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
 
 // The arguments and the environment read from /proc are the ones os gives: the test binary
@@ -20,14 +22,17 @@ func TestProcArgsAndEnvironmentAreOsArgsAndGetenv(t *testing.T) {
 		if e != nil {
 			t.Fatal(e)
 		}
-		if got := splitNUL(cmdline); !slices.Equal(got, os.Args) {
+		if got, ok := splitNUL(cmdline); !ok || !slices.Equal(got, os.Args) {
 			t.Fatalf("/proc/self/cmdline gives %q, os.Args is %q", got, os.Args)
 		}
 		environ, e := readProc("environ")
 		if e != nil {
 			t.Fatal(e)
 		}
-		env := splitNUL(environ)
+		env, ok := splitNUL(environ)
+		if !ok {
+			t.Fatalf("environ without its last NUL: %q", environ)
+		}
 		for _, k := range []string{"EARLYTICK_DUP", "EARLYTICK_EMPTY", "EARLYTICK_EQ", "EARLYTICK_NOEQ", "EARLYTICK", "EARLYTICK_MISSING", "EARLYTICK_UTF8", "PATH"} {
 			if got, want := lookup(env, k), os.Getenv(k); got != want {
 				t.Errorf("lookup(%s) = %q, os.Getenv gives %q", k, got, want)
@@ -75,14 +80,40 @@ func TestSplitNUL(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		want []string
+		ok   bool
 	}{
-		{"", nil},
-		{"\x00", []string{""}},
-		{"a\x00\x00b\x00", []string{"a", "", "b"}},
-		{"a\x00b", []string{"a", "b"}},
+		{"", nil, true},
+		{"\x00", []string{""}, true},
+		{"a\x00\x00b\x00", []string{"a", "", "b"}, true},
+		{"a\x00b", []string{"a"}, false}, // cut short: the early path declines
 	} {
-		if got := splitNUL([]byte(tc.in)); !slices.Equal(got, tc.want) {
-			t.Errorf("splitNUL(%q) = %q, want %q", tc.in, got, tc.want)
+		if got, ok := splitNUL([]byte(tc.in)); !slices.Equal(got, tc.want) || ok != tc.ok {
+			t.Errorf("splitNUL(%q) = %q %v, want %q %v", tc.in, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// appendTick writes what internal/tickfile's Append writes: the same lines, a file only its
+// owner reads, nothing into a missing directory.
+func TestAppendTickIsTickfileAppend(t *testing.T) {
+	raw, portable := t.TempDir(), t.TempDir()
+	for _, r := range []tickline.Record{{Stack: "a", Phase: "init", At: 1}, {Stack: "a\xff<b>", Phase: "plan", Message: strings.Repeat("m", 2000), At: 2}} {
+		if !appendTick(raw, r) {
+			t.Fatalf("appendTick(%v) failed", r)
+		}
+		if err := tickfile.Append(portable, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, errA := os.ReadFile(tickline.Path(raw))
+	b, errB := os.ReadFile(tickline.Path(portable))
+	if errA != nil || errB != nil || string(a) != string(b) || strings.Count(string(a), "\n") != 2 {
+		t.Fatalf("raw %q (%v)\nportable %q (%v)", a, errA, b, errB)
+	}
+	if fi, err := os.Stat(tickline.Path(raw)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("tick file mode %v, %v: want 0600", fi.Mode(), err)
+	}
+	if appendTick(raw+"/missing", tickline.Record{Stack: "a", Phase: "p"}) {
+		t.Fatal("appendTick into a missing directory reported success")
 	}
 }

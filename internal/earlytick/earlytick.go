@@ -6,12 +6,13 @@
 // a tick never uses (Google's API clients, gRPC, protobuf, the SQL drivers, HCL, cobra). Go
 // initializes packages one at a time, each time the first in import-path order whose imports
 // are all initialized (the Go specification, "Package initialization"). On Linux on amd64 and
-// arm64 this package and the two it imports (internal/tickfile, internal/rawsys) import
+// arm64 this package and the two it imports (internal/tickline, internal/rawsys) import
 // nothing with initialization work: the arguments and the environment come from
 // /proc/self/cmdline and /proc/self/environ, the tick file is written with raw system calls.
-// So it runs as the third or fourth package, before even os. Elsewhere it imports os, and runs
-// right after it, still long before the heavy ones. internal/cli's tests check both with
-// GODEBUG=inittrace=1. internal/cli imports it, so every binary with the command line has it.
+// So it runs as the fifth package with init work, before even os. Elsewhere it imports os
+// (and internal/tickfile), and runs right after it, still long before the heavy ones.
+// internal/cli's tests check both with GODEBUG=inittrace=1. internal/cli imports it, so every
+// binary with the command line has it.
 //
 // It handles exactly the calls whose outcome needs nothing else:
 //
@@ -24,12 +25,13 @@
 //   - no TFSTACKPLAN_SERVER or no TFSTACKPLAN_EXECUTION (offline): nothing to do, exit 0.
 //
 // Every other call (help, an unknown or repeated flag, a missing value, phase or stack, a
-// tick sent straight to a server), and every call when /proc cannot be read, is left alone:
-// init returns and the full command line runs it as it always did. The outcome is the same
-// either way (internal/cli's tests compare the two paths call by call); only the cost differs.
+// tick sent straight to a server), and every call when /proc or the clock cannot be read, is
+// left alone: init returns and the full command line runs it as it always did. The outcome is
+// the same either way (internal/cli's tests compare the two paths call by call); only the
+// cost differs.
 package earlytick
 
-import "github.com/tfstackplan/tfstackplan/internal/tickfile"
+import "github.com/tfstackplan/tfstackplan/internal/tickline"
 
 // The environment a tick reads; the same names as runner's EnvStack, EnvServer and
 // EnvExecution (runner cannot be imported here: it is one of the heavy packages).
@@ -48,7 +50,7 @@ func Handle(args []string, getenv func(string) string, now func() int64) bool {
 	if !isTick(args) {
 		return false
 	}
-	var r tickfile.Record
+	var r tickline.Record
 	seen := map[string]bool{}
 	for rest := args[2:]; len(rest) > 0; {
 		arg := rest[0]
@@ -86,9 +88,9 @@ func Handle(args []string, getenv func(string) string, now func() int64) bool {
 	if blank(r.Phase) || blank(r.Stack) {
 		return false
 	}
-	if dir := getenv(tickfile.EnvDir); dir != "" {
+	if dir := getenv(tickline.EnvDir); dir != "" {
 		r.At = now()
-		_ = tickfile.Append(dir, r)
+		appendTick(dir, r)
 		return true
 	}
 	return blank(getenv(envServer)) || getenv(envExecution) == ""

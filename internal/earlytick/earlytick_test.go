@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tfstackplan/tfstackplan/internal/tickfile"
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
 
 // blank must agree with strings.TrimSpace(s) == "" on every rune, valid or not.
@@ -46,13 +46,13 @@ func TestHandle(t *testing.T) {
 		args    []string
 		env     map[string]string
 		handled bool
-		want    *tickfile.Record // the line written under the driver, if any
+		want    *tickline.Record // the line written under the driver, if any
 	}{
 		{"offline", []string{"run", "tick", "--phase", "plan", "--stack", "s"}, nil, true, nil},
 		{"offline, stack from the environment", []string{"run", "tick", "--phase=plan"}, map[string]string{envStack: "s"}, true, nil},
 		{"under the driver", []string{"run", "tick", "--phase", "done", "--status=succeeded", "--message", "--looks-like-a-flag"},
-			map[string]string{envStack: "stacks/a", tickfile.EnvDir: "DIR"}, true,
-			&tickfile.Record{Stack: "stacks/a", Phase: "done", Status: "succeeded", Message: "--looks-like-a-flag", At: at.UnixNano()}},
+			map[string]string{envStack: "stacks/a", tickline.EnvDir: "DIR"}, true,
+			&tickline.Record{Stack: "stacks/a", Phase: "done", Status: "succeeded", Message: "--looks-like-a-flag", At: at.UnixNano()}},
 		{"a server but no execution", []string{"run", "tick", "--phase", "plan", "--stack", "s"}, map[string]string{envServer: "http://127.0.0.1:1"}, true, nil},
 		{"a blank server", []string{"run", "tick", "--phase", "plan", "--stack", "s"}, map[string]string{envServer: " \t", envExecution: "e"}, true, nil},
 		{"straight to a server", []string{"run", "tick", "--phase", "plan", "--stack", "s"}, map[string]string{envServer: "http://127.0.0.1:1", envExecution: "e"}, false, nil},
@@ -82,7 +82,7 @@ func TestHandle(t *testing.T) {
 			if got := Handle(tc.args, env, at.UnixNano); got != tc.handled {
 				t.Fatalf("Handle(%q) = %v, want %v", tc.args, got, tc.handled)
 			}
-			b, err := os.ReadFile(tickfile.Path(dir))
+			b, err := os.ReadFile(tickline.Path(dir))
 			if tc.want == nil {
 				if err == nil {
 					t.Fatalf("a tick file was written: %s", b)

@@ -9,11 +9,14 @@
 // whose path sorts earlier runs first; in tfstackplan's binary that is about 25 packages,
 // 3 to 4 ms of a tick's start on a slow machine. A package that imports nothing (this one
 // imports only unsafe, which has no initialization) is ready from the start. internal/earlytick
-// builds on it to answer a tick from the third or fourth package initialized.
+// builds on it to answer a tick as the fifth package initialized (after the runtime's own and
+// one whose path sorts first).
 //
 // The calls are raw: the runtime is not told that the goroutine is in a system call, as
-// syscall.RawSyscall does not tell it. That is right for what these are used for, short calls
-// on local files during package initialization, and wrong for anything that may block.
+// syscall.RawSyscall does not tell it: a call that blocks holds its processor, and a garbage
+// collection waits for it. That is right for what these are used for, short calls on local
+// files during package initialization of a process that has nothing else to do, and wrong
+// anywhere else (internal/tickfile appends ticks for everyone else).
 package rawsys
 
 import "unsafe"
@@ -23,10 +26,10 @@ import "unsafe"
 // syscall.Errno(e) gives them where syscall is at hand.
 type Errno uintptr
 
-// The errors the callers look at.
+// The errors this package retries (EINTR) or returns itself (EINVAL).
 const (
-	ENOENT Errno = 2
 	EINTR  Errno = 4
+	EINVAL Errno = 22
 )
 
 // Flags of Open (the same values on amd64 and arm64).
@@ -43,13 +46,20 @@ const atFDCWD = ^uintptr(99) // AT_FDCWD, -100
 // rawSyscall makes system call trap with up to four arguments, the second of them a pointer
 // (every call this package makes has its pointer there), and returns the result or the
 // error number. Assembly, in rawsys_linux_$GOARCH.s. p is typed as a pointer so that the
-// memory it points to stays alive and in place for the call.
+// memory it points to stays alive for the call; the assembly is NOSPLIT, so the stack (where p
+// may point) cannot grow and move during it.
 //
 //go:noescape
 func rawSyscall(trap, a1 uintptr, p unsafe.Pointer, a3, a4 uintptr) (r1 uintptr, errno Errno)
 
-// Open opens path (openat relative to the working directory) and returns its descriptor.
+// Open opens path (openat relative to the working directory) and returns its descriptor. A
+// path with a NUL byte in it is EINVAL, as syscall.Open has it (the kernel would stop there).
 func Open(path string, flags int, mode uint32) (int, Errno) {
+	for i := 0; i < len(path); i++ {
+		if path[i] == 0 {
+			return -1, EINVAL
+		}
+	}
 	p := make([]byte, len(path)+1) // NUL-terminated
 	copy(p, path)
 	for {
@@ -112,17 +122,19 @@ func ReadFile(path string) ([]byte, Errno) {
 }
 
 // NowUnixNano returns the wall clock (CLOCK_REALTIME) in nanoseconds since the Unix epoch, as
-// time.Now().UnixNano() does, or 0 should the clock fail.
-func NowUnixNano() int64 {
+// time.Now().UnixNano() does, and false should the clock fail (time reads it through the
+// vDSO; a system call filter may refuse the system call).
+func NowUnixNano() (int64, bool) {
 	var ts [2]int64 // struct timespec: seconds, nanoseconds
 	if _, e := rawSyscall(sysClockGettime, 0, unsafe.Pointer(&ts), 0, 0); e != 0 {
-		return 0
+		return 0, false
 	}
-	return ts[0]*1e9 + ts[1]
+	return ts[0]*1e9 + ts[1], true
 }
 
-// Exit ends the process at once with code (exit_group): no deferred calls, no flush, as
-// os.Exit.
+// Exit ends the process at once with code (exit_group): no deferred calls, no flush, and
+// unlike os.Exit not even the runtime's exit hooks (the race detector's report, coverage
+// counters), which a tick has nothing for.
 func Exit(code int) {
 	for {
 		rawSyscall(sysExitGroup, uintptr(code), nil, 0, 0)

@@ -5,7 +5,9 @@ package rawsys
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -37,17 +39,44 @@ func TestReadFileReadsWhatOsReads(t *testing.T) {
 
 func TestErrorsAreTheKernels(t *testing.T) {
 	dir := t.TempDir()
-	if _, e := ReadFile(filepath.Join(dir, "missing")); e != ENOENT || syscall.Errno(e) != syscall.ENOENT {
+	if _, e := ReadFile(filepath.Join(dir, "missing")); syscall.Errno(e) != syscall.ENOENT {
 		t.Fatalf("a missing file: errno %d (%v), want ENOENT", e, syscall.Errno(e))
 	}
-	if _, e := Open(filepath.Join(dir, "missing", "f"), O_WRONLY|O_CREAT|O_CLOEXEC, 0o600); e != ENOENT {
+	if _, e := Open(filepath.Join(dir, "missing", "f"), O_WRONLY|O_CREAT|O_CLOEXEC, 0o600); syscall.Errno(e) != syscall.ENOENT {
 		t.Fatalf("a file in a missing directory: errno %d, want ENOENT", e)
+	}
+	// The kernel would open "victim"; syscall.Open says EINVAL, and so does Open.
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fd, e := Open(victim+"\x00/x", O_WRONLY|O_APPEND|O_CLOEXEC, 0); e != EINVAL || fd != -1 {
+		t.Fatalf("a path with a NUL: fd %d errno %d, want EINVAL", fd, e)
 	}
 	if _, e := Write(-1, []byte("x")); syscall.Errno(e) != syscall.EBADF {
 		t.Fatalf("a write to fd -1: errno %d, want EBADF", e)
 	}
 	if e := Close(-1); syscall.Errno(e) != syscall.EBADF {
 		t.Fatalf("close(-1): errno %d, want EBADF", e)
+	}
+}
+
+// Each argument reaches the kernel: a mode (the fourth) shows in the file created, under a
+// zero umask, for several modes in turn.
+func TestOpenPassesTheMode(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	for i, mode := range []uint32{0o600, 0o604, 0o640, 0o444} {
+		p := filepath.Join(dir, strconv.Itoa(i))
+		fd, e := Open(p, O_WRONLY|O_CREAT|O_CLOEXEC, mode)
+		if e != 0 {
+			t.Fatalf("open %o: errno %d", mode, e)
+		}
+		Close(fd)
+		if fi, err := os.Stat(p); err != nil || uint32(fi.Mode().Perm()) != mode {
+			t.Fatalf("created with mode %o: %v, %v", mode, fi.Mode(), err)
+		}
 	}
 }
 
@@ -77,9 +106,32 @@ func TestOpenWriteAppends(t *testing.T) {
 
 func TestNowUnixNanoIsTheWallClock(t *testing.T) {
 	before := time.Now().UnixNano()
-	got := NowUnixNano()
+	got, ok := NowUnixNano()
 	after := time.Now().UnixNano()
-	if got < before || got > after {
+	if !ok || got < before || got > after {
 		t.Fatalf("NowUnixNano() = %d, not within [%d, %d]", got, before, after)
+	}
+}
+
+// Exit ends the process with its code (checked in a child: the test binary itself).
+func TestExit(t *testing.T) {
+	if code := os.Getenv("RAWSYS_EXIT"); code != "" {
+		n, _ := strconv.Atoi(code)
+		Exit(n)
+		t.Fatal("Exit returned")
+	}
+	for _, code := range []int{0, 7} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestExit$")
+		cmd.Env = append(os.Environ(), "RAWSYS_EXIT="+strconv.Itoa(code))
+		out, err := cmd.CombinedOutput()
+		got := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			got = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if got != code || len(out) != 0 {
+			t.Fatalf("Exit(%d): the child exited %d with %q", code, got, out)
+		}
 	}
 }

@@ -4,73 +4,15 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"math"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
-
-// encodingCases are strings that exercise every escape encoding/json applies.
-var encodingCases = []string{
-	"", "stacks/prod/a", `quote " and \ backslash`, "tab\tnew\nline\rcr", "\b\f\x00\x01\x1f\x7f",
-	"<script>&amp;</script>", "line\u2028sep\u2029para", "ünïcödé 日本 🚀", "bad \xff\xfe utf8 \xe2\x82",
-	"cut rune \xe6\x97", strings.Repeat("é", 600),
-}
-
-func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
-	for _, s := range encodingCases {
-		for _, r := range []Record{
-			{Stack: s, Phase: s, Status: s, Message: s, At: 1700000000123456789},
-			{Stack: s, Phase: "plan", At: -1},
-			{Stack: "a", Phase: s, Status: s, At: 0},
-		} {
-			checkSame(t, r)
-		}
-	}
-}
-
-func FuzzAppendJSON(f *testing.F) {
-	for _, s := range encodingCases {
-		f.Add(s, s, int64(42))
-	}
-	f.Fuzz(func(t *testing.T, a, b string, at int64) {
-		checkSame(t, Record{Stack: a, Phase: b, Status: b, Message: a, At: at})
-		checkSame(t, Record{Stack: b, Phase: a, At: at})
-	})
-}
-
-func checkSame(t *testing.T, r Record) {
-	t.Helper()
-	want, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.AppendJSON(nil); string(got) != string(want) {
-		t.Fatalf("AppendJSON(%#v)\n got %s\nwant %s", r, got, want)
-	}
-}
-
-func TestAppendIntMatchesStrconv(t *testing.T) {
-	for _, n := range []int64{0, 1, -1, 9, 10, -10, 1796114412647223557, math.MaxInt64, math.MinInt64, math.MinInt64 + 1} {
-		if got, want := string(appendInt(nil, n)), strconv.FormatInt(n, 10); got != want {
-			t.Errorf("appendInt(%d) = %s, want %s", n, got, want)
-		}
-	}
-}
-
-func TestClip(t *testing.T) {
-	long := strings.Repeat("x", MaxField+10)
-	if got := Clip(long); len(got) != MaxField {
-		t.Fatalf("Clip kept %d bytes, want %d", len(got), MaxField)
-	}
-	if got := Clip("short"); got != "short" {
-		t.Fatalf("Clip changed a short string: %q", got)
-	}
-}
 
 // Concurrent appends (parallel stacks ticking at once) each land as one whole line.
 func TestAppendConcurrentLinesStayWhole(t *testing.T) {
@@ -82,7 +24,7 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				r := Record{Stack: "stacks/s" + string(rune('a'+w)), Phase: "plan", Message: strings.Repeat("m", 900), At: int64(i)}
+				r := tickline.Record{Stack: "stacks/s" + string(rune('a'+w)), Phase: "plan", Message: strings.Repeat("m", 900), At: int64(i)}
 				if err := Append(dir, r); err != nil {
 					t.Error(err)
 					return
@@ -91,7 +33,7 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	f, err := os.Open(Path(dir))
+	f, err := os.Open(tickline.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +43,7 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 	perStack := map[string]int64{}
 	n := 0
 	for sc.Scan() {
-		var r Record
+		var r tickline.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("line %d does not parse: %v", n+1, err)
 		}
@@ -118,35 +60,30 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 
 func TestAppendClipsFields(t *testing.T) {
 	dir := t.TempDir()
-	long := strings.Repeat("y", 3*MaxField)
-	if err := Append(dir, Record{Stack: long, Phase: long, Status: long, Message: long}); err != nil {
+	long := strings.Repeat("y", 3*tickline.MaxField)
+	if err := Append(dir, tickline.Record{Stack: long, Phase: long, Status: long, Message: long}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(Path(dir))
+	b, err := os.ReadFile(tickline.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r Record
+	var r tickline.Record
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{r.Stack, r.Phase, r.Status, r.Message} {
-		if len(f) != MaxField {
-			t.Fatalf("a field kept %d bytes, want %d", len(f), MaxField)
+		if len(f) != tickline.MaxField {
+			t.Fatalf("a field kept %d bytes, want %d", len(f), tickline.MaxField)
 		}
 	}
 }
 
 func TestAppendReportsAMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	err := Append(dir, Record{Stack: "a", Phase: "p"})
-	var ae *AppendError
-	if !errors.As(err, &ae) || ae.Op != "open" || ae.Errno != uintptr(syscall.ENOENT) || !strings.Contains(err.Error(), Path(dir)) {
-		t.Fatalf("Append into a missing directory: %v, want ENOENT on open, naming %s", err, Path(dir))
-	}
-	want := "tick file " + Path(dir) + ": open: errno " + strconv.Itoa(int(syscall.ENOENT))
-	if err.Error() != want {
-		t.Fatalf("error %q, want %q", err, want)
+	err := Append(dir, tickline.Record{Stack: "a", Phase: "p"})
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), tickline.Path(dir)) {
+		t.Fatalf("Append into a missing directory: %v, want a not-exist error naming %s", err, tickline.Path(dir))
 	}
 }
 
@@ -155,18 +92,18 @@ func TestAppendReportsAMissingDirectory(t *testing.T) {
 func TestAppendCreatesAPrivateFile(t *testing.T) {
 	dir := t.TempDir()
 	for _, phase := range []string{"init", "plan"} {
-		if err := Append(dir, Record{Stack: "a", Phase: phase, At: 7}); err != nil {
+		if err := Append(dir, tickline.Record{Stack: "a", Phase: phase, At: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fi, err := os.Stat(Path(dir))
+	fi, err := os.Stat(tickline.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("tick file mode %v, want 0600", fi.Mode().Perm())
 	}
-	b, err := os.ReadFile(Path(dir))
+	b, err := os.ReadFile(tickline.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
