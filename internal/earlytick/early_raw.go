@@ -8,31 +8,42 @@ import (
 )
 
 func init() {
-	args, ok := procStrings("cmdline")
-	if !ok || len(args) == 0 || !isTick(args[1:]) {
-		return
-	}
-	env, ok := procStrings("environ")
-	if !ok {
-		return
-	}
-	at, ok := rawsys.NowUnixNano()
-	if !ok {
-		return
-	}
-	if Handle(args[1:], func(key string) string { return lookup(env, key) }, func() int64 { return at }) {
+	if handleProc(rawsys.ReadFile, rawsys.NowUnixNano) {
 		rawsys.Exit(0)
 	}
 }
 
-// procStrings reads /proc/self/<name>, a list of NUL-terminated strings, and reports whether
-// it got all of it (see splitNUL).
-func procStrings(name string) ([]string, bool) {
-	b, e := rawsys.ReadFile("/proc/self/" + name)
-	if e != 0 {
-		return nil, false
+// handleProc is Handle on the process's own arguments and environment, read from
+// /proc/self through read, with clock for the tick's time, and reports whether it handled the
+// call. It declines (false) whenever it cannot be sure what the call is: a file that cannot be
+// read or was cut short (see splitNUL), or a clock that fails under the driver.
+func handleProc(read func(path string) ([]byte, rawsys.Errno), clock func() (int64, bool)) bool {
+	cmdline, e := read("/proc/self/cmdline")
+	// Kernels before 4.2 return one page of cmdline: a read of a page or more may be cut on a
+	// string boundary, arguments missing, and is left to the full command line.
+	if e != 0 || len(cmdline) >= 4096 {
+		return false
 	}
-	return splitNUL(b)
+	args, ok := splitNUL(cmdline)
+	if !ok || len(args) == 0 || !isTick(args[1:]) {
+		return false
+	}
+	environ, e := read("/proc/self/environ")
+	if e != 0 {
+		return false
+	}
+	env, ok := splitNUL(environ)
+	if !ok {
+		return false
+	}
+	getenv := func(key string) string { return lookup(env, key) }
+	var at int64
+	if getenv(tickline.EnvDir) != "" { // only a tick under the driver records a time
+		if at, ok = clock(); !ok {
+			return false
+		}
+	}
+	return Handle(args[1:], getenv, func() int64 { return at })
 }
 
 // splitNUL splits NUL-terminated strings, and reports whether the last one had its NUL: one

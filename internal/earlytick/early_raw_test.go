@@ -117,3 +117,54 @@ func TestAppendTickIsTickfileAppend(t *testing.T) {
 		t.Fatal("appendTick into a missing directory reported success")
 	}
 }
+
+// handleProc declines whatever it cannot be sure of, and reads the clock only for a tick that
+// records a time.
+func TestHandleProcDeclinesWhenUnsure(t *testing.T) {
+	dir := t.TempDir()
+	nul := func(ss ...string) []byte { return []byte(strings.Join(ss, "\x00") + "\x00") }
+	tick := nul("tfstackplan", "run", "tick", "--phase", "plan", "--stack", "s")
+	offline := nul("PATH=/bin")
+	driver := nul("PATH=/bin", tickline.EnvDir+"="+dir)
+	long := nul("tfstackplan", "run", "tick", "--phase", "plan", "--stack", "s", "--message", strings.Repeat("m", 4096))
+	okClock := func() (int64, bool) { return 42, true }
+	badClock := func() (int64, bool) { return 0, false }
+	for _, tc := range []struct {
+		name             string
+		cmdline, environ []byte
+		cmdErr, envErr   rawsys.Errno
+		clock            func() (int64, bool)
+		want             bool
+	}{
+		{"offline", tick, offline, 0, 0, badClock, true}, // no time needed, the clock is not read
+		{"under the driver", tick, driver, 0, 0, okClock, true},
+		{"under the driver, the clock fails", tick, driver, 0, 0, badClock, false},
+		{"cmdline unreadable", nil, offline, 2, 0, okClock, false},
+		{"environ unreadable", tick, nil, 0, 13, okClock, false},
+		{"cmdline cut", tick[:len(tick)-1], offline, 0, 0, okClock, false},
+		{"environ cut", tick, offline[:len(offline)-1], 0, 0, okClock, false},
+		{"a page of cmdline or more", long, offline, 0, 0, okClock, false},
+		{"not a tick", nul("tfstackplan", "version"), offline, 0, 0, okClock, false},
+		{"empty cmdline", []byte{}, offline, 0, 0, okClock, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read := func(path string) ([]byte, rawsys.Errno) {
+				switch path {
+				case "/proc/self/cmdline":
+					return tc.cmdline, tc.cmdErr
+				case "/proc/self/environ":
+					return tc.environ, tc.envErr
+				}
+				t.Fatalf("read %s", path)
+				return nil, 0
+			}
+			if got := handleProc(read, tc.clock); got != tc.want {
+				t.Fatalf("handleProc = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	b, err := os.ReadFile(tickline.Path(dir))
+	if err != nil || string(b) != `{"stack":"s","phase":"plan","at":42}`+"\n" {
+		t.Fatalf("tick file %q, %v: want the one tick handled under the driver", b, err)
+	}
+}

@@ -25,8 +25,8 @@
 //   - no TFSTACKPLAN_SERVER or no TFSTACKPLAN_EXECUTION (offline): nothing to do, exit 0.
 //
 // Every other call (help, an unknown or repeated flag, a missing value, phase or stack, a
-// tick sent straight to a server), and every call when /proc or the clock cannot be read, is
-// left alone: init returns and the full command line runs it as it always did. The outcome is
+// tick sent straight to a server), and every call when /proc cannot be read whole or the
+// clock fails, is left alone: init returns and the full command line runs it as it always did. The outcome is
 // the same either way (internal/cli's tests compare the two paths call by call); only the
 // cost differs.
 package earlytick
