@@ -26,9 +26,9 @@
 //
 // Every other call (help, an unknown or repeated flag, a missing value, phase or stack, a
 // tick sent straight to a server), and every call when /proc cannot be read whole or the
-// clock fails, is left alone: init returns and the full command line runs it as it always did. The outcome is
-// the same either way (internal/cli's tests compare the two paths call by call); only the
-// cost differs.
+// clock fails, is left alone: init returns and the full command line runs it as it always
+// did. The outcome is the same either way (internal/cli's tests compare the two paths call by
+// call); only the cost differs.
 package earlytick
 
 import "github.com/tfstackplan/tfstackplan/internal/tickline"
