@@ -56,7 +56,7 @@ func TestEarlyTickAgreesWithTheCommandLine(t *testing.T) {
 				}
 			}
 			setenv(early)
-			if !earlytick.Handle(args, os.Getenv, func() int64 { return time.Now().UnixNano() }) {
+			if !earlytick.Handle(args, os.Getenv, func() (int64, bool) { return time.Now().UnixNano(), true }) {
 				if _, err := os.Stat(tickline.Path(early)); err == nil {
 					t.Fatalf("%q %v: not handled, yet a tick file was written", args, env)
 				}

@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	if Handle(os.Args[1:], os.Getenv, func() int64 { return time.Now().UnixNano() }) {
+	if Handle(os.Args[1:], os.Getenv, func() (int64, bool) { return time.Now().UnixNano(), true }) {
 		os.Exit(0)
 	}
 }

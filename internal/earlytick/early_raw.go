@@ -16,7 +16,7 @@ func init() {
 // handleProc is Handle on the process's own arguments and environment, read from
 // /proc/self through read, with clock for the tick's time, and reports whether it handled the
 // call. It declines (false) whenever it cannot be sure what the call is: a file that cannot be
-// read or was cut short (see splitNUL), or a clock that fails under the driver.
+// read or was cut short (see splitNUL); Handle declines a clock that fails.
 func handleProc(read func(path string) ([]byte, rawsys.Errno), clock func() (int64, bool)) bool {
 	cmdline, e := read("/proc/self/cmdline")
 	// Kernels before 4.2 return one page of cmdline: a read of a page or more may be cut on a
@@ -36,14 +36,7 @@ func handleProc(read func(path string) ([]byte, rawsys.Errno), clock func() (int
 	if !ok {
 		return false
 	}
-	getenv := func(key string) string { return lookup(env, key) }
-	var at int64
-	if getenv(tickline.EnvDir) != "" { // only a tick under the driver records a time
-		if at, ok = clock(); !ok {
-			return false
-		}
-	}
-	return Handle(args[1:], getenv, func() int64 { return at })
+	return Handle(args[1:], func(key string) string { return lookup(env, key) }, clock)
 }
 
 // splitNUL splits NUL-terminated strings, and reports whether the last one had its NUL: one

@@ -43,10 +43,11 @@ const (
 
 // Handle carries out the tick that args (the command line without the program name) describe
 // when it is one of the calls this package handles, and reports whether it did; the process
-// then has nothing left to do and exits 0. now returns the time in Unix nanoseconds. A tick
-// file that cannot be written is ignored, as `run tick` always does: the driver then relies
+// then has nothing left to do and exits 0. now returns the time in Unix nanoseconds, or false
+// when the clock fails; it is read only for a tick under the driver, the one that records a
+// time, and a failure declines the call. A tick file that cannot be written is ignored, as `run tick` always does: the driver then relies
 // on terramate's output.
-func Handle(args []string, getenv func(string) string, now func() int64) bool {
+func Handle(args []string, getenv func(string) string, now func() (int64, bool)) bool {
 	if !isTick(args) {
 		return false
 	}
@@ -89,7 +90,11 @@ func Handle(args []string, getenv func(string) string, now func() int64) bool {
 		return false
 	}
 	if dir := getenv(tickline.EnvDir); dir != "" {
-		r.At = now()
+		at, ok := now()
+		if !ok {
+			return false
+		}
+		r.At = at
 		appendTick(dir, r)
 		return true
 	}

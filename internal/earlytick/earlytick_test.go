@@ -79,7 +79,7 @@ func TestHandle(t *testing.T) {
 				}
 				return v
 			}
-			if got := Handle(tc.args, env, at.UnixNano); got != tc.handled {
+			if got := Handle(tc.args, env, func() (int64, bool) { return at.UnixNano(), true }); got != tc.handled {
 				t.Fatalf("Handle(%q) = %v, want %v", tc.args, got, tc.handled)
 			}
 			b, err := os.ReadFile(tickline.Path(dir))
