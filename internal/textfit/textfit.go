@@ -29,3 +29,17 @@ func Prefix(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// Excerpt renders b, an answer body or a library's message, for an error message: invalid
+// UTF-8 and NUL bytes replaced, each run of white space made one space, and cut to at most n
+// bytes with "…" marking the cut; "(empty)" when nothing is left.
+func Excerpt(b []byte, n int) string {
+	s := strings.Join(strings.Fields(Sanitize(string(b))), " ")
+	switch {
+	case s == "":
+		return "(empty)"
+	case len(s) > n:
+		return Prefix(s, n) + "…"
+	}
+	return s
+}

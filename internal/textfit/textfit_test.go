@@ -49,3 +49,22 @@ func TestPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestExcerpt(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"", 10, "(empty)"},
+		{" \n\t ", 10, "(empty)"},
+		{"a  b\n\tc", 10, "a b c"},
+		{"abcdef", 3, "abc…"},
+		{"aé", 2, "a…"}, // never splits a character
+		{"a\xffb\x00", 20, "a\uFFFDb\uFFFD"},
+	} {
+		if got := Excerpt([]byte(tc.in), tc.n); got != tc.want {
+			t.Errorf("Excerpt(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
