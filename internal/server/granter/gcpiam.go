@@ -17,9 +17,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/api/googleapi"
-	iam "google.golang.org/api/iam/v1"
-	"google.golang.org/api/option"
+	"cloud.google.com/go/auth"
+	"cloud.google.com/go/auth/credentials"
 )
 
 // TokenCreatorRole is the role a GCPIAM grant binds: it lets the member mint access tokens for
@@ -48,10 +47,10 @@ type GCPIAMConfig struct {
 // whose expression ends the binding at the lease's expiry.
 //
 // Every change is a read-modify-write of the account's policy (version 3) guarded by its etag.
-// A concurrent modification (HTTP 409) is re-read and retried; HTTP 429, 5xx and transport
-// failures are retried with exponential backoff and jitter; all these within MaxAttempts and the
-// context's deadline. Any other error fails at once. Errors name the service account and the
-// HTTP status, and wrap the *googleapi.Error.
+// A concurrent modification (HTTP 409, IAM's answer to a stale etag) is re-read and retried; HTTP 429, 5xx and transport failures are retried with exponential backoff and
+// jitter; all these within MaxAttempts and the context's deadline. Any other error, a malformed
+// answer included, fails at once. Errors name the service account, the IAM method, the HTTP
+// status and the message of Google's error answer.
 //
 // The fields may be changed before first use.
 type GCPIAM struct {
@@ -65,7 +64,7 @@ type GCPIAM struct {
 	// MaxDelay, and each wait is drawn from its upper half (0: the defaults).
 	BaseDelay, MaxDelay time.Duration
 
-	svc *iam.Service
+	iam *iamClient
 
 	mu   sync.Mutex
 	busy map[string]chan struct{} // service accounts being changed, closed when done
@@ -75,32 +74,52 @@ type GCPIAM struct {
 // CredentialsFile it looks up Application Default Credentials now, which off Google Cloud may
 // probe the metadata server.
 func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
-	var opts []option.ClientOption
+	endpoint := ""
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
 		if err != nil || u.Scheme == "" || u.Host == "" {
 			return nil, fmt.Errorf("granter gcp-iam: endpoint %q is not an absolute URL", cfg.Endpoint)
 		}
-		// The client resolves "v1/..." against the endpoint, which drops a last segment that
-		// does not end in a slash.
-		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(cfg.Endpoint, "/")+"/"))
+		if u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("granter gcp-iam: endpoint %q has a query or fragment", cfg.Endpoint)
+		}
+		// Method paths are appended to the endpoint, which may or may not end in a slash.
+		endpoint = strings.TrimSuffix(cfg.Endpoint, "/") + "/"
 	}
+	opts := &credentials.DetectOptions{Scopes: []string{cloudPlatformScope}}
+	var creds *auth.Credentials
 	if cfg.CredentialsFile != "" {
 		typ, err := credentialsType(cfg.CredentialsFile)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, option.WithAuthCredentialsFile(typ, cfg.CredentialsFile))
+		if creds, err = credentials.NewCredentialsFromFile(typ, cfg.CredentialsFile, opts); err != nil {
+			return nil, fmt.Errorf("granter gcp-iam: credentials file %s: %w", cfg.CredentialsFile, err)
+		}
+	} else {
+		var err error
+		if creds, err = credentials.DetectDefault(opts); err != nil {
+			return nil, fmt.Errorf("granter gcp-iam: application default credentials: %w", err)
+		}
 	}
-	svc, err := iam.NewService(ctx, opts...)
+	quotaProject, err := creds.QuotaProjectID(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("granter gcp-iam: %w", err)
+		return nil, fmt.Errorf("granter gcp-iam: quota project of the credentials: %w", err)
 	}
-	return &GCPIAM{svc: svc}, nil
+	if endpoint == "" {
+		// IAM lives in the credentials' universe (googleapis.com unless they name another).
+		universe, err := creds.UniverseDomain(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("granter gcp-iam: universe domain of the credentials: %w", err)
+		}
+		endpoint = "https://iam." + universe + "/"
+	}
+	return &GCPIAM{iam: newIAMClient(endpoint, creds.TokenProvider, quotaProject)}, nil
 }
 
-// credentialsType reads the type of a credentials file, for the client's typed option.
-func credentialsType(path string) (option.CredentialsType, error) {
+// credentialsType reads the type of a credentials file, for the typed constructor, which
+// loads only the type it is told.
+func credentialsType(path string) (credentials.CredType, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("granter gcp-iam: credentials file: %w", err)
@@ -111,13 +130,18 @@ func credentialsType(path string) (option.CredentialsType, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return "", fmt.Errorf("granter gcp-iam: credentials file %s: %w", path, err)
 	}
-	for _, t := range []option.CredentialsType{option.ServiceAccount, option.AuthorizedUser, option.ExternalAccount, option.ImpersonatedServiceAccount} {
+	for _, t := range acceptedCredTypes {
 		if f.Type == string(t) {
 			return t, nil
 		}
 	}
 	return "", fmt.Errorf("granter gcp-iam: credentials file %s has type %q (accepted: %s, %s, %s, %s)", path, f.Type,
-		option.ServiceAccount, option.AuthorizedUser, option.ExternalAccount, option.ImpersonatedServiceAccount)
+		credentials.ServiceAccount, credentials.AuthorizedUser, credentials.ExternalAccount, credentials.ImpersonatedServiceAccount)
+}
+
+// acceptedCredTypes are the credentials file types GCPIAMConfig.CredentialsFile may have.
+var acceptedCredTypes = []credentials.CredType{
+	credentials.ServiceAccount, credentials.AuthorizedUser, credentials.ExternalAccount, credentials.ImpersonatedServiceAccount,
 }
 
 // Name returns KindGCPIAM.
@@ -142,7 +166,7 @@ func (g *GCPIAM) Grant(ctx context.Context, b Binding) error {
 	}
 	want := leaseBinding(b)
 	what := fmt.Sprintf("grant lease %s", b.LeaseID)
-	p, err := g.update(ctx, what, b.Requester, func(p *iam.Policy) bool {
+	p, err := g.update(ctx, what, b.Requester, func(p *iamPolicy) bool {
 		found := false
 		kept := p.Bindings[:0]
 		for _, x := range p.Bindings {
@@ -163,7 +187,7 @@ func (g *GCPIAM) Grant(ctx context.Context, b Binding) error {
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(p.Bindings, func(x *iam.Binding) bool { return sameBinding(x, want) }) {
+	if !slices.ContainsFunc(p.Bindings, func(x *iamBinding) bool { return sameBinding(x, want) }) {
 		return fmt.Errorf("granter gcp-iam: %s on service account %s: the policy IAM returned lacks the binding", what, b.Requester)
 	}
 	return nil
@@ -179,9 +203,9 @@ func (g *GCPIAM) Revoke(ctx context.Context, b Binding) error {
 		return errors.New("granter gcp-iam: revoke needs a lease id")
 	}
 	title := ConditionTitle(b.LeaseID)
-	_, err := g.update(ctx, "revoke lease "+b.LeaseID, b.Requester, func(p *iam.Policy) bool {
+	_, err := g.update(ctx, "revoke lease "+b.LeaseID, b.Requester, func(p *iamPolicy) bool {
 		n := len(p.Bindings)
-		p.Bindings = slices.DeleteFunc(p.Bindings, func(x *iam.Binding) bool { return isLease(x, title) })
+		p.Bindings = slices.DeleteFunc(p.Bindings, func(x *iamBinding) bool { return isLease(x, title) })
 		return len(p.Bindings) != n
 	})
 	return err
@@ -194,9 +218,9 @@ func (g *GCPIAM) RemoveExpired(ctx context.Context, requester string, now time.T
 		return nil, err
 	}
 	var removed []string
-	_, err := g.update(ctx, "remove expired leases", requester, func(p *iam.Policy) bool {
+	_, err := g.update(ctx, "remove expired leases", requester, func(p *iamPolicy) bool {
 		removed = removed[:0]
-		p.Bindings = slices.DeleteFunc(p.Bindings, func(x *iam.Binding) bool {
+		p.Bindings = slices.DeleteFunc(p.Bindings, func(x *iamBinding) bool {
 			if x.Role != TokenCreatorRole || x.Condition == nil || !strings.HasPrefix(x.Condition.Title, TitlePrefix) {
 				return false
 			}
@@ -217,15 +241,15 @@ func (g *GCPIAM) RemoveExpired(ctx context.Context, requester string, now time.T
 }
 
 // leaseBinding is the binding Grant adds for b.
-func leaseBinding(b Binding) *iam.Binding {
+func leaseBinding(b Binding) *iamBinding {
 	desc := fmt.Sprintf("tfstackplan lease of environment %s to apply execution %s", b.Environment, b.LeaseID)
 	if len(desc) > maxDescriptionLen {
 		desc = strings.ToValidUTF8(desc[:maxDescriptionLen-3], "") + "..."
 	}
-	return &iam.Binding{
+	return &iamBinding{
 		Role:    TokenCreatorRole,
 		Members: []string{b.Member},
-		Condition: &iam.Expr{
+		Condition: &iamExpr{
 			Title:       ConditionTitle(b.LeaseID),
 			Description: desc,
 			Expression:  expiryExpression(b.ExpiresAt),
@@ -257,11 +281,11 @@ func parseExpiry(expr string) (time.Time, bool) {
 	return at, err == nil
 }
 
-func isLease(x *iam.Binding, title string) bool {
+func isLease(x *iamBinding, title string) bool {
 	return x.Role == TokenCreatorRole && x.Condition != nil && x.Condition.Title == title
 }
 
-func sameBinding(x, y *iam.Binding) bool {
+func sameBinding(x, y *iamBinding) bool {
 	return x.Role == y.Role && slices.Equal(x.Members, y.Members) && x.Condition != nil && y.Condition != nil &&
 		x.Condition.Title == y.Condition.Title && x.Condition.Description == y.Condition.Description &&
 		x.Condition.Expression == y.Condition.Expression
@@ -278,18 +302,16 @@ func checkAccount(email string) error {
 // update applies edit to account's policy by read-modify-write and returns the policy IAM
 // holds afterwards; edit reports whether it changed anything (if not, nothing is written).
 // edit may run more than once, each time on a fresh read.
-func (g *GCPIAM) update(ctx context.Context, what, account string, edit func(*iam.Policy) bool) (*iam.Policy, error) {
+func (g *GCPIAM) update(ctx context.Context, what, account string, edit func(*iamPolicy) bool) (*iamPolicy, error) {
 	unlock, err := g.lock(ctx, account)
 	if err != nil {
 		return nil, fmt.Errorf("granter gcp-iam: %s on service account %s: %w", what, account, err)
 	}
 	defer unlock()
-	sa := g.svc.Projects.ServiceAccounts
-	resource := "projects/-/serviceAccounts/" + account
 	maxAttempts := cmp.Or(g.MaxAttempts, DefaultMaxAttempts)
 	for attempt := 1; ; attempt++ {
 		call := "getIamPolicy"
-		p, err := sa.GetIamPolicy(resource).OptionsRequestedPolicyVersion(3).Context(ctx).Do()
+		p, err := g.iam.getIamPolicy(ctx, account)
 		if err == nil {
 			if !edit(p) {
 				return p, nil
@@ -298,7 +320,7 @@ func (g *GCPIAM) update(ctx context.Context, what, account string, edit func(*ia
 			// changed the policy since the read.
 			p.Version = 3
 			call = "setIamPolicy"
-			p, err = sa.SetIamPolicy(resource, &iam.SetIamPolicyRequest{Policy: p}).Context(ctx).Do()
+			p, err = g.iam.setIamPolicy(ctx, account, p)
 			if err == nil {
 				return p, nil
 			}
@@ -322,21 +344,21 @@ func (g *GCPIAM) update(ctx context.Context, what, account string, edit func(*ia
 	}
 }
 
-// describe puts the HTTP status first in an IAM error, keeping the error to unwrap.
+// describe puts the HTTP status first in an IAM error answer, keeping the error to unwrap.
 func describe(err error) error {
-	var gerr *googleapi.Error
-	if !errors.As(err, &gerr) {
+	var aerr *apiError
+	if !errors.As(err, &aerr) {
 		return err
 	}
-	msg := gerr.Message
-	if msg == "" {
-		msg = strings.TrimSpace(gerr.Body)
+	msg := ""
+	if aerr.Message != "" {
+		msg = ": " + aerr.Message
 	}
 	hint := ""
-	if gerr.Code == http.StatusForbidden {
+	if aerr.Code == http.StatusForbidden {
 		hint = " (the control plane's identity needs iam.serviceAccounts.getIamPolicy and setIamPolicy on the account, e.g. roles/iam.serviceAccountAdmin)"
 	}
-	return &statusError{msg: fmt.Sprintf("HTTP %d %s: %s%s", gerr.Code, http.StatusText(gerr.Code), msg, hint), err: err}
+	return &statusError{msg: fmt.Sprintf("HTTP %d %s%s%s", aerr.Code, http.StatusText(aerr.Code), msg, hint), err: err}
 }
 
 type statusError struct {
@@ -348,12 +370,12 @@ func (e *statusError) Error() string { return e.msg }
 func (e *statusError) Unwrap() error { return e.err }
 
 // retryable tells a failure worth a fresh read-modify-write: a concurrent modification, a
-// throttle, a server error, or a broken connection (a write whose answer was lost is safe to
-// redo, since every attempt starts from a fresh read).
+// throttle, a server error, or a broken connection (a write whose
+// answer was lost is safe to redo, since every attempt starts from a fresh read).
 func retryable(err error) bool {
-	var gerr *googleapi.Error
-	if errors.As(err, &gerr) {
-		return gerr.Code == http.StatusConflict || gerr.Code == http.StatusTooManyRequests || gerr.Code >= 500
+	var aerr *apiError
+	if errors.As(err, &aerr) {
+		return aerr.Code == http.StatusConflict || aerr.Code == http.StatusTooManyRequests || aerr.Code >= 500
 	}
 	// Every failure of a round trip, a sign-in refused included, comes as a *url.Error, which
 	// is itself a net.Error: only what it wraps tells a network failure.

@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/api/googleapi"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/granter"
 	"github.com/tfstackplan/tfstackplan/internal/server/granter/iamfake"
@@ -32,7 +34,7 @@ func TestMain(m *testing.M) {
 		"HTTP_PROXY": "http://127.0.0.1:1", "HTTPS_PROXY": "http://127.0.0.1:1", "NO_PROXY": "",
 		"http_proxy": "http://127.0.0.1:1", "https_proxy": "http://127.0.0.1:1", "no_proxy": "",
 		"GCE_METADATA_HOST": "127.0.0.1:1", "GCE_METADATA_IP": "127.0.0.1:1",
-		"GOOGLE_AUTH_TRUST_BOUNDARY_ENABLED": "false", "GOOGLE_APPLICATION_CREDENTIALS": "",
+		"GOOGLE_AUTH_TRUST_BOUNDARY_ENABLED": "false", "GOOGLE_APPLICATION_CREDENTIALS": "", "GOOGLE_CLOUD_QUOTA_PROJECT": "",
 	} {
 		os.Setenv(k, v)
 	}
@@ -252,9 +254,8 @@ func TestPersistentServerErrorFails(t *testing.T) {
 			t.Fatalf("error %v does not say %q", err, s)
 		}
 	}
-	var gerr *googleapi.Error
-	if !errors.As(err, &gerr) || gerr.Code != 503 {
-		t.Errorf("error %v does not unwrap to the 503 googleapi.Error", err)
+	if code, ok := granter.HTTPStatus(err); !ok || code != 503 {
+		t.Errorf("error %v does not unwrap to the 503 answer (got %d, %t)", err, code, ok)
 	}
 	calls(t, e, granter.DefaultMaxAttempts, granter.DefaultMaxAttempts)
 	if len(e.sleeps) != granter.DefaultMaxAttempts-1 {
@@ -500,4 +501,247 @@ func TestUnreachableEndpointIsRetriedThenFails(t *testing.T) {
 	if len(e.sleeps) != 2 {
 		t.Errorf("sleeps %v, want 2", e.sleeps)
 	}
+}
+
+func TestMalformedAnswerFailsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, contentType, body string
+		get, set                        int
+		says                            string
+	}{
+		{"cut JSON", "getIamPolicy", "application/json", `{"etag":"BwY=","bindings":[`, 1, 0, "unexpected end of JSON input"},
+		{"HTML page", "getIamPolicy", "text/html", "<html>Sign in to continue</html>", 1, 0, "invalid character '<'"},
+		{"wrong type", "getIamPolicy", "application/json", `{"etag":"BwY=","bindings":"none"}`, 1, 0, `field "bindings" holds a JSON string`},
+		{"wrong nested type", "getIamPolicy", "application/json", `{"etag":"BwY=","bindings":[{"role":"r/x","condition":{"title":7}}]}`, 1, 0, `field "bindings.condition.title" holds a JSON number`},
+		{"null", "getIamPolicy", "application/json", "null", 1, 0, "the body is null"},
+		{"empty", "getIamPolicy", "application/json", "", 1, 0, "the body is empty"},
+		{"no etag", "getIamPolicy", "application/json", `{"version":1}`, 1, 0, "the policy has no etag"},
+		{"null binding", "getIamPolicy", "application/json", `{"etag":"BwY=","bindings":[null]}`, 1, 0, "binding 0 is null"},
+		{"binding without role", "getIamPolicy", "application/json", `{"etag":"BwY=","bindings":[{"members":["user:a@b"]}]}`, 1, 0, "binding 0 has no role"},
+		{"trailing data", "setIamPolicy", "application/json", `{"etag":"BwY="} {"etag":"BwZ="}`, 1, 1, "after top-level value"},
+		{"too large", "getIamPolicy", "application/json", `{"etag":"BwY=","x":"` + strings.Repeat("a", 1<<20) + `"}`, 1, 0, "larger than 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			e.fake.Answer(tc.method, 1, 200, tc.contentType, tc.body)
+			err := e.g.Grant(context.Background(), lease("x1", time.Hour))
+			for _, s := range []string{requester, tc.method + ": malformed answer", tc.says} {
+				if err == nil || !strings.Contains(err.Error(), s) {
+					t.Fatalf("error %v does not say %q", err, s)
+				}
+			}
+			calls(t, e, tc.get, tc.set)
+			if len(e.sleeps) != 0 {
+				t.Errorf("slept %v: a malformed answer is not retried", e.sleeps)
+			}
+		})
+	}
+}
+
+func TestErrorAnswersAreSurfaced(t *testing.T) {
+	for _, tc := range []struct {
+		name, contentType, body string
+		code                    int
+		says                    string
+	}{
+		{"google JSON", "application/json; charset=UTF-8",
+			`{"error":{"code":400,"message":"Invalid policy version 2 requested.","status":"INVALID_ARGUMENT","details":[]}}`,
+			400, "getIamPolicy: HTTP 400 Bad Request: Invalid policy version 2 requested."},
+		{"google JSON without a message", "application/json", `{"error":{"code":403,"status":"PERMISSION_DENIED"}}`,
+			403, "HTTP 403 Forbidden: PERMISSION_DENIED (the control plane's identity needs"},
+		{"proxy page", "text/html", "<html>\n  <body>Access denied by proxy</body>\n</html>\n",
+			407, "HTTP 407 Proxy Authentication Required: <html> <body>Access denied by proxy</body> </html>"},
+		{"empty body", "text/plain", "", 404, "getIamPolicy: HTTP 404 Not Found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			e.fake.Answer("getIamPolicy", 1, tc.code, tc.contentType, tc.body)
+			err := e.g.Grant(context.Background(), lease("x1", time.Hour))
+			if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), requester) {
+				t.Fatalf("error %v, want one naming %s and saying %q", err, requester, tc.says)
+			}
+			if code, ok := granter.HTTPStatus(err); !ok || code != tc.code {
+				t.Errorf("error unwraps to HTTP %d (%t), want %d", code, ok, tc.code)
+			}
+			calls(t, e, 1, 0)
+		})
+	}
+
+	t.Run("long body", func(t *testing.T) {
+		e := setup(t)
+		e.fake.Answer("getIamPolicy", 1, 400, "text/plain", strings.Repeat("é", 2<<20))
+		err := e.g.Grant(context.Background(), lease("x1", time.Hour))
+		if err == nil || !strings.Contains(err.Error(), "HTTP 400 Bad Request: éé") || !strings.HasSuffix(err.Error(), "é…") {
+			t.Fatalf("error %.300v..., want the start of the body, cut", err)
+		}
+		if n := len(err.Error()); n > 1000 {
+			t.Errorf("error of %d bytes: the quoted body is not bounded", n)
+		}
+	})
+
+	// Google's own message is bounded too: it reaches the audit record and the gate's answer.
+	t.Run("long google message", func(t *testing.T) {
+		e := setup(t)
+		msg := strings.Repeat("x", 100_000)
+		e.fake.Answer("getIamPolicy", 1, 400, "application/json", `{"error":{"code":400,"message":"`+msg+`","status":"INVALID_ARGUMENT"}}`)
+		err := e.g.Grant(context.Background(), lease("x1", time.Hour))
+		if err == nil || !strings.Contains(err.Error(), "HTTP 400 Bad Request: xxx") || len(err.Error()) > 1000 {
+			t.Fatalf("error of %d bytes, want Google's message cut", len(fmt.Sprint(err)))
+		}
+	})
+}
+
+// An IAM answer that redirects is an error, not a second request: the access token would go
+// along to wherever the redirect points.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	e := setup(t)
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+	}))
+	t.Cleanup(other.Close)
+	redirecting := httptest.NewServer(http.RedirectHandler(other.URL+"/steal", http.StatusTemporaryRedirect))
+	t.Cleanup(redirecting.Close)
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: redirecting.URL, CredentialsFile: e.fake.CredentialsFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = func() time.Time { return now }
+	g.Sleep = func(context.Context, time.Duration) error { return nil }
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if code, ok := granter.HTTPStatus(err); !ok || code != http.StatusTemporaryRedirect {
+		t.Fatalf("error %v, want the 307 answer", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect was followed (%d requests elsewhere)", n)
+	}
+}
+
+// Without an endpoint, IAM is called in the credentials' universe.
+func TestEndpointFollowsTheUniverseDomain(t *testing.T) {
+	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
+	fake := iamfake.Start(t)
+	var key map[string]any
+	b, err := os.ReadFile(fake.CredentialsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &key); err != nil {
+		t.Fatal(err)
+	}
+	for universe, want := range map[string]string{"": "https://iam.googleapis.com/", "sovereign.example": "https://iam.sovereign.example/"} {
+		if universe != "" {
+			key["universe_domain"] = universe
+		}
+		b, _ := json.Marshal(key)
+		path := filepath.Join(t.TempDir(), "key.json")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{CredentialsFile: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := granter.Endpoint(g); got != want {
+			t.Errorf("universe %q: endpoint %s, want %s", universe, got, want)
+		}
+	}
+}
+
+func TestBearerTokenIsSent(t *testing.T) {
+	e := setup(t)
+	t.Setenv("GOOGLE_CLOUD_QUOTA_PROJECT", "billing-proj")
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: e.fake.CredentialsFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	if err := g.Grant(context.Background(), lease("x1", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.Header("Authorization"); got != "Bearer "+iamfake.Token {
+		t.Errorf("Authorization %q, want the token the key file signed in for", got)
+	}
+	if got := e.fake.Header("X-Goog-User-Project"); got != "billing-proj" {
+		t.Errorf("X-Goog-User-Project %q, want the quota project", got)
+	}
+
+	// A token IAM refuses is a permanent failure, and the error does not repeat it.
+	const refused = "iamfake-refused-token-value"
+	e.fake.IssueToken(refused)
+	g, err = granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: e.fake.CredentialsFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	err = g.Revoke(context.Background(), lease("x1", time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "getIamPolicy: HTTP 401 Unauthorized: Request had invalid authentication credentials.") {
+		t.Fatalf("error %v, want IAM's 401", err)
+	}
+	if strings.Contains(err.Error(), refused) {
+		t.Errorf("error %v repeats the access token", err)
+	}
+	if got := e.fake.Header("Authorization"); got != "Bearer "+refused {
+		t.Errorf("Authorization %q, want the newly issued token", got)
+	}
+	if len(e.sleeps) != 0 {
+		t.Errorf("slept %v before a refused token", e.sleeps)
+	}
+}
+
+func TestCredentialsFileOfUnsupportedType(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, content, says string
+	}{
+		{"external user", `{"type":"external_account_authorized_user","token_url":"` + e.fake.URL + `token"}`,
+			`has type "external_account_authorized_user" (accepted: service_account, authorized_user, external_account, impersonated_service_account)`},
+		{"no type", `{"client_email":"x@y","token_uri":"` + e.fake.URL + `token"}`, `has type ""`},
+		{"not JSON", "client_email: x@y\n", "credentials file " + dir + "/not JSON.json: invalid character"},
+	} {
+		path := dir + "/" + tc.name + ".json"
+		if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.says)
+		}
+	}
+	if n := e.fake.Calls("token"); n != 0 {
+		t.Errorf("%d sign-ins with rejected credentials files", n)
+	}
+
+	// A file of an accepted type is only used at the first call: a bad key fails it there,
+	// before any unsigned request reaches IAM.
+	path := dir + "/bad-key.json"
+	if err := os.WriteFile(path, []byte(`{"type":"service_account","client_email":"x@y","private_key":"not a key","token_uri":"`+e.fake.URL+`token"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "getIamPolicy: ") || !strings.Contains(err.Error(), "getting an access token") {
+		t.Fatalf("error %v, want the failed sign-in", err)
+	}
+	calls(t, e, 0, 0)
+}
+
+func TestAccountIsEscapedInThePath(t *testing.T) {
+	e := setup(t)
+	odd := "odd%2Fname@proj.iam.gserviceaccount.com"
+	e.fake.AddAccount(odd)
+	b := lease("x1", time.Hour)
+	b.Requester = odd
+	if err := e.g.Grant(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.Policy(odd).Bindings; len(got) != 1 || got[0].Condition == nil || got[0].Condition.Title != granter.ConditionTitle("x1") {
+		t.Fatalf("the grant did not land on %s: %s", odd, dump(got))
+	}
+	check(t, e.bindings())
 }

@@ -1,12 +1,16 @@
 // Package iamfake is a loopback stand-in for the two IAM REST methods a granter uses,
 // projects.serviceAccounts.getIamPolicy and setIamPolicy, and for the OAuth token endpoint a
-// service-account key signs in at. Tests run the real Google API client, auth included, against
-// it: CredentialsFile writes a key file whose token_uri is this server.
+// service-account key signs in at. Tests run the granter's IAM client, signing in through the
+// real Google auth library, against it: CredentialsFile writes a key file whose token_uri is this
+// server.
 //
-// Policies follow IAM's rules where they matter to a read-modify-write: a fresh etag per change,
-// a stale etag answered with 409 ABORTED, version 3 required for conditions, bindings with the
-// same role and condition merged. Faults can be scripted: failing answers and a concurrent
-// writer between a read and a write.
+// Requests follow the IAM v1 REST reference: a bearer token, getIamPolicy with an empty body and
+// the policy version as the query parameter options.requestedPolicyVersion, setIamPolicy with a
+// JSON {"policy": ...} body. Policies follow IAM's rules where they matter to a read-modify-write:
+// a fresh etag per change, a stale etag answered with 409 ABORTED, version 3 required for
+// conditions, bindings with the same role and condition merged. Faults can be scripted: failing
+// or garbled answers, a token the IAM methods refuse, and a concurrent writer between a read and
+// a write.
 package iamfake
 
 import (
@@ -19,6 +23,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/http/httptest"
@@ -73,18 +78,23 @@ type Server struct {
 	faults     []fault
 	concurrent map[string][]func(*Policy)
 	calls      map[string]int
+	header     http.Header // of the last IAM request
+	issue      string      // the token the token endpoint issues
 	key        *rsa.PrivateKey
 	keyEmail   string
 }
 
+// fault is a scripted answer.
 type fault struct {
-	method string
-	code   int
+	method      string
+	code        int
+	contentType string
+	body        string
 }
 
 // Start starts a fake on 127.0.0.1 that stops when t's test ends.
 func Start(t testing.TB) *Server {
-	s := &Server{policies: map[string]*Policy{}, concurrent: map[string][]func(*Policy){}, calls: map[string]int{}}
+	s := &Server{policies: map[string]*Policy{}, concurrent: map[string][]func(*Policy){}, calls: map[string]int{}, issue: Token}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token", s.token)
 	mux.HandleFunc("POST /v1/projects/{project}/serviceAccounts/{call}", s.iam)
@@ -119,13 +129,39 @@ func (s *Server) Policy(email string) Policy {
 }
 
 // Fail makes the next n calls of method ("getIamPolicy", "setIamPolicy", or "" for either)
-// answer with HTTP code and its Google error status, after authentication.
+// answer with HTTP code and Google's error JSON, message "scripted fault", after authentication.
 func (s *Server) Fail(method string, n, code int) {
+	data, err := json.Marshal(errorBody(code, "scripted fault"))
+	if err != nil {
+		panic(err)
+	}
+	s.Answer(method, n, code, "application/json; charset=UTF-8", string(data))
+}
+
+// Answer makes the next n calls of method ("getIamPolicy", "setIamPolicy", or "" for either)
+// answer with HTTP code, contentType and body as given, after authentication; the policy is
+// left as it is.
+func (s *Server) Answer(method string, n, code int, contentType, body string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range n {
-		s.faults = append(s.faults, fault{method, code})
+		s.faults = append(s.faults, fault{method, code, contentType, body})
 	}
+}
+
+// IssueToken makes the token endpoint issue tok from now on. The IAM methods still accept only
+// Token, so any other tok stands for a token IAM does not honour.
+func (s *Server) IssueToken(tok string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.issue = tok
+}
+
+// Header returns a header of the last getIamPolicy or setIamPolicy request ("" before one).
+func (s *Server) Header(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.header.Get(name)
 }
 
 // ConcurrentWrite makes another writer change account's policy with mutate just before the next
@@ -187,7 +223,7 @@ func (s *Server) CredentialsFile(t testing.TB) string {
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls["token"]++
-	key, email := s.key, s.keyEmail
+	key, email, issue := s.key, s.keyEmail, s.issue
 	s.mu.Unlock()
 	oauthErr := func(msg string) {
 		w.Header().Set("Content-Type", "application/json")
@@ -227,7 +263,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": Token, "token_type": "Bearer", "expires_in": 3600})
+	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": issue, "token_type": "Bearer", "expires_in": 3600})
 }
 
 // iam serves POST /v1/projects/{project}/serviceAccounts/{email}:{getIamPolicy,setIamPolicy}.
@@ -240,18 +276,21 @@ func (s *Server) iam(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[method]++
+	s.header = r.Header.Clone()
 	if r.Header.Get("Authorization") != "Bearer "+Token {
 		apiError(w, http.StatusUnauthorized, "Request had invalid authentication credentials.")
 		return
 	}
 	if r.URL.Query().Get("alt") != "json" {
-		apiError(w, http.StatusBadRequest, "the client always asks for alt=json")
+		apiError(w, http.StatusBadRequest, "the granter always asks for alt=json")
 		return
 	}
 	if i := slices.IndexFunc(s.faults, func(f fault) bool { return f.method == "" || f.method == method }); i >= 0 {
-		code := s.faults[i].code
+		f := s.faults[i]
 		s.faults = slices.Delete(s.faults, i, i+1)
-		apiError(w, code, "scripted fault")
+		w.Header().Set("Content-Type", f.contentType)
+		w.WriteHeader(f.code)
+		_, _ = io.WriteString(w, f.body)
 		return
 	}
 	p := s.policies[email]
@@ -260,6 +299,10 @@ func (s *Server) iam(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if method == "getIamPolicy" {
+		if body, err := io.ReadAll(r.Body); err != nil || len(body) != 0 {
+			apiError(w, http.StatusBadRequest, "the getIamPolicy request body must be empty (options.requestedPolicyVersion is a query parameter)")
+			return
+		}
 		if conditional(p) && r.URL.Query().Get("options.requestedPolicyVersion") != "3" {
 			apiError(w, http.StatusBadRequest, "the policy has conditions: request policy version 3")
 			return
@@ -394,18 +437,23 @@ func cutLast(s, sep string) (before, after string, ok bool) {
 // statuses are the google.rpc codes IAM answers with each HTTP status.
 var statuses = map[int]string{
 	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-	409: "ABORTED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE",
+	409: "ABORTED", 412: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE",
 	503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
 }
 
-func apiError(w http.ResponseWriter, code int, msg string) {
+// errorBody is Google's error JSON for an HTTP code and a message.
+func errorBody(code int, msg string) any {
 	status := statuses[code]
 	if status == "" {
 		status = "UNKNOWN"
 	}
+	return map[string]any{"error": map[string]any{"code": code, "message": msg, "status": status}}
+}
+
+func apiError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg, "status": status}})
+	_ = json.NewEncoder(w).Encode(errorBody(code, msg))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -68,6 +68,9 @@ func TestFakeFollowsIAMRules(t *testing.T) {
 	if code, _ := call(t, f, "getIamPolicy", "&options.requestedPolicyVersion=3", ""); code != 200 {
 		t.Errorf("reading with version 3: HTTP %d", code)
 	}
+	if code, _ := call(t, f, "getIamPolicy", "", `{"options":{"requestedPolicyVersion":3}}`); code != 400 {
+		t.Errorf("getIamPolicy with a request body: HTTP %d, want 400 (IAM wants it empty)", code)
+	}
 
 	f.Fail("setIamPolicy", 1, 429)
 	if code, _ := call(t, f, "getIamPolicy", "&options.requestedPolicyVersion=3", ""); code != 200 {
@@ -91,5 +94,32 @@ func TestFakeRequiresTheToken(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 401 {
 		t.Errorf("no token: HTTP %d, want 401", res.StatusCode)
+	}
+}
+
+func TestFakeScriptsAnswers(t *testing.T) {
+	f := iamfake.Start(t)
+	f.AddAccount(account)
+	f.Answer("getIamPolicy", 1, 200, "text/html", "<html>garbled</html>")
+	req, err := http.NewRequest("POST", f.URL+"v1/projects/-/serviceAccounts/"+account+":getIamPolicy?alt=json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+iamfake.Token)
+	req.Header.Set("X-Goog-User-Project", "billed")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/html" || string(data) != "<html>garbled</html>" {
+		t.Errorf("scripted answer: HTTP %d %q %q", res.StatusCode, res.Header.Get("Content-Type"), data)
+	}
+	if got := f.Header("X-Goog-User-Project"); got != "billed" {
+		t.Errorf("recorded header %q, want the request's", got)
+	}
+	if code, out := call(t, f, "getIamPolicy", "", ""); code != 200 || out["etag"] == nil {
+		t.Errorf("after the one scripted answer: HTTP %d %v, want the policy", code, out)
 	}
 }
