@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/api/idtoken"
 
 	"github.com/tfstackplan/tfstackplan/internal/server"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
@@ -134,7 +133,7 @@ func (o *ServeOptions) authenticator(ctx context.Context) (*auth.Authenticator, 
 		}
 	}
 	if o.Audience != "" && a.Validator == nil {
-		v, err := idtoken.NewValidator(ctx)
+		v, err := auth.NewGoogleValidator(ctx, auth.GoogleValidatorOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("google ID token validator: %w", err)
 		}
@@ -149,6 +148,7 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	a.Log = logger
 	policy, err := service.LoadPolicy(o.Policy)
 	if err != nil {
 		return &UsageError{Err: err}

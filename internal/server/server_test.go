@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -11,17 +12,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/api/idtoken"
-	"google.golang.org/api/option"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
@@ -372,85 +370,135 @@ func newGoogleKeys(t *testing.T) *googleKeys {
 	return g
 }
 
+func b64JSON(v any) string {
+	b, _ := json.Marshal(v)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// sign signs claims with RS256 under kid k1, as Google does.
 func (g *googleKeys) sign(t *testing.T, claims map[string]any) string {
 	t.Helper()
-	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
-	head := enc(map[string]string{"alg": "RS256", "kid": "k1", "typ": "JWT"}) + "." + enc(claims)
+	return g.signKid(t, g.key, "k1", claims)
+}
+
+// signKid signs claims with RS256 by key under kid.
+func (g *googleKeys) signKid(t *testing.T, key *rsa.PrivateKey, kid string, claims map[string]any) string {
+	t.Helper()
+	head := b64JSON(map[string]string{"alg": "RS256", "kid": kid, "typ": "JWT"}) + "." + b64JSON(claims)
 	sum := sha256.Sum256([]byte(head))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, g.key, crypto.SHA256, sum[:])
+	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return head + "." + base64.RawURLEncoding.EncodeToString(sig)
 }
 
-// loopbackTransport sends every request to the local key server, whatever its URL.
-type loopbackTransport struct{ target *url.URL }
+// signHS256 signs claims with HMAC-SHA256 under kid k1, using the key's public modulus as the
+// secret: the algorithm-confusion attack on verifiers that let the token pick the algorithm.
+func (g *googleKeys) signHS256(claims map[string]any) string {
+	head := b64JSON(map[string]string{"alg": "HS256", "kid": "k1", "typ": "JWT"}) + "." + b64JSON(claims)
+	mac := hmac.New(sha256.New, g.key.N.Bytes())
+	mac.Write([]byte(head))
+	return head + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
 
-func (l loopbackTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.URL.Scheme, r.URL.Host = l.target.Scheme, l.target.Host
-	return http.DefaultTransport.RoundTrip(r)
+// syncBuffer is a bytes.Buffer that the server's goroutines may write while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestGoogleIDTokens(t *testing.T) {
 	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
 	t.Setenv("GCE_METADATA_IP", "127.0.0.1:1")
-	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "none.json"))
 	keys := newGoogleKeys(t)
-	target, _ := url.Parse(keys.srv.URL)
-	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: loopbackTransport{target}}))
+	v, err := auth.NewGoogleValidator(context.Background(), auth.GoogleValidatorOptions{KeysURL: keys.srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const aud = "https://tfstackplan.example.com"
-	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) { c.Auth.Audience, c.Auth.Validator = aud, v })
+	var logBuf syncBuffer
+	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) {
+		c.Auth.Audience, c.Auth.Validator = aud, v
+		c.Auth.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
+	})
 	now := time.Now().Unix()
 	base := func() map[string]any {
 		return map[string]any{"iss": "https://accounts.google.com", "aud": aud, "iat": now, "exp": now + 600,
 			"sub": "1234", "email": "deployer@proj.iam.gserviceaccount.com", "email_verified": true}
 	}
+	with := func(mutate func(map[string]any)) map[string]any {
+		c := base()
+		mutate(c)
+		return c
+	}
+	otherKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := keys.sign(t, base())
+	parts := strings.Split(valid, ".")
+	// want is a fragment of the response; a token the validator refuses is answered with one
+	// fixed message, and logged is a fragment of the reason the server logs, so each token is
+	// refused for the reason it was built for.
+	const refused = "the ID token is not valid"
 	cases := []struct {
 		name   string
-		mutate func(map[string]any)
+		token  string
 		status int
+		want   string
+		logged string
 	}{
-		{"valid runner identity", func(map[string]any) {}, 200},
-		{"wrong audience", func(c map[string]any) { c["aud"] = "https://other" }, 401},
-		{"expired", func(c map[string]any) { c["exp"] = now - 10 }, 401},
-		{"not Google", func(c map[string]any) { c["iss"] = "https://evil.example" }, 401},
-		{"unlisted identity", func(c map[string]any) { c["email"] = "someone@else.com" }, 403},
-		{"unverified email", func(c map[string]any) { c["email_verified"] = false }, 401},
+		{"valid runner identity", valid, 200, "[]", ""},
+		{"issuer without scheme", keys.sign(t, with(func(c map[string]any) { c["iss"] = "accounts.google.com" })), 200, "[]", ""},
+		{"wrong audience", keys.sign(t, with(func(c map[string]any) { c["aud"] = "https://other" })), 401, refused, "expected audience"},
+		{"expired", keys.sign(t, with(func(c map[string]any) { c["exp"] = now - 10 })), 401, refused, "expired"},
+		{"no exp", keys.sign(t, with(func(c map[string]any) { delete(c, "exp") })), 401, refused, "expired"},
+		{"not Google", keys.sign(t, with(func(c map[string]any) { c["iss"] = "https://evil.example" })), 401, refused, "different provider"},
+		{"unlisted identity", keys.sign(t, with(func(c map[string]any) { c["email"] = "someone@else.com" })), 403, "not listed", ""},
+		{"unverified email", keys.sign(t, with(func(c map[string]any) { c["email_verified"] = false })), 401, "no verified email", ""},
+		{"forged signature", parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 256)), 401, refused, "verify signature"},
+		{"alg none", b64JSON(map[string]string{"alg": "none", "typ": "JWT"}) + "." + parts[1] + ".", 401, refused, `algorithm \"none\"`},
+		{"HS256 with the public modulus as secret", keys.signHS256(base()), 401, refused, `algorithm \"HS256\"`},
+		{"unknown kid", keys.signKid(t, otherKey, "k2", base()), 401, refused, "verify signature"},
+		{"two parts", parts[0] + "." + parts[1], 401, "unknown token", ""},
+		{"four parts", valid + ".x", 401, "unknown token", ""},
+		{"bad base64", "!!!." + parts[1] + "." + parts[2], 401, refused, "base64"},
+		{"payload not JSON", parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte("{nope")) + "." + parts[2], 401, refused, "verify signature"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			claims := base()
-			tc.mutate(claims)
+			logStart := len(logBuf.String())
 			req, _ := http.NewRequest("GET", ts.URL+BasePath+"/claims", nil)
-			req.Header.Set("Authorization", "Bearer "+keys.sign(t, claims))
+			req.Header.Set("Authorization", "Bearer "+tc.token)
 			resp, err := ts.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != tc.status {
-				t.Fatalf("status %d (%s), want %d", resp.StatusCode, b, tc.status)
+			if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.want) {
+				t.Fatalf("status %d (%s), want %d mentioning %s", resp.StatusCode, b, tc.status, tc.want)
+			}
+			if logged := logBuf.String()[logStart:]; tc.logged != "" && !strings.Contains(logged, tc.logged) {
+				t.Fatalf("the server log does not give the reason %s:\n%s", tc.logged, logged)
+			}
+			if strings.Contains(string(b), aud) || strings.Contains(string(b), keys.srv.URL) {
+				t.Fatalf("the answer %s names the audience or the key server", b)
 			}
 		})
-	}
-	// A forged signature does not verify.
-	tok := keys.sign(t, base())
-	forged := tok[:strings.LastIndex(tok, ".")+1] + base64.RawURLEncoding.EncodeToString(make([]byte, 256))
-	req, _ := http.NewRequest("GET", ts.URL+BasePath+"/claims", nil)
-	req.Header.Set("Authorization", "Bearer "+forged)
-	resp, err := ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 {
-		t.Fatalf("forged token: %d", resp.StatusCode)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -17,7 +18,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
-	"google.golang.org/api/idtoken"
+
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // Role is a permission level. Each role includes the ones below it.
@@ -59,10 +61,10 @@ var (
 	ErrNoRoles = errors.New("principal has no roles")
 )
 
-// IDTokenValidator verifies a Google ID token for an audience; *idtoken.Validator is one.
+// IDTokenValidator verifies a Google ID token for an audience; *GoogleValidator is one.
 // Tests inject a validator whose key server is on 127.0.0.1.
 type IDTokenValidator interface {
-	Validate(ctx context.Context, token, audience string) (*idtoken.Payload, error)
+	Validate(ctx context.Context, token, audience string) (*GoogleClaims, error)
 }
 
 // Authenticator verifies bearer tokens.
@@ -73,6 +75,8 @@ type Authenticator struct {
 	Audience string
 	// Validator verifies Google ID tokens (required when Audience is set).
 	Validator IDTokenValidator
+	// Log, when set, records why an ID token was refused: the client is told only that it was.
+	Log *slog.Logger
 
 	tokens     map[[32]byte]Principal
 	identities map[string][]Role
@@ -199,15 +203,19 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 	if a.Audience == "" || a.Validator == nil || strings.Count(token, ".") != 2 {
 		return Principal{}, fmt.Errorf("%w: unknown token", ErrUnauthenticated)
 	}
-	payload, err := a.Validator.Validate(ctx, token, a.Audience)
+	claims, err := a.Validator.Validate(ctx, token, a.Audience)
 	if err != nil {
-		return Principal{}, fmt.Errorf("%w: ID token: %v", ErrUnauthenticated, err)
+		// The reason may quote the key server's answer or the audience, which are nobody's
+		// business but the operator's.
+		if a.Log != nil {
+			a.Log.Info("ID token refused", "reason", textfit.Excerpt([]byte(err.Error()), 512))
+		}
+		return Principal{}, fmt.Errorf("%w: the ID token is not valid", ErrUnauthenticated)
 	}
-	if payload.Issuer != "accounts.google.com" && payload.Issuer != "https://accounts.google.com" {
-		return Principal{}, fmt.Errorf("%w: ID token issuer %q is not Google", ErrUnauthenticated, payload.Issuer)
+	if claims.Issuer != "accounts.google.com" && claims.Issuer != "https://accounts.google.com" {
+		return Principal{}, fmt.Errorf("%w: ID token issuer %q is not Google", ErrUnauthenticated, claims.Issuer)
 	}
-	email, _ := payload.Claims["email"].(string)
-	verified, _ := payload.Claims["email_verified"].(bool)
+	email, verified := claims.Email, claims.EmailVerified
 	if email == "" || !verified {
 		return Principal{}, fmt.Errorf("%w: ID token has no verified email", ErrUnauthenticated)
 	}
