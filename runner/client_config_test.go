@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 const sampleConfig = `
@@ -167,7 +167,7 @@ func TestAPITokenFuncEmptyAudienceProbesNothing(t *testing.T) {
 // whose token endpoint is a loopback test server, and sends it to the control plane.
 func TestAPITokenFuncFromLocalCredentials(t *testing.T) {
 	var minted atomic.Int32
-	idToken := fakeJWT(t, map[string]any{"aud": "tfstackplan-test", "exp": time.Now().Add(time.Hour).Unix(), "iss": "https://accounts.google.com"})
+	idToken := testkit.UnsignedJWT(t, map[string]any{"aud": "tfstackplan-test", "exp": time.Now().Add(time.Hour).Unix(), "iss": "https://accounts.google.com"})
 	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil || r.Form.Get("assertion") == "" {
 			http.Error(w, "no assertion", 400)
@@ -256,17 +256,6 @@ func writeServiceAccount(t *testing.T, tokenURI string) string {
 		t.Fatal(err)
 	}
 	return file
-}
-
-func fakeJWT(t *testing.T, claims map[string]any) string {
-	enc := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." + enc(claims) + ".c2ln"
 }
 
 func TestClientFromEnv(t *testing.T) {

@@ -1,35 +1,16 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
-
-// syncBuffer is a buffer a command writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // waitFor waits until cond holds, for at most 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -63,7 +44,7 @@ func TestLogs(t *testing.T) {
 		api.LogChunk{ExecutionID: "plan-1", Stack: "stacks/app", Offset: 12, Data: []byte("line 3 \x1b[1mbold\x1b[0m\n")},
 	)
 	logs := func(o LogsOptions) (string, string, error) {
-		var out, errOut syncBuffer
+		var out, errOut testkit.SyncBuffer
 		o.IO, o.Conn, o.Execution = &IO{Out: &out, ErrOut: &errOut}, s.conn(opRunnerToken), "plan-1"
 		err := runLogs(ctx, &o)
 		return out.String(), errOut.String(), err
@@ -102,7 +83,7 @@ func TestLogs(t *testing.T) {
 func TestLogsFollow(t *testing.T) {
 	s := startOpServe(t)
 	s.seed(t, opRunnerToken, "plan-1", "prod", api.ExecutionOpPlan, 7, true, seedStack{name: "stacks/app", class: api.Additive, log: "first\n"})
-	var out, errOut syncBuffer
+	var out, errOut testkit.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- runLogs(context.Background(), &LogsOptions{IO: &IO{Out: &out, ErrOut: &errOut}, Conn: s.conn(opRunnerToken),
@@ -148,7 +129,7 @@ func TestLogsFollow(t *testing.T) {
 func TestLogsFollowInterrupted(t *testing.T) {
 	s := startOpServe(t)
 	s.seed(t, opRunnerToken, "plan-1", "prod", api.ExecutionOpPlan, 7, true, seedStack{name: "stacks/app", class: api.Additive, log: "first\n"})
-	var out, errOut syncBuffer
+	var out, errOut testkit.SyncBuffer
 	sigs := make(chan os.Signal, 1)
 	done := make(chan error, 1)
 	go func() {

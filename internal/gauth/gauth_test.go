@@ -25,6 +25,7 @@ import (
 	"cloud.google.com/go/auth"
 
 	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 func TestParseServerURL(t *testing.T) {
@@ -130,20 +131,8 @@ func useCredentials(t *testing.T, v any) {
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", file)
 }
 
-func fakeJWT(t *testing.T, claims map[string]any) string {
-	t.Helper()
-	enc := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." + enc(claims) + ".c2ln"
-}
-
 func idTokenFor(t *testing.T, audience string) string {
-	return fakeJWT(t, map[string]any{"aud": audience, "iss": "https://accounts.google.com", "exp": time.Now().Add(time.Hour).Unix()})
+	return testkit.UnsignedJWT(t, map[string]any{"aud": audience, "iss": "https://accounts.google.com", "exp": time.Now().Add(time.Hour).Unix()})
 }
 
 func jwtClaims(token string) (map[string]any, error) {
@@ -366,7 +355,7 @@ func TestIDTokenFromExternalAccountURLSource(t *testing.T) {
 	const poolAudience = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/ci/providers/gh"
 	const requestToken = "actions-request-token"
 	idTok := idTokenFor(t, aud)
-	subject := fakeJWT(t, map[string]any{"iss": "https://token.actions.githubusercontent.com", "sub": "repo:o/r:ref:refs/heads/main"})
+	subject := testkit.UnsignedJWT(t, map[string]any{"iss": "https://token.actions.githubusercontent.com", "sub": "repo:o/r:ref:refs/heads/main"})
 	var oidcCalls, stsCalls, iamMinted atomic.Int32
 	oidc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || r.URL.Path != "/_apis/token" || r.URL.Query().Get("api-version") != "2.0" ||
@@ -443,7 +432,7 @@ func TestIDTokenRefreshIsSynchronous(t *testing.T) {
 			return
 		}
 		n := minted.Add(1)
-		tok := fakeJWT(t, map[string]any{"aud": aud, "n": n, "exp": time.Now().Add(30 * time.Second).Unix()})
+		tok := testkit.UnsignedJWT(t, map[string]any{"aud": aud, "n": n, "exp": time.Now().Add(30 * time.Second).Unix()})
 		tokens <- tok
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id_token":%q,"token_type":"Bearer","expires_in":60}`, tok)
@@ -624,7 +613,7 @@ func TestIDTokenFuncRejectsUnusableCredentials(t *testing.T) {
 // refreshed in time.
 func TestIDTokenWithoutExpIsRejected(t *testing.T) {
 	isolateADC(t)
-	noExp := fakeJWT(t, map[string]any{"aud": "aud-x", "iss": "https://accounts.google.com"})
+	noExp := testkit.UnsignedJWT(t, map[string]any{"aud": "aud-x", "iss": "https://accounts.google.com"})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id_token":%q,"token_type":"Bearer","expires_in":3600}`, noExp)

@@ -3,21 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +21,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 const testTokens = `
@@ -360,64 +356,16 @@ func newGoogleKeys(t *testing.T) *googleKeys {
 	}
 	g := &googleKeys{key: key}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{
-			"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "k1",
-			"n": base64.RawURLEncoding.EncodeToString(key.N.Bytes()),
-			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(key.E)).Bytes()),
-		}}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{testkit.JWK("k1", &key.PublicKey)}})
 	}))
 	t.Cleanup(g.srv.Close)
 	return g
 }
 
-func b64JSON(v any) string {
-	b, _ := json.Marshal(v)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
 // sign signs claims with RS256 under kid k1, as Google does.
 func (g *googleKeys) sign(t *testing.T, claims map[string]any) string {
 	t.Helper()
-	return g.signKid(t, g.key, "k1", claims)
-}
-
-// signKid signs claims with RS256 by key under kid.
-func (g *googleKeys) signKid(t *testing.T, key *rsa.PrivateKey, kid string, claims map[string]any) string {
-	t.Helper()
-	head := b64JSON(map[string]string{"alg": "RS256", "kid": kid, "typ": "JWT"}) + "." + b64JSON(claims)
-	sum := sha256.Sum256([]byte(head))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return head + "." + base64.RawURLEncoding.EncodeToString(sig)
-}
-
-// signHS256 signs claims with HMAC-SHA256 under kid k1, using the key's public modulus as the
-// secret: the algorithm-confusion attack on verifiers that let the token pick the algorithm.
-func (g *googleKeys) signHS256(claims map[string]any) string {
-	head := b64JSON(map[string]string{"alg": "HS256", "kid": "k1", "typ": "JWT"}) + "." + b64JSON(claims)
-	mac := hmac.New(sha256.New, g.key.N.Bytes())
-	mac.Write([]byte(head))
-	return head + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// syncBuffer is a bytes.Buffer that the server's goroutines may write while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return testkit.SignRS256(t, g.key, "k1", claims)
 }
 
 func TestGoogleIDTokens(t *testing.T) {
@@ -429,7 +377,7 @@ func TestGoogleIDTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	const aud = "https://tfstackplan.example.com"
-	var logBuf syncBuffer
+	var logBuf testkit.SyncBuffer
 	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) {
 		c.Auth.Audience, c.Auth.Validator = aud, v
 		c.Auth.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
@@ -470,9 +418,9 @@ func TestGoogleIDTokens(t *testing.T) {
 		{"unlisted identity", keys.sign(t, with(func(c map[string]any) { c["email"] = "someone@else.com" })), 403, "not listed", ""},
 		{"unverified email", keys.sign(t, with(func(c map[string]any) { c["email_verified"] = false })), 401, "no verified email", ""},
 		{"forged signature", parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 256)), 401, refused, "verify signature"},
-		{"alg none", b64JSON(map[string]string{"alg": "none", "typ": "JWT"}) + "." + parts[1] + ".", 401, refused, `algorithm \"none\"`},
-		{"HS256 with the public modulus as secret", keys.signHS256(base()), 401, refused, `algorithm \"HS256\"`},
-		{"unknown kid", keys.signKid(t, otherKey, "k2", base()), 401, refused, "verify signature"},
+		{"alg none", testkit.B64JSON(t, map[string]string{"alg": "none", "typ": "JWT"}) + "." + parts[1] + ".", 401, refused, `algorithm \"none\"`},
+		{"HS256 with the public modulus as secret", testkit.SignHS256(t, keys.key.N.Bytes(), "k1", base()), 401, refused, `algorithm \"HS256\"`},
+		{"unknown kid", testkit.SignRS256(t, otherKey, "k2", base()), 401, refused, "verify signature"},
 		{"two parts", parts[0] + "." + parts[1], 401, "unknown token", ""},
 		{"four parts", valid + ".x", 401, "unknown token", ""},
 		{"bad base64", "!!!." + parts[1] + "." + parts[2], 401, refused, "base64"},

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 // TestRealTofuAgreesWithFake runs the real tofu (TFSTACKPLAN_TOFU, e.g. built by
@@ -251,7 +253,7 @@ func listing(t *testing.T, dir string) []string {
 func holdLock(t *testing.T, rt tool, dir string) (string, func()) {
 	t.Helper()
 	cmd, _, _ := rt.command(dir, []string{"apply", "-no-color"})
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -282,23 +284,6 @@ func holdLock(t *testing.T, rt tool, dir string) (string, func()) {
 			t.Fatalf("the lock holder never reached its prompt:\n%s", out.String())
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // httpBackend is a state server for tofu's "http" backend (as scripts/capture/httpstate).

@@ -3,11 +3,8 @@ package auth
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -15,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 const testAudience = "https://tfstackplan.example.com"
@@ -47,11 +45,7 @@ func newKeyServer(t *testing.T) *keyServer {
 		defer ks.mu.Unlock()
 		var jwks []map[string]string
 		for kid, k := range ks.keys {
-			jwks = append(jwks, map[string]string{
-				"kty": "RSA", "alg": "RS256", "use": "sig", "kid": kid,
-				"n": base64.RawURLEncoding.EncodeToString(k.N.Bytes()),
-				"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.E)).Bytes()),
-			})
+			jwks = append(jwks, testkit.JWK(kid, &k.PublicKey))
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"keys": jwks})
 	}))
@@ -83,31 +77,6 @@ func (ks *keyServer) validator(t *testing.T) *GoogleValidator {
 	return v
 }
 
-func b64JSON(v any) string {
-	b, _ := json.Marshal(v)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// signRS256 signs claims with key under header {alg: RS256, kid: kid}.
-func signRS256(t *testing.T, key *rsa.PrivateKey, kid string, claims map[string]any) string {
-	t.Helper()
-	head := b64JSON(map[string]string{"alg": "RS256", "kid": kid, "typ": "JWT"}) + "." + b64JSON(claims)
-	sum := sha256.Sum256([]byte(head))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return head + "." + base64.RawURLEncoding.EncodeToString(sig)
-}
-
-// signHS256 signs claims with HMAC-SHA256 under secret.
-func signHS256(secret []byte, kid string, claims map[string]any) string {
-	head := b64JSON(map[string]string{"alg": "HS256", "kid": kid, "typ": "JWT"}) + "." + b64JSON(claims)
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(head))
-	return head + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
 func googleClaims() map[string]any {
 	now := time.Now().Unix()
 	return map[string]any{"iss": "https://accounts.google.com", "aud": testAudience, "iat": now, "exp": now + 600,
@@ -120,7 +89,7 @@ func TestGoogleValidatorAccepts(t *testing.T) {
 	for _, iss := range []string{"https://accounts.google.com", "accounts.google.com"} {
 		c := googleClaims()
 		c["iss"] = iss
-		got, err := v.Validate(context.Background(), signRS256(t, ks.key("k1"), "k1", c), testAudience)
+		got, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k1"), "k1", c), testAudience)
 		if err != nil {
 			t.Fatalf("iss %q: %v", iss, err)
 		}
@@ -153,7 +122,7 @@ func TestGoogleValidatorEmailClaimsAsTyped(t *testing.T) {
 			delete(c, "email")
 			delete(c, "email_verified")
 		}
-		got, err := v.Validate(context.Background(), signRS256(t, ks.key("k1"), "k1", c), testAudience)
+		got, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k1"), "k1", c), testAudience)
 		if err != nil {
 			t.Fatalf("email %v verified %v: %v", tc.email, tc.verified, err)
 		}
@@ -173,14 +142,14 @@ func TestGoogleValidatorRejects(t *testing.T) {
 		mutate(c)
 		return c
 	}
-	rs := func(mutate func(map[string]any)) string { return signRS256(t, k1, "k1", claimsWith(mutate)) }
+	rs := func(mutate func(map[string]any)) string { return testkit.SignRS256(t, k1, "k1", claimsWith(mutate)) }
 	valid := rs(func(map[string]any) {})
 	pubDER, err := x509.MarshalPKIXPublicKey(&k1.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
-	noneHead := b64JSON(map[string]string{"alg": "none", "typ": "JWT"}) + "." + b64JSON(googleClaims())
+	noneHead := testkit.B64JSON(t, map[string]string{"alg": "none", "typ": "JWT"}) + "." + testkit.B64JSON(t, googleClaims())
 
 	sig := strings.Split(valid, ".")[2]
 	// want is a fragment of the error, so each token is rejected for the reason it was built for.
@@ -205,12 +174,12 @@ func TestGoogleValidatorRejects(t *testing.T) {
 		"no iat":                  {rs(func(c map[string]any) { delete(c, "iat") }), "no iat"},
 		"alg none":                {noneHead + ".", `algorithm "none"`},
 		"alg none with signature": {noneHead + "." + sig, `algorithm "none"`},
-		"HS256 with the modulus":  {signHS256(k1.N.Bytes(), "k1", googleClaims()), `algorithm "HS256"`},
-		"HS256 with the PEM key":  {signHS256(pubPEM, "k1", googleClaims()), `algorithm "HS256"`},
-		"unknown kid":             {signRS256(t, newRSAKey(t), "k9", googleClaims()), "verify signature"},
-		"known kid, other key":    {signRS256(t, newRSAKey(t), "k1", googleClaims()), "verify signature"},
+		"HS256 with the modulus":  {testkit.SignHS256(t, k1.N.Bytes(), "k1", googleClaims()), `algorithm "HS256"`},
+		"HS256 with the PEM key":  {testkit.SignHS256(t, pubPEM, "k1", googleClaims()), `algorithm "HS256"`},
+		"unknown kid":             {testkit.SignRS256(t, newRSAKey(t), "k9", googleClaims()), "verify signature"},
+		"known kid, other key":    {testkit.SignRS256(t, newRSAKey(t), "k1", googleClaims()), "verify signature"},
 		"forged signature":        {valid[:strings.LastIndex(valid, ".")+1] + base64.RawURLEncoding.EncodeToString(make([]byte, 256)), "verify signature"},
-		"payload swapped":         {strings.Split(valid, ".")[0] + "." + b64JSON(claimsWith(func(c map[string]any) { c["email"] = "admin@proj.example" })) + "." + sig, "verify signature"},
+		"payload swapped":         {strings.Split(valid, ".")[0] + "." + testkit.B64JSON(t, claimsWith(func(c map[string]any) { c["email"] = "admin@proj.example" })) + "." + sig, "verify signature"},
 		"empty signature":         {valid[:strings.LastIndex(valid, ".")+1], "verify signature"},
 		"empty":                   {"", "three parts"},
 		"two parts":               {"a.b", "three parts"},
@@ -247,7 +216,7 @@ func TestGoogleValidatorMakesNoRequestUntilUsed(t *testing.T) {
 		t.Fatalf("constructing the validator made %d requests", n)
 	}
 	// A token rejected before the signature check (alg) fetches nothing either.
-	if _, err := v.Validate(context.Background(), signHS256([]byte("secret"), "k1", googleClaims()), testAudience); err == nil {
+	if _, err := v.Validate(context.Background(), testkit.SignHS256(t, []byte("secret"), "k1", googleClaims()), testAudience); err == nil {
 		t.Fatal("HS256 token accepted")
 	}
 	if n := ks.requests.Load(); n != 0 {
@@ -258,7 +227,7 @@ func TestGoogleValidatorMakesNoRequestUntilUsed(t *testing.T) {
 func TestGoogleValidatorRefetchIsRateLimited(t *testing.T) {
 	ks := newKeyServer(t)
 	v := ks.validator(t)
-	if _, err := v.Validate(context.Background(), signRS256(t, ks.key("k1"), "k1", googleClaims()), testAudience); err != nil {
+	if _, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k1"), "k1", googleClaims()), testAudience); err != nil {
 		t.Fatal(err)
 	}
 	other := newRSAKey(t)
@@ -267,7 +236,7 @@ func TestGoogleValidatorRefetchIsRateLimited(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tok := signRS256(t, other, fmt.Sprintf("random-%d", i), googleClaims())
+			tok := testkit.SignRS256(t, other, fmt.Sprintf("random-%d", i), googleClaims())
 			if _, err := v.Validate(context.Background(), tok, testAudience); err == nil {
 				t.Errorf("token with unknown kid random-%d accepted", i)
 			}
@@ -278,7 +247,7 @@ func TestGoogleValidatorRefetchIsRateLimited(t *testing.T) {
 		t.Fatalf("50 tokens with unknown kids made %d key requests in total, want 1", n)
 	}
 	// The cached keys still verify while refetches are refused.
-	if _, err := v.Validate(context.Background(), signRS256(t, ks.key("k1"), "k1", googleClaims()), testAudience); err != nil {
+	if _, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k1"), "k1", googleClaims()), testAudience); err != nil {
 		t.Fatalf("known kid while rate limited: %v", err)
 	}
 
@@ -289,7 +258,7 @@ func TestGoogleValidatorRefetchIsRateLimited(t *testing.T) {
 	v.limiter.mu.Lock()
 	v.limiter.last = time.Now().Add(-v.limiter.interval)
 	v.limiter.mu.Unlock()
-	if _, err := v.Validate(context.Background(), signRS256(t, ks.key("k2"), "k2", googleClaims()), testAudience); err != nil {
+	if _, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k2"), "k2", googleClaims()), testAudience); err != nil {
 		t.Fatalf("rotated key: %v", err)
 	}
 	if n := ks.requests.Load(); n != 2 {
@@ -318,7 +287,7 @@ func TestGoogleValidatorKeyFetchBoundedByRequestContext(t *testing.T) {
 	defer cancel()
 	key := newRSAKey(t)
 	start := time.Now()
-	_, err = v.Validate(ctx, signRS256(t, key, "k1", googleClaims()), testAudience)
+	_, err = v.Validate(ctx, testkit.SignRS256(t, key, "k1", googleClaims()), testAudience)
 	if err == nil || !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
 		t.Fatalf("err %v, want the request context's deadline", err)
 	}
@@ -338,7 +307,7 @@ func TestGoogleValidatorKeyServerErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = v.Validate(context.Background(), signRS256(t, newRSAKey(t), "k1", googleClaims()), testAudience)
+	_, err = v.Validate(context.Background(), testkit.SignRS256(t, newRSAKey(t), "k1", googleClaims()), testAudience)
 	if err == nil || !strings.Contains(err.Error(), "500") {
 		t.Fatalf("err %v, want the key server's 500", err)
 	}
@@ -437,7 +406,7 @@ func TestGoogleValidatorKeysExpire(t *testing.T) {
 	v := ks.validator(t)
 	now := time.Now()
 	v.now = func() time.Time { return now }
-	tok := signRS256(t, ks.key("k1"), "k1", googleClaims())
+	tok := testkit.SignRS256(t, ks.key("k1"), "k1", googleClaims())
 	if _, err := v.Validate(context.Background(), tok, testAudience); err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +438,7 @@ func TestGoogleValidatorFollowsARedirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Validate(context.Background(), signRS256(t, ks.key("k1"), "k1", googleClaims()), testAudience); err != nil {
+	if _, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k1"), "k1", googleClaims()), testAudience); err != nil {
 		t.Fatal(err)
 	}
 }
