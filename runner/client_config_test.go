@@ -9,7 +9,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -179,7 +178,7 @@ func TestAPITokenFuncFromLocalCredentials(t *testing.T) {
 	}))
 	defer tokenSrv.Close()
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", writeServiceAccount(t, tokenSrv.URL+"/token"))
-	t.Setenv("GCE_METADATA_HOST", closedLoopbackAddr(t))
+	t.Setenv("GCE_METADATA_HOST", testkit.ClosedLoopbackAddr(t))
 
 	tok, err := APITokenFunc("tfstackplan-test")
 	if err != nil || tok == nil {
@@ -211,7 +210,7 @@ func TestAPITokenFuncFromLocalCredentials(t *testing.T) {
 func TestAPITokenFuncWithoutCredentials(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
-	t.Setenv("GCE_METADATA_HOST", closedLoopbackAddr(t))
+	t.Setenv("GCE_METADATA_HOST", testkit.ClosedLoopbackAddr(t))
 	for name, creds := range map[string]string{"missing file": filepath.Join(t.TempDir(), "nope.json"), "no file, no metadata server": ""} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", creds)
@@ -227,16 +226,6 @@ func TestAPITokenFuncWithoutCredentials(t *testing.T) {
 			}
 		})
 	}
-}
-
-func closedLoopbackAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func writeServiceAccount(t *testing.T, tokenURI string) string {

@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -86,20 +85,9 @@ func isolateADC(t *testing.T) {
 	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
 	t.Setenv("GOOGLE_CLOUD_QUOTA_PROJECT", "")
-	closed := closedLoopbackAddr(t)
+	closed := testkit.ClosedLoopbackAddr(t)
 	t.Setenv("GCE_METADATA_HOST", closed)
 	t.Setenv("GCE_METADATA_IP", closed)
-}
-
-func closedLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 var testKeyPEM = sync.OnceValue(func() string {
@@ -231,12 +219,7 @@ func TestIDTokenFromServiceAccountKey(t *testing.T) {
 	if err != nil || tf == nil {
 		t.Fatalf("IDTokenFunc: %v", err)
 	}
-	for i := 0; i < 2; i++ {
-		got, err := tf(context.Background())
-		if err != nil || got != idTok {
-			t.Fatalf("call %d: token %q, %v; want the endpoint's id_token", i, got, err)
-		}
-	}
+	mintTwice(t, tf, idTok)
 	if n := minted.Load(); n != 1 {
 		t.Errorf("token endpoint called %d times, want 1 (the token is cached)", n)
 	}
@@ -277,13 +260,40 @@ func TestIDTokenFromImpersonatedServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tokenFunc: %v", err)
 	}
-	for i := 0; i < 2; i++ {
-		if got, err := tf(context.Background()); err != nil || got != idTok {
-			t.Fatalf("call %d: token %q, %v", i, got, err)
-		}
-	}
+	mintTwice(t, tf, idTok)
 	if s, n := sourceMinted.Load(), iamMinted.Load(); s != 1 || n != 1 {
 		t.Errorf("source token endpoint called %d times, generateIdToken %d times; want 1 and 1", s, n)
+	}
+}
+
+// stsServer is a local Security Token Service exchanging subject (a JWT-typed subject token for
+// poolAudience, cloud-platform scope) for the access token "federated-access-token", counting
+// exchanges in calls.
+func stsServer(t *testing.T, poolAudience, subject string, calls *atomic.Int32) *httptest.Server {
+	t.Helper()
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.FormValue("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" ||
+			r.FormValue("subject_token") != subject || r.FormValue("audience") != poolAudience ||
+			r.FormValue("subject_token_type") != "urn:ietf:params:oauth:token-type:jwt" || r.FormValue("scope") != cloudPlatformScope {
+			t.Errorf("STS request %v", r.PostForm)
+			http.Error(w, "bad exchange", http.StatusBadRequest)
+			return
+		}
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"access_token":"federated-access-token","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":3600}`)
+	}))
+	t.Cleanup(sts.Close)
+	return sts
+}
+
+// mintTwice calls tf twice and fails unless both calls return want.
+func mintTwice(t *testing.T, tf TokenFunc, want string) {
+	t.Helper()
+	for i := range 2 {
+		if got, err := tf(context.Background()); err != nil || got != want {
+			t.Fatalf("call %d: token %q, %v; want the minted ID token", i, got, err)
+		}
 	}
 }
 
@@ -301,19 +311,7 @@ func TestIDTokenFromExternalAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stsCalls, iamMinted atomic.Int32
-	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.FormValue("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" ||
-			r.FormValue("subject_token") != "subject-token-from-ci" || r.FormValue("audience") != poolAudience ||
-			r.FormValue("subject_token_type") != "urn:ietf:params:oauth:token-type:jwt" || r.FormValue("scope") != cloudPlatformScope {
-			t.Errorf("STS request %v", r.PostForm)
-			http.Error(w, "bad exchange", http.StatusBadRequest)
-			return
-		}
-		stsCalls.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"access_token":"federated-access-token","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":3600}`)
-	}))
-	defer sts.Close()
+	sts := stsServer(t, poolAudience, "subject-token-from-ci", &stsCalls)
 	iam := iamServer(t, target, func(w http.ResponseWriter, r *http.Request, req generateIDTokenRequest) {
 		if r.Header.Get("Authorization") != "Bearer federated-access-token" || req.Audience != aud || !req.IncludeEmail || len(req.Delegates) != 0 {
 			t.Errorf("generateIdToken: Authorization %q, request %+v", r.Header.Get("Authorization"), req)
@@ -336,11 +334,7 @@ func TestIDTokenFromExternalAccount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tokenFunc: %v", err)
 	}
-	for i := 0; i < 2; i++ {
-		if got, err := tf(context.Background()); err != nil || got != idTok {
-			t.Fatalf("call %d: token %q, %v", i, got, err)
-		}
-	}
+	mintTwice(t, tf, idTok)
 	if s, n := stsCalls.Load(), iamMinted.Load(); s != 1 || n != 1 {
 		t.Errorf("STS called %d times, generateIdToken %d times; want 1 and 1", s, n)
 	}
@@ -369,18 +363,7 @@ func TestIDTokenFromExternalAccountURLSource(t *testing.T) {
 		fmt.Fprintf(w, `{"count":1,"value":%q}`, subject)
 	}))
 	defer oidc.Close()
-	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.FormValue("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" || r.FormValue("subject_token") != subject ||
-			r.FormValue("audience") != poolAudience || r.FormValue("subject_token_type") != "urn:ietf:params:oauth:token-type:jwt" {
-			t.Errorf("STS request %v", r.PostForm)
-			http.Error(w, "bad exchange", http.StatusBadRequest)
-			return
-		}
-		stsCalls.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"access_token":"federated-access-token","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":3600}`)
-	}))
-	defer sts.Close()
+	sts := stsServer(t, poolAudience, subject, &stsCalls)
 	iam := iamServer(t, target, func(w http.ResponseWriter, r *http.Request, req generateIDTokenRequest) {
 		if r.Header.Get("Authorization") != "Bearer federated-access-token" || req.Audience != aud ||
 			r.Header.Get("X-Goog-User-Project") != "" || r.Header.Get("User-Agent") != buildinfo.UserAgent() {
@@ -525,7 +508,7 @@ func TestIDTokenFromServiceAccountKeyInAnotherUniverse(t *testing.T) {
 		iamMinted.Add(1)
 		fmt.Fprintf(w, `{"token":%q}`, idTok)
 	})
-	sa := serviceAccount(closedLoopbackAddr(t), email) // the token endpoint must not be used
+	sa := serviceAccount(testkit.ClosedLoopbackAddr(t), email) // the token endpoint must not be used
 	sa["universe_domain"] = "example-universe.test"
 	useCredentials(t, sa)
 
@@ -566,11 +549,7 @@ func TestIDTokenFromMetadataServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("IDTokenFunc: %v", err)
 	}
-	for i := 0; i < 2; i++ {
-		if got, err := tf(context.Background()); err != nil || got != idTok {
-			t.Fatalf("call %d: token %q, %v", i, got, err)
-		}
-	}
+	mintTwice(t, tf, idTok)
 	if n := minted.Load(); n != 1 {
 		t.Errorf("identity endpoint called %d times, want 1", n)
 	}
@@ -581,7 +560,7 @@ func TestIDTokenFromMetadataServer(t *testing.T) {
 func TestIDTokenFuncRejectsUnusableCredentials(t *testing.T) {
 	external := map[string]any{
 		"type": "external_account", "audience": "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/ci/providers/gh",
-		"subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": "http://" + closedLoopbackAddr(t) + "/v1/token",
+		"subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": "http://" + testkit.ClosedLoopbackAddr(t) + "/v1/token",
 		"credential_source": map[string]any{"file": "/nonexistent"},
 	}
 	for name, tc := range map[string]struct {

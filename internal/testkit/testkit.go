@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math/big"
+	"net"
 	"sync"
 	"testing"
 )
@@ -85,4 +86,17 @@ func SignHS256(t testing.TB, secret []byte, kid string, claims map[string]any) s
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte(head))
 	return head + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// ClosedLoopbackAddr is a 127.0.0.1 address on which nothing listens (a port just released):
+// for a metadata server or endpoint that must be unreachable without reaching any other host.
+func ClosedLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
