@@ -21,9 +21,10 @@
 #                      Nine, not five: on a shared 2-core VM one pair's ratio ranges from about
 #                      0.94 to 1.22 (steal time alone moves a run by up to a second), and the
 #                      median of five moved by several percent between runs of the script.
-#   tick-offline-ms X  (wall time of BENCH_TICKS calls of `tfstackplan run tick --phase plan
-#                      --stack s` with no server and no tick dir - the same number of /bin/true)
-#                      / BENCH_TICKS, in ms. Goal <= 5.
+#   tick-offline-ms X  (wall time of N calls of `tfstackplan run tick --phase plan --stack s`
+#                      with no server and no tick dir - the same number of /bin/true) / N, in ms:
+#                      the median over BENCH_TICK_ROUNDS (5) rounds of N = BENCH_TICKS (200) /
+#                      rounds calls, interleaved with the two other loops. Goal <= 5.
 #   tick-driver-ms X   the same with TFSTACKPLAN_TICK_DIR set (a tick under the driver: one line
 #                      appended to ticks.jsonl).
 #   rss-1000-MB X      peak RSS of the driver over a BENCH_RSS_STACKS-stack (1000) project, server
@@ -47,7 +48,7 @@
 # two medians).
 #
 # Environment overrides: BENCH_PAIRS (9, at least 1), BENCH_STACKS (200), BENCH_RSS_STACKS
-# (1000), BENCH_TICKS (200), BENCH_PARALLEL (4), BENCH_OFFLINE=1 adds a third run to each pair
+# (1000), BENCH_TICKS (200), BENCH_TICK_ROUNDS (5), BENCH_PARALLEL (4), BENCH_OFFLINE=1 adds a third run to each pair
 # (the driver without a server: no pump, no relay; stderr only), BENCH_KEEP=1 keeps the
 # temporary directory.
 set -euo pipefail
@@ -75,8 +76,9 @@ pairs=${BENCH_PAIRS:-9}
 stacks=${BENCH_STACKS:-200}
 rss_stacks=${BENCH_RSS_STACKS:-1000}
 nticks=${BENCH_TICKS:-200}
+tick_rounds=${BENCH_TICK_ROUNDS:-5}
 parallel=${BENCH_PARALLEL:-4}
-for v in pairs stacks rss_stacks nticks parallel; do
+for v in pairs stacks rss_stacks nticks tick_rounds parallel; do
   case ${!v} in '' | *[!0-9]* | 0) die "$v must be a positive number, got '${!v}'" ;; esac
 done
 
@@ -195,7 +197,7 @@ run_driver() {
   # Cross-check of %M: the driver's own high-water mark, sampled from /proc while it runs.
   while [ "${3:-}" = sample ] && kill -0 "$tpid" 2>/dev/null; do
     if [ -z "$dpid" ]; then
-      dpid=$(cat "/proc/$tpid/task/$tpid/children" 2>/dev/null | awk '{ print $1 }') || true
+      dpid=$(awk '{ print $1 }' "/proc/$tpid/task/$tpid/children" 2>/dev/null) || true
     fi
     if [ -n "$dpid" ]; then
       h=$(awk '/^VmHWM:/ { print $2 }' "/proc/$dpid/status" 2>/dev/null) || true
@@ -222,6 +224,50 @@ run_driver() {
 }
 
 timings() { awk '/^  "timings": \{/ { on = 1; next } on && /^  \}/ { exit } on { gsub(/[",]/, ""); sub(/^ +/, ""); printf "%s%s", sep, $0; sep = " " } END { print "" }' "$1" | tr -s ' '; }
+
+# --- ticks ---------------------------------------------------------------------------------
+# loop_ms N CMD...: wall ms of N runs of CMD, one after the other.
+loop_ms() {
+  local n=$1 t0 t1 i
+  shift
+  t0=$EPOCHREALTIME
+  for ((i = 0; i < n; i++)); do "$@" >/dev/null; done
+  t1=$EPOCHREALTIME
+  ms "$t0" "$t1"
+}
+# Measured in rounds: each round times per_round calls of /bin/true, of the offline tick and of
+# the tick under the driver, the order rotating from round to round, and each figure is the
+# median over the rounds of (tick - true) / per_round. On a VM the cost of starting a process
+# drifts by 20% and more within minutes (the same binary measured 6.3 to 7.8 ms over /bin/true
+# within ten minutes on a quiet machine); three loops run one after the other saw different
+# machines, and their difference carried the drift.
+mkdir -p "$tmp/ticks"
+per_round=$(((nticks + tick_rounds - 1) / tick_rounds))
+say "bench: ticks: $tick_rounds rounds of $per_round calls each way"
+loop_ms 20 tfstackplan run tick --phase plan --stack s >/dev/null # warm the page cache
+tick_loop() {
+  case $1 in
+    true) loop_ms "$per_round" /bin/true ;;
+    offline) loop_ms "$per_round" tfstackplan run tick --phase plan --stack s ;;
+    driver) (export TFSTACKPLAN_TICK_DIR=$tmp/ticks && loop_ms "$per_round" tfstackplan run tick --phase plan --stack s) ;;
+  esac
+}
+kinds=(true offline driver) tick_off=() tick_drv=()
+for ((r = 0; r < tick_rounds; r++)); do
+  declare -A took=()
+  for ((k = 0; k < 3; k++)); do
+    kind=${kinds[(k + r) % 3]}
+    took[$kind]=$(tick_loop "$kind")
+  done
+  tick_off+=("$(awk -v t="${took[offline]}" -v z="${took[true]}" -v n="$per_round" 'BEGIN { printf "%.2f", (t - z) / n }')")
+  tick_drv+=("$(awk -v t="${took[driver]}" -v z="${took[true]}" -v n="$per_round" 'BEGIN { printf "%.2f", (t - z) / n }')")
+  say "bench: ticks round $((r + 1)): $per_round calls: /bin/true ${took[true]}ms, tick offline ${took[offline]}ms, tick under driver ${took[driver]}ms"
+  unset took
+done
+[ "$(wc -l <"$tmp/ticks/ticks.jsonl")" = "$((per_round * tick_rounds))" ] || die "the under-driver ticks did not all land in ticks.jsonl"
+say "bench: ticks per call over /bin/true (ms): offline ${tick_off[*]}; under the driver ${tick_drv[*]}"
+echo "tick-offline-ms $(median "${tick_off[@]}")"
+echo "tick-driver-ms $(median "${tick_drv[@]}")"
 
 # --- overhead-ratio ------------------------------------------------------------------------
 say "bench: generating $stacks stacks"
@@ -264,27 +310,6 @@ if [ ${#offline_walls[@]} -gt 0 ]; then
   say "bench:   driver without a server (ms): ${offline_walls[*]}, median $(median "${offline_walls[@]}") (ratio $(awk -v d="$(median "${offline_walls[@]}")" -v b="$mb" 'BEGIN { printf "%.3f", d / b }'))"
 fi
 awk -v d="$md" -v b="$mb" 'BEGIN { printf "overhead-ratio %.3f\n", d / b }'
-
-# --- ticks ---------------------------------------------------------------------------------
-# loop_ms N CMD...: wall ms of N runs of CMD, one after the other.
-loop_ms() {
-  local n=$1 t0 t1 i
-  shift
-  t0=$EPOCHREALTIME
-  for ((i = 0; i < n; i++)); do "$@" >/dev/null; done
-  t1=$EPOCHREALTIME
-  ms "$t0" "$t1"
-}
-mkdir -p "$tmp/ticks"
-say "bench: $nticks ticks each way"
-loop_ms 20 tfstackplan run tick --phase plan --stack s >/dev/null # warm the page cache
-t_true=$(loop_ms "$nticks" /bin/true)
-t_off=$(loop_ms "$nticks" tfstackplan run tick --phase plan --stack s)
-t_drv=$(export TFSTACKPLAN_TICK_DIR=$tmp/ticks && loop_ms "$nticks" tfstackplan run tick --phase plan --stack s)
-[ "$(wc -l <"$tmp/ticks/ticks.jsonl")" = "$nticks" ] || die "the under-driver ticks did not all land in ticks.jsonl"
-say "bench: $nticks calls: /bin/true ${t_true}ms, tick offline ${t_off}ms, tick under driver ${t_drv}ms"
-awk -v t="$t_off" -v z="$t_true" -v n="$nticks" 'BEGIN { printf "tick-offline-ms %.2f\n", (t - z) / n }'
-awk -v t="$t_drv" -v z="$t_true" -v n="$nticks" 'BEGIN { printf "tick-driver-ms %.2f\n", (t - z) / n }'
 
 # --- rss-1000-MB ---------------------------------------------------------------------------
 say "bench: generating $rss_stacks stacks"
