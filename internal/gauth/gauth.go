@@ -44,8 +44,9 @@ var ErrNoCredentials = errors.New("no Google Application Default Credentials")
 // service_account key, an impersonated_service_account, an external_account that impersonates a
 // service account, or the metadata server. One token is minted before IDTokenFunc returns (within
 // DiscoveryTimeout), so unusable credentials fail here, wrapped in ErrNoCredentials. A token is
-// then reused until five minutes before its exp claim; from then on the next call mints its
-// replacement before returning, and fails if that fails rather than return the old token.
+// then reused until a minute (refreshEarly) before its exp claim; from then on the next call
+// mints its replacement before returning, and fails if that fails rather than return the old
+// token.
 // Token requests (to token endpoints, credential_source URLs, IAM, the metadata server) follow
 // no redirects.
 func IDTokenFunc(audience string) (TokenFunc, error) {
