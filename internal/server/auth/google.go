@@ -141,7 +141,7 @@ func (v *GoogleValidator) Validate(ctx context.Context, token, audience string) 
 	if idt.IssuedAt.IsZero() {
 		return nil, errors.New("ID token has no iat")
 	}
-	if now := time.Now(); idt.IssuedAt.After(now.Add(clockSkew)) {
+	if now := v.now(); idt.IssuedAt.After(now.Add(clockSkew)) {
 		return nil, fmt.Errorf("ID token iat %s is in the future", idt.IssuedAt.UTC().Format(time.RFC3339))
 	}
 	email, _ := extra.Email.(string)
@@ -165,6 +165,11 @@ func (v *GoogleValidator) verifier(audience string) *oidc.IDTokenVerifier {
 	if now := v.now(); v.keys == nil || now.Sub(v.keysSince) >= v.maxAge {
 		v.keys, v.keysSince = v.newKeys(), now
 		v.verifiers = map[string]*oidc.IDTokenVerifier{}
+		// The new set holds no keys until it fetches: its first fetch must not wait out a
+		// refetch that a made-up kid spent on the old set, or every token would be refused.
+		v.limiter.mu.Lock()
+		v.limiter.last = time.Time{}
+		v.limiter.mu.Unlock()
 	}
 	vf, ok := v.verifiers[audience]
 	if !ok {

@@ -417,15 +417,23 @@ func TestGoogleValidatorKeysExpire(t *testing.T) {
 	if _, err := v.Validate(context.Background(), tok, testAudience); err != nil {
 		t.Fatalf("within the key set's age: %v", err)
 	}
-	now = now.Add(2 * time.Second)
+	// A made-up kid spends the refetch on the old set just before it ages out ...
 	v.limiter.mu.Lock()
-	v.limiter.last = time.Time{} // the refetch limit is tested on its own
+	v.limiter.last = time.Now().Add(-v.limiter.interval) // the limiter runs on the real clock
 	v.limiter.mu.Unlock()
+	if _, err := v.Validate(context.Background(), testkit.SignRS256(t, newRSAKey(t), "made-up", googleClaims()), testAudience); err == nil {
+		t.Fatal("a token with a made-up kid verified")
+	}
+	// ... and the new set still fetches at once: a current key verifies, the withdrawn one not.
+	now = now.Add(2 * time.Second)
+	if _, err := v.Validate(context.Background(), testkit.SignRS256(t, ks.key("k2"), "k2", googleClaims()), testAudience); err != nil {
+		t.Fatalf("current key after the key set's maximum age: %v", err)
+	}
 	if _, err := v.Validate(context.Background(), tok, testAudience); err == nil {
 		t.Fatal("a withdrawn key still verifies after the key set's maximum age")
 	}
-	if n := ks.requests.Load(); n != 2 {
-		t.Fatalf("key requests: %d, want 2", n)
+	if n := ks.requests.Load(); n != 3 {
+		t.Fatalf("key requests: %d, want 3", n)
 	}
 }
 
