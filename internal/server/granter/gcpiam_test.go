@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -744,4 +745,39 @@ func TestAccountIsEscapedInThePath(t *testing.T) {
 		t.Fatalf("the grant did not land on %s: %s", odd, dump(got))
 	}
 	check(t, e.bindings())
+}
+
+// A token endpoint's answer is cut in the error, which reaches the audit record: the auth
+// library quotes a body without an OAuth error code whole.
+func TestTokenEndpointAnswerIsBounded(t *testing.T) {
+	e := setup(t)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html>"+strings.Repeat("proxy says no ", 10_000)+"</html>")
+	}))
+	t.Cleanup(page.Close)
+	var key map[string]any
+	b, err := os.ReadFile(e.fake.CredentialsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &key); err != nil {
+		t.Fatal(err)
+	}
+	key["token_uri"] = page.URL + "/token"
+	b, _ = json.Marshal(key)
+	path := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = func() time.Time { return now }
+	g.Sleep = func(context.Context, time.Duration) error { return nil }
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "getting an access token") || len(err.Error()) > 1500 {
+		t.Fatalf("error of %d bytes: %.300v", len(fmt.Sprint(err)), err)
+	}
 }

@@ -229,7 +229,9 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, fmt.Errorf("getting an access token: %w", err)
+		// The auth library's error can hold the token endpoint's whole answer, which would
+		// reach the audit record: the message is cut, the cause kept for errors.As.
+		return nil, &tokenError{msg: "getting an access token: " + textfit.Excerpt([]byte(err.Error()), maxMessageBytes), err: err}
 	}
 	req = req.Clone(req.Context())
 	req.Header.Set("Authorization", cmp.Or(tok.Type, "Bearer")+" "+tok.Value)
@@ -240,3 +242,12 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return t.base.RoundTrip(req)
 }
+
+// tokenError is a failure to get an access token, its message bounded.
+type tokenError struct {
+	msg string
+	err error
+}
+
+func (e *tokenError) Error() string { return e.msg }
+func (e *tokenError) Unwrap() error { return e.err }
