@@ -631,6 +631,7 @@ func TestEndpointFollowsTheUniverseDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for universe, want := range map[string]string{"": "https://iam.googleapis.com/", "sovereign.example": "https://iam.sovereign.example/"} {
+		delete(key, "universe_domain")
 		if universe != "" {
 			key["universe_domain"] = universe
 		}
