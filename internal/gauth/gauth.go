@@ -540,20 +540,10 @@ func boundError(err error) error {
 			u.User, u.RawQuery, u.Fragment = nil, "", ""
 			endpoint = u.String()
 		}
-		return &boundedError{msg: fmt.Sprintf("%s answered %s: %s", endpoint, ae.Response.Status, textfit.Excerpt(ae.Body, maxErrorExcerpt)), err: err}
+		return textfit.Wrap(fmt.Sprintf("%s answered %s: %s", endpoint, ae.Response.Status, textfit.Excerpt(ae.Body, maxErrorExcerpt)), err)
 	}
-	return &boundedError{msg: textfit.Excerpt([]byte(err.Error()), maxErrorExcerpt), err: err}
+	return textfit.Wrap(textfit.Excerpt([]byte(err.Error()), maxErrorExcerpt), err)
 }
-
-// boundedError is an error whose message is bounded and free of response bodies that may hold
-// tokens.
-type boundedError struct {
-	msg string
-	err error
-}
-
-func (e *boundedError) Error() string { return e.msg }
-func (e *boundedError) Unwrap() error { return e.err }
 
 // Static returns a TokenFunc that always returns token (for static server tokens).
 func Static(token string) TokenFunc {

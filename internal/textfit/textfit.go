@@ -43,3 +43,15 @@ func Excerpt(b []byte, n int) string {
 	}
 	return s
 }
+
+// Wrap returns an error whose message is msg (already fitted, e.g. with Excerpt) and which
+// unwraps to cause: for a library error whose own message may quote a whole answer body.
+func Wrap(msg string, cause error) error { return &wrapped{msg: msg, cause: cause} }
+
+type wrapped struct {
+	msg   string
+	cause error
+}
+
+func (e *wrapped) Error() string { return e.msg }
+func (e *wrapped) Unwrap() error { return e.cause }

@@ -1,6 +1,7 @@
 package textfit
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -66,5 +67,13 @@ func TestExcerpt(t *testing.T) {
 		if got := Excerpt([]byte(tc.in), tc.n); got != tc.want {
 			t.Errorf("Excerpt(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
+	}
+}
+
+func TestWrap(t *testing.T) {
+	cause := errors.New("a long answer body")
+	err := Wrap("short", cause)
+	if err.Error() != "short" || !errors.Is(err, cause) {
+		t.Fatalf("Wrap = %q, unwraps to the cause: %v", err, errors.Is(err, cause))
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
+
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // TokenCreatorRole is the role a GCPIAM grant binds: it lets the member mint access tokens for
@@ -358,16 +360,8 @@ func describe(err error) error {
 	if aerr.Code == http.StatusForbidden {
 		hint = " (the control plane's identity needs iam.serviceAccounts.getIamPolicy and setIamPolicy on the account, e.g. roles/iam.serviceAccountAdmin)"
 	}
-	return &statusError{msg: fmt.Sprintf("HTTP %d %s%s%s", aerr.Code, http.StatusText(aerr.Code), msg, hint), err: err}
+	return textfit.Wrap(fmt.Sprintf("HTTP %d %s%s%s", aerr.Code, http.StatusText(aerr.Code), msg, hint), err)
 }
-
-type statusError struct {
-	msg string
-	err error
-}
-
-func (e *statusError) Error() string { return e.msg }
-func (e *statusError) Unwrap() error { return e.err }
 
 // retryable tells a failure worth a fresh read-modify-write: a concurrent modification, a
 // throttle, a server error, or a broken connection (a write whose

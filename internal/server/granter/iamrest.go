@@ -231,7 +231,7 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// The auth library's error can hold the token endpoint's whole answer, which would
 		// reach the audit record: the message is cut, the cause kept for errors.As.
-		return nil, &tokenError{msg: "getting an access token: " + textfit.Excerpt([]byte(err.Error()), maxMessageBytes), err: err}
+		return nil, textfit.Wrap("getting an access token: "+textfit.Excerpt([]byte(err.Error()), maxMessageBytes), err)
 	}
 	req = req.Clone(req.Context())
 	req.Header.Set("Authorization", cmp.Or(tok.Type, "Bearer")+" "+tok.Value)
@@ -242,12 +242,3 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return t.base.RoundTrip(req)
 }
-
-// tokenError is a failure to get an access token, its message bounded.
-type tokenError struct {
-	msg string
-	err error
-}
-
-func (e *tokenError) Error() string { return e.msg }
-func (e *tokenError) Unwrap() error { return e.err }
