@@ -48,7 +48,8 @@ var ErrNoCredentials = errors.New("no Google Application Default Credentials")
 // mints its replacement before returning, and fails if that fails rather than return the old
 // token.
 // Token requests (to token endpoints, credential_source URLs, IAM, the metadata server) follow
-// no redirects.
+// no redirects, except the STS exchange of an X.509 external_account, which goes through the
+// mTLS client Google's library makes from the certificate config.
 func IDTokenFunc(audience string) (TokenFunc, error) {
 	return minter{}.tokenFunc(audience)
 }
@@ -83,9 +84,10 @@ type minter struct {
 	// https://iamcredentials.<the credentials' universe domain>.
 	iamBase string
 	// client sends the requests to token endpoints, credential_source URLs, IAM and the
-	// metadata server, always refusing redirects (see httpClient and metadataHTTPClient); nil
-	// means a client with requestTimeout for the first three and, for the metadata server, one
-	// of its own with metadataTimeout that bypasses proxies.
+	// metadata server (not the STS exchange of an X.509 external_account: see fileProvider),
+	// always refusing redirects (see httpClient and metadataHTTPClient); nil means a client
+	// with requestTimeout for the first three and, for the metadata server, one of its own
+	// with metadataTimeout that bypasses proxies.
 	client *http.Client
 }
 
@@ -125,6 +127,9 @@ func (m minter) tokenFunc(audience string) (TokenFunc, error) {
 // provider finds the Application Default Credentials and returns a caching provider of ID
 // tokens for audience built on them.
 func (m minter) provider(ctx context.Context, audience string) (auth.TokenProvider, error) {
+	// With our client an X.509 external_account is detected without its mTLS client, which
+	// does not matter: fileProvider uses such credentials for their universe domain only and
+	// builds the ones that mint from the file again.
 	creds, err := credentials.DetectDefault(&credentials.DetectOptions{
 		Scopes: []string{cloudPlatformScope},
 		Client: m.httpClient(),
@@ -163,6 +168,17 @@ type credentialsFile struct {
 	ServiceAccountImpersonationURL string          `json:"service_account_impersonation_url"`
 	Delegates                      []string        `json:"delegates"`
 	SourceCredentials              json.RawMessage `json:"source_credentials"`
+	CredentialSource               *struct {
+		// Certificate, an object, makes an external_account X.509 workload identity
+		// federation: the STS exchange is authenticated by a client certificate.
+		Certificate *struct{} `json:"certificate"`
+	} `json:"credential_source"`
+}
+
+// x509Source reports whether f is an external_account whose credential_source is a client
+// certificate.
+func (f credentialsFile) x509Source() bool {
+	return credentials.CredType(f.Type) == credentials.ExternalAccount && f.CredentialSource != nil && f.CredentialSource.Certificate != nil
 }
 
 // fileProvider returns an uncached ID-token provider for the credentials file b, which creds
@@ -215,9 +231,18 @@ func (m minter) fileProvider(ctx context.Context, b []byte, creds *auth.Credenti
 		if err != nil {
 			return nil, err
 		}
+		client := m.httpClient()
+		if f.x509Source() {
+			// Given a client, the library sends the exchange of a use_default_certificate_config
+			// source through it, with no certificate to present; given none, it makes the mTLS
+			// client from the certificate config. That client follows redirects, which is safe
+			// here: the subject token it posts is the public certificate chain and the private
+			// key proves itself in the TLS handshake only, so a redirect re-sends no secret.
+			client = nil
+		}
 		base, err := credentials.NewCredentialsFromJSON(credentials.ExternalAccount, baseJSON, &credentials.DetectOptions{
 			Scopes: []string{cloudPlatformScope},
-			Client: m.httpClient(),
+			Client: client,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("external_account credentials without impersonation: %w", err)
