@@ -74,7 +74,9 @@ type GCPIAM struct {
 
 // NewGCPIAM returns a GCPIAM using cfg; ctx serves only the construction. With no
 // CredentialsFile it looks up Application Default Credentials now, which off Google Cloud may
-// probe the metadata server.
+// probe the metadata server. The credentials' own token requests follow no redirects, except
+// the STS exchange of X.509 workload identity federation, which goes through the mTLS client
+// Google's library makes from the certificate config.
 func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
 	endpoint := ""
 	if cfg.Endpoint != "" {
@@ -88,21 +90,9 @@ func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
 		// Method paths are appended to the endpoint, which may or may not end in a slash.
 		endpoint = strings.TrimSuffix(cfg.Endpoint, "/") + "/"
 	}
-	opts := &credentials.DetectOptions{Scopes: []string{cloudPlatformScope}}
-	var creds *auth.Credentials
-	if cfg.CredentialsFile != "" {
-		typ, err := credentialsType(cfg.CredentialsFile)
-		if err != nil {
-			return nil, err
-		}
-		if creds, err = credentials.NewCredentialsFromFile(typ, cfg.CredentialsFile, opts); err != nil {
-			return nil, fmt.Errorf("granter gcp-iam: credentials file %s: %w", cfg.CredentialsFile, err)
-		}
-	} else {
-		var err error
-		if creds, err = credentials.DetectDefault(opts); err != nil {
-			return nil, fmt.Errorf("granter gcp-iam: application default credentials: %w", err)
-		}
+	creds, err := loadCredentials(cfg)
+	if err != nil {
+		return nil, err
 	}
 	quotaProject, err := creds.QuotaProjectID(ctx)
 	if err != nil {
@@ -119,25 +109,93 @@ func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
 	return &GCPIAM{iam: newIAMClient(endpoint, creds.TokenProvider, quotaProject)}, nil
 }
 
-// credentialsType reads the type of a credentials file, for the typed constructor, which
+// loadCredentials returns the credentials cfg names: its CredentialsFile, or Application
+// Default Credentials.
+func loadCredentials(cfg GCPIAMConfig) (*auth.Credentials, error) {
+	if cfg.CredentialsFile != "" {
+		data, typ, err := readCredentialsFile(cfg.CredentialsFile)
+		if err != nil {
+			return nil, err
+		}
+		return credentialsFromJSON(typ, data, "credentials file "+cfg.CredentialsFile)
+	}
+	creds, err := credentials.DetectDefault(&credentials.DetectOptions{Scopes: []string{cloudPlatformScope}, Client: tokenClient()})
+	if err != nil {
+		return nil, fmt.Errorf("granter gcp-iam: application default credentials: %w", err)
+	}
+	if b := creds.JSON(); x509Source(b) {
+		// Detected with tokenClient, X.509 credentials may lack the mTLS client they need.
+		return credentialsFromJSON(credentials.ExternalAccount, b, "application default credentials")
+	}
+	return creds, nil
+}
+
+// credentialsFromJSON loads the credentials JSON b of type typ, whose own token requests go
+// through tokenClient unless they are X.509 credentials; what names b in errors.
+func credentialsFromJSON(typ credentials.CredType, b []byte, what string) (*auth.Credentials, error) {
+	client := tokenClient()
+	if x509Source(b) {
+		// Given a client, the library sends the exchange of a use_default_certificate_config
+		// source through it, with no certificate to present; given none, it makes the mTLS
+		// client from the certificate config. That client follows redirects, which is safe
+		// here: the subject token it posts is the public certificate chain and the private key
+		// proves itself in the TLS handshake only, so a redirect re-sends no secret.
+		client = nil
+	}
+	creds, err := credentials.NewCredentialsFromJSON(typ, b, &credentials.DetectOptions{Scopes: []string{cloudPlatformScope}, Client: client})
+	if err != nil {
+		return nil, fmt.Errorf("granter gcp-iam: %s: %w", what, err)
+	}
+	return creds, nil
+}
+
+// tokenTimeout bounds each request the credentials make for an access token.
+const tokenTimeout = 30 * time.Second
+
+// tokenClient returns the client for the credentials' own requests (token endpoints, STS,
+// credential_source URLs, impersonation). It follows no redirect, which would re-post a signed
+// assertion or a subject token to wherever it pointed, and gives each request tokenTimeout.
+func tokenClient() *http.Client {
+	return &http.Client{
+		Timeout: tokenTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// x509Source reports whether the credentials JSON b is an external_account whose
+// credential_source is a client certificate (X.509 workload identity federation).
+func x509Source(b []byte) bool {
+	var f struct {
+		Type             string `json:"type"`
+		CredentialSource *struct {
+			Certificate *struct{} `json:"certificate"`
+		} `json:"credential_source"`
+	}
+	return json.Unmarshal(b, &f) == nil && f.Type == string(credentials.ExternalAccount) &&
+		f.CredentialSource != nil && f.CredentialSource.Certificate != nil
+}
+
+// readCredentialsFile reads a credentials file and its type, for the typed constructor, which
 // loads only the type it is told.
-func credentialsType(path string) (credentials.CredType, error) {
+func readCredentialsFile(path string) ([]byte, credentials.CredType, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("granter gcp-iam: credentials file: %w", err)
+		return nil, "", fmt.Errorf("granter gcp-iam: credentials file: %w", err)
 	}
 	var f struct {
 		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
-		return "", fmt.Errorf("granter gcp-iam: credentials file %s: %w", path, err)
+		return nil, "", fmt.Errorf("granter gcp-iam: credentials file %s: %w", path, err)
 	}
 	for _, t := range acceptedCredTypes {
 		if f.Type == string(t) {
-			return t, nil
+			return data, t, nil
 		}
 	}
-	return "", fmt.Errorf("granter gcp-iam: credentials file %s has type %q (accepted: %s, %s, %s, %s)", path, f.Type,
+	return nil, "", fmt.Errorf("granter gcp-iam: credentials file %s has type %q (accepted: %s, %s, %s, %s)", path, f.Type,
 		credentials.ServiceAccount, credentials.AuthorizedUser, credentials.ExternalAccount, credentials.ImpersonatedServiceAccount)
 }
 

@@ -616,6 +616,9 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	if n := elsewhere.Load(); n != 0 {
 		t.Fatalf("the redirect was followed (%d requests elsewhere)", n)
 	}
+	if testing.Verbose() {
+		t.Log(err)
+	}
 }
 
 // Without an endpoint, IAM is called in the credentials' universe.
@@ -781,4 +784,46 @@ func TestTokenEndpointAnswerIsBounded(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "getting an access token") || len(err.Error()) > 1500 {
 		t.Fatalf("error of %d bytes: %.300v", len(fmt.Sprint(err)), err)
 	}
+}
+
+// A token endpoint that redirects is an error, not a second request: the signed assertion
+// would be posted again to wherever the redirect points.
+func TestTokenEndpointRedirectIsNotFollowed(t *testing.T) {
+	e := setup(t)
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"access_token":"`+iamfake.Token+`","token_type":"Bearer","expires_in":3600}`)
+	}))
+	t.Cleanup(other.Close)
+	redirecting := httptest.NewServer(http.RedirectHandler(other.URL+"/steal", http.StatusTemporaryRedirect))
+	t.Cleanup(redirecting.Close)
+	var key map[string]any
+	b, err := os.ReadFile(e.fake.CredentialsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &key); err != nil {
+		t.Fatal(err)
+	}
+	key["token_uri"] = redirecting.URL + "/token"
+	b, _ = json.Marshal(key)
+	path := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect was followed (%d requests elsewhere; grant error %v)", n, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "getting an access token") || !strings.Contains(err.Error(), "307") || len(err.Error()) > 1500 {
+		t.Fatalf("error of %d bytes: %.300v; want the token endpoint's 307", len(fmt.Sprint(err)), err)
+	}
+	calls(t, e, 0, 0)
 }
