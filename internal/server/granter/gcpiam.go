@@ -74,9 +74,10 @@ type GCPIAM struct {
 
 // NewGCPIAM returns a GCPIAM using cfg; ctx serves only the construction. With no
 // CredentialsFile it looks up Application Default Credentials now, which off Google Cloud may
-// probe the metadata server. The credentials' own token requests follow no redirects, except
-// the STS exchange of X.509 workload identity federation, which goes through the mTLS client
-// Google's library makes from the certificate config.
+// probe the metadata server; it gives up when ctx ends, though the lookup, which Google's
+// library runs without a context, may go on in the background. The credentials' own token
+// requests follow no redirects, except the STS exchange of X.509 workload identity federation,
+// which goes through the mTLS client Google's library makes from the certificate config.
 func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
 	endpoint := ""
 	if cfg.Endpoint != "" {
@@ -90,23 +91,54 @@ func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
 		// Method paths are appended to the endpoint, which may or may not end in a slash.
 		endpoint = strings.TrimSuffix(cfg.Endpoint, "/") + "/"
 	}
+	// Detection does not take ctx, and a file read or the metadata probe can outlast it: the
+	// lookup runs aside, and a result that comes too late goes into the buffered channel and
+	// is dropped with it.
+	done := make(chan lookup, 1)
+	go func() { done <- lookUp(ctx, cfg, endpoint == "") }()
+	var r lookup
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("granter gcp-iam: gave up looking up the credentials: %w", ctx.Err())
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if endpoint == "" {
+		endpoint = "https://iam." + r.universe + "/"
+	}
+	return &GCPIAM{iam: newIAMClient(endpoint, r.creds.TokenProvider, r.quotaProject)}, nil
+}
+
+// lookup is what NewGCPIAM needs to know of the credentials.
+type lookup struct {
+	creds        *auth.Credentials
+	quotaProject string
+	// universe is the credentials' universe domain, looked up only when asked for.
+	universe string
+	err      error
+}
+
+// lookUp loads the credentials cfg names with their quota project and, if withUniverse, their
+// universe domain.
+func lookUp(ctx context.Context, cfg GCPIAMConfig, withUniverse bool) lookup {
 	creds, err := loadCredentials(cfg)
 	if err != nil {
-		return nil, err
+		return lookup{err: err}
 	}
 	quotaProject, err := creds.QuotaProjectID(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("granter gcp-iam: quota project of the credentials: %w", err)
+		return lookup{err: fmt.Errorf("granter gcp-iam: quota project of the credentials: %w", err)}
 	}
-	if endpoint == "" {
+	universe := ""
+	if withUniverse {
 		// IAM lives in the credentials' universe (googleapis.com unless they name another).
-		universe, err := creds.UniverseDomain(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("granter gcp-iam: universe domain of the credentials: %w", err)
+		if universe, err = creds.UniverseDomain(ctx); err != nil {
+			return lookup{err: fmt.Errorf("granter gcp-iam: universe domain of the credentials: %w", err)}
 		}
-		endpoint = "https://iam." + universe + "/"
 	}
-	return &GCPIAM{iam: newIAMClient(endpoint, creds.TokenProvider, quotaProject)}, nil
+	return lookup{creds: creds, quotaProject: quotaProject, universe: universe}
 }
 
 // loadCredentials returns the credentials cfg names: its CredentialsFile, or Application
