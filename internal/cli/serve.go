@@ -42,7 +42,15 @@ type ServeOptions struct {
 	Ready func(addr string)
 	// Validator replaces Google's ID token validator (tests use a loopback key server).
 	Validator auth.IDTokenValidator
+	// GranterSetupTimeout bounds the granter's start-up, for gcp-iam the lookup of its
+	// credentials (0: DefaultGranterSetupTimeout).
+	GranterSetupTimeout time.Duration
 }
+
+// DefaultGranterSetupTimeout bounds the granter's start-up: off Google Cloud a lookup of
+// Application Default Credentials probes the metadata server for a few seconds, and a
+// credentials file on a stalled network mount would hang it for good.
+const DefaultGranterSetupTimeout = time.Minute
 
 func newServeCmd(ios *IO) *cobra.Command {
 	opts := &ServeOptions{IO: ios}
@@ -142,6 +150,21 @@ func (o *ServeOptions) authenticator(ctx context.Context) (*auth.Authenticator, 
 	return a, nil
 }
 
+// newGranter makes the granter policy names, within GranterSetupTimeout.
+func (o *ServeOptions) newGranter(ctx context.Context, policy *service.Policy) (granter.Granter, error) {
+	timeout := o.GranterSetupTimeout
+	if timeout <= 0 {
+		timeout = DefaultGranterSetupTimeout
+	}
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	g, err := granter.New(gctx, policy.Granter, policy.GranterConfig)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil, fmt.Errorf("granter %q did not start within %s: %w", policy.Granter, timeout, err)
+	}
+	return g, err
+}
+
 func runServe(ctx context.Context, o *ServeOptions) error {
 	logger := slog.New(slog.NewTextHandler(o.IO.ErrOut, nil))
 	a, err := o.authenticator(ctx)
@@ -159,7 +182,7 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	defer st.Close()
 	svc := service.New(st, policy)
-	if svc.Granter, err = granter.New(ctx, policy.Granter, policy.GranterConfig); err != nil {
+	if svc.Granter, err = o.newGranter(ctx, policy); err != nil {
 		return fmt.Errorf("policy %s: %w", o.Policy, err)
 	}
 	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger,

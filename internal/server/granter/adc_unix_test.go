@@ -6,15 +6,13 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/granter"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 // NewGCPIAM gives up on Application Default Credentials when its context ends, even while the
@@ -64,20 +62,7 @@ func TestADCLookupEndsWithTheContext(t *testing.T) {
 			t.Setenv("GCE_METADATA_HOST", ln.Addr().String())
 			t.Setenv("GCE_METADATA_IP", ln.Addr().String())
 			if tc.fifo {
-				dir := filepath.Join(home, ".config", "gcloud")
-				if err := os.MkdirAll(dir, 0o700); err != nil {
-					t.Fatal(err)
-				}
-				fifo := filepath.Join(dir, "application_default_credentials.json")
-				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				// Opening the FIFO for writing, and closing it, ends the read blocked on it.
-				t.Cleanup(func() {
-					if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-						f.Close()
-					}
-				})
+				testkit.StalledADC(t, home)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
