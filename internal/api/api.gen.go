@@ -339,13 +339,16 @@ type Finalize struct {
 
 // Gate defines model for Gate.
 type Gate struct {
-	Class       string   `json:"class"`
-	Environment string   `json:"environment"`
-	ExecutionID string   `json:"execution_id,omitempty,omitzero"`
-	PR          int      `json:"pr"`
-	Satisfied   bool     `json:"satisfied,omitempty,omitzero"`
-	Stacks      []string `json:"stacks,omitempty,omitzero"`
-	Target      string   `json:"target"`
+	Class       string `json:"class"`
+	Environment string `json:"environment"`
+	ExecutionID string `json:"execution_id,omitempty,omitzero"`
+	PR          int    `json:"pr"`
+
+	// RequiredAt When the server recorded the gate: the finalize of the plan that required it (gates recorded before servers kept this carry the time their plan arrived).
+	RequiredAt time.Time `json:"required_at,omitempty,omitzero"`
+	Satisfied  bool      `json:"satisfied,omitempty,omitzero"`
+	Stacks     []string  `json:"stacks,omitempty,omitzero"`
+	Target     string    `json:"target"`
 }
 
 // GateCheck defines model for GateCheck.

@@ -738,7 +738,7 @@ func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, er
 	var out []api.Gate
 	now := s.Now()
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		gates, err := tx.Gates(env, pr)
+		gates, err := tx.Gates(store.ListFilter{Environment: env, PR: pr})
 		if err != nil || len(gates) == 0 {
 			return err
 		}

@@ -159,7 +159,8 @@ func TestGatesReadGrantsOncePerListing(t *testing.T) {
 		for _, g := range gates {
 			got = append(got, g.Class+" "+g.Target+" "+map[bool]string{true: "satisfied", false: "open"}[g.Satisfied])
 		}
-		want := []string{"destructive a/** satisfied", "destructive b/** satisfied", "mutating b/** open", "destructive a/** open"}
+		// Newest first; required at the same instant, by PR, class and target, descending.
+		want := []string{"destructive a/** open", "mutating b/** open", "destructive b/** satisfied", "destructive a/** satisfied"}
 		if len(got) != len(want) {
 			t.Fatalf("gates %v, want %v", got, want)
 		}

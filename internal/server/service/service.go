@@ -514,7 +514,7 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 		}
 		gates := s.Policy.RequiredGates(e.Environment, classes)
 		for i := range gates {
-			gates[i].PR, gates[i].ExecutionID = e.PR, e.ExecutionID
+			gates[i].PR, gates[i].ExecutionID, gates[i].RequiredAt = e.PR, e.ExecutionID, now
 		}
 		if err := tx.ReplaceGates(e.Environment, e.PR, gates); err != nil {
 			return err
@@ -540,7 +540,10 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 // Checks lists check conclusions.
 func (s *Service) Checks(ctx context.Context, env string, pr int) ([]api.Check, error) {
 	var out []api.Check
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Checks(env, pr); return })
+	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
+		out, err = tx.Checks(store.ListFilter{Environment: env, PR: pr})
+		return
+	})
 	return out, err
 }
 

@@ -115,13 +115,41 @@ type ExecutionFilter struct {
 	Before      time.Time
 }
 
-// GrantFilter selects grants; ActiveAt non-zero keeps only grants active at that time.
+// GrantFilter selects grants, newest (highest id) first; zero values select everything.
 type GrantFilter struct {
 	Environment string
 	PR          int
 	Class       string
 	Target      string
-	ActiveAt    time.Time
+	// ActiveAt non-zero keeps only grants active at that time.
+	ActiveAt time.Time
+	// Before > 0 keeps only grants with a lower id: the page after grant Before.
+	Before int64
+	// Limit > 0 keeps only the first Limit grants (0: all of them).
+	Limit int
+}
+
+// ListFilter selects a page of a list of gates or checks, newest first; zero values select
+// everything.
+type ListFilter struct {
+	Environment string
+	PR          int
+	// Limit > 0 keeps only the first Limit rows (0: all of them).
+	Limit int
+	// After, when set, keeps only the rows that come after it in the list's order: the page
+	// after the row After stands for. It must be a row the filter selects (its Environment and
+	// PR those of the filter, where the filter gives them).
+	After *RowKey
+}
+
+// RowKey is a gate's or a check's place in its list. A list is ordered newest first by At (when
+// a gate was required, when a check was concluded), then by Environment, PR and Names (a gate's
+// class and target, a check's name), all descending: rows of the same time keep one order.
+type RowKey struct {
+	At          time.Time
+	Environment string
+	PR          int
+	Names       []string
 }
 
 // EventState is the part of an execution every runner event looks at.
@@ -208,14 +236,15 @@ type Tx interface {
 	// stack is non-empty).
 	ReleaseExecutionClaims(env, execID, stack string) (int64, error)
 
-	// ReplaceGates replaces the gates a PR requires in env.
+	// ReplaceGates replaces the gates a PR requires in env (each required at its RequiredAt).
 	ReplaceGates(env string, pr int, gates []api.Gate) error
-	// Gates lists required gates (zero values select everything).
-	Gates(env string, pr int) ([]api.Gate, error)
+	// Gates lists required gates in their list's order (RowKey: At is RequiredAt, Names the
+	// class and the target).
+	Gates(f ListFilter) ([]api.Gate, error)
 
 	// AddGrant stores a grant and returns its id.
 	AddGrant(g api.Grant) (int64, error)
-	// Grants lists grants, newest first.
+	// Grants lists grants, newest (highest id) first.
 	Grants(f GrantFilter) ([]api.Grant, error)
 	// ReleaseGrants ends the grants active at `at` matching (env, pr, class, target).
 	ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error)
@@ -234,8 +263,9 @@ type Tx interface {
 	PutCheck(c api.Check) error
 	// Check returns one check or ErrNotFound.
 	Check(env string, pr int, name string) (*api.Check, error)
-	// Checks lists checks (zero values select everything).
-	Checks(env string, pr int) ([]api.Check, error)
+	// Checks lists checks in their list's order (RowKey: At is UpdatedAt, Names the check's
+	// name).
+	Checks(f ListFilter) ([]api.Check, error)
 
 	// AddAudit appends an audit entry and returns its id.
 	AddAudit(e api.AuditEntry) (int64, error)

@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlstore"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
 var ctx = context.Background()
@@ -83,6 +87,13 @@ type planCase struct {
 	sortOK bool
 	// write runs read in a write transaction.
 	write bool
+	// tableOrder allows a SCAN of the table: its rowid is the order asked for, so the scan stops
+	// after the rows it returns.
+	tableOrder bool
+	// index, for a list page, is the index PostgreSQL must read it from, and later says the page
+	// comes after a cursor (the index's condition must hold it).
+	index string
+	later bool
 }
 
 // checkPlans runs each case's read and fails when a statement's plan scans a table, sorts in
@@ -106,7 +117,7 @@ func checkPlans(t *testing.T, s *sqlstore.DB, drain func() []statement, cases []
 		for _, st := range sts {
 			steps := queryPlan(t, sqlstore.ReadDB(s), st)
 			for _, step := range steps {
-				if strings.HasPrefix(step, "SCAN ") && !strings.Contains(step, " USING ") || !c.sortOK && strings.Contains(step, "TEMP B-TREE") {
+				if strings.HasPrefix(step, "SCAN ") && !strings.Contains(step, " USING ") && !c.tableOrder || !c.sortOK && strings.Contains(step, "TEMP B-TREE") {
 					t.Errorf("%s: %s\n  plan: %s", c.name, st.query, strings.Join(steps, "; "))
 				}
 				found = found || strings.Contains(step, c.want)
@@ -152,42 +163,111 @@ func TestExecutionsListUsesIndexes(t *testing.T) {
 	checkPlans(t, s, drain, cases)
 }
 
-// Gates, grants and checks filtered by environment, PR, class or target search their index
-// for what was given instead of scanning the table; so do the plan hashes a gates listing
-// reads.
+// Grants filtered by environment, PR, class or target (what gate decisions read) search their
+// index for what was given, in id order, instead of scanning the table; so do the plan hashes a
+// gates listing reads and a later page of the audit log. The lists' pages: TestListPagesUseIndexes.
 func TestGateListingsUseIndexes(t *testing.T) {
 	s, drain := traced(t)
 	grants := func(f store.GrantFilter) func(tx store.Tx) error {
 		return func(tx store.Tx) error { _, err := tx.Grants(f); return err }
 	}
-	gates := func(env string, pr int) func(tx store.Tx) error {
-		return func(tx store.Tx) error { _, err := tx.Gates(env, pr); return err }
-	}
-	checks := func(env string, pr int) func(tx store.Tx) error {
-		return func(tx store.Tx) error { _, err := tx.Checks(env, pr); return err }
-	}
 	var cases []planCase
 	for _, active := range []time.Time{{}, t0} {
-		for _, f := range []store.GrantFilter{
-			{Environment: "prod", PR: 7, Class: "destructive", Target: "**"},
-			{Environment: "prod", PR: 7},
-			{Environment: "prod"},
+		for f, want := range map[store.GrantFilter]string{
+			{Environment: "prod", PR: 7, Class: "destructive", Target: "**"}: "grants_key (environment=? AND pr=? AND class=? AND target=?)",
+			{Environment: "prod", PR: 7}:                                     "grants_env_pr_id (environment=? AND pr=?)",
+			{Environment: "prod"}:                                            "grants_env_id (environment=?)",
 		} {
 			f.ActiveAt = active
-			cases = append(cases, planCase{name: fmt.Sprintf("grants %+v", f), read: grants(f), want: "grants_key", sortOK: true})
+			cases = append(cases, planCase{name: fmt.Sprintf("grants %+v", f), read: grants(f), want: want})
 		}
 	}
 	cases = append(cases,
 		planCase{name: "plan hashes", read: func(tx store.Tx) error { _, err := tx.PlanHashes([]string{"p1", "p2", "p3"}); return err },
 			want: "sqlite_autoindex_stacks_1 (execution_id=?)"},
-		planCase{name: "gates of a PR", read: gates("prod", 7), want: "sqlite_autoindex_gates_1 (environment=? AND pr=?)"},
-		planCase{name: "gates of an environment", read: gates("prod", 0), want: "sqlite_autoindex_gates_1 (environment=?)"},
-		planCase{name: "checks of a PR", read: checks("prod", 7), want: "sqlite_autoindex_checks_1 (environment=? AND pr=?)"},
-		planCase{name: "checks of an environment", read: checks("prod", 0), want: "sqlite_autoindex_checks_1 (environment=?)"},
 		planCase{name: "a later page of the audit log", read: func(tx store.Tx) error { _, err := tx.Audit(50, 1000); return err },
 			want: "INTEGER PRIMARY KEY (rowid<?)"},
 	)
 	checkPlans(t, s, drain, cases)
+}
+
+// listPageCases are the pages of the gates, grants and checks lists, unfiltered or by
+// environment, PR, or both, the first and a later one, each with the index that must hold its
+// rows in the order the page lists them and the range of it the page reads (as SQLite says them).
+func listPageCases() []planCase {
+	var cases []planCase
+	// want is the plan's step: the index, the filter's equalities, and on a later page the range
+	// after the cursor on the columns the filter leaves free.
+	want := func(index string, eqs, free []string, later bool) string {
+		switch {
+		case later && len(free) == 1:
+			eqs = append(eqs, free[0]+"<?")
+		case later:
+			eqs = append(eqs, "("+strings.Join(free, ",")+")<(?"+strings.Repeat(",?", len(free)-1)+")")
+		}
+		if len(eqs) == 0 {
+			return "INDEX " + index
+		}
+		return index + " (" + strings.Join(eqs, " AND ") + ")"
+	}
+	for _, env := range []string{"", "prod"} {
+		for _, pr := range []int{0, 7} {
+			suffix := map[[2]bool]string{{true, true}: "_env_pr", {true, false}: "_env", {false, true}: "_pr"}[[2]bool{env != "", pr != 0}]
+			var eqs []string
+			free := func(cols ...string) []string {
+				var out []string
+				for _, c := range cols {
+					if c == "environment" && env != "" || c == "pr" && pr != 0 {
+						continue
+					}
+					out = append(out, c)
+				}
+				return out
+			}
+			if env != "" {
+				eqs = append(eqs, "environment=?")
+			}
+			if pr != 0 {
+				eqs = append(eqs, "pr=?")
+			}
+			for _, later := range []bool{false, true} {
+				gates, checks := store.ListFilter{Environment: env, PR: pr, Limit: 50}, store.ListFilter{Environment: env, PR: pr, Limit: 50}
+				grants := store.GrantFilter{Environment: env, PR: pr, Limit: 50}
+				if later {
+					key := store.RowKey{At: t0, Environment: cmp.Or(env, "dev"), PR: cmp.Or(pr, 3)}
+					gate, check := key, key
+					gate.Names, check.Names = []string{"destructive", "**"}, []string{"plan"}
+					gates.After, checks.After, grants.Before = &gate, &check, 1000
+				}
+				name := fmt.Sprintf("env %q pr %d later %v", env, pr, later)
+				grantIndex, grantWant := "grants"+suffix+"_id", want("grants"+suffix+"_id", eqs, []string{"id"}, later)
+				if suffix == "" {
+					grantIndex = "grants_pkey" // PostgreSQL's name; SQLite's primary key is the rowid
+					grantWant = map[bool]string{false: "SCAN grants", true: "INTEGER PRIMARY KEY (rowid<?)"}[later]
+				}
+				cases = append(cases,
+					planCase{name: "gates " + name, index: "gates" + suffix + "_required", later: later,
+						want: want("gates"+suffix+"_required", eqs, free("required_at", "environment", "pr", "class", "target"), later),
+						read: func(tx store.Tx) error { _, err := tx.Gates(gates); return err }},
+					planCase{name: "checks " + name, index: "checks" + suffix + "_updated", later: later,
+						want: want("checks"+suffix+"_updated", eqs, free("updated_at", "environment", "pr", "name"), later),
+						read: func(tx store.Tx) error { _, err := tx.Checks(checks); return err }},
+					// The unfiltered first page reads the table itself, in its rowid's order.
+					planCase{name: "grants " + name, index: grantIndex, later: later, want: grantWant, tableOrder: suffix == "" && !later,
+						read: func(tx store.Tx) error { _, err := tx.Grants(grants); return err }},
+				)
+			}
+		}
+	}
+	return cases
+}
+
+// Every page of the gates, grants and checks lists, the first or a later one, reads its rows
+// from an index in the order it lists them, starting where the page starts: no sort of the
+// matching rows, no walk through the pages before it.
+func TestListPagesUseIndexes(t *testing.T) {
+	s, drain := traced(t)
+	checkPlans(t, s, drain, listPageCases())
 }
 
 // The claims a decision reads are found through the PR's index and the primary key, not by
@@ -236,5 +316,98 @@ func TestLatestPlanUsesItsIndex(t *testing.T) {
 	var n int
 	if err := sqlstore.ReadDB(s).QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'executions_env_pr'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("index executions_env_pr: %d (%v), want dropped", n, err)
+	}
+}
+
+// On PostgreSQL too, every page of the gates, grants and checks lists reads its rows from its
+// index in the order it lists them, a later page from where it starts: with sequential scans
+// and sorts priced out (the tables are empty, where either would be cheapest), a plan that
+// still scans or sorts has no index that serves the page.
+func TestListPagesUseIndexesOnPostgres(t *testing.T) {
+	u, channel := storetest.PostgresURL(t)
+	s, err := postgres.Open(ctx, u, postgres.Options{Channel: channel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	var mu sync.Mutex
+	var seen []statement
+	sqlstore.SetTrace(s, func(q string, args []any) {
+		mu.Lock()
+		seen = append(seen, statement{q, append([]any(nil), args...)})
+		mu.Unlock()
+	})
+	// Rows of three environments and forty PRs, with statistics: what tells the planner that
+	// an environment and a PR together select fewer rows than either.
+	if err := s.Write(ctx, func(tx store.Tx) error {
+		for _, env := range []string{"dev", "prod", "qa"} {
+			for pr := 1; pr <= 40; pr++ {
+				at := t0.Add(time.Duration(pr) * time.Second)
+				if err := tx.ReplaceGates(env, pr, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: at}, {Class: "mutating", Target: "**", RequiredAt: at}}); err != nil {
+					return err
+				}
+				for _, name := range []string{"plan", "apply"} {
+					if err := tx.PutCheck(api.Check{Environment: env, PR: pr, Check: name, Conclusion: "success", UpdatedAt: at}); err != nil {
+						return err
+					}
+				}
+				if _, err := tx.AddGrant(api.Grant{Environment: env, PR: pr, Class: "destructive", Target: "**", GrantedAt: at}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := sqlstore.ReadDB(s).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "ANALYZE; SET enable_seqscan = off; SET enable_sort = off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range listPageCases() {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		if err := s.Read(ctx, c.read); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		mu.Lock()
+		sts := seen
+		mu.Unlock()
+		if len(sts) != 1 {
+			t.Fatalf("%s: ran %d statements, want 1", c.name, len(sts))
+		}
+		rows, err := conn.QueryContext(ctx, "EXPLAIN "+sts[0].query, sts[0].args...)
+		if err != nil {
+			t.Fatalf("%s: explain %s: %v", c.name, sts[0].query, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, strings.TrimSpace(line))
+		}
+		rows.Close()
+		text := strings.Join(plan, "\n")
+		var cond string // the index condition
+		for _, line := range plan {
+			if strings.HasPrefix(line, "Index Cond:") {
+				cond = line
+			}
+		}
+		switch {
+		case strings.Contains(text, "Sort") || strings.Contains(text, "Seq Scan"):
+			t.Errorf("%s sorts or scans: %s\n%s", c.name, sts[0].query, text)
+		case !strings.Contains(text, " using "+c.index+" on "):
+			t.Errorf("%s: does not read %s: %s\n%s", c.name, c.index, sts[0].query, text)
+		case c.later && !strings.Contains(cond, "ROW(") && !strings.Contains(cond, "(id < "):
+			t.Errorf("%s: the index condition does not start at the cursor: %s\n%s", c.name, sts[0].query, text)
+		}
 	}
 }

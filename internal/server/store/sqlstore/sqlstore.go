@@ -149,7 +149,7 @@ type job struct {
 // receives reads. With GroupCommit, wdb must allow exactly one connection.
 func Open(ctx context.Context, d Dialect, wdb, rdb *sql.DB) (*DB, error) {
 	s := &DB{d: d, wdb: wdb, rdb: rdb, closing: make(chan struct{}), listeners: map[int]func(string){}, qcache: map[string]string{}, stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrate(ctx, 0); err != nil {
 		return nil, err
 	}
 	if d.GroupCommit {
@@ -397,10 +397,18 @@ func migrations(fsys fs.FS) ([]migration, error) {
 	return out, nil
 }
 
-func (s *DB) migrate(ctx context.Context) error {
+// migrate applies the migrations the database lacks, those up to version upTo when it is not 0
+// (tests make the database of an older server with it).
+func (s *DB) migrate(ctx context.Context, upTo int) error {
 	ms, err := migrations(migrationFS)
 	if err != nil {
 		return err
+	}
+	for i, m := range ms {
+		if upTo > 0 && m.version > upTo {
+			ms = ms[:i]
+			break
+		}
 	}
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {

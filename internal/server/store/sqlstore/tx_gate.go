@@ -112,8 +112,8 @@ func (t *sqlTx) ReplaceGates(env string, pr int, gates []api.Gate) error {
 		return err
 	}
 	for _, g := range gates {
-		if _, err := t.exec("INSERT INTO gates (environment, pr, execution_id, class, target, stacks) VALUES (?,?,?,?,?,?)",
-			env, pr, g.ExecutionID, g.Class, g.Target, toJSON(g.Stacks)); err != nil {
+		if _, err := t.exec("INSERT INTO gates (environment, pr, execution_id, class, target, stacks, required_at) VALUES (?,?,?,?,?,?,?)",
+			env, pr, g.ExecutionID, g.Class, g.Target, toJSON(g.Stacks), ns(g.RequiredAt)); err != nil {
 			return err
 		}
 	}
@@ -126,6 +126,7 @@ func (t *sqlTx) ReplaceGates(env string, pr int, gates []api.Gate) error {
 type whereClause struct {
 	conds []string
 	args  []any
+	fixed map[string]bool // the columns eq set
 }
 
 // eq adds col = v when given.
@@ -133,6 +134,10 @@ func (w *whereClause) eq(given bool, col string, v any) {
 	if given {
 		w.conds = append(w.conds, col+" = ?")
 		w.args = append(w.args, v)
+		if w.fixed == nil {
+			w.fixed = map[string]bool{}
+		}
+		w.fixed[col] = true
 	}
 }
 
@@ -142,6 +147,64 @@ func (w *whereClause) String() string {
 		return ""
 	}
 	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
+// page makes the clause select one page of a list ordered by the columns order, all descending
+// (newest first: a time or an id, then a key that makes the order total): it adds the
+// condition of the rows after the row whose values of order are after (none when after is nil),
+// and returns the ORDER BY and LIMIT (none when limit is 0) to append to the query with their
+// arguments. The columns eq fixed are left out of both: equal in every row selected, they change
+// neither the order nor what comes after a row of the list, and without them the condition is a
+// range of the index that holds the list's rows by those fixed columns and then the others, read
+// backwards from there in its order.
+func (w *whereClause) page(order []string, after []any, limit int) (string, []any) {
+	var cols []string
+	var vals []any
+	for i, c := range order {
+		if !w.fixed[c] {
+			cols = append(cols, c)
+			if after != nil {
+				vals = append(vals, after[i])
+			}
+		}
+	}
+	switch {
+	case after != nil && len(cols) == 1:
+		w.conds = append(w.conds, cols[0]+" < ?")
+		w.args = append(w.args, vals...)
+	case after != nil: // a row value: (a, b) < (?, ?) is a < ? OR a = ? AND b < ?
+		w.conds = append(w.conds, "("+strings.Join(cols, ", ")+") < (?"+strings.Repeat(", ?", len(cols)-1)+")")
+		w.args = append(w.args, vals...)
+	}
+	tail := " ORDER BY " + strings.Join(cols, " DESC, ") + " DESC"
+	if limit <= 0 {
+		return tail, nil
+	}
+	return tail + " LIMIT ?", []any{limit}
+}
+
+// listPage returns the WHERE, ORDER BY and LIMIT of one page of a gates or checks list, f's
+// rows in the order of the columns order (the list's time, environment, PR, then as many names
+// as the list's rows have), and their arguments.
+func listPage(f store.ListFilter, order ...string) (string, []any, error) {
+	var w whereClause
+	w.eq(f.Environment != "", "environment", f.Environment)
+	w.eq(f.PR != 0, "pr", f.PR)
+	var after []any
+	if k := f.After; k != nil {
+		switch {
+		case len(k.Names) != len(order)-3:
+			return "", nil, fmt.Errorf("%w: a row of this list has %d names, not %d", store.ErrInvalid, len(order)-3, len(k.Names))
+		case f.Environment != "" && k.Environment != f.Environment, f.PR != 0 && k.PR != f.PR:
+			return "", nil, fmt.Errorf("%w: the row to list after (environment %q, PR %d) is not one of the list's", store.ErrInvalid, k.Environment, k.PR)
+		}
+		after = []any{ns(k.At), k.Environment, k.PR}
+		for _, n := range k.Names {
+			after = append(after, n)
+		}
+	}
+	tail, targs := w.page(order, after, f.Limit)
+	return w.String() + tail, append(w.args, targs...), nil
 }
 
 // maxInList bounds the IN list of one query; shorter lists are padded to a power of two so
@@ -169,12 +232,12 @@ func inLists(names []string, fn func(list string, args []any) error) error {
 	return nil
 }
 
-func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
-	var w whereClause
-	w.eq(env != "", "environment", env)
-	w.eq(pr != 0, "pr", pr)
-	rows, err := t.query("SELECT environment, pr, execution_id, class, target, stacks FROM gates"+w.String()+
-		" ORDER BY environment, pr, class, target", w.args...)
+func (t *sqlTx) Gates(f store.ListFilter) ([]api.Gate, error) {
+	clause, args, err := listPage(f, "required_at", "environment", "pr", "class", "target")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.query("SELECT environment, pr, execution_id, class, target, stacks, required_at FROM gates"+clause, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -183,9 +246,11 @@ func (t *sqlTx) Gates(env string, pr int) ([]api.Gate, error) {
 	for rows.Next() {
 		var g api.Gate
 		var stacks string
-		if err := rows.Scan(&g.Environment, &g.PR, &g.ExecutionID, &g.Class, &g.Target, &stacks); err != nil {
+		var required int64
+		if err := rows.Scan(&g.Environment, &g.PR, &g.ExecutionID, &g.Class, &g.Target, &stacks, &required); err != nil {
 			return nil, t.s.mapErr(err)
 		}
+		g.RequiredAt = tm(required)
 		fromJSON(stacks, &g.Stacks)
 		out = append(out, g)
 	}
@@ -211,8 +276,13 @@ func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 		w.conds = append(w.conds, "released_at = 0", "(expires_at = 0 OR expires_at > ?)")
 		w.args = append(w.args, ns(f.ActiveAt))
 	}
+	var after []any
+	if f.Before > 0 {
+		after = []any{f.Before}
+	}
+	tail, targs := w.page([]string{"id"}, after, f.Limit)
 	rows, err := t.query("SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks FROM grants"+
-		w.String()+" ORDER BY id DESC", w.args...)
+		w.String()+tail, append(w.args, targs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -356,11 +426,12 @@ func (t *sqlTx) Check(env string, pr int, name string) (*api.Check, error) {
 	return &cs[0], nil
 }
 
-func (t *sqlTx) Checks(env string, pr int) ([]api.Check, error) {
-	var w whereClause
-	w.eq(env != "", "environment", env)
-	w.eq(pr != 0, "pr", pr)
-	return t.scanChecks(checkSelect+w.String()+" ORDER BY environment, pr, name", w.args...)
+func (t *sqlTx) Checks(f store.ListFilter) ([]api.Check, error) {
+	clause, args, err := listPage(f, "updated_at", "environment", "pr", "name")
+	if err != nil {
+		return nil, err
+	}
+	return t.scanChecks(checkSelect+clause, args...)
 }
 
 func (t *sqlTx) AddAudit(e api.AuditEntry) (int64, error) {

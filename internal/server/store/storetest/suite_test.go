@@ -284,7 +284,7 @@ var suite = []struct {
 	}},
 	{"gates, leases, checks", func(t *testing.T, s store.Store) {
 		write(t, s, func(tx store.Tx) error {
-			if err := tx.ReplaceGates("prod", 1, []api.Gate{{Class: "destructive", Target: "**", Stacks: []string{"a"}}}); err != nil {
+			if err := tx.ReplaceGates("prod", 1, []api.Gate{{Class: "destructive", Target: "**", Stacks: []string{"a"}, RequiredAt: t0}}); err != nil {
 				return err
 			}
 			if err := tx.PutLease(store.Lease{ExecutionID: "ap", Environment: "prod", PR: 1, Requester: "sa@x"}); err != nil {
@@ -293,11 +293,11 @@ var suite = []struct {
 			return tx.PutCheck(api.Check{Environment: "prod", PR: 1, Check: "tfstackplan/plan", Conclusion: "success"})
 		})
 		write(t, s, func(tx store.Tx) error {
-			return tx.ReplaceGates("prod", 1, []api.Gate{{Class: "mutating", Target: "x/*"}})
+			return tx.ReplaceGates("prod", 1, []api.Gate{{Class: "mutating", Target: "x/*", RequiredAt: t0.Add(time.Minute)}})
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			gates, _ := tx.Gates("prod", 1)
-			if len(gates) != 1 || gates[0].Class != "mutating" || gates[0].Environment != "prod" {
+			gates, _ := tx.Gates(store.ListFilter{Environment: "prod", PR: 1})
+			if len(gates) != 1 || gates[0].Class != "mutating" || gates[0].Environment != "prod" || !gates[0].RequiredAt.Equal(t0.Add(time.Minute)) {
 				t.Errorf("gates %+v", gates)
 			}
 			l, err := tx.Lease("ap")
