@@ -204,8 +204,11 @@ type ChangeReason struct {
 
 // Check defines model for Check.
 type Check struct {
-	Check       string    `json:"check"`
-	Conclusion  string    `json:"conclusion"`
+	Check      string `json:"check"`
+	Conclusion string `json:"conclusion"`
+
+	// Cursor This check's place in the list, for GET /checks `before` (the next page).
+	Cursor      string    `json:"cursor,omitempty,omitzero"`
 	Environment string    `json:"environment"`
 	Overridden  bool      `json:"overridden,omitempty,omitzero"`
 	PR          int       `json:"pr"`
@@ -339,7 +342,10 @@ type Finalize struct {
 
 // Gate defines model for Gate.
 type Gate struct {
-	Class       string `json:"class"`
+	Class string `json:"class"`
+
+	// Cursor This gate's place in the list, for GET /gates `before` (the next page).
+	Cursor      string `json:"cursor,omitempty,omitzero"`
 	Environment string `json:"environment"`
 	ExecutionID string `json:"execution_id,omitempty,omitzero"`
 	PR          int    `json:"pr"`
@@ -601,6 +607,9 @@ type ExecutionPath = string
 // PRQuery defines model for PRQuery.
 type PRQuery = int
 
+// PageLimit defines model for PageLimit.
+type PageLimit = int
+
 // AuditListParams defines parameters for AuditList.
 type AuditListParams struct {
 	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
@@ -613,6 +622,12 @@ type AuditListParams struct {
 type ChecksListParams struct {
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
+
+	// Limit The most rows to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
+	Limit PageLimit `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+
+	// Before Paging: the `cursor` of the previous page's last check, asked with the same `environment` and `pr`; only the checks after that one are listed. Empty or absent, the newest. A cursor is opaque: it stands for its check's place in the list (its `updated_at`, environment, pr and check), not for the check itself. A value that is not a check's cursor, or the cursor of a check of another environment or pr than asked for, is `400 INVALID_ARGUMENT`.
+	Before string `form:"before,omitempty" json:"before,omitempty,omitzero"`
 }
 
 // ClaimsListParams defines parameters for ClaimsList.
@@ -646,12 +661,24 @@ type LogReadParams struct {
 type GatesListParams struct {
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
+
+	// Limit The most rows to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
+	Limit PageLimit `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+
+	// Before Paging: the `cursor` of the previous page's last gate, asked with the same `environment` and `pr`; only the gates after that one are listed. Empty or absent, the newest. A cursor is opaque: it stands for its gate's place in the list (its `required_at`, environment, pr, class and target), not for the gate itself, so it stays valid after that gate is replaced. A value that is not a gate's cursor, or the cursor of a gate of another environment or pr than asked for, is `400 INVALID_ARGUMENT`.
+	Before string `form:"before,omitempty" json:"before,omitempty,omitzero"`
 }
 
 // GrantsListParams defines parameters for GrantsList.
 type GrantsListParams struct {
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
+
+	// Limit The most rows to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
+	Limit PageLimit `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+
+	// Before Only grants with an id lower than this (paging: the `id` of the previous page's last grant; 0 or absent, the newest). Negative is `400 INVALID_ARGUMENT`.
+	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
 }
 
 // AdminChecksOverrideJSONRequestBody defines body for AdminChecksOverride for application/json ContentType.
@@ -850,7 +877,13 @@ type ClientInterface interface {
 	// Corresponds with GET /audit (the `AuditList` operationId).
 	AuditList(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ChecksList Check conclusions per PR and environment.
+	// ChecksList Check conclusions per PR and environment, newest first.
+	//
+	// One page of the checks, newest first: by `updated_at` (when the check was last
+	// concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
+	// that checks concluded at the same instant keep one order. The next page is the one
+	// `before` the `cursor` of the page's last check; walking the pages lists every check
+	// once, in that order. A check concluded again meanwhile moves to the first page.
 	//
 	// Corresponds with GET /checks (the `ChecksList` operationId).
 	ChecksList(ctx context.Context, params *ChecksListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1059,7 +1092,13 @@ type ClientInterface interface {
 	// Corresponds with GET /executions/{id}/log (the `LogRead` operationId).
 	LogRead(ctx context.Context, id ExecutionPath, params *LogReadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GatesList Gates required by finalized plans, with whether each is satisfied.
+	// GatesList Gates required by finalized plans, newest first, with whether each is satisfied.
+	//
+	// One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
+	// `class` and `target`, all descending, so that gates required at the same instant keep
+	// one order. The next page is the one `before` the `cursor` of the page's last gate;
+	// walking the pages lists every gate once, in that order. A PR's next finalized plan
+	// replaces its gates with new ones, which are then the newest.
 	//
 	// Corresponds with GET /gates (the `GatesList` operationId).
 	GatesList(ctx context.Context, params *GatesListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1116,7 +1155,10 @@ type ClientInterface interface {
 	// Corresponds with POST /gates/revoke (the `GateRevoke` operationId).
 	GateRevoke(ctx context.Context, body GateRevokeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GrantsList Grants (active and ended).
+	// GrantsList Grants (active and ended), newest first.
+	//
+	// One page of the grants, newest (highest `id`) first. The next page is the one `before`
+	// the `id` of the page's last grant; walking the pages lists every grant once.
 	//
 	// Corresponds with GET /grants (the `GrantsList` operationId).
 	GrantsList(ctx context.Context, params *GrantsListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1294,7 +1336,13 @@ func (c *Client) AuditList(ctx context.Context, params *AuditListParams, reqEdit
 	return c.Client.Do(req)
 }
 
-// ChecksList Check conclusions per PR and environment.
+// ChecksList Check conclusions per PR and environment, newest first.
+//
+// One page of the checks, newest first: by `updated_at` (when the check was last
+// concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
+// that checks concluded at the same instant keep one order. The next page is the one
+// `before` the `cursor` of the page's last check; walking the pages lists every check
+// once, in that order. A check concluded again meanwhile moves to the first page.
 //
 // Corresponds with GET /checks (the `ChecksList` operationId).
 func (c *Client) ChecksList(ctx context.Context, params *ChecksListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1733,7 +1781,13 @@ func (c *Client) LogRead(ctx context.Context, id ExecutionPath, params *LogReadP
 	return c.Client.Do(req)
 }
 
-// GatesList Gates required by finalized plans, with whether each is satisfied.
+// GatesList Gates required by finalized plans, newest first, with whether each is satisfied.
+//
+// One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
+// `class` and `target`, all descending, so that gates required at the same instant keep
+// one order. The next page is the one `before` the `cursor` of the page's last gate;
+// walking the pages lists every gate once, in that order. A PR's next finalized plan
+// replaces its gates with new ones, which are then the newest.
 //
 // Corresponds with GET /gates (the `GatesList` operationId).
 func (c *Client) GatesList(ctx context.Context, params *GatesListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1840,7 +1894,10 @@ func (c *Client) GateRevoke(ctx context.Context, body GateRevokeJSONRequestBody,
 	return c.Client.Do(req)
 }
 
-// GrantsList Grants (active and ended).
+// GrantsList Grants (active and ended), newest first.
+//
+// One page of the grants, newest (highest `id`) first. The next page is the one `before`
+// the `id` of the page's last grant; walking the pages lists every grant once.
 //
 // Corresponds with GET /grants (the `GrantsList` operationId).
 func (c *Client) GrantsList(ctx context.Context, params *GrantsListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2125,6 +2182,22 @@ func NewChecksListRequest(server string, params *ChecksListParams) (*http.Reques
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pr", params.Pr, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
 		} else {
 			for _, qp := range strings.Split(queryFrag, "&") {
@@ -2789,6 +2862,22 @@ func NewGatesListRequest(server string, params *GatesListParams) (*http.Request,
 			}
 		}
 
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -2920,6 +3009,22 @@ func NewGrantsListRequest(server string, params *GrantsListParams) (*http.Reques
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pr", params.Pr, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 			return nil, err
 		} else {
 			for _, qp := range strings.Split(queryFrag, "&") {
@@ -3091,7 +3196,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /audit (the `AuditList` operationId).
 	AuditListWithResponse(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*AuditListResponse, error)
 
-	// ChecksListWithResponse Check conclusions per PR and environment.
+	// ChecksListWithResponse Check conclusions per PR and environment, newest first.
+	//
+	// One page of the checks, newest first: by `updated_at` (when the check was last
+	// concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
+	// that checks concluded at the same instant keep one order. The next page is the one
+	// `before` the `cursor` of the page's last check; walking the pages lists every check
+	// once, in that order. A check concluded again meanwhile moves to the first page.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3310,7 +3421,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /executions/{id}/log (the `LogRead` operationId).
 	LogReadWithResponse(ctx context.Context, id ExecutionPath, params *LogReadParams, reqEditors ...RequestEditorFn) (*LogReadResponse, error)
 
-	// GatesListWithResponse Gates required by finalized plans, with whether each is satisfied.
+	// GatesListWithResponse Gates required by finalized plans, newest first, with whether each is satisfied.
+	//
+	// One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
+	// `class` and `target`, all descending, so that gates required at the same instant keep
+	// one order. The next page is the one `before` the `cursor` of the page's last gate;
+	// walking the pages lists every gate once, in that order. A PR's next finalized plan
+	// replaces its gates with new ones, which are then the newest.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3369,7 +3486,10 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /gates/revoke (the `GateRevoke` operationId).
 	GateRevokeWithResponse(ctx context.Context, body GateRevokeJSONRequestBody, reqEditors ...RequestEditorFn) (*GateRevokeResponse, error)
 
-	// GrantsListWithResponse Grants (active and ended).
+	// GrantsListWithResponse Grants (active and ended), newest first.
+	//
+	// One page of the grants, newest (highest `id`) first. The next page is the one `before`
+	// the `id` of the page's last grant; walking the pages lists every grant once.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4669,7 +4789,13 @@ func (c *ClientWithResponses) AuditListWithResponse(ctx context.Context, params 
 	return ParseAuditListResponse(rsp)
 }
 
-// ChecksListWithResponse Check conclusions per PR and environment.
+// ChecksListWithResponse Check conclusions per PR and environment, newest first.
+//
+// One page of the checks, newest first: by `updated_at` (when the check was last
+// concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
+// that checks concluded at the same instant keep one order. The next page is the one
+// `before` the `cursor` of the page's last check; walking the pages lists every check
+// once, in that order. A check concluded again meanwhile moves to the first page.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5026,7 +5152,13 @@ func (c *ClientWithResponses) LogReadWithResponse(ctx context.Context, id Execut
 	return ParseLogReadResponse(rsp)
 }
 
-// GatesListWithResponse Gates required by finalized plans, with whether each is satisfied.
+// GatesListWithResponse Gates required by finalized plans, newest first, with whether each is satisfied.
+//
+// One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
+// `class` and `target`, all descending, so that gates required at the same instant keep
+// one order. The next page is the one `before` the `cursor` of the page's last gate;
+// walking the pages lists every gate once, in that order. A PR's next finalized plan
+// replaces its gates with new ones, which are then the newest.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5115,7 +5247,10 @@ func (c *ClientWithResponses) GateRevokeWithResponse(ctx context.Context, body G
 	return ParseGateRevokeResponse(rsp)
 }
 
-// GrantsListWithResponse Grants (active and ended).
+// GrantsListWithResponse Grants (active and ended), newest first.
+//
+// One page of the grants, newest (highest `id`) first. The next page is the one `before`
+// the `id` of the page's last grant; walking the pages lists every grant once.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5950,7 +6085,7 @@ type ServerInterface interface {
 	// AuditList Audit log, newest first.
 	// (GET /audit)
 	AuditList(w http.ResponseWriter, r *http.Request, params AuditListParams)
-	// ChecksList Check conclusions per PR and environment.
+	// ChecksList Check conclusions per PR and environment, newest first.
 	// (GET /checks)
 	ChecksList(w http.ResponseWriter, r *http.Request, params ChecksListParams)
 	// ClaimsList Current apply-lock claims.
@@ -5992,7 +6127,7 @@ type ServerInterface interface {
 	// LogRead Read one stack's log from an offset.
 	// (GET /executions/{id}/log)
 	LogRead(w http.ResponseWriter, r *http.Request, id ExecutionPath, params LogReadParams)
-	// GatesList Gates required by finalized plans, with whether each is satisfied.
+	// GatesList Gates required by finalized plans, newest first, with whether each is satisfied.
 	// (GET /gates)
 	GatesList(w http.ResponseWriter, r *http.Request, params GatesListParams)
 	// GateCheck Apply-time, fail-closed gate check; a satisfied gate leases a requester.
@@ -6001,7 +6136,7 @@ type ServerInterface interface {
 	// GateRevoke End the lease a gate check granted (after apply, on every path).
 	// (POST /gates/revoke)
 	GateRevoke(w http.ResponseWriter, r *http.Request)
-	// GrantsList Grants (active and ended).
+	// GrantsList Grants (active and ended), newest first.
 	// (GET /grants)
 	GrantsList(w http.ResponseWriter, r *http.Request, params GrantsListParams)
 	// Health Liveness and store status.
@@ -6151,6 +6286,32 @@ func (siw *ServerInterfaceWrapper) ChecksList(w http.ResponseWriter, r *http.Req
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "pr"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pr", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", r.URL.Query(), &params.Before, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
 		}
 		return
 	}
@@ -6539,6 +6700,32 @@ func (siw *ServerInterfaceWrapper) GatesList(w http.ResponseWriter, r *http.Requ
 		return
 	}
 
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", r.URL.Query(), &params.Before, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GatesList(w, r, params)
 	}))
@@ -6609,6 +6796,32 @@ func (siw *ServerInterfaceWrapper) GrantsList(w http.ResponseWriter, r *http.Req
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "pr"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pr", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", r.URL.Query(), &params.Before, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
 		}
 		return
 	}
@@ -7743,7 +7956,7 @@ type StrictServerInterface interface {
 	// AuditList Audit log, newest first.
 	// (GET /audit)
 	AuditList(ctx context.Context, request AuditListRequestObject) (AuditListResponseObject, error)
-	// ChecksList Check conclusions per PR and environment.
+	// ChecksList Check conclusions per PR and environment, newest first.
 	// (GET /checks)
 	ChecksList(ctx context.Context, request ChecksListRequestObject) (ChecksListResponseObject, error)
 	// ClaimsList Current apply-lock claims.
@@ -7785,7 +7998,7 @@ type StrictServerInterface interface {
 	// LogRead Read one stack's log from an offset.
 	// (GET /executions/{id}/log)
 	LogRead(ctx context.Context, request LogReadRequestObject) (LogReadResponseObject, error)
-	// GatesList Gates required by finalized plans, with whether each is satisfied.
+	// GatesList Gates required by finalized plans, newest first, with whether each is satisfied.
 	// (GET /gates)
 	GatesList(ctx context.Context, request GatesListRequestObject) (GatesListResponseObject, error)
 	// GateCheck Apply-time, fail-closed gate check; a satisfied gate leases a requester.
@@ -7794,7 +8007,7 @@ type StrictServerInterface interface {
 	// GateRevoke End the lease a gate check granted (after apply, on every path).
 	// (POST /gates/revoke)
 	GateRevoke(ctx context.Context, request GateRevokeRequestObject) (GateRevokeResponseObject, error)
-	// GrantsList Grants (active and ended).
+	// GrantsList Grants (active and ended), newest first.
 	// (GET /grants)
 	GrantsList(ctx context.Context, request GrantsListRequestObject) (GrantsListResponseObject, error)
 	// Health Liveness and store status.

@@ -176,8 +176,17 @@ func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject
 	return api.GateRevoke200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
+// page is a list request's filter and page size: the default size when the request names none.
+// (The generated code gives 0 for an absent limit as for limit=0, which the service refuses.)
+func page(ctx context.Context, env string, pr, limit int) service.Page {
+	if !queryOf(ctx).Has("limit") {
+		limit = service.DefaultPageLimit
+	}
+	return service.Page{Environment: env, PR: pr, Limit: limit}
+}
+
 func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) (api.GatesListResponseObject, error) {
-	out, err := h.svc.Gates(ctx, r.Params.Environment, r.Params.Pr)
+	out, err := h.svc.Gates(ctx, page(ctx, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.GatesListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -185,7 +194,7 @@ func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) 
 }
 
 func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject) (api.GrantsListResponseObject, error) {
-	out, err := h.svc.Grants(ctx, r.Params.Environment, r.Params.Pr)
+	out, err := h.svc.Grants(ctx, page(ctx, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.GrantsListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -209,7 +218,7 @@ func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequest
 }
 
 func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject) (api.ChecksListResponseObject, error) {
-	out, err := h.svc.Checks(ctx, r.Params.Environment, r.Params.Pr)
+	out, err := h.svc.Checks(ctx, page(ctx, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.ChecksListdefaultJSONResponse(h.errResp(err)), nil
 	}

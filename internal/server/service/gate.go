@@ -732,17 +732,22 @@ func (s *Service) ReleaseGrant(ctx context.Context, principal string, in *api.Gr
 	})
 }
 
-// Gates lists required gates with whether an active grant approved the content of the plan
-// that required each.
-func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, error) {
+// Gates lists a page of the required gates, newest first (store.RowKey), with whether an
+// active grant approved the content of the plan that required each; before is the Cursor of the
+// previous page's last gate (empty: the newest page).
+func (s *Service) Gates(ctx context.Context, p Page, before string) ([]api.Gate, error) {
+	f, err := p.after(before, 2)
+	if err != nil {
+		return nil, err
+	}
 	var out []api.Gate
 	now := s.Now()
-	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		gates, err := tx.Gates(store.ListFilter{Environment: env, PR: pr})
+	err = s.Store.Read(ctx, func(tx store.Tx) error {
+		gates, err := tx.Gates(f)
 		if err != nil || len(gates) == 0 {
 			return err
 		}
-		active, err := activeGrants(tx, env, pr, now)
+		active, err := activeGrants(tx, p.Environment, p.PR, now)
 		if err != nil {
 			return err
 		}
@@ -764,6 +769,7 @@ func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, er
 					break
 				}
 			}
+			g.Cursor = cursorOf(store.RowKey{At: g.RequiredAt, Environment: g.Environment, PR: g.PR, Names: []string{g.Class, g.Target}})
 			out = append(out, g)
 		}
 		return nil
@@ -771,11 +777,18 @@ func (s *Service) Gates(ctx context.Context, env string, pr int) ([]api.Gate, er
 	return out, err
 }
 
-// Grants lists grants, newest first.
-func (s *Service) Grants(ctx context.Context, env string, pr int) ([]api.Grant, error) {
+// Grants lists a page of grants, newest (highest id) first; before > 0 lists those with a lower
+// id (the page after grant before).
+func (s *Service) Grants(ctx context.Context, p Page, before int64) ([]api.Grant, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	if before < 0 {
+		return nil, invalid("before %d is negative (0: the newest grants)", before)
+	}
 	var out []api.Grant
 	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
-		out, err = tx.Grants(store.GrantFilter{Environment: env, PR: pr})
+		out, err = tx.Grants(store.GrantFilter{Environment: p.Environment, PR: p.PR, Before: before, Limit: p.Limit})
 		return
 	})
 	return out, err

@@ -67,13 +67,13 @@ func TestAnApprovalCoversExactlyThePlanContentItApproved(t *testing.T) {
 		wantErr(t, f.approve(1, "other"), store.ErrInvalid, "is not a plan of prod PR #1")
 		f.must(f.approve(1, "p1"))
 		f.must(f.approve(1, "p1")) // the same content is not approved twice
-		grants, _ := f.Grants(ctx, "prod", 1)
+		grants, _ := f.Grants(ctx, everyRow("prod", 1), 0)
 		if len(grants) != 1 || grants[0].ExecutionID != "p1" || len(grants[0].Stacks) != 1 || grants[0].Stacks[0] != sp("d", "v1:old") {
 			t.Fatalf("grants %+v", grants)
 		}
 		// A later plan of the PR with other destructive content needs a new approval.
 		f.planWith("p2", 1, "s2", map[string][2]string{"d": {"destructive", "v1:new"}, "m": {"mutating", "v1:m"}})
-		gates, _ := f.Gates(ctx, "prod", 1)
+		gates, _ := f.Gates(ctx, everyRow("prod", 1), "")
 		if len(gates) != 1 || gates[0].Satisfied {
 			t.Fatalf("gates after a new plan %+v", gates)
 		}
@@ -82,7 +82,7 @@ func TestAnApprovalCoversExactlyThePlanContentItApproved(t *testing.T) {
 		// A re-plan with the approved content (another commit, e.g. after a rebase) still passes:
 		// the approval is of content, not of a commit.
 		f.planWith("p3", 1, "s3", map[string][2]string{"d": {"destructive", "v1:old"}, "m": {"mutating", "v1:other"}})
-		if gates, _ := f.Gates(ctx, "prod", 1); len(gates) != 1 || !gates[0].Satisfied {
+		if gates, _ := f.Gates(ctx, everyRow("prod", 1), ""); len(gates) != 1 || !gates[0].Satisfied {
 			t.Fatalf("gates after a re-plan with the approved content %+v", gates)
 		}
 		_, err = f.check("ap2", 1, sp("d", "v1:old"), sp("m", "v1:other"))
@@ -195,7 +195,7 @@ func TestRunnersEndOnlyWhatTheirOwnExecutionTook(t *testing.T) {
 		// A made-up execution id naming PR 1 ends nothing of PR 1's.
 		_, err := f.GateRevoke(ctx, Caller{Name: "runner-of-pr-2"}, &api.GateRevoke{ExecutionID: "made-up", Environment: "prod", PR: 1, Outcome: "succeeded"})
 		f.must(err)
-		if grants, _ := f.Grants(ctx, "prod", 1); len(grants) != 1 || !grants[0].ReleasedAt.IsZero() {
+		if grants, _ := f.Grants(ctx, everyRow("prod", 1), 0); len(grants) != 1 || !grants[0].ReleasedAt.IsZero() {
 			t.Fatalf("PR 1's grant after a stranger's revoke %+v", grants)
 		}
 		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 {

@@ -153,7 +153,7 @@ func TestGatesReadGrantsOncePerListing(t *testing.T) {
 			f.must(err)
 		}
 		c.reset()
-		gates, err := f.Gates(ctx, "prod", 0)
+		gates, err := f.Gates(ctx, everyRow("prod", 0), "")
 		f.must(err)
 		var got []string
 		for _, g := range gates {
@@ -277,8 +277,9 @@ func TestOnlyTheDetailReadsEdges(t *testing.T) {
 	})
 }
 
-// BenchmarkGatesListing lists the gates of an environment: gates PRs with one gate each
-// (their plans' one destructive stack), and 1,000 active grants spread over them.
+// BenchmarkGatesListing lists the newest page (MaxPageLimit gates) of an environment's gates:
+// gates PRs with one gate each (their plans' one destructive stack), and 1,000 active grants
+// spread over the newest of them.
 func BenchmarkGatesListing(b *testing.B) {
 	const grants = 1000
 	for _, be := range storetest.Backends() {
@@ -308,7 +309,7 @@ func BenchmarkGatesListing(b *testing.B) {
 						}
 					}
 					for i := range grants {
-						pr := 1 + i%gates
+						pr := gates - i%gates
 						if _, err := tx.AddGrant(api.Grant{Environment: "prod", PR: pr, Class: "destructive", Target: "**", Principal: "alice",
 							GrantedAt: now, ExecutionID: fmt.Sprintf("p%d", pr), Stacks: []api.StackPlan{{Stack: "s", PlanHash: fmt.Sprintf("hp%d", pr)}}}); err != nil {
 							return err
@@ -322,11 +323,11 @@ func BenchmarkGatesListing(b *testing.B) {
 				svc := New(st, p)
 				svc.Now = func() time.Time { return now }
 				for b.Loop() {
-					out, err := svc.Gates(ctx, "prod", 0)
+					out, err := svc.Gates(ctx, everyRow("prod", 0), "")
 					if err != nil {
 						b.Fatal(err)
 					}
-					if len(out) != gates || !out[0].Satisfied {
+					if len(out) != min(gates, MaxPageLimit) || !out[0].Satisfied {
 						b.Fatalf("listed %d gates, first %+v", len(out), out[0])
 					}
 				}

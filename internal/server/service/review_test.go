@@ -257,7 +257,7 @@ func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
 		// A failed apply also ends the grant it used: it approved that apply.
 		_, err = f.GateRevoke(ctx, Caller{Name: "ci"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		f.must(err)
-		grants, err := f.Grants(ctx, "prod", 1)
+		grants, err := f.Grants(ctx, everyRow("prod", 1), 0)
 		f.must(err)
 		for _, g := range grants {
 			used := g.Target == "**" // the policy's gate is destructive on **; the grant on a was not used

@@ -537,14 +537,21 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 		Conclusion: conclusion(e.Status), UpdatedAt: now})
 }
 
-// Checks lists check conclusions.
-func (s *Service) Checks(ctx context.Context, env string, pr int) ([]api.Check, error) {
+// Checks lists a page of check conclusions, newest first (store.RowKey); before is the Cursor of
+// the previous page's last check (empty: the newest page).
+func (s *Service) Checks(ctx context.Context, p Page, before string) ([]api.Check, error) {
+	f, err := p.after(before, 1)
+	if err != nil {
+		return nil, err
+	}
 	var out []api.Check
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
-		out, err = tx.Checks(store.ListFilter{Environment: env, PR: pr})
-		return
-	})
-	return out, err
+	if err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Checks(f); return }); err != nil {
+		return nil, err
+	}
+	for i, c := range out {
+		out[i].Cursor = cursorOf(store.RowKey{At: c.UpdatedAt, Environment: c.Environment, PR: c.PR, Names: []string{c.Check}})
+	}
+	return out, nil
 }
 
 // OverrideCheck sets a check's conclusion by hand until the PR's next execution concludes it.

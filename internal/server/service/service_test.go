@@ -38,6 +38,10 @@ type fixture struct {
 	now time.Time
 }
 
+// everyRow is the page of a list of gates, grants or checks with every row of env and pr a test
+// makes.
+func everyRow(env string, pr int) Page { return Page{Environment: env, PR: pr, Limit: MaxPageLimit} }
+
 // forEachStore runs fn against a fresh service on every store backend.
 func forEachStore(t *testing.T, fn func(t *testing.T, f *fixture)) {
 	for _, b := range storetest.Backends() {
@@ -245,12 +249,12 @@ func TestFinalizeFirstWinsClaimsGatesAndCheck(t *testing.T) {
 		if !claims[0].ExpiresAt.Equal(f.now.Add(24 * time.Hour)) {
 			t.Errorf("claim expiry %v", claims[0].ExpiresAt)
 		}
-		gates, err := f.Gates(ctx, "prod", 1)
+		gates, err := f.Gates(ctx, everyRow("prod", 1), "")
 		f.must(err)
 		if len(gates) != 1 || gates[0].Class != "destructive" || gates[0].Target != "**" || gates[0].Satisfied || fmt.Sprint(gates[0].Stacks) != "[a]" {
 			t.Fatalf("gates %+v", gates)
 		}
-		checks, err := f.Checks(ctx, "prod", 1)
+		checks, err := f.Checks(ctx, everyRow("prod", 1), "")
 		f.must(err)
 		if len(checks) != 1 || checks[0].Conclusion != "success" || checks[0].Check != "tfstackplan/plan" {
 			t.Fatalf("checks %+v", checks)
@@ -312,7 +316,7 @@ func TestGateCheckVerdicts(t *testing.T) {
 		f.must(err)
 		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
 		f.must(err)
-		grants, _ := f.Grants(ctx, "prod", 1)
+		grants, _ := f.Grants(ctx, everyRow("prod", 1), 0)
 		if len(grants) != 1 || grants[0].Principal != "alice" {
 			t.Fatalf("grants after two satisfies %+v", grants)
 		}
@@ -349,7 +353,7 @@ func TestGateCheckVerdicts(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, "revoked")
 
 		// The revoke ended the grant: the next apply needs a fresh one.
-		grants, _ = f.Grants(ctx, "prod", 1)
+		grants, _ = f.Grants(ctx, everyRow("prod", 1), 0)
 		if len(grants) != 1 || grants[0].ReleasedAt.IsZero() || grants[0].ReleasedBy != "runner" {
 			t.Fatalf("grant after revoke %+v", grants)
 		}
@@ -444,7 +448,7 @@ func TestChecksOverrideAndCancel(t *testing.T) {
 		}
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: "cancelled"})
 		f.must(err)
-		checks, _ := f.Checks(ctx, "dev", 4)
+		checks, _ := f.Checks(ctx, everyRow("dev", 4), "")
 		if len(checks) != 1 || checks[0].Conclusion != "cancelled" {
 			t.Fatalf("checks %+v", checks)
 		}
@@ -452,7 +456,7 @@ func TestChecksOverrideAndCancel(t *testing.T) {
 		f.must(err)
 		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
 		f.must(err)
-		checks, _ = f.Checks(ctx, "dev", 4)
+		checks, _ = f.Checks(ctx, everyRow("dev", 4), "")
 		if len(checks) != 1 || checks[0].Conclusion != "success" || !checks[0].Overridden || checks[0].Reason != "flaky runner" {
 			t.Fatalf("overridden checks %+v", checks)
 		}
@@ -473,7 +477,7 @@ func TestGrantExpiry(t *testing.T) {
 		_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
 			Reason: "ok for ten minutes", ExpiresAt: f.now.Add(10 * time.Minute)})
 		f.must(err)
-		gates, _ := f.Gates(ctx, "prod", 1)
+		gates, _ := f.Gates(ctx, everyRow("prod", 1), "")
 		if len(gates) != 1 || !gates[0].Satisfied {
 			t.Fatalf("gates %+v", gates)
 		}

@@ -260,9 +260,10 @@ func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 	pr, _ := strconv.Atoi(r.URL.Query().Get("pr"))
 	p := page{Title: "Gates and grants"}
 	var err error
-	if p.Gates, err = u.Service.Gates(r.Context(), env, pr); err == nil {
-		if p.Grants, err = u.Service.Grants(r.Context(), env, pr); err == nil {
-			p.Checks, err = u.Service.Checks(r.Context(), env, pr)
+	newest := service.Page{Environment: env, PR: pr, Limit: service.DefaultPageLimit}
+	if p.Gates, err = u.Service.Gates(r.Context(), newest, ""); err == nil {
+		if p.Grants, err = u.Service.Grants(r.Context(), newest, 0); err == nil {
+			p.Checks, err = u.Service.Checks(r.Context(), newest, "")
 		}
 	}
 	if err != nil {

@@ -1,0 +1,158 @@
+package server
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// seedLists stores 520 gates, grants and checks of prod (two of each per PR, ten PRs a second:
+// most rows share their time with others) and one gate, grant and check of dev.
+func seedLists(t *testing.T, ts *testServer) {
+	t.Helper()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	err := ts.store.Write(t.Context(), func(tx store.Tx) error {
+		for pr := 1; pr <= 260; pr++ {
+			at := t0.Add(time.Duration(pr/10) * time.Second)
+			if err := tx.ReplaceGates("prod", pr, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: at}, {Class: "mutating", Target: "**", RequiredAt: at}}); err != nil {
+				return err
+			}
+			for _, name := range []string{"tfstackplan/plan", "tfstackplan/apply"} {
+				if err := tx.PutCheck(api.Check{Environment: "prod", PR: pr, Check: name, Conclusion: "success", UpdatedAt: at}); err != nil {
+					return err
+				}
+				if _, err := tx.AddGrant(api.Grant{Environment: "prod", PR: pr, Class: "destructive", Target: "**", Reason: name, GrantedAt: at}); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.ReplaceGates("dev", 1, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: t0}}); err != nil {
+			return err
+		}
+		if _, err := tx.AddGrant(api.Grant{Environment: "dev", PR: 1, Class: "destructive", Target: "**", GrantedAt: t0}); err != nil {
+			return err
+		}
+		return tx.PutCheck(api.Check{Environment: "dev", PR: 1, Check: "tfstackplan/plan", Conclusion: "success", UpdatedAt: t0})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// list GETs a list and returns its rows, failing unless it answers 200.
+func (ts *testServer) list(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	status, out, _ := ts.call(t, "viewer", "GET", path, nil)
+	if status != 200 {
+		t.Fatalf("GET %s: %d %v", path, status, out)
+	}
+	rows, _ := out["list"].([]any)
+	var maps []map[string]any
+	for _, r := range rows {
+		maps = append(maps, r.(map[string]any))
+	}
+	return maps
+}
+
+// A list without a limit is a page of 100 rows; a limit of 1 to 500 is a page of that many.
+func TestListsPageByDefaultAndUpToTheMaximum(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	seedLists(t, ts)
+	for _, list := range []string{"/gates", "/grants", "/checks"} {
+		for query, want := range map[string]int{"": 100, "?limit=1": 1, "?limit=500": 500, "?environment=prod&limit=500": 500, "?environment=dev": 1} {
+			if got := len(ts.list(t, list+query)); got != want {
+				t.Errorf("GET %s%s: %d rows, want %d", list, query, got, want)
+			}
+		}
+	}
+}
+
+// A limit out of 1 to 500 and a before that is not a place of the list are refused with 400
+// INVALID_ARGUMENT naming the parameter, as is the cursor of a row of another list, or of
+// another environment than asked for.
+func TestListsRefuseBadPaging(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	seedLists(t, ts)
+	gate := ts.list(t, "/gates?limit=1")[0]["cursor"].(string)
+	check := ts.list(t, "/checks?limit=1")[0]["cursor"].(string)
+	bad := map[string]string{
+		"/gates?environment=dev&before=" + url.QueryEscape(gate): "before",
+		"/gates?pr=7&before=" + url.QueryEscape(gate):            "before",
+		"/gates?before=" + url.QueryEscape(check):                "before",
+		"/checks?before=" + url.QueryEscape(gate):                "before",
+		"/checks?before=" + url.QueryEscape(check+"x"):           "before",
+		"/grants?before=-1":                                      "before",
+		"/grants?before=abc":                                     "before",
+	}
+	for _, list := range []string{"/gates", "/grants", "/checks"} {
+		for _, limit := range []string{"0", "501", "-1", "1000000", "many"} {
+			bad[list+"?limit="+limit] = "limit"
+		}
+		if list != "/grants" {
+			for _, cursor := range []string{"nonsense", "eyJ9", "W10", "e30"} { // not base64, `{"}`, `[]`, `{}`
+				bad[list+"?before="+cursor] = "before"
+			}
+		}
+	}
+	for path, param := range bad {
+		status, out, _ := ts.call(t, "viewer", "GET", path, nil)
+		msg, _ := out["message"].(string)
+		if status != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(msg, param) {
+			t.Errorf("GET %s: %d %v %q, want 400 INVALID_ARGUMENT naming %s", path, status, out["code"], msg, param)
+		}
+	}
+}
+
+// Walking a list page after page through the API, each page before the last row of the one
+// before it, lists every row once, newest first, whatever the page size.
+func TestListsWalkEveryRowOnce(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	seedLists(t, ts)
+	cursor := func(r map[string]any) string { return url.QueryEscape(r["cursor"].(string)) }
+	for _, c := range []struct {
+		list, at string // at: the field of the time the list is ordered by
+		// key names a row; next is the before of the page after it.
+		key, next func(row map[string]any) string
+	}{
+		{"/gates?environment=prod", "required_at", func(r map[string]any) string { return fmt.Sprint(r["pr"], r["class"]) }, cursor},
+		{"/checks?environment=prod", "updated_at", func(r map[string]any) string { return fmt.Sprint(r["pr"], r["check"]) }, cursor},
+		{"/grants?environment=prod", "granted_at", func(r map[string]any) string { return fmt.Sprint(r["id"]) },
+			func(r map[string]any) string { return fmt.Sprint(int64(r["id"].(float64))) }},
+	} {
+		for _, limit := range []int{7, 100, 500} {
+			seen := map[string]bool{}
+			var last time.Time
+			pages := 0
+			for query := ""; ; {
+				pages++
+				page := ts.list(t, fmt.Sprintf("%s&limit=%d%s", c.list, limit, query))
+				for _, r := range page {
+					k := c.key(r)
+					if seen[k] {
+						t.Fatalf("%s limit %d: %s listed twice", c.list, limit, k)
+					}
+					seen[k] = true
+					at, err := time.Parse(time.RFC3339Nano, r[c.at].(string))
+					if err != nil || !last.IsZero() && at.After(last) {
+						t.Fatalf("%s limit %d: %s of %v after a row of %v: not newest first (%v)", c.list, limit, k, at, last, err)
+					}
+					last = at
+				}
+				if len(page) < limit {
+					break
+				}
+				query = "&before=" + c.next(page[len(page)-1])
+			}
+			// 520 is no multiple of a limit: every page but the last is full.
+			if len(seen) != 520 || pages != 520/limit+1 {
+				t.Errorf("%s limit %d: %d rows in %d pages, want 520 in %d", c.list, limit, len(seen), pages, 520/limit+1)
+			}
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package service
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// The lists of gates, grants and checks are read a page at a time, newest first (the
+// contract's PageLimit).
+const (
+	// DefaultPageLimit is how many rows a page holds when the request does not say.
+	DefaultPageLimit = 100
+	// MaxPageLimit is the most rows a page may hold.
+	MaxPageLimit = 500
+)
+
+// Page selects one page of a list of gates, grants or checks: the rows of Environment and PR
+// (zero values: any), at most Limit of them (1 to MaxPageLimit).
+type Page struct {
+	Environment string
+	PR          int
+	Limit       int
+}
+
+func (p Page) check() error {
+	if p.Limit < 1 || p.Limit > MaxPageLimit {
+		return invalid("limit %d is out of range: a page lists 1 to %d rows", p.Limit, MaxPageLimit)
+	}
+	return nil
+}
+
+// after is the store's filter of the page of a gates or checks list that comes after the row
+// whose cursor is before (empty: the first page); the list's rows have names names after their
+// environment and PR (gates: class and target; checks: the check's name).
+func (p Page) after(before string, names int) (store.ListFilter, error) {
+	f := store.ListFilter{Environment: p.Environment, PR: p.PR, Limit: p.Limit}
+	if err := p.check(); err != nil || before == "" {
+		return f, err
+	}
+	k, ok := parseCursor(before)
+	if !ok || len(k.Names) != names {
+		return f, invalid("before %q is not a cursor of this list (the cursor field of one of its rows)", clip(before, 100))
+	}
+	if p.Environment != "" && k.Environment != p.Environment || p.PR != 0 && k.PR != p.PR {
+		return f, invalid("before is the cursor of a row of environment %q, PR %d: not one of this list's", k.Environment, k.PR)
+	}
+	f.After = &k
+	return f, nil
+}
+
+// cursor is what a cursor holds: a row's place in its list (store.RowKey).
+type cursor struct {
+	At          int64    `json:"at"` // Unix nanoseconds, 0 for the zero time
+	Environment string   `json:"environment"`
+	PR          int      `json:"pr"`
+	Names       []string `json:"names"`
+}
+
+// cursorOf is the cursor of the place k: JSON in unpadded base64url (safe in a query string
+// as it is), opaque to clients.
+func cursorOf(k store.RowKey) string {
+	c := cursor{Environment: k.Environment, PR: k.PR, Names: k.Names}
+	if !k.At.IsZero() {
+		c.At = k.At.UnixNano()
+	}
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseCursor returns the place a cursor stands for; ok is false unless s is exactly what
+// cursorOf makes of some place.
+func parseCursor(s string) (k store.RowKey, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var c cursor
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		return k, false
+	}
+	k = store.RowKey{Environment: c.Environment, PR: c.PR, Names: c.Names}
+	if c.At != 0 {
+		k.At = time.Unix(0, c.At).UTC()
+	}
+	return k, cursorOf(k) == s
+}
