@@ -132,6 +132,9 @@ type page struct {
 	Checks     []api.Check
 	Audit      []api.AuditEntry
 	Next       string
+	// OlderGates, OlderGrants and OlderChecks link the next (older) page of each list of the
+	// gates page, when there may be one.
+	OlderGates, OlderGrants, OlderChecks template.URL
 	// Filter is the list's query filter ("&environment=…&pr=…", values URL-encoded): a URL so the
 	// "Older…" link keeps its separators instead of having them escaped.
 	Filter template.URL
@@ -255,20 +258,48 @@ func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
 	render(w, "claims", page{Title: "Claims", Claims: cs})
 }
 
+// gatesPaging are the query parameters of the gates page that choose what it shows: the
+// filter, and the page of each list (gates_before and checks_before: a row's cursor;
+// grants_before: a grant's id; absent, the newest).
+var gatesPaging = []string{"environment", "pr", "gates_before", "grants_before", "checks_before"}
+
+// gates shows a page of each of the gates, grants and checks lists, with a link to the next
+// (older) page of each that was full.
 func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
-	env := r.URL.Query().Get("environment")
-	pr, _ := strconv.Atoi(r.URL.Query().Get("pr"))
+	q := r.URL.Query()
+	pg := service.Page{Environment: q.Get("environment"), Limit: service.DefaultPageLimit}
+	pg.PR, _ = strconv.Atoi(q.Get("pr"))
+	grantsBefore, _ := strconv.ParseInt(q.Get("grants_before"), 10, 64)
 	p := page{Title: "Gates and grants"}
 	var err error
-	newest := service.Page{Environment: env, PR: pr, Limit: service.DefaultPageLimit}
-	if p.Gates, err = u.Service.Gates(r.Context(), newest, ""); err == nil {
-		if p.Grants, err = u.Service.Grants(r.Context(), newest, 0); err == nil {
-			p.Checks, err = u.Service.Checks(r.Context(), newest, "")
+	if p.Gates, err = u.Service.Gates(r.Context(), pg, q.Get("gates_before")); err == nil {
+		if p.Grants, err = u.Service.Grants(r.Context(), pg, grantsBefore); err == nil {
+			p.Checks, err = u.Service.Checks(r.Context(), pg, q.Get("checks_before"))
 		}
 	}
 	if err != nil {
 		u.fail(w, err)
 		return
+	}
+	// A list's Older link keeps the filter and the pages the other lists show.
+	older := func(param, before string) template.URL {
+		keep := url.Values{}
+		for _, k := range gatesPaging {
+			if v := q.Get(k); v != "" {
+				keep.Set(k, v)
+			}
+		}
+		keep.Set(param, before)
+		return template.URL("?" + keep.Encode()) // Encode escapes every value
+	}
+	if n := len(p.Gates); n == pg.Limit {
+		p.OlderGates = older("gates_before", p.Gates[n-1].Cursor)
+	}
+	if n := len(p.Grants); n == pg.Limit {
+		p.OlderGrants = older("grants_before", strconv.FormatInt(p.Grants[n-1].ID, 10))
+	}
+	if n := len(p.Checks); n == pg.Limit {
+		p.OlderChecks = older("checks_before", p.Checks[n-1].Cursor)
 	}
 	render(w, "gates", p)
 }
