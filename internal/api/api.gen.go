@@ -624,7 +624,7 @@ type ChecksListParams struct {
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
 	// Limit The most rows to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
-	Limit PageLimit `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Before Paging: the `cursor` of the previous page's last check, asked with the same `environment` and `pr`; only the checks after that one are listed. Empty or absent, the newest. A cursor is opaque: it stands for its check's place in the list (its `updated_at`, environment, pr and check), not for the check itself. A value that is not a check's cursor, or the cursor of a check of another environment or pr than asked for, is `400 INVALID_ARGUMENT`.
 	Before string `form:"before,omitempty" json:"before,omitempty,omitzero"`
@@ -663,7 +663,7 @@ type GatesListParams struct {
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
 	// Limit The most rows to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
-	Limit PageLimit `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Before Paging: the `cursor` of the previous page's last gate, asked with the same `environment` and `pr`; only the gates after that one are listed. Empty or absent, the newest. A cursor is opaque: it stands for its gate's place in the list (its `required_at`, environment, pr, class and target), not for the gate itself, so it stays valid after that gate is replaced. A value that is not a gate's cursor, or the cursor of a gate of another environment or pr than asked for, is `400 INVALID_ARGUMENT`.
 	Before string `form:"before,omitempty" json:"before,omitempty,omitzero"`
@@ -675,7 +675,7 @@ type GrantsListParams struct {
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
 	// Limit The most rows to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
-	Limit PageLimit `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Before Only grants with an id lower than this (paging: the `id` of the previous page's last grant; 0 or absent, the newest). Negative is `400 INVALID_ARGUMENT`.
 	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
@@ -2189,12 +2189,16 @@ func NewChecksListRequest(server string, params *ChecksListParams) (*http.Reques
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -2862,12 +2866,16 @@ func NewGatesListRequest(server string, params *GatesListParams) (*http.Request,
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -3016,12 +3024,16 @@ func NewGrantsListRequest(server string, params *GrantsListParams) (*http.Reques
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {

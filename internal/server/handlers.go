@@ -176,17 +176,18 @@ func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject
 	return api.GateRevoke200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
-// page is a list request's filter and page size: the default size when the request names none.
-// (The generated code gives 0 for an absent limit as for limit=0, which the service refuses.)
-func page(ctx context.Context, env string, pr, limit int) service.Page {
-	if !queryOf(ctx).Has("limit") {
-		limit = service.DefaultPageLimit
+// page is a list request's filter and page size: the default size when the request names none
+// (a limit it names, 0 included, the service checks).
+func page(env string, pr int, limit *int) service.Page {
+	p := service.Page{Environment: env, PR: pr, Limit: service.DefaultPageLimit}
+	if limit != nil {
+		p.Limit = *limit
 	}
-	return service.Page{Environment: env, PR: pr, Limit: limit}
+	return p
 }
 
 func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) (api.GatesListResponseObject, error) {
-	out, err := h.svc.Gates(ctx, page(ctx, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
+	out, err := h.svc.Gates(ctx, page(r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.GatesListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -194,7 +195,7 @@ func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) 
 }
 
 func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject) (api.GrantsListResponseObject, error) {
-	out, err := h.svc.Grants(ctx, page(ctx, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
+	out, err := h.svc.Grants(ctx, page(r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.GrantsListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -218,7 +219,7 @@ func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequest
 }
 
 func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject) (api.ChecksListResponseObject, error) {
-	out, err := h.svc.Checks(ctx, page(ctx, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
+	out, err := h.svc.Checks(ctx, page(r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.ChecksListdefaultJSONResponse(h.errResp(err)), nil
 	}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -155,4 +157,68 @@ func TestListsWalkEveryRowOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The generated Go client pages too: a request that leaves the limit unset gets the default
+// page (the client sends no limit, rather than limit=0), the limit it sets is the page's size,
+// and a limit of 0 it sets is refused.
+func TestListsPageThroughTheGeneratedClient(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	seedLists(t, ts)
+	client, err := api.NewClientWithResponses(ts.URL+BasePath, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer "+tokenOf["viewer"])
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		limit  *int
+		status int
+		rows   int
+	}{{nil, 200, 100}, {ptr(500), 200, 500}, {ptr(7), 200, 7}, {ptr(0), 400, 0}} {
+		gates, err := client.GatesListWithResponse(t.Context(), &api.GatesListParams{Environment: "prod", Limit: c.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants, err := client.GrantsListWithResponse(t.Context(), &api.GrantsListParams{Environment: "prod", Limit: c.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks, err := client.ChecksListWithResponse(t.Context(), &api.ChecksListParams{Environment: "prod", Limit: c.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range []struct {
+			list   string
+			status int
+			rows   int
+		}{
+			{"gates", gates.StatusCode(), len(deref(gates.JSON200))},
+			{"grants", grants.StatusCode(), len(deref(grants.JSON200))},
+			{"checks", checks.StatusCode(), len(deref(checks.JSON200))},
+		} {
+			if got.status != c.status || got.rows != c.rows {
+				t.Errorf("%s, limit %v: %d with %d rows, want %d with %d", got.list, c.limit, got.status, got.rows, c.status, c.rows)
+			}
+		}
+	}
+	// A page's last gate's cursor, sent back as before, gets the next page.
+	first, err := client.GatesListWithResponse(t.Context(), &api.GatesListParams{Environment: "prod", Limit: ptr(3)})
+	if err != nil || first.JSON200 == nil || len(*first.JSON200) != 3 {
+		t.Fatalf("first page: %v %v", first, err)
+	}
+	next, err := client.GatesListWithResponse(t.Context(), &api.GatesListParams{Environment: "prod", Limit: ptr(3), Before: (*first.JSON200)[2].Cursor})
+	if err != nil || next.JSON200 == nil || len(*next.JSON200) != 3 || (*next.JSON200)[0].Cursor == (*first.JSON200)[2].Cursor {
+		t.Fatalf("next page: %v %v", next, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref[T any](p *[]T) []T {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
