@@ -204,20 +204,28 @@ resource "terraform_data" "a" {
 			marker := filepath.Join(t.TempDir(), "sleeping")
 			slow := fake
 			slow.env = append(slices.Clone(fake.env), "FAKETOFU_SLEEP=1m", "FAKETOFU_APPLY_SLEEP=1m", "FAKETOFU_SLEEP_MARKER="+marker)
+			// The slow local is most of a plan's time on any machine, so a signal at 60% of an
+			// uninterrupted plan's time lands in it. A fixed delay did not: the recordings were
+			// made with 2s, and on a faster machine the plan was over by then.
+			start := time.Now()
+			ok(t, rt.run(t, rd, "plan", "-input=false", "-no-color"), "the plan that times the slow local")
+			delay := time.Since(start) * 6 / 10
 			args := argv(t, "_cli", tc.name)
-			r := rt.signalled(t, rd, "", 2*time.Second, tc.sig, args...)
+			r := rt.signalled(t, rd, "", delay, tc.sig, args...)
 			f := slow.signalled(t, fd, marker, 0, tc.sig, args...)
 			agree(t, tc.name, rd, fd, interruptOrder(r), interruptOrder(f))
 			both(t, "show -json of the interrupted plan", rd, fd, argv(t, "_cli", "show-interrupted")...)
 			both(t, "apply of the interrupted plan", rd, fd, argv(t, "_cli", "apply-interrupted")...)
 
-			// The apply walk evaluates the slow local again.
+			// The apply walk evaluates the slow local again, in about the time a plan takes.
+			start = time.Now()
 			ok(t, rt.run(t, rd, "plan", "-input=false", "-no-color", "-out="+planFile), "plan")
+			delay = time.Since(start) * 6 / 10
 			fake.run(t, fd, "plan", "-input=false", "-no-color", "-out="+planFile)
 			os.Remove(marker)
 			apply := strings.Replace(tc.name, "plan-", "apply-", 1)
 			args = argv(t, "_cli", apply)
-			r = rt.signalled(t, rd, "", 2*time.Second, tc.sig, args...)
+			r = rt.signalled(t, rd, "", delay, tc.sig, args...)
 			f = slow.signalled(t, fd, marker, 0, tc.sig, args...)
 			agree(t, apply, rd, fd, interruptOrder(r), interruptOrder(f))
 			both(t, "the same apply again", rd, fd, argv(t, "_cli", "apply-after-sigint")...)
