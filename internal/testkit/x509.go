@@ -172,10 +172,16 @@ func (w *X509Workload) StartSTS(t *testing.T, scope, accessToken string) (tokenU
 		rw.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(rw, `{"access_token":%q,"issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":3600}`, accessToken)
 	}))
-	sts.TLS = &tls.Config{Certificates: []tls.Certificate{w.server}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: w.pool}
+	sts.TLS = w.ServerTLS()
 	sts.StartTLS()
 	t.Cleanup(sts.Close)
 	return sts.URL + "/v1/token", granted
+}
+
+// ServerTLS is the TLS configuration of a server on 127.0.0.1 that the child process trusts and
+// that requires the workload's client certificate.
+func (w *X509Workload) ServerTLS() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{w.server}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: w.pool}
 }
 
 // ExternalAccount returns an external_account credentials object signing in at tokenURL with

@@ -3,6 +3,7 @@ package granter
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -466,6 +467,14 @@ func retryable(err error) bool {
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
 		err = uerr.Err
+	}
+	// TLS failures are net.Errors too, but the same next time: a certificate the client does
+	// not trust, or the server's alert refusing the handshake (a client certificate missing or
+	// refused).
+	var verr *tls.CertificateVerificationError
+	var oerr *net.OpError
+	if errors.As(err, &verr) || errors.As(err, &oerr) && oerr.Op == "remote error" {
+		return false
 	}
 	var nerr net.Error
 	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF)

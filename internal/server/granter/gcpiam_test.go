@@ -827,3 +827,25 @@ func TestTokenEndpointRedirectIsNotFollowed(t *testing.T) {
 	}
 	calls(t, e, 0, 0)
 }
+
+// An IAM endpoint whose certificate the granter does not trust fails the grant at once: the
+// next attempt would meet the same certificate.
+func TestUntrustedCertificateFailsAtOnce(t *testing.T) {
+	e := setup(t)
+	iam := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("IAM answered a request it should never have received")
+	}))
+	defer iam.Close()
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: iam.URL, CredentialsFile: e.fake.CredentialsFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Fatalf("error %v, want the untrusted certificate", err)
+	}
+	if len(e.sleeps) != 0 {
+		t.Errorf("slept %v before a permanent error", e.sleeps)
+	}
+}

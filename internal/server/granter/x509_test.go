@@ -3,8 +3,11 @@ package granter_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +34,8 @@ func TestX509WorkloadIdentityFederation(t *testing.T) {
 		{"ADC, use_default_certificate_config", true, map[string]any{"use_default_certificate_config": true}},
 		{"ADC, certificate_config_location", true, map[string]any{"certificate_config_location": ""}},
 	}
-	var names []string
+	const refused = "IAM refusing the handshake fails at once"
+	names := []string{refused}
 	for _, tc := range cases {
 		names = append(names, tc.name)
 	}
@@ -80,4 +84,31 @@ func TestX509WorkloadIdentityFederation(t *testing.T) {
 			}
 		})
 	}
+	// A TLS alert from the server (here: no client certificate, which the granter's IAM client
+	// never has) is its answer to the handshake, the same on every attempt: not retried.
+	t.Run(refused, func(t *testing.T) {
+		t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
+		fake := iamfake.Start(t)
+		iam := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			t.Error("IAM answered a request it should never have received")
+			http.Error(w, "no", http.StatusTeapot)
+		}))
+		iam.TLS = w.ServerTLS()
+		iam.StartTLS()
+		defer iam.Close()
+		g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: iam.URL, CredentialsFile: fake.CredentialsFile(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sleeps := 0
+		g.Now = func() time.Time { return now }
+		g.Sleep = func(context.Context, time.Duration) error { sleeps++; return nil }
+		err = g.Grant(context.Background(), lease("x509-refused", time.Hour))
+		if err == nil || !strings.Contains(err.Error(), "certificate required") {
+			t.Fatalf("error %v, want the server's refusal of the handshake", err)
+		}
+		if sleeps != 0 {
+			t.Errorf("retried %d times", sleeps)
+		}
+	})
 }
