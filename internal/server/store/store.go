@@ -107,12 +107,21 @@ type Lease struct {
 	UnbindError    string
 }
 
-// ExecutionFilter selects executions, newest first.
+// ExecutionFilter selects a page of executions, newest first: by started_at, then by id, both
+// descending, so that executions started at the same instant keep one order.
 type ExecutionFilter struct {
 	Environment string
 	PR          int
-	Limit       int
-	Before      time.Time
+	// Limit > 0 keeps only the first Limit executions (0: 50).
+	Limit int
+	// BeforeID, when set, keeps only the executions that come after the execution (Before,
+	// BeforeID) in the list's order, its started_at and its id: started before Before, or at
+	// Before with a lower id. The zero Before there is the zero started_at, as listed.
+	BeforeID string
+	// Before without BeforeID, when not zero, keeps only the executions started before it: a
+	// time alone, which leaves out the executions of the previous page's last instant that
+	// page did not list (the old paging, which clients without BeforeID still ask for).
+	Before time.Time
 }
 
 // GrantFilter selects grants, newest (highest id) first; zero values select everything.

@@ -96,10 +96,9 @@ type planCase struct {
 	// tableOrder allows a SCAN of the table: its rowid is the order asked for, so the scan stops
 	// after the rows it returns.
 	tableOrder bool
-	// index, for a list page, is the index PostgreSQL must read it from, and later says the page
-	// comes after a cursor (the index's condition must hold it).
-	index string
-	later bool
+	// index, for a list page, is the index PostgreSQL must read it from, and cond, for a page
+	// after a cursor, what the index's condition must hold (the cursor's range).
+	index, cond string
 }
 
 // checkPlans runs each case's read and fails when a statement's plan scans a table, sorts in
@@ -141,32 +140,43 @@ func checkPlans(t *testing.T, s *sqlstore.DB, drain func() []statement, cases []
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// The executions list, filtered or not, reads the newest rows from an index in the order it
-// returns them: no sort of every matching row, however many match.
-func TestExecutionsListUsesIndexes(t *testing.T) {
-	s, drain := traced(t)
-	list := func(f store.ExecutionFilter) func(tx store.Tx) error {
-		return func(tx store.Tx) error { _, err := tx.Executions(f); return err }
-	}
+// executionPageCases are the pages of the executions list, unfiltered or by environment, PR, or
+// both: the first, one before a time alone (the old paging) and one after an execution (its
+// started_at and id), each with the index that must hold its rows in the order the page lists
+// them and the range of it the page reads (as SQLite says them).
+func executionPageCases() []planCase {
 	var cases []planCase
 	for _, env := range []string{"", "prod"} {
 		for _, pr := range []int{0, 7} {
-			for _, before := range []time.Time{{}, t0} {
-				f := store.ExecutionFilter{Environment: env, PR: pr, Before: before, Limit: 50}
-				want := "executions_started"
-				switch {
-				case env != "" && pr != 0:
-					want = "executions_env_pr_started"
-				case env != "":
-					want = "executions_env_started"
-				case pr != 0:
-					want = "executions_pr_started"
-				}
-				cases = append(cases, planCase{name: fmt.Sprintf("%+v", f), read: list(f), want: want})
+			index := "executions" + filterSuffix(env, pr) + "_started"
+			for _, p := range []struct {
+				name     string
+				before   time.Time
+				beforeID string
+				free     []string // the columns of the range after the cursor, none on the first page
+				cond     string   // PostgreSQL's index condition of that range
+			}{
+				// The cursor amid the rows TestListPagesUseIndexesOnPostgres seeds.
+				{"first", time.Time{}, "", nil, ""},
+				{"before a time", t0.Add(20 * time.Second), "", []string{"started_at"}, "(started_at < "},
+				{"after an execution", t0.Add(20 * time.Second), "prod-20-1", []string{"started_at", "id"}, "(ROW(started_at, id) < ROW("},
+			} {
+				f := store.ExecutionFilter{Environment: env, PR: pr, Before: p.before, BeforeID: p.beforeID, Limit: 50}
+				cases = append(cases, planCase{name: fmt.Sprintf("executions env %q pr %d %s", env, pr, p.name), index: index, cond: p.cond,
+					want: pageStep(index, filterEqs(env, pr), p.free, p.free != nil),
+					read: func(tx store.Tx) error { _, err := tx.Executions(f); return err }})
 			}
 		}
 	}
-	checkPlans(t, s, drain, cases)
+	return cases
+}
+
+// The executions list, filtered or not, reads the newest rows from an index in the order it
+// returns them, a later page from where it starts: no sort of every matching row, however many
+// match, and no walk through the pages before it.
+func TestExecutionsListUsesIndexes(t *testing.T) {
+	s, drain := traced(t)
+	checkPlans(t, s, drain, executionPageCases())
 }
 
 // Grants filtered by environment, PR, class or target (what gate decisions read) search their
@@ -197,29 +207,48 @@ func TestGateListingsUseIndexes(t *testing.T) {
 	checkPlans(t, s, drain, cases)
 }
 
+// pageStep is the step of SQLite's plan of a list page read from index: the filter's equalities
+// eqs and, on a later page, the range after the cursor on the columns free the filter leaves
+// free.
+func pageStep(index string, eqs, free []string, later bool) string {
+	switch {
+	case later && len(free) == 1:
+		eqs = append(eqs, free[0]+"<?")
+	case later:
+		eqs = append(eqs, "("+strings.Join(free, ",")+")<(?"+strings.Repeat(",?", len(free)-1)+")")
+	}
+	if len(eqs) == 0 {
+		return "INDEX " + index
+	}
+	return index + " (" + strings.Join(eqs, " AND ") + ")"
+}
+
+// filterSuffix is the part of the name of a list's index that says the filter it serves: by
+// environment, PR, both, or neither.
+func filterSuffix(env string, pr int) string {
+	return map[[2]bool]string{{true, true}: "_env_pr", {true, false}: "_env", {false, true}: "_pr"}[[2]bool{env != "", pr != 0}]
+}
+
+// filterEqs are the equalities of SQLite's plan of a list filtered by env and pr (zero: any).
+func filterEqs(env string, pr int) []string {
+	var eqs []string
+	if env != "" {
+		eqs = append(eqs, "environment=?")
+	}
+	if pr != 0 {
+		eqs = append(eqs, "pr=?")
+	}
+	return eqs
+}
+
 // listPageCases are the pages of the gates, grants and checks lists, unfiltered or by
 // environment, PR, or both, the first and a later one, each with the index that must hold its
 // rows in the order the page lists them and the range of it the page reads (as SQLite says them).
 func listPageCases() []planCase {
 	var cases []planCase
-	// want is the plan's step: the index, the filter's equalities, and on a later page the range
-	// after the cursor on the columns the filter leaves free.
-	want := func(index string, eqs, free []string, later bool) string {
-		switch {
-		case later && len(free) == 1:
-			eqs = append(eqs, free[0]+"<?")
-		case later:
-			eqs = append(eqs, "("+strings.Join(free, ",")+")<(?"+strings.Repeat(",?", len(free)-1)+")")
-		}
-		if len(eqs) == 0 {
-			return "INDEX " + index
-		}
-		return index + " (" + strings.Join(eqs, " AND ") + ")"
-	}
 	for _, env := range []string{"", "prod"} {
 		for _, pr := range []int{0, 7} {
-			suffix := map[[2]bool]string{{true, true}: "_env_pr", {true, false}: "_env", {false, true}: "_pr"}[[2]bool{env != "", pr != 0}]
-			var eqs []string
+			suffix, eqs := filterSuffix(env, pr), filterEqs(env, pr)
 			free := func(cols ...string) []string {
 				var out []string
 				for _, c := range cols {
@@ -229,12 +258,6 @@ func listPageCases() []planCase {
 					out = append(out, c)
 				}
 				return out
-			}
-			if env != "" {
-				eqs = append(eqs, "environment=?")
-			}
-			if pr != 0 {
-				eqs = append(eqs, "pr=?")
 			}
 			for _, later := range []bool{false, true} {
 				gates, checks := store.ListFilter{Environment: env, PR: pr, Limit: 50}, store.ListFilter{Environment: env, PR: pr, Limit: 50}
@@ -246,20 +269,22 @@ func listPageCases() []planCase {
 					gates.After, checks.After, grants.Before = &gate, &check, 1000
 				}
 				name := fmt.Sprintf("env %q pr %d later %v", env, pr, later)
-				grantIndex, grantWant := "grants"+suffix+"_id", want("grants"+suffix+"_id", eqs, []string{"id"}, later)
+				// cond is PostgreSQL's index condition of a later page's range: a row value, or an id.
+				cond := func(c string) string { return map[bool]string{true: c}[later] }
+				grantIndex, grantWant := "grants"+suffix+"_id", pageStep("grants"+suffix+"_id", eqs, []string{"id"}, later)
 				if suffix == "" {
 					grantIndex = "grants_pkey" // PostgreSQL's name; SQLite's primary key is the rowid
 					grantWant = map[bool]string{false: "SCAN grants", true: "INTEGER PRIMARY KEY (rowid<?)"}[later]
 				}
 				cases = append(cases,
-					planCase{name: "gates " + name, index: "gates" + suffix + "_required", later: later,
-						want: want("gates"+suffix+"_required", eqs, free("required_at", "environment", "pr", "class", "target"), later),
+					planCase{name: "gates " + name, index: "gates" + suffix + "_required", cond: cond("ROW("),
+						want: pageStep("gates"+suffix+"_required", eqs, free("required_at", "environment", "pr", "class", "target"), later),
 						read: func(tx store.Tx) error { _, err := tx.Gates(gates); return err }},
-					planCase{name: "checks " + name, index: "checks" + suffix + "_updated", later: later,
-						want: want("checks"+suffix+"_updated", eqs, free("updated_at", "environment", "pr", "name"), later),
+					planCase{name: "checks " + name, index: "checks" + suffix + "_updated", cond: cond("ROW("),
+						want: pageStep("checks"+suffix+"_updated", eqs, free("updated_at", "environment", "pr", "name"), later),
 						read: func(tx store.Tx) error { _, err := tx.Checks(checks); return err }},
 					// The unfiltered first page reads the table itself, in its rowid's order.
-					planCase{name: "grants " + name, index: grantIndex, later: later, want: grantWant, tableOrder: suffix == "" && !later,
+					planCase{name: "grants " + name, index: grantIndex, cond: cond("(id < "), want: grantWant, tableOrder: suffix == "" && !later,
 						read: func(tx store.Tx) error { _, err := tx.Grants(grants); return err }},
 				)
 			}
@@ -325,9 +350,9 @@ func TestLatestPlanUsesItsIndex(t *testing.T) {
 	}
 }
 
-// On PostgreSQL too, every page of the gates, grants and checks lists reads its rows from its
-// index in the order it lists them, a later page from where it starts: with sequential scans
-// and sorts priced out (on tables this small either would be cheapest), a plan that still
+// On PostgreSQL too, every page of the executions, gates, grants and checks lists reads its rows
+// from its index in the order it lists them, a later page from where it starts: with sequential
+// scans and sorts priced out (on tables this small either would be cheapest), a plan that still
 // scans or sorts has no index that serves the page.
 func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 	u, channel := storetest.PostgresURL(t)
@@ -354,6 +379,13 @@ func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 				if _, err := tx.AddGrant(api.Grant{Environment: env, PR: pr, Class: "destructive", Target: "**", GrantedAt: at}); err != nil {
 					return err
 				}
+				for i := range 2 {
+					e := &store.Execution{}
+					e.ExecutionID, e.Environment, e.PR, e.Op, e.Status, e.StartedAt = fmt.Sprintf("%s-%d-%d", env, pr, i), env, pr, "plan", "running", at
+					if _, err := tx.CreateExecution(e); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		return nil
@@ -368,7 +400,7 @@ func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "ANALYZE; SET enable_seqscan = off; SET enable_sort = off"); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range listPageCases() {
+	for _, c := range append(executionPageCases(), listPageCases()...) {
 		drain()
 		if err := s.Read(ctx, c.read); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -402,7 +434,7 @@ func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 			t.Errorf("%s sorts or scans: %s\n%s", c.name, sts[0].query, text)
 		case !strings.Contains(text, " using "+c.index+" on "):
 			t.Errorf("%s: does not read %s: %s\n%s", c.name, c.index, sts[0].query, text)
-		case c.later && !strings.Contains(cond, "ROW(") && !strings.Contains(cond, "(id < "):
+		case !strings.Contains(cond, c.cond):
 			t.Errorf("%s: the index condition does not start at the cursor: %s\n%s", c.name, sts[0].query, text)
 		}
 	}

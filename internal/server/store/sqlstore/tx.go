@@ -301,31 +301,25 @@ func (t *sqlTx) scanExecutions(query string, args ...any) ([]store.Execution, er
 }
 
 func (t *sqlTx) Executions(f store.ExecutionFilter) ([]store.Execution, error) {
-	var where []string
-	var args []any
-	if f.Environment != "" {
-		where = append(where, "environment = ?")
-		args = append(args, f.Environment)
-	}
-	if f.PR != 0 {
-		where = append(where, "pr = ?")
-		args = append(args, f.PR)
-	}
-	if !f.Before.IsZero() {
-		where = append(where, "started_at < ?")
-		args = append(args, ns(f.Before))
-	}
-	q := "SELECT " + execReadCols + " FROM executions"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+	var w whereClause
+	w.eq(f.Environment != "", "environment", f.Environment)
+	w.eq(f.PR != 0, "pr", f.PR)
+	// (started_at, id) < (?, ?), a range of the index that holds the filter's executions by
+	// (started_at, id): executions_started and those by environment, PR or both (004).
+	var after []any
+	switch {
+	case f.BeforeID != "":
+		after = []any{ns(f.Before), f.BeforeID}
+	case !f.Before.IsZero():
+		w.conds = append(w.conds, "started_at < ?")
+		w.args = append(w.args, ns(f.Before))
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	q += " ORDER BY started_at DESC, id DESC LIMIT ?"
-	args = append(args, limit)
-	return t.scanExecutions(q, args...)
+	tail, targs := w.page([]string{"started_at", "id"}, after, limit)
+	return t.scanExecutions("SELECT "+execReadCols+" FROM executions"+w.String()+tail, append(w.args, targs...)...)
 }
 
 const stackCols = "stack, status, phase, phase_seq, class, counts, plan_hash, destructive, reasons, error, seq, updated_at"

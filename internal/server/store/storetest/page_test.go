@@ -218,3 +218,116 @@ func TestListPageAfterAnotherListsRowIsInvalid(t *testing.T) {
 		}
 	})
 }
+
+// execKey is an execution's place in the executions list: its started_at as stored (Unix
+// nanoseconds, 0 for the zero time) and its id.
+type execKey struct {
+	at int64
+	id string
+}
+
+func keyOfExecution(e store.Execution) execKey {
+	k := execKey{id: e.ExecutionID}
+	if !e.StartedAt.IsZero() {
+		k.at = e.StartedAt.UnixNano()
+	}
+	return k
+}
+
+// Executions, most of them started at one instant (of every environment and PR) and the others
+// a nanosecond, a microsecond or a second apart, at the zero Unix time (stored as the zero time)
+// or before it, are listed page after page, each page after the started_at and id of the last
+// execution of the one before as listed: every execution comes exactly once, newest first, by id
+// among those of the same instant, whatever the filter and the page size.
+func TestExecutionPagesWalkExecutionsOfTheSameTime(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s store.Store) {
+		instants := []time.Time{t0.Add(time.Nanosecond), t0.Add(time.Microsecond), t0.Add(-time.Second), time.Unix(0, 0), time.Unix(-5, 7)}
+		var all []store.Execution
+		write(t, s, func(tx store.Tx) error {
+			for i := range 120 {
+				// Ids out of the order of their times: lower-case letters and digits of one
+				// length, which every collation orders alike.
+				e := exec1(fmt.Sprintf("x%03d", (i*37)%120), t0)
+				e.Environment, e.PR = []string{"dev", "prod", "qa"}[i%3], i%5 // PR 0: none
+				// A quarter of them at other instants, the rest all at t0.
+				if i%4 == 3 {
+					e.StartedAt = instants[i%len(instants)]
+				}
+				if _, err := tx.CreateExecution(e); err != nil {
+					return err
+				}
+				all = append(all, *e)
+			}
+			return nil
+		})
+		order := func(a, b execKey) int { return cmp.Or(cmp.Compare(b.at, a.at), cmp.Compare(b.id, a.id)) }
+		for _, lf := range pageFilters {
+			var want []execKey
+			for _, e := range all {
+				if (lf.Environment == "" || e.Environment == lf.Environment) && (lf.PR == 0 || e.PR == lf.PR) {
+					want = append(want, keyOfExecution(e))
+				}
+			}
+			slices.SortFunc(want, order)
+			for _, limit := range []int{1, 3, 1000} {
+				f := store.ExecutionFilter{Environment: lf.Environment, PR: lf.PR, Limit: limit}
+				var got []execKey
+				for pages := 0; ; pages++ {
+					if pages > len(all) {
+						t.Fatalf("%+v: more pages than executions", f)
+					}
+					var page []store.Execution
+					if err := s.Read(ctx, func(tx store.Tx) (err error) { page, err = tx.Executions(f); return }); err != nil {
+						t.Fatalf("%+v: %v", f, err)
+					}
+					for _, e := range page {
+						got = append(got, keyOfExecution(e))
+					}
+					if len(page) < limit {
+						break
+					}
+					f.Before, f.BeforeID = page[len(page)-1].StartedAt, page[len(page)-1].ExecutionID
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("env %q pr %d limit %d: the pages listed %d executions, want %d\ngot  %v\nwant %v", lf.Environment, lf.PR, limit, len(got), len(want), got, want)
+				}
+			}
+		}
+		// Each is listed with the started_at it was stored with, to the nanosecond (the zero Unix
+		// time as the zero time).
+		var listed []store.Execution
+		if err := s.Read(ctx, func(tx store.Tx) (err error) { listed, err = tx.Executions(store.ExecutionFilter{Limit: 1000}); return }); err != nil {
+			t.Fatal(err)
+		}
+		at := map[string]time.Time{}
+		for _, e := range listed {
+			at[e.ExecutionID] = e.StartedAt
+		}
+		for _, e := range all {
+			want := e.StartedAt
+			if want.Equal(time.Unix(0, 0)) {
+				want = time.Time{}
+			}
+			if !at[e.ExecutionID].Equal(want) {
+				t.Errorf("%s: listed started at %v, stored %v", e.ExecutionID, at[e.ExecutionID], e.StartedAt)
+			}
+		}
+		// Before alone (the old paging) still lists the executions started before it.
+		var older []store.Execution
+		if err := s.Read(ctx, func(tx store.Tx) (err error) {
+			older, err = tx.Executions(store.ExecutionFilter{Before: t0.Add(time.Nanosecond), Limit: 1000})
+			return
+		}); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range all {
+			if e.StartedAt.Before(t0.Add(time.Nanosecond)) {
+				n++
+			}
+		}
+		if len(older) != n || slices.ContainsFunc(older, func(e store.Execution) bool { return !e.StartedAt.Before(t0.Add(time.Nanosecond)) }) {
+			t.Fatalf("before %v alone: %d executions, want the %d started before it", t0.Add(time.Nanosecond), len(older), n)
+		}
+	})
+}
