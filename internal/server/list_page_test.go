@@ -1,9 +1,7 @@
 package server
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -165,13 +163,7 @@ func TestListsWalkEveryRowOnce(t *testing.T) {
 func TestListsPageThroughTheGeneratedClient(t *testing.T) {
 	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
 	seedLists(t, ts)
-	client, err := api.NewClientWithResponses(ts.URL+BasePath, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
-		r.Header.Set("Authorization", "Bearer "+tokenOf["viewer"])
-		return nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := ts.client(t, "viewer")
 	for _, c := range []struct {
 		limit  *int
 		status int

@@ -263,16 +263,23 @@ func TestIdempotentEventsAndCancelOverHTTP(t *testing.T) {
 	}
 }
 
-func TestGateVerdictCodesOverHTTP(t *testing.T) {
-	s := storetest.OpenSQLite(t)
-	ts := newTestServer(t, s, nil)
+// client is a generated client of ts's API that authenticates with role's token.
+func (ts *testServer) client(t *testing.T, role string) *api.ClientWithResponses {
+	t.Helper()
 	client, err := api.NewClientWithResponses(ts.URL+BasePath, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
-		r.Header.Set("Authorization", "Bearer "+tokenOf["runner"])
+		r.Header.Set("Authorization", "Bearer "+tokenOf[role])
 		return nil
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return client
+}
+
+func TestGateVerdictCodesOverHTTP(t *testing.T) {
+	s := storetest.OpenSQLite(t)
+	ts := newTestServer(t, s, nil)
+	client := ts.client(t, "runner")
 	ctx := context.Background()
 	check := api.GateCheck{ExecutionID: "apply-1", Environment: "prod", PR: 1, SHA: "s1",
 		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h"}}}
