@@ -641,8 +641,11 @@ type ExecutionsListParams struct {
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 	Limit       int              `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
 
-	// Before Only executions started before this time (paging).
-	Before time.Time `form:"before,omitempty" json:"before,omitempty,omitzero"`
+	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients).
+	Before *time.Time `form:"before,omitempty" json:"before,omitempty"`
+
+	// BeforeID Paging: the `execution_id` of the previous page's last execution, with its `started_at` as `before`: only the executions after it are listed, those started before `before` and those started at `before` whose id sorts lower. Without `before`, or not an execution id (1 to 1,024 bytes of UTF-8 without control characters), it is `400 INVALID_ARGUMENT`.
+	BeforeID *string `form:"before_id,omitempty" json:"before_id,omitempty"`
 }
 
 // LogReadParams defines parameters for LogRead.
@@ -1078,6 +1081,11 @@ type ClientInterface interface {
 	Updates(ctx context.Context, body UpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExecutionsList Executions, newest first.
+	//
+	// One page of the executions, newest first: by `started_at`, then by `execution_id`, both
+	// descending, so that executions started at the same instant keep one order. The next page
+	// is the one `before` the `started_at` and `before_id` the `execution_id` of the page's
+	// last execution; walking the pages lists every execution once, in that order.
 	//
 	// Corresponds with GET /executions (the `ExecutionsList` operationId).
 	ExecutionsList(ctx context.Context, params *ExecutionsListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1737,6 +1745,11 @@ func (c *Client) Updates(ctx context.Context, body UpdatesJSONRequestBody, reqEd
 }
 
 // ExecutionsList Executions, newest first.
+//
+// One page of the executions, newest first: by `started_at`, then by `execution_id`, both
+// descending, so that executions started at the same instant keep one order. The next page
+// is the one `before` the `started_at` and `before_id` the `execution_id` of the page's
+// last execution; walking the pages lists every execution once, in that order.
 //
 // Corresponds with GET /executions (the `ExecutionsList` operationId).
 func (c *Client) ExecutionsList(ctx context.Context, params *ExecutionsListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2685,12 +2698,28 @@ func NewExecutionsListRequest(server string, params *ExecutionsListParams) (*htt
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Before != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", *params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
+		}
+
+		if params.BeforeID != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before_id", *params.BeforeID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
 		}
 
 		if encoded := queryValues.Encode(); encoded != "" {
@@ -3413,6 +3442,11 @@ type ClientWithResponsesInterface interface {
 	UpdatesWithResponse(ctx context.Context, body UpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatesResponse, error)
 
 	// ExecutionsListWithResponse Executions, newest first.
+	//
+	// One page of the executions, newest first: by `started_at`, then by `execution_id`, both
+	// descending, so that executions started at the same instant keep one order. The next page
+	// is the one `before` the `started_at` and `before_id` the `execution_id` of the page's
+	// last execution; walking the pages lists every execution once, in that order.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5127,6 +5161,11 @@ func (c *ClientWithResponses) UpdatesWithResponse(ctx context.Context, body Upda
 
 // ExecutionsListWithResponse Executions, newest first.
 //
+// One page of the executions, newest first: by `started_at`, then by `execution_id`, both
+// descending, so that executions started at the same instant keep one order. The next page
+// is the one `before` the `started_at` and `before_id` the `execution_id` of the page's
+// last execution; walking the pages lists every execution once, in that order.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /executions (the `ExecutionsList` operationId).
@@ -6555,6 +6594,19 @@ func (siw *ServerInterfaceWrapper) ExecutionsList(w http.ResponseWriter, r *http
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before_id", r.URL.Query(), &params.BeforeID, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before_id", Err: err})
 		}
 		return
 	}

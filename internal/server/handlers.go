@@ -259,8 +259,12 @@ func (h *handlers) AdminGrantsRelease(ctx context.Context, r api.AdminGrantsRele
 }
 
 func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListRequestObject) (api.ExecutionsListResponseObject, error) {
-	out, err := h.svc.Executions(ctx, store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr,
-		Limit: r.Params.Limit, Before: r.Params.Before})
+	f, err := service.ExecutionsAfter(store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr, Limit: r.Params.Limit},
+		r.Params.Before, r.Params.BeforeID)
+	var out []api.Execution
+	if err == nil {
+		out, err = h.svc.Executions(ctx, f)
+	}
 	if err != nil {
 		return api.ExecutionsListdefaultJSONResponse(h.errResp(err)), nil
 	}

@@ -84,3 +84,25 @@ func parseCursor(s string) (k store.RowKey, ok bool) {
 	}
 	return k, cursorOf(k) == s
 }
+
+// ExecutionsAfter is f paged as a request asks: before, the started_at of the previous page's
+// last execution, and beforeID, its id (nil: not in the request). The zero before is the zero
+// started_at, as listed, when beforeID is given, and no time at all when it is not (what older
+// clients send when they mean none). A beforeID that is not an execution id, or is given
+// without before, is refused.
+func ExecutionsAfter(f store.ExecutionFilter, before *time.Time, beforeID *string) (store.ExecutionFilter, error) {
+	if before != nil {
+		f.Before = *before
+	}
+	if beforeID == nil {
+		return f, nil
+	}
+	if err := checkName("before_id", *beforeID); err != nil {
+		return f, err
+	}
+	if before == nil {
+		return f, invalid("before_id needs before: the started_at of the execution before_id names, as listed")
+	}
+	f.BeforeID = *beforeID
+	return f, nil
+}

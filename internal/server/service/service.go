@@ -620,7 +620,8 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 	return ack, err
 }
 
-// Executions lists executions newest first, without their stacks and edges.
+// Executions lists a page of executions newest first (store.ExecutionFilter; a request's paging:
+// ExecutionsAfter), without their stacks and edges.
 func (s *Service) Executions(ctx context.Context, f store.ExecutionFilter) ([]api.Execution, error) {
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 50
