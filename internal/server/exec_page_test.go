@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -185,7 +186,7 @@ func TestExecutionsWalkThroughTheGeneratedClient(t *testing.T) {
 }
 
 // A before_id without before, or one that is no execution id, is refused with 400
-// INVALID_ARGUMENT naming before_id.
+// INVALID_ARGUMENT naming before_id, by the API and by the executions page and its stream.
 func TestExecutionsRefuseBadBeforeID(t *testing.T) {
 	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
 	seedExecutionPages(t, ts)
@@ -203,9 +204,58 @@ func TestExecutionsRefuseBadBeforeID(t *testing.T) {
 		if status != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(msg, "before_id") {
 			t.Errorf("GET /executions?%s: %d %v %q, want 400 INVALID_ARGUMENT naming before_id", query, status, out["code"], msg)
 		}
+		for _, page := range []string{"/", "/ui/stream/executions"} {
+			if status, body := ts.page(t, page+"?"+query, tokenOf["viewer"]); status != 400 || !strings.Contains(body, "before_id") {
+				t.Errorf("GET %s?%s: %d %q, want 400 naming before_id", page, query, status, body)
+			}
+		}
 	}
 	// The longest id there may be is one.
 	if status, out, _ := ts.call(t, "viewer", "GET", "/executions?"+before+"&before_id="+strings.Repeat("x", 1024), nil); status != 200 {
 		t.Errorf("a before_id of 1024 bytes: %d %v", status, out)
 	}
+}
+
+// Following the executions page's Older links from the newest page lists every execution once,
+// newest first, by id among those of the same instant: a link carries the last execution's
+// started_at, to the nanosecond, and its id, and keeps the filter.
+func TestWebExecutionsOlderLinksWalkEveryExecutionOnce(t *testing.T) {
+	forEachSeededServer(t, func(t *testing.T, ts *testServer, all []seededExec) {
+		row := regexp.MustCompile(`<a href="/ui/executions/([^"]+)">`)
+		older := regexp.MustCompile(`<a href="([^"]*)">Older…</a>`)
+		for _, filter := range []string{"", "environment=prod", "pr=2"} {
+			var got []string
+			pages := 0
+			for path := "/?" + filter; path != ""; pages++ {
+				if pages > len(all) {
+					t.Fatalf("%s: more pages than executions", filter)
+				}
+				status, body := ts.page(t, path, tokenOf["viewer"])
+				if status != 200 {
+					t.Fatalf("%s: %d %s", path, status, body)
+				}
+				for _, m := range row.FindAllStringSubmatch(body, -1) {
+					got = append(got, m[1])
+				}
+				path = ""
+				if m := older.FindStringSubmatch(body); m != nil {
+					href, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					q := href.Query()
+					if q.Get("before") == "" || q.Get("before_id") != got[len(got)-1] || filter != "" && !strings.Contains(href.RawQuery, filter) {
+						t.Fatalf("Older link %q: want the filter %q, before and the last execution's id", m[1], filter)
+					}
+					path = "/" + href.String()
+				}
+			}
+			env, _ := url.ParseQuery(filter)
+			var pr int
+			_, _ = fmt.Sscan(env.Get("pr"), &pr)
+			if want := selected(all, env.Get("environment"), pr); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q: the pages listed %d executions, want %d\ngot  %v\nwant %v", filter, len(got), len(want), got, want)
+			}
+		}
+	})
 }

@@ -375,8 +375,12 @@ func (u *UI) stream(w http.ResponseWriter, r *http.Request, key string, newView 
 }
 
 func (u *UI) streamList(w http.ResponseWriter, r *http.Request) {
-	f, _ := listFilter(r)
-	key := fmt.Sprintf("list\x00%s\x00%d\x00%s", f.Environment, f.PR, f.Before.Format(time.RFC3339Nano))
+	f, _, err := listFilter(r)
+	if err != nil {
+		u.fail(w, err)
+		return
+	}
+	key := fmt.Sprintf("list\x00%s\x00%d\x00%s\x00%s", f.Environment, f.PR, f.Before.Format(time.RFC3339Nano), f.BeforeID)
 	u.stream(w, r, key, func() view { return &listView{ui: u, f: f} })
 }
 

@@ -132,23 +132,31 @@ type page struct {
 	Checks     []api.Check
 	Audit      []api.AuditEntry
 	Next       string
-	// OlderGates, OlderGrants and OlderChecks link the next (older) page of each list of the
-	// gates page, when there may be one.
-	OlderGates, OlderGrants, OlderChecks template.URL
-	// Filter is the list's query filter ("&environment=…&pr=…", values URL-encoded): a URL so the
-	// "Older…" link keeps its separators instead of having them escaped.
-	Filter template.URL
-	Error  string
+	// Older links the executions list's next (older) page, and OlderGates, OlderGrants and
+	// OlderChecks that of each list of the gates page, when there may be one: URLs so that a
+	// link keeps its separators instead of having them escaped.
+	Older, OlderGates, OlderGrants, OlderChecks template.URL
+	// Error is why the sign-in page is shown again.
+	Error string
 	// CSRF is the sign-in form's token (the value of its cookie).
 	CSRF string
 }
 
-func listFilter(r *http.Request) (store.ExecutionFilter, template.URL) {
+// listFilter is the executions list's filter and page (before and before_id: the started_at
+// and id of the previous page's last execution, as its Older link gives them), and the query
+// parameters of its filter.
+func listFilter(r *http.Request) (store.ExecutionFilter, url.Values, error) {
 	q := r.URL.Query()
 	f := store.ExecutionFilter{Environment: q.Get("environment"), Limit: 50}
 	f.PR, _ = strconv.Atoi(q.Get("pr"))
+	var before *time.Time
 	if b, err := time.Parse(time.RFC3339Nano, q.Get("before")); err == nil {
-		f.Before = b
+		before = &b
+	}
+	var beforeID *string
+	if q.Has("before_id") {
+		id := q.Get("before_id")
+		beforeID = &id
 	}
 	keep := url.Values{}
 	if f.Environment != "" {
@@ -157,23 +165,28 @@ func listFilter(r *http.Request) (store.ExecutionFilter, template.URL) {
 	if f.PR != 0 {
 		keep.Set("pr", strconv.Itoa(f.PR))
 	}
-	extra := template.URL("")
-	if len(keep) > 0 {
-		extra = template.URL("&" + keep.Encode()) // Encode escapes every value
-	}
-	return f, extra
+	f, err := service.ExecutionsAfter(f, before, beforeID)
+	return f, keep, err
 }
 
 func (u *UI) list(w http.ResponseWriter, r *http.Request) {
-	f, extra := listFilter(r)
-	xs, err := u.Service.Executions(r.Context(), f)
+	f, keep, err := listFilter(r)
+	var xs []api.Execution
+	if err == nil {
+		xs, err = u.Service.Executions(r.Context(), f)
+	}
 	if err != nil {
 		u.fail(w, err)
 		return
 	}
-	p := page{Title: "Executions", Executions: xs, Filter: extra}
+	p := page{Title: "Executions", Executions: xs}
 	if len(xs) == f.Limit {
-		p.Next = xs[len(xs)-1].StartedAt.Format(time.RFC3339Nano)
+		// The last execution's started_at to the nanosecond, as the store keeps it (listed in
+		// UTC), and its id: the next page starts right after it.
+		last := xs[len(xs)-1]
+		keep.Set("before", last.StartedAt.Format(time.RFC3339Nano))
+		keep.Set("before_id", last.ExecutionID)
+		p.Older = template.URL("?" + keep.Encode()) // Encode escapes every value
 	}
 	render(w, "list", p)
 }
