@@ -460,7 +460,9 @@ type Init struct {
 	RunURL           string         `json:"run_url,omitempty,omitzero"`
 	SHA              string         `json:"sha,omitempty,omitzero"`
 	Stacks           []string       `json:"stacks,omitempty,omitzero"`
-	StartedAt        time.Time      `json:"started_at,omitempty,omitzero"`
+
+	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days from the server's clock is replaced by the server's.
+	StartedAt time.Time `json:"started_at,omitempty,omitzero"`
 }
 
 // InitOp defines model for Init.Op.

@@ -15,18 +15,20 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
-// execStarts are the started_at the runners of the seeded executions send: most of them the
-// same instant, to the nanosecond and in another zone than UTC, the others a nanosecond before
-// or after it, a microsecond after it, the whole second before it (a runner whose clock says
-// seconds), at the Unix epoch (listed without started_at) and a nanosecond before that.
-var execStarts = []string{
-	"2026-03-01T14:00:00.123456789+02:00",
-	"2026-03-01T12:00:00.12345679Z",
-	"2026-03-01T12:00:00.123456788Z",
-	"2026-03-01T12:00:00.123457Z",
-	"2026-03-01T12:00:00Z",
-	"1970-01-01T00:00:00Z",
-	"1969-12-31T23:59:59.999999999Z",
+// execStarts are the started_at the runners of the seeded executions send, near the server's
+// clock now (one further off would be replaced by it): most of them one instant, to the
+// nanosecond and in another zone than UTC, the others a nanosecond before or after it, a
+// microsecond after it and the whole second before it (a runner whose clock says seconds). The
+// store's own tests cover the epoch and the times before it.
+func execStarts(now time.Time) []string {
+	b := now.UTC().Truncate(time.Second)
+	return []string{
+		b.Add(123456789).In(time.FixedZone("", 2*3600)).Format(time.RFC3339Nano),
+		b.Add(123456790).Format(time.RFC3339Nano),
+		b.Add(123456788).Format(time.RFC3339Nano),
+		b.Add(123457000).Format(time.RFC3339Nano),
+		b.Format(time.RFC3339Nano),
+	}
 }
 
 // seededExec is a seeded execution: its place in the list (its started_at in Unix nanoseconds,
@@ -43,10 +45,11 @@ type seededExec struct {
 func seedExecutionPages(t *testing.T, ts *testServer) []seededExec {
 	t.Helper()
 	var out []seededExec
+	starts := execStarts(time.Now())
 	for i := range 130 {
-		start := execStarts[0]
+		start := starts[0]
 		if i%3 == 0 {
-			start = execStarts[1+(i/3)%(len(execStarts)-1)]
+			start = starts[1+(i/3)%(len(starts)-1)]
 		}
 		at, err := time.Parse(time.RFC3339Nano, start)
 		if err != nil {

@@ -228,6 +228,10 @@ func checkStackNames(n int, name func(i int) string) error {
 	return nil
 }
 
+// MaxStartSkew is how far an Init's started_at may be from the server's clock; one further
+// off is replaced by the server's clock.
+const MaxStartSkew = 7 * 24 * time.Hour
+
 // Init starts (or re-announces) an execution; the first stored copy wins. The principal
 // that first announced it owns it (see ReleaseClaims and checkOwner; another principal's Init
 // of the same id is refused), and the server's clock at that moment orders it among the PR's
@@ -242,7 +246,9 @@ func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api
 	e.Environment, e.Op, e.Actor, e.RunURL = in.Environment, api.ExecutionOp(in.Op), in.Actor, in.RunURL
 	e.Status, e.Edges, e.EdgesApproximate = events.ExecutionRunning, in.Edges, in.EdgesApproximate
 	e.StartedAt = in.StartedAt.UTC()
-	if in.StartedAt.IsZero() {
+	if in.StartedAt.IsZero() || e.StartedAt.Sub(now).Abs() > MaxStartSkew {
+		// A time that far off is a broken clock or made up: listed as it came, it would stay
+		// at the top of the executions list for good, or not fit the store's nanoseconds.
 		e.StartedAt = now
 	}
 	reasons := map[string][]api.ChangeReason{}
