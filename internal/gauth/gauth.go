@@ -22,6 +22,7 @@ import (
 	"cloud.google.com/go/compute/metadata"
 
 	"github.com/tfstackplan/tfstackplan/internal/buildinfo"
+	"github.com/tfstackplan/tfstackplan/internal/gcreds"
 	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
@@ -48,8 +49,8 @@ var ErrNoCredentials = errors.New("no Google Application Default Credentials")
 // mints its replacement before returning, and fails if that fails rather than return the old
 // token.
 // Token requests (to token endpoints, credential_source URLs, IAM, the metadata server) follow
-// no redirects, except the STS exchange of an X.509 external_account, which goes through the
-// mTLS client Google's library makes from the certificate config.
+// no redirects, except those of credentials that sign in with a client certificate, which go
+// through the mTLS client Google's library makes (see gcreds.X509Source).
 func IDTokenFunc(audience string) (TokenFunc, error) {
 	return minter{}.tokenFunc(audience)
 }
@@ -84,7 +85,7 @@ type minter struct {
 	// https://iamcredentials.<the credentials' universe domain>.
 	iamBase string
 	// client sends the requests to token endpoints, credential_source URLs, IAM and the
-	// metadata server (not the STS exchange of an X.509 external_account: see fileProvider),
+	// metadata server (not those of credentials with a client certificate: see sourceClient),
 	// always refusing redirects (see httpClient and metadataHTTPClient); nil means a client
 	// with requestTimeout for the first three and, for the metadata server, one of its own
 	// with metadataTimeout that bypasses proxies.
@@ -127,8 +128,8 @@ func (m minter) tokenFunc(audience string) (TokenFunc, error) {
 // provider finds the Application Default Credentials and returns a caching provider of ID
 // tokens for audience built on them.
 func (m minter) provider(ctx context.Context, audience string) (auth.TokenProvider, error) {
-	// With our client an X.509 external_account is detected without its mTLS client, which
-	// does not matter: fileProvider uses such credentials for their universe domain only and
+	// With our client, credentials with a client certificate are detected without their mTLS
+	// client, which does not matter: fileProvider uses them for their universe domain only and
 	// builds the ones that mint from the file again.
 	creds, err := credentials.DetectDefault(&credentials.DetectOptions{
 		Scopes: []string{cloudPlatformScope},
@@ -168,17 +169,6 @@ type credentialsFile struct {
 	ServiceAccountImpersonationURL string          `json:"service_account_impersonation_url"`
 	Delegates                      []string        `json:"delegates"`
 	SourceCredentials              json.RawMessage `json:"source_credentials"`
-	CredentialSource               *struct {
-		// Certificate, an object, makes an external_account X.509 workload identity
-		// federation: the STS exchange is authenticated by a client certificate.
-		Certificate *struct{} `json:"certificate"`
-	} `json:"credential_source"`
-}
-
-// x509Source reports whether f is an external_account whose credential_source is a client
-// certificate.
-func (f credentialsFile) x509Source() bool {
-	return credentials.CredType(f.Type) == credentials.ExternalAccount && f.CredentialSource != nil && f.CredentialSource.Certificate != nil
 }
 
 // fileProvider returns an uncached ID-token provider for the credentials file b, which creds
@@ -231,18 +221,9 @@ func (m minter) fileProvider(ctx context.Context, b []byte, creds *auth.Credenti
 		if err != nil {
 			return nil, err
 		}
-		client := m.httpClient()
-		if f.x509Source() {
-			// Given a client, the library sends the exchange of a use_default_certificate_config
-			// source through it, with no certificate to present; given none, it makes the mTLS
-			// client from the certificate config. That client follows redirects, which is safe
-			// here: the subject token it posts is the public certificate chain and the private
-			// key proves itself in the TLS handshake only, so a redirect re-sends no secret.
-			client = nil
-		}
 		base, err := credentials.NewCredentialsFromJSON(credentials.ExternalAccount, baseJSON, &credentials.DetectOptions{
 			Scopes: []string{cloudPlatformScope},
-			Client: client,
+			Client: m.sourceClient(b),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("external_account credentials without impersonation: %w", err)
@@ -265,7 +246,7 @@ func (m minter) fileProvider(ctx context.Context, b []byte, creds *auth.Credenti
 		}
 		base, err := credentials.NewCredentialsFromJSON(credentials.CredType(source.Type), f.SourceCredentials, &credentials.DetectOptions{
 			Scopes: []string{cloudPlatformScope},
-			Client: m.httpClient(),
+			Client: m.sourceClient(f.SourceCredentials),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("source_credentials of the impersonated_service_account: %w", err)
@@ -292,6 +273,16 @@ func (m minter) httpClient() *http.Client {
 	}
 	c.CheckRedirect = refuseRedirect
 	return &c
+}
+
+// sourceClient is the client for the credentials JSON b's own token requests: httpClient, or
+// none for credentials that sign in with a client certificate, for which Google's library
+// makes its own mTLS client (see gcreds.X509Source).
+func (m minter) sourceClient(b []byte) *http.Client {
+	if gcreds.X509Source(b) {
+		return nil
+	}
+	return m.httpClient()
 }
 
 // metadataTransport sends requests to the metadata server when minter.client is nil: never

@@ -16,16 +16,31 @@ import (
 // GOOGLE_API_CERTIFICATE_CONFIG names) and certificate_config_location. The test runs in a
 // process that trusts the test CA (testkit.InX509Child).
 func TestIDTokenFromExternalAccountX509(t *testing.T) {
-	if !testkit.InX509Child(t, "use_default_certificate_config", "certificate_config_location") {
+	cases := []struct {
+		name         string
+		impersonated bool // the certificate signs in the source_credentials of an impersonated_service_account
+		certificate  map[string]any
+	}{
+		{"use_default_certificate_config", false, map[string]any{"use_default_certificate_config": true}},
+		{"certificate_config_location", false, map[string]any{"certificate_config_location": ""}},
+		{"impersonated, use_default_certificate_config", true, map[string]any{"use_default_certificate_config": true}},
+		{"impersonated, certificate_config_location", true, map[string]any{"certificate_config_location": ""}},
+	}
+	var names []string
+	for _, tc := range cases {
+		names = append(names, tc.name)
+	}
+	if !testkit.InX509Child(t, names...) {
 		return
 	}
 	w := testkit.NewX509Workload(t)
 	const aud, target = "tfstackplan-test", "x509@p.iam.gserviceaccount.com"
-	for name, certificate := range map[string]map[string]any{
-		"use_default_certificate_config": {"use_default_certificate_config": true},
-		"certificate_config_location":    {"certificate_config_location": w.CertConfig},
-	} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range cases {
+		certificate := tc.certificate
+		if _, ok := certificate["certificate_config_location"]; ok {
+			certificate["certificate_config_location"] = w.CertConfig
+		}
+		t.Run(tc.name, func(t *testing.T) {
 			isolateADC(t)
 			w.UseCertConfig(t, certificate)
 			idTok := idTokenFor(t, aud)
@@ -41,7 +56,12 @@ func TestIDTokenFromExternalAccountX509(t *testing.T) {
 				fmt.Fprintf(w, `{"token":%q}`, idTok)
 			})
 			creds := w.ExternalAccount(tokenURL, certificate)
-			creds["service_account_impersonation_url"] = iam.URL + "/v1/projects/-/serviceAccounts/" + target + ":generateAccessToken"
+			impersonation := iam.URL + "/v1/projects/-/serviceAccounts/" + target + ":generateAccessToken"
+			if tc.impersonated {
+				creds = map[string]any{"type": "impersonated_service_account", "service_account_impersonation_url": impersonation, "source_credentials": creds}
+			} else {
+				creds["service_account_impersonation_url"] = impersonation
+			}
 			useCredentials(t, creds)
 
 			tf, err := minter{iamBase: iam.URL}.tokenFunc(aud)
