@@ -21,6 +21,7 @@ import (
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
 
+	"github.com/tfstackplan/tfstackplan/internal/gcreds"
 	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
@@ -77,8 +78,9 @@ type GCPIAM struct {
 // CredentialsFile it looks up Application Default Credentials now, which off Google Cloud may
 // probe the metadata server; it gives up when ctx ends, though the lookup, which Google's
 // library runs without a context, may go on in the background. The credentials' own token
-// requests follow no redirects, except the STS exchange of X.509 workload identity federation,
-// which goes through the mTLS client Google's library makes from the certificate config.
+// requests follow no redirects, except those of credentials that sign in with a client
+// certificate (gcreds.X509Source) and of the metadata server's, which go through clients
+// Google's library makes.
 func NewGCPIAM(ctx context.Context, cfg GCPIAMConfig) (*GCPIAM, error) {
 	endpoint := ""
 	if cfg.Endpoint != "" {
@@ -156,24 +158,27 @@ func loadCredentials(cfg GCPIAMConfig) (*auth.Credentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("granter gcp-iam: application default credentials: %w", err)
 	}
-	if b := creds.JSON(); x509Source(b) {
-		// Detected with tokenClient, X.509 credentials may lack the mTLS client they need.
-		return credentialsFromJSON(credentials.ExternalAccount, b, "application default credentials")
+	if b := creds.JSON(); gcreds.X509Source(b) {
+		// Detected with tokenClient, credentials with a client certificate lack the mTLS client
+		// they need: loaded again without it.
+		var f struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(b, &f); err != nil {
+			return nil, fmt.Errorf("granter gcp-iam: application default credentials: %w", err)
+		}
+		return credentialsFromJSON(credentials.CredType(f.Type), b, "application default credentials")
 	}
 	return creds, nil
 }
 
 // credentialsFromJSON loads the credentials JSON b of type typ, whose own token requests go
-// through tokenClient unless they are X.509 credentials; what names b in errors.
+// through tokenClient unless they sign in with a client certificate (gcreds.X509Source); what
+// names b in errors.
 func credentialsFromJSON(typ credentials.CredType, b []byte, what string) (*auth.Credentials, error) {
 	client := tokenClient()
-	if x509Source(b) {
-		// Given a client, the library sends the exchange of a use_default_certificate_config
-		// source through it, with no certificate to present; given none, it makes the mTLS
-		// client from the certificate config. That client follows redirects, which is safe
-		// here: the subject token it posts is the public certificate chain and the private key
-		// proves itself in the TLS handshake only, so a redirect re-sends no secret.
-		client = nil
+	if gcreds.X509Source(b) {
+		client = nil // Google's library makes the mTLS client
 	}
 	creds, err := credentials.NewCredentialsFromJSON(typ, b, &credentials.DetectOptions{Scopes: []string{cloudPlatformScope}, Client: client})
 	if err != nil {
@@ -195,19 +200,6 @@ func tokenClient() *http.Client {
 			return http.ErrUseLastResponse
 		},
 	}
-}
-
-// x509Source reports whether the credentials JSON b is an external_account whose
-// credential_source is a client certificate (X.509 workload identity federation).
-func x509Source(b []byte) bool {
-	var f struct {
-		Type             string `json:"type"`
-		CredentialSource *struct {
-			Certificate *struct{} `json:"certificate"`
-		} `json:"credential_source"`
-	}
-	return json.Unmarshal(b, &f) == nil && f.Type == string(credentials.ExternalAccount) &&
-		f.CredentialSource != nil && f.CredentialSource.Certificate != nil
 }
 
 // readCredentialsFile reads a credentials file and its type, for the typed constructor, which
@@ -468,16 +460,29 @@ func retryable(err error) bool {
 	if errors.As(err, &uerr) {
 		err = uerr.Err
 	}
-	// TLS failures are net.Errors too, but the same next time: a certificate the client does
-	// not trust, or the server's alert refusing the handshake (a client certificate missing or
-	// refused).
+	// TLS failures are net.Errors too, and some are the same next time: a certificate the
+	// client does not trust, or the server's alert refusing the client's certificate or access
+	// (an alert such as internal_error from a front end may be gone on the next attempt).
 	var verr *tls.CertificateVerificationError
 	var oerr *net.OpError
-	if errors.As(err, &verr) || errors.As(err, &oerr) && oerr.Op == "remote error" {
+	if errors.As(err, &verr) || errors.As(err, &oerr) && oerr.Op == "remote error" && permanentAlert(oerr.Err) {
 		return false
 	}
 	var nerr net.Error
 	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// permanentAlerts are the texts of the TLS alerts (crypto/tls gives them no exported type)
+// that refuse the client's certificate or access: the same handshake meets them again.
+var permanentAlerts = []string{
+	"bad certificate", "unsupported certificate", "revoked certificate", "expired certificate",
+	"unknown certificate", "unknown certificate authority", "access denied", "certificate required",
+}
+
+// permanentAlert reports whether err, the error of a TLS alert from the server, is one of
+// permanentAlerts.
+func permanentAlert(err error) bool {
+	return err != nil && slices.Contains(permanentAlerts, strings.TrimPrefix(err.Error(), "tls: "))
 }
 
 // backoff is the wait after a failed attempt (1 for the first): full exponential growth capped
