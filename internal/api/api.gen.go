@@ -461,7 +461,7 @@ type Init struct {
 	SHA              string         `json:"sha,omitempty,omitzero"`
 	Stacks           []string       `json:"stacks,omitempty,omitzero"`
 
-	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days from the server's clock is replaced by the server's.
+	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days behind or 5 minutes ahead of the server's clock is replaced by the server's.
 	StartedAt time.Time `json:"started_at,omitempty,omitzero"`
 }
 
@@ -888,7 +888,8 @@ type ClientInterface interface {
 	// concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
 	// that checks concluded at the same instant keep one order. The next page is the one
 	// `before` the `cursor` of the page's last check; walking the pages lists every check
-	// once, in that order. A check concluded again meanwhile moves to the first page.
+	// that did not change meanwhile once, in that order. A check concluded again meanwhile
+	// moves to the first page (a walk already past it does not see it).
 	//
 	// Corresponds with GET /checks (the `ChecksList` operationId).
 	ChecksList(ctx context.Context, params *ChecksListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1107,8 +1108,9 @@ type ClientInterface interface {
 	// One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
 	// `class` and `target`, all descending, so that gates required at the same instant keep
 	// one order. The next page is the one `before` the `cursor` of the page's last gate;
-	// walking the pages lists every gate once, in that order. A PR's next finalized plan
-	// replaces its gates with new ones, which are then the newest.
+	// walking the pages lists every gate that did not change meanwhile once, in that order.
+	// A PR's next finalized plan replaces its gates with new ones, which are then the newest
+	// (on the first page: a walk already past it does not see them).
 	//
 	// Corresponds with GET /gates (the `GatesList` operationId).
 	GatesList(ctx context.Context, params *GatesListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1352,7 +1354,8 @@ func (c *Client) AuditList(ctx context.Context, params *AuditListParams, reqEdit
 // concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
 // that checks concluded at the same instant keep one order. The next page is the one
 // `before` the `cursor` of the page's last check; walking the pages lists every check
-// once, in that order. A check concluded again meanwhile moves to the first page.
+// that did not change meanwhile once, in that order. A check concluded again meanwhile
+// moves to the first page (a walk already past it does not see it).
 //
 // Corresponds with GET /checks (the `ChecksList` operationId).
 func (c *Client) ChecksList(ctx context.Context, params *ChecksListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1801,8 +1804,9 @@ func (c *Client) LogRead(ctx context.Context, id ExecutionPath, params *LogReadP
 // One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
 // `class` and `target`, all descending, so that gates required at the same instant keep
 // one order. The next page is the one `before` the `cursor` of the page's last gate;
-// walking the pages lists every gate once, in that order. A PR's next finalized plan
-// replaces its gates with new ones, which are then the newest.
+// walking the pages lists every gate that did not change meanwhile once, in that order.
+// A PR's next finalized plan replaces its gates with new ones, which are then the newest
+// (on the first page: a walk already past it does not see them).
 //
 // Corresponds with GET /gates (the `GatesList` operationId).
 func (c *Client) GatesList(ctx context.Context, params *GatesListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3245,7 +3249,8 @@ type ClientWithResponsesInterface interface {
 	// concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
 	// that checks concluded at the same instant keep one order. The next page is the one
 	// `before` the `cursor` of the page's last check; walking the pages lists every check
-	// once, in that order. A check concluded again meanwhile moves to the first page.
+	// that did not change meanwhile once, in that order. A check concluded again meanwhile
+	// moves to the first page (a walk already past it does not see it).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3474,8 +3479,9 @@ type ClientWithResponsesInterface interface {
 	// One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
 	// `class` and `target`, all descending, so that gates required at the same instant keep
 	// one order. The next page is the one `before` the `cursor` of the page's last gate;
-	// walking the pages lists every gate once, in that order. A PR's next finalized plan
-	// replaces its gates with new ones, which are then the newest.
+	// walking the pages lists every gate that did not change meanwhile once, in that order.
+	// A PR's next finalized plan replaces its gates with new ones, which are then the newest
+	// (on the first page: a walk already past it does not see them).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4843,7 +4849,8 @@ func (c *ClientWithResponses) AuditListWithResponse(ctx context.Context, params 
 // concluded or overridden), then by `environment`, `pr` and `check`, all descending, so
 // that checks concluded at the same instant keep one order. The next page is the one
 // `before` the `cursor` of the page's last check; walking the pages lists every check
-// once, in that order. A check concluded again meanwhile moves to the first page.
+// that did not change meanwhile once, in that order. A check concluded again meanwhile
+// moves to the first page (a walk already past it does not see it).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5210,8 +5217,9 @@ func (c *ClientWithResponses) LogReadWithResponse(ctx context.Context, id Execut
 // One page of the gates, newest first: by `required_at`, then by `environment`, `pr`,
 // `class` and `target`, all descending, so that gates required at the same instant keep
 // one order. The next page is the one `before` the `cursor` of the page's last gate;
-// walking the pages lists every gate once, in that order. A PR's next finalized plan
-// replaces its gates with new ones, which are then the newest.
+// walking the pages lists every gate that did not change meanwhile once, in that order.
+// A PR's next finalized plan replaces its gates with new ones, which are then the newest
+// (on the first page: a walk already past it does not see them).
 //
 // Returns a wrapper object for the known response body format(s).
 //

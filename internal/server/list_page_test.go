@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -98,12 +100,19 @@ func TestListsRefuseBadPaging(t *testing.T) {
 			for _, cursor := range []string{"nonsense", "eyJ9", "W10", "e30"} { // not base64, `{"}`, `[]`, `{}`
 				bad[list+"?before="+cursor] = "before"
 			}
+			// Well-formed cursors of places no row has: a NUL byte (PostgreSQL cannot compare
+			// it) and an environment too long for any row.
+			names := map[string][]string{"/gates": {"destructive", "**"}, "/checks": {"ci"}}[list]
+			for _, env := range []string{`pro\u0000d`, strings.Repeat("p", 2000)} {
+				c := fmt.Sprintf(`{"at":1,"environment":"%s","pr":1,"names":%s}`, env, jsonOf(t, names))
+				bad[list+"?before="+base64.RawURLEncoding.EncodeToString([]byte(c))] = "before"
+			}
 		}
 	}
 	for path, param := range bad {
 		status, out, _ := ts.call(t, "viewer", "GET", path, nil)
 		msg, _ := out["message"].(string)
-		if status != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(msg, param) {
+		if status != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(msg, param) || len(msg) > 600 {
 			t.Errorf("GET %s: %d %v %q, want 400 INVALID_ARGUMENT naming %s", path, status, out["code"], msg, param)
 		}
 	}
@@ -213,4 +222,14 @@ func deref[T any](p *[]T) []T {
 		return nil
 	}
 	return *p
+}
+
+// jsonOf is v as JSON.
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

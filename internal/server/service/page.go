@@ -41,11 +41,18 @@ func (p Page) after(before string, names int) (store.ListFilter, error) {
 		return f, err
 	}
 	k, ok := parseCursor(before)
+	if ok && len(k.Names) == names {
+		// Made by a client, a cursor may hold what no row does: a NUL byte (which PostgreSQL
+		// refuses to compare) or megabytes of text.
+		for _, v := range append([]string{k.Environment}, k.Names...) {
+			ok = ok && checkText("before", v, MaxNameLen) == nil
+		}
+	}
 	if !ok || len(k.Names) != names {
 		return f, invalid("before %q is not a cursor of this list (the cursor field of one of its rows)", clip(before, 100))
 	}
 	if p.Environment != "" && k.Environment != p.Environment || p.PR != 0 && k.PR != p.PR {
-		return f, invalid("before is the cursor of a row of environment %q, PR %d: not one of this list's", k.Environment, k.PR)
+		return f, invalid("before is the cursor of a row of environment %q, PR %d: not one of this list's", clip(k.Environment, 100), k.PR)
 	}
 	f.After = &k
 	return f, nil

@@ -228,9 +228,13 @@ func checkStackNames(n int, name func(i int) string) error {
 	return nil
 }
 
-// MaxStartSkew is how far an Init's started_at may be from the server's clock; one further
-// off is replaced by the server's clock.
-const MaxStartSkew = 7 * 24 * time.Hour
+// MaxStartAge and MaxStartAhead are how far an Init's started_at may be behind and ahead of
+// the server's clock; one further off is replaced by the server's clock. Ahead, only clock
+// skew: a runner sending later times would keep its executions atop the list until then.
+const (
+	MaxStartAge   = 7 * 24 * time.Hour
+	MaxStartAhead = 5 * time.Minute
+)
 
 // Init starts (or re-announces) an execution; the first stored copy wins. The principal
 // that first announced it owns it (see ReleaseClaims and checkOwner; another principal's Init
@@ -246,7 +250,7 @@ func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api
 	e.Environment, e.Op, e.Actor, e.RunURL = in.Environment, api.ExecutionOp(in.Op), in.Actor, in.RunURL
 	e.Status, e.Edges, e.EdgesApproximate = events.ExecutionRunning, in.Edges, in.EdgesApproximate
 	e.StartedAt = in.StartedAt.UTC()
-	if in.StartedAt.IsZero() || e.StartedAt.Sub(now).Abs() > MaxStartSkew {
+	if in.StartedAt.IsZero() || e.StartedAt.Before(now.Add(-MaxStartAge)) || e.StartedAt.After(now.Add(MaxStartAhead)) {
 		// A time that far off is a broken clock or made up: listed as it came, it would stay
 		// at the top of the executions list for good, or not fit the store's nanoseconds.
 		e.StartedAt = now

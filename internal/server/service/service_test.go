@@ -116,19 +116,21 @@ func TestInitIdempotentAndUnknownExecution(t *testing.T) {
 	})
 }
 
-// An Init's started_at is the runner's, unless it is more than MaxStartSkew from the server's
-// clock: then it is the server's (a made-up time would sit at the top of the list for good, or
-// not fit the store).
+// An Init's started_at is the runner's, unless it is more than MaxStartAge behind or
+// MaxStartAhead ahead of the server's clock: then it is the server's (a made-up time would sit
+// at the top of the list, or not fit the store).
 func TestInitStartedAtFarFromTheServersClock(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for i, tc := range []struct {
 			sent, want time.Time
 		}{
 			{f.now.Add(-6 * 24 * time.Hour), f.now.Add(-6 * 24 * time.Hour)},
-			{f.now.Add(MaxStartSkew), f.now.Add(MaxStartSkew)},
-			{f.now.Add(time.Hour).In(time.FixedZone("x", 2*3600)), f.now.Add(time.Hour)},
-			{f.now.Add(-MaxStartSkew - time.Nanosecond), f.now},
-			{f.now.Add(MaxStartSkew + time.Second), f.now},
+			{f.now.Add(-MaxStartAge), f.now.Add(-MaxStartAge)},
+			{f.now.Add(MaxStartAhead), f.now.Add(MaxStartAhead)},
+			{f.now.Add(time.Minute).In(time.FixedZone("x", 2*3600)), f.now.Add(time.Minute)},
+			{f.now.Add(-MaxStartAge - time.Nanosecond), f.now},
+			{f.now.Add(MaxStartAhead + time.Nanosecond), f.now},
+			{f.now.Add(6 * 24 * time.Hour), f.now},
 			{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), f.now},
 			{time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), f.now},
 			{time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), f.now},
