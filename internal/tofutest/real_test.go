@@ -193,6 +193,13 @@ resource "terraform_data" "a" {
 			write(t, filepath.Join(rd, "main.tf"), `resource "terraform_data" "seed" { input = 700 }`+"\n")
 			ok(t, rt.run(t, rd, "init", "-input=false", "-no-color"), "init")
 			ok(t, rt.run(t, rd, "apply", "-auto-approve", "-input=false", "-no-color"), "apply of the seed")
+			// A signal must land in the slow local's evaluation, whose length depends on the
+			// machine (the recordings were made with a signal 2s in; on a faster machine the plan
+			// was over by then). So the test times a plan without it (start-up and refresh, s)
+			// and one with it (s plus the local, l), and signals at s + l/2.
+			start := time.Now()
+			ok(t, rt.run(t, rd, "plan", "-input=false", "-no-color"), "the plan without the slow local")
+			s := time.Since(start)
 			b, _ := os.ReadFile(filepath.Join(rd, "main.tf"))
 			write(t, filepath.Join(rd, "main.tf"), string(b)+`locals {
   slow = sum(flatten([for i in range(terraform_data.seed.output) : [for j in range(terraform_data.seed.output) : i * j]]))
@@ -204,12 +211,9 @@ resource "terraform_data" "a" {
 			marker := filepath.Join(t.TempDir(), "sleeping")
 			slow := fake
 			slow.env = append(slices.Clone(fake.env), "FAKETOFU_SLEEP=1m", "FAKETOFU_APPLY_SLEEP=1m", "FAKETOFU_SLEEP_MARKER="+marker)
-			// The slow local is most of a plan's time on any machine, so a signal at 60% of an
-			// uninterrupted plan's time lands in it. A fixed delay did not: the recordings were
-			// made with 2s, and on a faster machine the plan was over by then.
-			start := time.Now()
-			ok(t, rt.run(t, rd, "plan", "-input=false", "-no-color"), "the plan that times the slow local")
-			delay := time.Since(start) * 6 / 10
+			start = time.Now()
+			ok(t, rt.run(t, rd, "plan", "-input=false", "-no-color"), "the plan with the slow local")
+			delay := s + max(time.Since(start)-s, 0)/2
 			args := argv(t, "_cli", tc.name)
 			r := rt.signalled(t, rd, "", delay, tc.sig, args...)
 			f := slow.signalled(t, fd, marker, 0, tc.sig, args...)
@@ -220,7 +224,7 @@ resource "terraform_data" "a" {
 			// The apply walk evaluates the slow local again, in about the time a plan takes.
 			start = time.Now()
 			ok(t, rt.run(t, rd, "plan", "-input=false", "-no-color", "-out="+planFile), "plan")
-			delay = time.Since(start) * 6 / 10
+			delay = s + max(time.Since(start)-s, 0)/2
 			fake.run(t, fd, "plan", "-input=false", "-no-color", "-out="+planFile)
 			os.Remove(marker)
 			apply := strings.Replace(tc.name, "plan-", "apply-", 1)
