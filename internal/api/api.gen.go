@@ -614,7 +614,8 @@ type PageLimit = int
 
 // AuditListParams defines parameters for AuditList.
 type AuditListParams struct {
-	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+	// Limit The most entries to list (one page); outside 1 to 1000 is `400 INVALID_ARGUMENT`.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Before Only entries with an id lower than this (paging; 0 or absent, the newest).
 	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
@@ -641,7 +642,9 @@ type ClaimsListParams struct {
 type ExecutionsListParams struct {
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
-	Limit       int              `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+
+	// Limit The most executions to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients).
 	Before *time.Time `form:"before,omitempty" json:"before,omitempty"`
@@ -2134,12 +2137,16 @@ func NewAuditListRequest(server string, params *AuditListParams) (*http.Request,
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
@@ -2696,12 +2703,16 @@ func NewExecutionsListRequest(server string, params *ExecutionsListParams) (*htt
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
 		}
 
 		if params.Before != nil {

@@ -76,7 +76,7 @@ func runExecutionsList(ctx context.Context, opts *ExecutionsListOptions) error {
 	if err != nil {
 		return err
 	}
-	params := &api.ExecutionsListParams{Environment: opts.Environment, Pr: opts.PR, Limit: opts.Limit}
+	params := &api.ExecutionsListParams{Environment: opts.Environment, Pr: opts.PR, Limit: &opts.Limit}
 	list, err := call[[]api.Execution](orBackground(ctx), c, "executions list", func(ctx context.Context) (*api.ExecutionsListResponse, error) {
 		return c.api.ExecutionsListWithResponse(ctx, params)
 	})

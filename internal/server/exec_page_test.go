@@ -161,7 +161,7 @@ func TestExecutionsWalkThroughTheGeneratedClient(t *testing.T) {
 	forEachSeededServer(t, func(t *testing.T, ts *testServer, all []seededExec) {
 		client := ts.client(t, "viewer")
 		for _, env := range []string{"", "dev"} {
-			params := &api.ExecutionsListParams{Environment: env, Limit: 3}
+			params := &api.ExecutionsListParams{Environment: env, Limit: ptr(3)}
 			var got []string
 			for len(got) <= len(all) {
 				resp, err := client.ExecutionsListWithResponse(t.Context(), params)
@@ -172,7 +172,7 @@ func TestExecutionsWalkThroughTheGeneratedClient(t *testing.T) {
 				for _, e := range page {
 					got = append(got, e.ExecutionID)
 				}
-				if len(page) < params.Limit {
+				if len(page) < *params.Limit {
 					break
 				}
 				params.Before, params.BeforeID = &page[len(page)-1].StartedAt, &page[len(page)-1].ExecutionID

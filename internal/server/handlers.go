@@ -259,8 +259,12 @@ func (h *handlers) AdminGrantsRelease(ctx context.Context, r api.AdminGrantsRele
 }
 
 func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListRequestObject) (api.ExecutionsListResponseObject, error) {
-	f, err := service.ExecutionsAfter(store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr, Limit: r.Params.Limit},
-		r.Params.Before, r.Params.BeforeID)
+	limit, err := service.PageSize(r.Params.Limit, service.DefaultExecutionsLimit, service.MaxExecutionsLimit)
+	var f store.ExecutionFilter
+	if err == nil {
+		f, err = service.ExecutionsAfter(store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr, Limit: limit},
+			r.Params.Before, r.Params.BeforeID)
+	}
 	var out []api.Execution
 	if err == nil {
 		out, err = h.svc.Executions(ctx, f)
@@ -289,7 +293,11 @@ func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api
 }
 
 func (h *handlers) AuditList(ctx context.Context, r api.AuditListRequestObject) (api.AuditListResponseObject, error) {
-	out, err := h.svc.Audit(ctx, r.Params.Limit, r.Params.Before)
+	limit, err := service.PageSize(r.Params.Limit, service.DefaultAuditLimit, service.MaxAuditLimit)
+	var out []api.AuditEntry
+	if err == nil {
+		out, err = h.svc.Audit(ctx, limit, r.Params.Before)
+	}
 	if err != nil {
 		return api.AuditListdefaultJSONResponse(h.errResp(err)), nil
 	}

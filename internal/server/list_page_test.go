@@ -75,7 +75,7 @@ func TestListsPageByDefaultAndUpToTheMaximum(t *testing.T) {
 	}
 }
 
-// A limit out of 1 to 500 and a before that is not a place of the list are refused with 400
+// A limit out of 1 to 500 (/audit: 1000) and a before that is not a place of the list are refused with 400
 // INVALID_ARGUMENT naming the parameter, as is the cursor of a row of another list, or of
 // another environment than asked for.
 func TestListsRefuseBadPaging(t *testing.T) {
@@ -91,6 +91,11 @@ func TestListsRefuseBadPaging(t *testing.T) {
 		"/checks?before=" + url.QueryEscape(check+"x"):           "before",
 		"/grants?before=-1":                                      "before",
 		"/grants?before=abc":                                     "before",
+	}
+	for list, limits := range map[string][]string{"/executions": {"501"}, "/audit": {"1001"}} {
+		for _, limit := range append(limits, "0", "-1", "1000000", "many") {
+			bad[list+"?limit="+limit] = "limit"
+		}
 	}
 	for _, list := range []string{"/gates", "/grants", "/checks"} {
 		for _, limit := range []string{"0", "501", "-1", "1000000", "many"} {

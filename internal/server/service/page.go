@@ -26,10 +26,28 @@ type Page struct {
 }
 
 func (p Page) check() error {
-	if p.Limit < 1 || p.Limit > MaxPageLimit {
-		return invalid("limit %d is out of range: a page lists 1 to %d rows", p.Limit, MaxPageLimit)
+	_, err := PageSize(&p.Limit, DefaultPageLimit, MaxPageLimit)
+	return err
+}
+
+// The pages of GET /executions and GET /audit (the contract's limits of each).
+const (
+	DefaultExecutionsLimit = 50
+	MaxExecutionsLimit     = 500
+	DefaultAuditLimit      = 100
+	MaxAuditLimit          = 1000
+)
+
+// PageSize is the size of the page a request asks for with limit: def when it names none; a
+// limit out of 1 to max is invalid.
+func PageSize(limit *int, def, max int) (int, error) {
+	switch {
+	case limit == nil:
+		return def, nil
+	case *limit < 1 || *limit > max:
+		return 0, invalid("limit %d is out of range: a page lists 1 to %d rows", *limit, max)
 	}
-	return nil
+	return *limit, nil
 }
 
 // after is the store's filter of the page of a gates or checks list that comes after the row

@@ -633,8 +633,8 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 // Executions lists a page of executions newest first (store.ExecutionFilter; a request's paging:
 // ExecutionsAfter), without their stacks and edges.
 func (s *Service) Executions(ctx context.Context, f store.ExecutionFilter) ([]api.Execution, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		f.Limit = 50
+	if f.Limit <= 0 || f.Limit > MaxExecutionsLimit {
+		f.Limit = DefaultExecutionsLimit
 	}
 	var rows []store.Execution
 	if err := s.Store.Read(ctx, func(tx store.Tx) (err error) { rows, err = tx.Executions(f); return }); err != nil {
@@ -689,8 +689,8 @@ func (s *Service) Audit(ctx context.Context, limit int, before int64) ([]api.Aud
 	if before < 0 {
 		return nil, invalid("before %d is negative (0: the newest entries)", before)
 	}
-	if limit <= 0 || limit > 1000 {
-		limit = 100
+	if limit <= 0 || limit > MaxAuditLimit {
+		limit = DefaultAuditLimit
 	}
 	var out []api.AuditEntry
 	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Audit(limit, before); return })
