@@ -661,8 +661,8 @@ type LogReadParams struct {
 	Generation int64 `form:"generation,omitempty" json:"generation,omitempty,omitzero"`
 	Offset     int64 `form:"offset,omitempty" json:"offset,omitempty,omitzero"`
 
-	// Limit Most bytes to return.
-	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+	// Limit Most bytes to return; outside 1 to 4194304 is `400 INVALID_ARGUMENT`.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // GatesListParams defines parameters for GatesList.
@@ -2846,12 +2846,16 @@ func NewLogReadRequest(server string, id ExecutionPath, params *LogReadParams) (
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
 		}
 
 		if encoded := queryValues.Encode(); encoded != "" {

@@ -259,7 +259,7 @@ func (h *handlers) AdminGrantsRelease(ctx context.Context, r api.AdminGrantsRele
 }
 
 func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListRequestObject) (api.ExecutionsListResponseObject, error) {
-	limit, err := service.PageSize(r.Params.Limit, service.DefaultExecutionsLimit, service.MaxExecutionsLimit)
+	limit, err := service.Limit(r.Params.Limit, service.DefaultExecutionsLimit, service.MaxExecutionsLimit)
 	var f store.ExecutionFilter
 	if err == nil {
 		f, err = service.ExecutionsAfter(store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr, Limit: limit},
@@ -285,7 +285,11 @@ func (h *handlers) ExecutionGet(ctx context.Context, r api.ExecutionGetRequestOb
 
 func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api.LogReadResponseObject, error) {
 	latest := !queryOf(ctx).Has("generation")
-	out, err := h.svc.LogRead(ctx, r.Id, r.Params.Stack, r.Params.Generation, latest, r.Params.Offset, r.Params.Limit)
+	limit, err := service.Limit(r.Params.Limit, service.DefaultLogReadMax, service.MaxLogReadLimit)
+	var out *api.LogSlice
+	if err == nil {
+		out, err = h.svc.LogRead(ctx, r.Id, r.Params.Stack, r.Params.Generation, latest, r.Params.Offset, limit)
+	}
 	if err != nil {
 		return api.LogReaddefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -293,7 +297,7 @@ func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api
 }
 
 func (h *handlers) AuditList(ctx context.Context, r api.AuditListRequestObject) (api.AuditListResponseObject, error) {
-	limit, err := service.PageSize(r.Params.Limit, service.DefaultAuditLimit, service.MaxAuditLimit)
+	limit, err := service.Limit(r.Params.Limit, service.DefaultAuditLimit, service.MaxAuditLimit)
 	var out []api.AuditEntry
 	if err == nil {
 		out, err = h.svc.Audit(ctx, limit, r.Params.Before)

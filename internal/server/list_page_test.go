@@ -75,7 +75,7 @@ func TestListsPageByDefaultAndUpToTheMaximum(t *testing.T) {
 	}
 }
 
-// A limit out of 1 to 500 (/audit: 1000) and a before that is not a place of the list are refused with 400
+// A limit out of 1 to 500 (/audit: 1000; a log read: 4 MiB) and a before that is not a place of the list are refused with 400
 // INVALID_ARGUMENT naming the parameter, as is the cursor of a row of another list, or of
 // another environment than asked for.
 func TestListsRefuseBadPaging(t *testing.T) {
@@ -92,9 +92,13 @@ func TestListsRefuseBadPaging(t *testing.T) {
 		"/grants?before=-1":                                      "before",
 		"/grants?before=abc":                                     "before",
 	}
-	for list, limits := range map[string][]string{"/executions": {"501"}, "/audit": {"1001"}} {
-		for _, limit := range append(limits, "0", "-1", "1000000", "many") {
-			bad[list+"?limit="+limit] = "limit"
+	for list, limits := range map[string][]string{"/executions": {"501"}, "/audit": {"1001"}, "/executions/e1/log?stack=a&": {"4194305"}} {
+		sep := "?"
+		if strings.HasSuffix(list, "&") {
+			sep = ""
+		}
+		for _, limit := range append(limits, "0", "-1", "1000000000", "many") {
+			bad[list+sep+"limit="+limit] = "limit"
 		}
 	}
 	for _, list := range []string{"/gates", "/grants", "/checks"} {

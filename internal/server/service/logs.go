@@ -110,7 +110,7 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 	if offset < 0 {
 		return nil, invalid("offset %d is negative", offset)
 	}
-	if limit <= 0 || limit > 4<<20 {
+	if limit <= 0 || limit > MaxLogReadLimit {
 		limit = DefaultLogReadMax
 	}
 	var out *api.LogSlice

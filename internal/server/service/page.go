@@ -26,7 +26,7 @@ type Page struct {
 }
 
 func (p Page) check() error {
-	_, err := PageSize(&p.Limit, DefaultPageLimit, MaxPageLimit)
+	_, err := Limit(&p.Limit, DefaultPageLimit, MaxPageLimit)
 	return err
 }
 
@@ -38,14 +38,14 @@ const (
 	MaxAuditLimit          = 1000
 )
 
-// PageSize is the size of the page a request asks for with limit: def when it names none; a
-// limit out of 1 to max is invalid.
-func PageSize(limit *int, def, max int) (int, error) {
+// Limit is the limit a request asks for (rows of a page, bytes of a log read): def when it
+// names none; one out of 1 to max is invalid.
+func Limit(limit *int, def, max int) (int, error) {
 	switch {
 	case limit == nil:
 		return def, nil
 	case *limit < 1 || *limit > max:
-		return 0, invalid("limit %d is out of range: a page lists 1 to %d rows", *limit, max)
+		return 0, invalid("limit %d is out of range (1 to %d)", *limit, max)
 	}
 	return *limit, nil
 }

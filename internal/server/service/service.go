@@ -31,10 +31,11 @@ const (
 	MaxReasons        = 10_000            // change reasons in one Init
 	MaxStacks         = 10_000            // stacks one request names (Init, Finalize, GateCheck)
 	MaxEdges          = 50_000            // run-order edges of one execution
-	DefaultLogReadMax = 1 << 20
-	MaxLogReadRows    = 16 << 10 // log chunks one read looks at (bounds the work of a read of many tiny chunks)
-	MaxLogReadGaps    = 1000     // gap records one log read lists (the contract's maxItems)
-	MaxStackGaps      = 100      // gap records an execution lists per stack (the contract's maxItems)
+	DefaultLogReadMax = 1 << 20           // bytes one log read returns when the request does not say
+	MaxLogReadLimit   = 4 << 20           // the most bytes one log read may ask for
+	MaxLogReadRows    = 16 << 10          // log chunks one read looks at (bounds the work of a read of many tiny chunks)
+	MaxLogReadGaps    = 1000              // gap records one log read lists (the contract's maxItems)
+	MaxStackGaps      = 100               // gap records an execution lists per stack (the contract's maxItems)
 )
 
 // Service implements the domain rules over a store.
