@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -335,30 +335,9 @@ func cmdAdmin(ts *testscript.TestScript, neg bool, args []string) {
 // cmdBlackhole: a loopback listener that accepts connections and never answers, for the rest
 // of the script; BLACKHOLE is its URL.
 func cmdBlackhole(ts *testscript.TestScript, neg bool, args []string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testkit.BlackHole(ts.Defer)
 	ts.Check(err)
-	var mu sync.Mutex
-	var conns []io.Closer
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	ts.Defer(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	ts.Setenv("BLACKHOLE", "http://"+ln.Addr().String())
+	ts.Setenv("BLACKHOLE", "http://"+addr)
 }
 
 // cmdWaitFile FILE [SECONDS]: waits until FILE exists (default 30 s).

@@ -5,9 +5,7 @@ package granter_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,31 +20,10 @@ import (
 // universe domain under the context; the lookup the context does not reach here is the read of
 // a gcloud credentials file that is a FIFO nobody writes.
 func TestADCLookupEndsWithTheContext(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	hole, err := testkit.BlackHole(t.Cleanup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
 	for _, tc := range []struct {
 		name string
 		fifo bool
@@ -59,8 +36,8 @@ func TestADCLookupEndsWithTheContext(t *testing.T) {
 			t.Setenv("HOME", home)
 			t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
 			t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
-			t.Setenv("GCE_METADATA_HOST", ln.Addr().String())
-			t.Setenv("GCE_METADATA_IP", ln.Addr().String())
+			t.Setenv("GCE_METADATA_HOST", hole)
+			t.Setenv("GCE_METADATA_IP", hole)
 			if tc.fifo {
 				testkit.StalledADC(t, home)
 			}

@@ -72,6 +72,41 @@ func setup(t *testing.T) *env {
 	return e
 }
 
+// granterFor returns a GCPIAM of endpoint signing in with credentialsFile, on e's clock and
+// recording its sleeps in e's.
+func (e *env) granterFor(t *testing.T, endpoint, credentialsFile string) *granter.GCPIAM {
+	t.Helper()
+	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: endpoint, CredentialsFile: credentialsFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	return g
+}
+
+// keyWith writes fake's service account key, changed by edit, to a new file and returns its
+// path.
+func keyWith(t *testing.T, fake *iamfake.Server, edit func(key map[string]any)) string {
+	t.Helper()
+	var key map[string]any
+	b, err := os.ReadFile(fake.CredentialsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &key); err != nil {
+		t.Fatal(err)
+	}
+	edit(key)
+	if b, err = json.Marshal(key); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func lease(id string, ttl time.Duration) granter.Binding {
 	return granter.Binding{LeaseID: id, Environment: "prod", Requester: requester, Member: runner, ExpiresAt: now.Add(ttl)}
 }
@@ -603,13 +638,8 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	t.Cleanup(other.Close)
 	redirecting := httptest.NewServer(http.RedirectHandler(other.URL+"/steal", http.StatusTemporaryRedirect))
 	t.Cleanup(redirecting.Close)
-	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: redirecting.URL, CredentialsFile: e.fake.CredentialsFile(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now = func() time.Time { return now }
-	g.Sleep = func(context.Context, time.Duration) error { return nil }
-	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	g := e.granterFor(t, redirecting.URL, e.fake.CredentialsFile(t))
+	err := g.Grant(context.Background(), lease("x1", time.Hour))
 	if code, ok := granter.HTTPStatus(err); !ok || code != http.StatusTemporaryRedirect {
 		t.Fatalf("error %v, want the 307 answer", err)
 	}
@@ -625,24 +655,13 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 func TestEndpointFollowsTheUniverseDomain(t *testing.T) {
 	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
 	fake := iamfake.Start(t)
-	var key map[string]any
-	b, err := os.ReadFile(fake.CredentialsFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &key); err != nil {
-		t.Fatal(err)
-	}
 	for universe, want := range map[string]string{"": "https://iam.googleapis.com/", "sovereign.example": "https://iam.sovereign.example/"} {
-		delete(key, "universe_domain")
-		if universe != "" {
-			key["universe_domain"] = universe
-		}
-		b, _ := json.Marshal(key)
-		path := filepath.Join(t.TempDir(), "key.json")
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		path := keyWith(t, fake, func(key map[string]any) {
+			delete(key, "universe_domain")
+			if universe != "" {
+				key["universe_domain"] = universe
+			}
+		})
 		g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{CredentialsFile: path})
 		if err != nil {
 			t.Fatal(err)
@@ -656,11 +675,7 @@ func TestEndpointFollowsTheUniverseDomain(t *testing.T) {
 func TestBearerTokenIsSent(t *testing.T) {
 	e := setup(t)
 	t.Setenv("GOOGLE_CLOUD_QUOTA_PROJECT", "billing-proj")
-	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: e.fake.CredentialsFile(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now, g.Sleep = e.g.Now, e.g.Sleep
+	g := e.granterFor(t, e.fake.URL, e.fake.CredentialsFile(t))
 	if err := g.Grant(context.Background(), lease("x1", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -674,12 +689,8 @@ func TestBearerTokenIsSent(t *testing.T) {
 	// A token IAM refuses is a permanent failure, and the error does not repeat it.
 	const refused = "iamfake-refused-token-value"
 	e.fake.IssueToken(refused)
-	g, err = granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: e.fake.CredentialsFile(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now, g.Sleep = e.g.Now, e.g.Sleep
-	err = g.Revoke(context.Background(), lease("x1", time.Hour))
+	g = e.granterFor(t, e.fake.URL, e.fake.CredentialsFile(t))
+	err := g.Revoke(context.Background(), lease("x1", time.Hour))
 	if err == nil || !strings.Contains(err.Error(), "getIamPolicy: HTTP 401 Unauthorized: Request had invalid authentication credentials.") {
 		t.Fatalf("error %v, want IAM's 401", err)
 	}
@@ -724,12 +735,8 @@ func TestCredentialsFileOfUnsupportedType(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"type":"service_account","client_email":"x@y","private_key":"not a key","token_uri":"`+e.fake.URL+`token"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now, g.Sleep = e.g.Now, e.g.Sleep
-	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	g := e.granterFor(t, e.fake.URL, path)
+	err := g.Grant(context.Background(), lease("x1", time.Hour))
 	if err == nil || !strings.Contains(err.Error(), "getIamPolicy: ") || !strings.Contains(err.Error(), "getting an access token") {
 		t.Fatalf("error %v, want the failed sign-in", err)
 	}
@@ -760,27 +767,9 @@ func TestTokenEndpointAnswerIsBounded(t *testing.T) {
 		_, _ = io.WriteString(w, "<html>"+strings.Repeat("proxy says no ", 10_000)+"</html>")
 	}))
 	t.Cleanup(page.Close)
-	var key map[string]any
-	b, err := os.ReadFile(e.fake.CredentialsFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &key); err != nil {
-		t.Fatal(err)
-	}
-	key["token_uri"] = page.URL + "/token"
-	b, _ = json.Marshal(key)
-	path := filepath.Join(t.TempDir(), "key.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now = func() time.Time { return now }
-	g.Sleep = func(context.Context, time.Duration) error { return nil }
-	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	path := keyWith(t, e.fake, func(key map[string]any) { key["token_uri"] = page.URL + "/token" })
+	g := e.granterFor(t, e.fake.URL, path)
+	err := g.Grant(context.Background(), lease("x1", time.Hour))
 	if err == nil || !strings.Contains(err.Error(), "getting an access token") || len(err.Error()) > 1500 {
 		t.Fatalf("error of %d bytes: %.300v", len(fmt.Sprint(err)), err)
 	}
@@ -799,26 +788,9 @@ func TestTokenEndpointRedirectIsNotFollowed(t *testing.T) {
 	t.Cleanup(other.Close)
 	redirecting := httptest.NewServer(http.RedirectHandler(other.URL+"/steal", http.StatusTemporaryRedirect))
 	t.Cleanup(redirecting.Close)
-	var key map[string]any
-	b, err := os.ReadFile(e.fake.CredentialsFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &key); err != nil {
-		t.Fatal(err)
-	}
-	key["token_uri"] = redirecting.URL + "/token"
-	b, _ = json.Marshal(key)
-	path := filepath.Join(t.TempDir(), "key.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: e.fake.URL, CredentialsFile: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now, g.Sleep = e.g.Now, e.g.Sleep
-	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	path := keyWith(t, e.fake, func(key map[string]any) { key["token_uri"] = redirecting.URL + "/token" })
+	g := e.granterFor(t, e.fake.URL, path)
+	err := g.Grant(context.Background(), lease("x1", time.Hour))
 	if n := elsewhere.Load(); n != 0 {
 		t.Fatalf("the redirect was followed (%d requests elsewhere; grant error %v)", n, err)
 	}
@@ -836,12 +808,8 @@ func TestUntrustedCertificateFailsAtOnce(t *testing.T) {
 		t.Error("IAM answered a request it should never have received")
 	}))
 	defer iam.Close()
-	g, err := granter.NewGCPIAM(context.Background(), granter.GCPIAMConfig{Endpoint: iam.URL, CredentialsFile: e.fake.CredentialsFile(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Now, g.Sleep = e.g.Now, e.g.Sleep
-	err = g.Grant(context.Background(), lease("x1", time.Hour))
+	g := e.granterFor(t, iam.URL, e.fake.CredentialsFile(t))
+	err := g.Grant(context.Background(), lease("x1", time.Hour))
 	if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 		t.Fatalf("error %v, want the untrusted certificate", err)
 	}
