@@ -492,12 +492,13 @@ func (c *Client) GateRevoke(ctx context.Context, g events.GateRevoke) error {
 	return c.event(ctx, "GateRevoke", func(ctx context.Context) (*http.Response, error) { return c.api.GateRevoke(ctx, g) })
 }
 
-// ClaimsList returns the current apply-lock claims of env; nil, nil when disabled.
-func (c *Client) ClaimsList(ctx context.Context, env string) ([]events.Claim, error) {
+// ClaimsList returns the current apply-lock claims of a repository's environment (repo empty:
+// the server's choice for the principal, see the contract); nil, nil when disabled.
+func (c *Client) ClaimsList(ctx context.Context, repo, env string) ([]events.Claim, error) {
 	if !c.Enabled() {
 		return nil, nil
 	}
-	params := &api.ClaimsListParams{Environment: env}
+	params := &api.ClaimsListParams{Repo: repo, Environment: env}
 	body, err := c.call(ctx, "ClaimsList", false, func(ctx context.Context) (*http.Response, error) {
 		return c.api.ClaimsList(ctx, params)
 	})
@@ -511,15 +512,13 @@ func (c *Client) ClaimsList(ctx context.Context, env string) ([]events.Claim, er
 	return claims, nil
 }
 
-// ClaimsRelease releases one stack's claim (stack != "") or all of a PR's claims in env.
-func (c *Client) ClaimsRelease(ctx context.Context, env string, pr int, stack string) error {
-	body := api.ClaimsRelease{Environment: env, PR: pr, Stack: stack}
+// ClaimsRelease releases claims as body says: the claims of the runner's own execution.
+func (c *Client) ClaimsRelease(ctx context.Context, body api.ClaimsRelease) error {
 	return c.event(ctx, "ClaimsRelease", func(ctx context.Context) (*http.Response, error) { return c.api.ClaimsRelease(ctx, body) })
 }
 
 // AdminChecksOverride overrides a check's conclusion.
-func (c *Client) AdminChecksOverride(ctx context.Context, pr int, env, check, conclusion, reason string) error {
-	body := api.ChecksOverride{PR: pr, Environment: env, Check: check, Conclusion: api.ChecksOverrideConclusion(conclusion), Reason: reason}
+func (c *Client) AdminChecksOverride(ctx context.Context, body api.ChecksOverride) error {
 	return c.admin(ctx, "AdminChecksOverride", func(ctx context.Context) (*http.Response, error) { return c.api.AdminChecksOverride(ctx, body) })
 }
 
@@ -529,15 +528,13 @@ func (c *Client) AdminExecutionsCancel(ctx context.Context, id, reason string) e
 	return c.admin(ctx, "AdminExecutionsCancel", func(ctx context.Context) (*http.Response, error) { return c.api.AdminExecutionsCancel(ctx, body) })
 }
 
-// AdminGatesSatisfy grants a gate target manually.
-func (c *Client) AdminGatesSatisfy(ctx context.Context, pr int, env, class, target, reason string) error {
-	body := api.GatesSatisfy{PR: pr, Environment: env, Class: class, Target: target, Reason: reason}
+// AdminGatesSatisfy approves a plan's content for one of its gates.
+func (c *Client) AdminGatesSatisfy(ctx context.Context, body api.GatesSatisfy) error {
 	return c.admin(ctx, "AdminGatesSatisfy", func(ctx context.Context) (*http.Response, error) { return c.api.AdminGatesSatisfy(ctx, body) })
 }
 
 // AdminGrantsRelease ends an active grant.
-func (c *Client) AdminGrantsRelease(ctx context.Context, pr int, env, class, target, reason string) error {
-	body := api.GrantsRelease{PR: pr, Environment: env, Class: class, Target: target, Reason: reason}
+func (c *Client) AdminGrantsRelease(ctx context.Context, body api.GrantsRelease) error {
 	return c.admin(ctx, "AdminGrantsRelease", func(ctx context.Context) (*http.Response, error) { return c.api.AdminGrantsRelease(ctx, body) })
 }
 

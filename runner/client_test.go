@@ -67,7 +67,7 @@ func TestClientRoundTrip(t *testing.T) {
 	if err := c.Finalize(ctx, fin); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := c.ClaimsList(ctx, "prod")
+	claims, err := c.ClaimsList(ctx, "acme/infra", "prod")
 	if err != nil || len(claims) != 1 || claims[0].Stack != "network" || claims[0].PR != 42 {
 		t.Fatalf("ClaimsList = %+v, %v", claims, err)
 	}
@@ -77,15 +77,19 @@ func TestClientRoundTrip(t *testing.T) {
 		t.Fatalf("GateCheck = %v", v)
 	}
 	gr := events.GateRevoke{ExecutionID: "apply-1", Environment: "prod", PR: 42, Requester: v.Requester, Outcome: "succeeded"}
+	release := api.ClaimsRelease{Repo: "acme/infra", Environment: "prod", PR: 42, Stack: "network"}
+	override := api.ChecksOverride{Repo: "acme/infra", PR: 42, Environment: "prod", Check: "tfstackplan/prod", Conclusion: "success", Reason: "hotfix"}
+	satisfy := api.GatesSatisfy{Repo: "acme/infra", PR: 42, Environment: "prod", Class: "destructive", Target: "network", Reason: "approved in #ops", ExecutionID: "exec-1"}
+	grantRelease := api.GrantsRelease{Repo: "acme/infra", PR: 42, Environment: "prod", Class: "destructive", Target: "network", Reason: "done"}
 	steps := []struct {
 		name string
 		err  error
 	}{
 		{"GateRevoke", c.GateRevoke(ctx, gr)},
-		{"ClaimsRelease", c.ClaimsRelease(ctx, "prod", 42, "network")},
-		{"AdminChecksOverride", c.AdminChecksOverride(ctx, 42, "prod", "tfstackplan/prod", "success", "hotfix")},
-		{"AdminGatesSatisfy", c.AdminGatesSatisfy(ctx, 42, "prod", "destructive", "network", "approved in #ops")},
-		{"AdminGrantsRelease", c.AdminGrantsRelease(ctx, 42, "prod", "destructive", "network", "done")},
+		{"ClaimsRelease", c.ClaimsRelease(ctx, release)},
+		{"AdminChecksOverride", c.AdminChecksOverride(ctx, override)},
+		{"AdminGatesSatisfy", c.AdminGatesSatisfy(ctx, satisfy)},
+		{"AdminGrantsRelease", c.AdminGrantsRelease(ctx, grantRelease)},
 		{"AdminExecutionsCancel", c.AdminExecutionsCancel(ctx, "exec-1", "wrong branch")},
 	}
 	for _, s := range steps {
@@ -116,10 +120,10 @@ func TestClientRoundTrip(t *testing.T) {
 	check("Finalize", mem.finals[0], fin)
 	check("GateCheck", mem.checks[1], gc)
 	check("GateRevoke", mem.revokes[0], gr)
-	check("ClaimsRelease", mem.released[0], api.ClaimsRelease{Environment: "prod", PR: 42, Stack: "network"})
-	check("AdminChecksOverride", mem.overrides[0], api.ChecksOverride{PR: 42, Environment: "prod", Check: "tfstackplan/prod", Conclusion: "success", Reason: "hotfix"})
-	check("AdminGatesSatisfy", mem.satisfied[0], api.GatesSatisfy{PR: 42, Environment: "prod", Class: "destructive", Target: "network", Reason: "approved in #ops"})
-	check("AdminGrantsRelease", mem.releases[0], api.GrantsRelease{PR: 42, Environment: "prod", Class: "destructive", Target: "network", Reason: "done"})
+	check("ClaimsRelease", mem.released[0], release)
+	check("AdminChecksOverride", mem.overrides[0], override)
+	check("AdminGatesSatisfy", mem.satisfied[0], satisfy)
+	check("AdminGrantsRelease", mem.releases[0], grantRelease)
 	check("AdminExecutionsCancel", mem.cancels["exec-1"], "wrong branch")
 	if len(mem.claims) != 0 {
 		t.Errorf("claims after release: %+v", mem.claims)
@@ -180,16 +184,16 @@ func TestDisabledClient(t *testing.T) {
 	in, ph, up, lc, fin := clientRoundTripEvents()
 	errs := []error{
 		c.Init(ctx, in), c.Phase(ctx, ph), c.Update(ctx, up), c.Updates(ctx, []events.Update{up}), c.LogChunk(ctx, lc), c.LogChunks(ctx, []events.LogChunk{lc}), c.Finalize(ctx, fin),
-		c.GateRevoke(ctx, events.GateRevoke{ExecutionID: "x"}), c.ClaimsRelease(ctx, "prod", 1, ""),
-		c.AdminChecksOverride(ctx, 1, "prod", "c", "success", "r"), c.AdminExecutionsCancel(ctx, "x", "r"),
-		c.AdminGatesSatisfy(ctx, 1, "prod", "destructive", "*", "r"), c.AdminGrantsRelease(ctx, 1, "prod", "destructive", "*", "r"),
+		c.GateRevoke(ctx, events.GateRevoke{ExecutionID: "x"}), c.ClaimsRelease(ctx, api.ClaimsRelease{Environment: "prod", PR: 1}),
+		c.AdminChecksOverride(ctx, api.ChecksOverride{PR: 1}), c.AdminExecutionsCancel(ctx, "x", "r"),
+		c.AdminGatesSatisfy(ctx, api.GatesSatisfy{PR: 1}), c.AdminGrantsRelease(ctx, api.GrantsRelease{PR: 1}),
 	}
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("call %d on a disabled client: %v", i, err)
 		}
 	}
-	claims, err := c.ClaimsList(ctx, "prod")
+	claims, err := c.ClaimsList(ctx, "", "prod")
 	if claims != nil || err != nil {
 		t.Errorf("ClaimsList = %v, %v; want nil, nil", claims, err)
 	}

@@ -97,7 +97,7 @@ func TestRunPlanBatchesUpdates(t *testing.T) {
 		mu.Lock()
 		requests[op]++
 		if op == "/events/finalize" && beforeFinalize == nil {
-			beforeFinalize, _ = svc.Execution(r.Context(), id)
+			beforeFinalize, _ = svc.Execution(r.Context(), service.Caller{Name: "test"}, id)
 		}
 		mu.Unlock()
 		srv.ServeHTTP(w, r)
@@ -277,7 +277,7 @@ func TestRunRefusedExecutionSendsNothingMore(t *testing.T) {
 	if len(res.Stacks) != n || res.Stacks[n-1].Status != StatusFailed || res.Stacks[0].Status != StatusSucceeded || res.Stacks[0].PlanHash == "" {
 		t.Errorf("the run's own result is incomplete: %+v", res.Stacks)
 	}
-	e, err := svc.Execution(context.Background(), id)
+	e, err := svc.Execution(context.Background(), service.Caller{Name: "test"}, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
 		strings.Contains(w, "not reported") {
 		t.Errorf("warnings %q: want the three reasons clipped, and every report sent", res.Warnings)
 	}
-	ex, err := svc.Execution(context.Background(), res.Execution)
+	ex, err := svc.Execution(context.Background(), service.Caller{Name: "test"}, res.Execution)
 	if err != nil {
 		t.Fatalf("the execution is not on the server: %v (warnings %q)", err, res.Warnings)
 	}
@@ -412,7 +412,7 @@ func endOfRunPlan(t *testing.T, id string, wrap func(w http.ResponseWriter, r *h
 		o.Pump.Coalesce = time.Minute
 	}, func(_, tickDir string, stdout io.Writer) error {
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if _, err := svc.Execution(context.Background(), id); err == nil {
+			if _, err := svc.Execution(context.Background(), service.Caller{Name: "test"}, id); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -475,7 +475,7 @@ func TestRunDrainsTheLogsWithTheRelaysLastRound(t *testing.T) {
 		t.Errorf("Phases requests: %q, want one, answered once a log post came", held)
 	}
 	for _, s := range []string{"a", "b"} {
-		sl, err := svc.LogRead(context.Background(), id, "stacks/prod/"+s, 0, true, 0, 1<<20)
+		sl, err := svc.LogRead(context.Background(), service.Caller{Name: "test"}, id, "stacks/prod/"+s, 0, true, 0, 1<<20)
 		if err != nil {
 			t.Errorf("log of %s on the server: %v", s, err)
 		} else if string(sl.Data) != "planning "+s+"\n" {
@@ -588,7 +588,7 @@ func TestRunReportsTheStacksTheServerCanName(t *testing.T) {
 			t.Errorf("result stack %q: %s %s %q, want each classified as usual", e.Path, e.Status, e.Class, e.PlanHash)
 		}
 	}
-	ex, err := svc.Execution(context.Background(), id)
+	ex, err := svc.Execution(context.Background(), service.Caller{Name: "test"}, id)
 	if err != nil {
 		t.Fatalf("the execution is not on the server: %v (warnings %q, requests %v)", err, res.Warnings, requests())
 	}
@@ -599,7 +599,7 @@ func TestRunReportsTheStacksTheServerCanName(t *testing.T) {
 	if len(res.Edges) != 1 || len(ex.Edges) != 0 || !ex.EdgesApproximate {
 		t.Errorf("edges: %v in the result; %v on the server, approximate %v; want the edge left out there, and the graph marked approximate", res.Edges, ex.Edges, ex.EdgesApproximate)
 	}
-	logs, err := svc.LogRead(context.Background(), id, "stacks/prod/a", 0, true, 0, 0)
+	logs, err := svc.LogRead(context.Background(), service.Caller{Name: "test"}, id, "stacks/prod/a", 0, true, 0, 0)
 	if err != nil || !strings.Contains(string(logs.Data), "planning a") {
 		t.Errorf("a's log on the server: %v, %+v", err, logs)
 	}

@@ -183,7 +183,10 @@ type AuditEntry struct {
 	Outcome   string    `json:"outcome,omitempty,omitzero"`
 	Principal string    `json:"principal"`
 	Reason    string    `json:"reason,omitempty,omitzero"`
-	Target    string    `json:"target,omitempty,omitzero"`
+
+	// Repo The repository the action concerned ("" for none, and for entries older than repositories).
+	Repo   string `json:"repo,omitempty,omitzero"`
+	Target string `json:"target,omitempty,omitzero"`
 }
 
 // ChangeReason Why terramate considers a stack changed (one `list --changed --why` line).
@@ -213,6 +216,7 @@ type Check struct {
 	Overridden  bool      `json:"overridden,omitempty,omitzero"`
 	PR          int       `json:"pr"`
 	Reason      string    `json:"reason,omitempty,omitzero"`
+	Repo        string    `json:"repo"`
 	UpdatedAt   time.Time `json:"updated_at,omitempty,omitzero"`
 }
 
@@ -223,6 +227,9 @@ type ChecksOverride struct {
 	Environment string                   `json:"environment"`
 	PR          int                      `json:"pr"`
 	Reason      string                   `json:"reason"`
+
+	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
+	Repo string `json:"repo,omitempty,omitzero"`
 }
 
 // ChecksOverrideConclusion defines model for ChecksOverride.Conclusion.
@@ -235,6 +242,7 @@ type Claim struct {
 	ExecutionID string    `json:"execution_id,omitempty,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at,omitempty,omitzero"`
 	PR          int       `json:"pr"`
+	Repo        string    `json:"repo"`
 	SHA         string    `json:"sha,omitempty,omitzero"`
 	Stack       string    `json:"stack"`
 }
@@ -249,6 +257,9 @@ type ClaimsRelease struct {
 
 	// Reason Why; recorded in the audit log. Required when releasing as an admin.
 	Reason string `json:"reason,omitempty,omitzero"`
+
+	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
+	Repo string `json:"repo,omitempty,omitzero"`
 
 	// Stack One stack; empty releases all of the PR's claims in the environment.
 	Stack string `json:"stack,omitempty,omitzero"`
@@ -349,6 +360,7 @@ type Gate struct {
 	Environment string `json:"environment"`
 	ExecutionID string `json:"execution_id,omitempty,omitzero"`
 	PR          int    `json:"pr"`
+	Repo        string `json:"repo"`
 
 	// RequiredAt When the server recorded the gate: the finalize of the plan that required it (gates recorded before servers kept this carry the time their plan arrived).
 	RequiredAt time.Time `json:"required_at,omitempty,omitzero"`
@@ -364,8 +376,10 @@ type GateCheck struct {
 	// ExecutionID The apply's execution id.
 	ExecutionID string `json:"execution_id"`
 	PR          int    `json:"pr"`
-	Repo        string `json:"repo,omitempty,omitzero"`
-	SHA         string `json:"sha,omitempty,omitzero"`
+
+	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
+	Repo string `json:"repo,omitempty,omitzero"`
+	SHA  string `json:"sha,omitempty,omitzero"`
 
 	// Stacks Every stack the apply changes, each with the content hash of the plan the apply would use: exactly the changed stacks of the PR's latest finalized plan in the environment. A stack missing, an extra stack or a differing hash denies; a stack named twice is refused.
 	Stacks []StackPlan `json:"stacks,omitempty,omitzero"`
@@ -396,11 +410,14 @@ type GatesSatisfy struct {
 	Class       string `json:"class"`
 	Environment string `json:"environment"`
 
-	// ExecutionID The finalized plan execution of the PR whose content the grant approves; empty approves the PR's latest finalized plan in the environment. The grant records that plan's stacks of the class under the target with their content hashes, and satisfies a gate only while the plan being applied has exactly that content on those stacks.
-	ExecutionID string    `json:"execution_id,omitempty,omitzero"`
+	// ExecutionID The plan execution the approver reviewed: it must be the PR's latest plan in the environment (else `409 ABORTED`, naming the latest), finalized and applicable, and class and target must be one of the gates it requires (else `412 FAILED_PRECONDITION`, listing them). The grant records that plan's stacks of the gate with their content hashes, and satisfies the gate only while the plan being applied has exactly that content on those stacks.
+	ExecutionID string    `json:"execution_id"`
 	ExpiresAt   time.Time `json:"expires_at,omitempty,omitzero"`
 	PR          int       `json:"pr"`
 	Reason      string    `json:"reason"`
+
+	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
+	Repo string `json:"repo,omitempty,omitzero"`
 
 	// Target The stack glob the grant covers.
 	Target string `json:"target"`
@@ -421,6 +438,7 @@ type Grant struct {
 	Reason      string    `json:"reason,omitempty,omitzero"`
 	ReleasedAt  time.Time `json:"released_at,omitempty,omitzero"`
 	ReleasedBy  string    `json:"released_by,omitempty,omitzero"`
+	Repo        string    `json:"repo"`
 
 	// Stacks The approved stacks with the content hashes of their plans.
 	Stacks []StackPlan `json:"stacks,omitempty,omitzero"`
@@ -433,7 +451,10 @@ type GrantsRelease struct {
 	Environment string `json:"environment"`
 	PR          int    `json:"pr"`
 	Reason      string `json:"reason"`
-	Target      string `json:"target"`
+
+	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
+	Repo   string `json:"repo,omitempty,omitzero"`
+	Target string `json:"target"`
 }
 
 // Health defines model for Health.
@@ -456,10 +477,12 @@ type Init struct {
 	Op               InitOp         `json:"op"`
 	PR               int            `json:"pr,omitempty,omitzero"`
 	Reasons          []ChangeReason `json:"reasons,omitempty,omitzero"`
-	Repo             string         `json:"repo,omitempty,omitzero"`
-	RunURL           string         `json:"run_url,omitempty,omitzero"`
-	SHA              string         `json:"sha,omitempty,omitzero"`
-	Stacks           []string       `json:"stacks,omitempty,omitzero"`
+
+	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
+	Repo   string   `json:"repo,omitempty,omitzero"`
+	RunURL string   `json:"run_url,omitempty,omitzero"`
+	SHA    string   `json:"sha,omitempty,omitzero"`
+	Stacks []string `json:"stacks,omitempty,omitzero"`
 
 	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days behind or 5 minutes ahead of the server's clock is replaced by the server's.
 	StartedAt time.Time `json:"started_at,omitempty,omitzero"`
@@ -612,8 +635,14 @@ type PRQuery = int
 // PageLimit defines model for PageLimit.
 type PageLimit = int
 
+// RepoQuery defines model for RepoQuery.
+type RepoQuery = string
+
 // AuditListParams defines parameters for AuditList.
 type AuditListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo RepoQuery `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
+
 	// Limit The most entries to list (one page); outside 1 to 1000 is `400 INVALID_ARGUMENT`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -623,6 +652,8 @@ type AuditListParams struct {
 
 // ChecksListParams defines parameters for ChecksList.
 type ChecksListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery        `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
@@ -635,11 +666,15 @@ type ChecksListParams struct {
 
 // ClaimsListParams defines parameters for ClaimsList.
 type ClaimsListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery        `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 }
 
 // ExecutionsListParams defines parameters for ExecutionsList.
 type ExecutionsListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery        `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
@@ -667,6 +702,8 @@ type LogReadParams struct {
 
 // GatesListParams defines parameters for GatesList.
 type GatesListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery        `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
@@ -679,6 +716,8 @@ type GatesListParams struct {
 
 // GrantsListParams defines parameters for GrantsList.
 type GrantsListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery        `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
 	Pr          PRQuery          `form:"pr,omitempty" json:"pr,omitempty,omitzero"`
 
@@ -2137,6 +2176,14 @@ func NewAuditListRequest(server string, params *AuditListParams) (*http.Request,
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -2198,6 +2245,14 @@ func NewChecksListRequest(server string, params *ChecksListParams) (*http.Reques
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
@@ -2276,6 +2331,14 @@ func NewClaimsListRequest(server string, params *ClaimsListParams) (*http.Reques
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
@@ -2687,6 +2750,14 @@ func NewExecutionsListRequest(server string, params *ExecutionsListParams) (*htt
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
 		} else {
@@ -2900,6 +2971,14 @@ func NewGatesListRequest(server string, params *GatesListParams) (*http.Request,
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
 		} else {
@@ -3057,6 +3136,14 @@ func NewGrantsListRequest(server string, params *GrantsListParams) (*http.Reques
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
@@ -6294,6 +6381,19 @@ func (siw *ServerInterfaceWrapper) AuditList(w http.ResponseWriter, r *http.Requ
 	// Parameter object where we will unmarshal all parameters from the context
 	var params AuditListParams
 
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "limit" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
@@ -6339,6 +6439,19 @@ func (siw *ServerInterfaceWrapper) ChecksList(w http.ResponseWriter, r *http.Req
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ChecksListParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "environment" -------------
 
@@ -6411,6 +6524,19 @@ func (siw *ServerInterfaceWrapper) ClaimsList(w http.ResponseWriter, r *http.Req
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ClaimsListParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "environment" -------------
 
@@ -6570,6 +6696,19 @@ func (siw *ServerInterfaceWrapper) ExecutionsList(w http.ResponseWriter, r *http
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ExecutionsListParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "environment" -------------
 
@@ -6763,6 +6902,19 @@ func (siw *ServerInterfaceWrapper) GatesList(w http.ResponseWriter, r *http.Requ
 	// Parameter object where we will unmarshal all parameters from the context
 	var params GatesListParams
 
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "environment" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "environment", r.URL.Query(), &params.Environment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -6862,6 +7014,19 @@ func (siw *ServerInterfaceWrapper) GrantsList(w http.ResponseWriter, r *http.Req
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params GrantsListParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "environment" -------------
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -26,8 +27,10 @@ var (
 
 // AdminChecksOverrideOptions are the options of `tfstackplan admin checks override`.
 type AdminChecksOverrideOptions struct {
-	IO          *IO
-	Conn        ConnOptions
+	IO   *IO
+	Conn ConnOptions
+	// Repo is the repository (--repo; see ConnOptions.repoOr).
+	Repo        string
 	Environment string
 	PR          int
 	// Check is the check's name, e.g. tfstackplan/plan.
@@ -49,14 +52,18 @@ type AdminExecutionsCancelOptions struct {
 type AdminGatesSatisfyOptions struct {
 	IO          *IO
 	Conn        ConnOptions
+	Repo        string
 	Environment string
 	PR          int
-	// Class is the change class the grant covers.
+	// Class is the change class of the gate.
 	Class string
-	// Target is the stack glob the grant covers.
+	// Target is the stack glob of the gate.
 	Target string
-	// Execution names the plan whose content the grant approves; empty: the PR's latest plan.
+	// Execution names the plan whose content the grant approves: the plan the approver
+	// reviewed, which must be the PR's latest. Latest instead looks the latest plan up, prints
+	// it, and approves that one. Exactly one of them is given.
 	Execution string
+	Latest    bool
 	// ExpiresAt (RFC 3339) or ExpiresIn ends the grant; neither: it lasts until released.
 	ExpiresAt string
 	ExpiresIn time.Duration
@@ -69,6 +76,7 @@ type AdminGatesSatisfyOptions struct {
 type AdminGrantsReleaseOptions struct {
 	IO          *IO
 	Conn        ConnOptions
+	Repo        string
 	Environment string
 	PR          int
 	Class       string
@@ -98,7 +106,7 @@ func newAdminCmd(ios *IO) *cobra.Command {
 func newAdminChecksOverrideCmd(ios *IO) *cobra.Command {
 	opts := &AdminChecksOverrideOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "override --environment ENV --pr N --check NAME --conclusion C --reason TEXT",
+		Use:   "override [--repo OWNER/NAME] --environment ENV --pr N --check NAME --conclusion C --reason TEXT",
 		Short: "Set a check's conclusion by hand until the PR's next execution concludes it",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -106,6 +114,7 @@ func newAdminChecksOverrideCmd(ios *IO) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	addRepoFlag(f, &opts.Repo)
 	addEnvPRFlags(f, &opts.Environment, &opts.PR)
 	f.StringVar(&opts.Check, "check", "", "the check, e.g. tfstackplan/plan (required)")
 	f.StringVar(&opts.Conclusion, "conclusion", "", "the conclusion: "+strings.Join(checkConclusions, ", ")+" (required)")
@@ -126,18 +135,22 @@ func runAdminChecksOverride(ctx context.Context, opts *AdminChecksOverrideOption
 	if err := requireReason(opts.Reason); err != nil {
 		return err
 	}
+	repo, err := opts.Conn.repoOr(opts.Repo)
+	if err != nil {
+		return err
+	}
 	c, err := opts.Conn.dial()
 	if err != nil {
 		return err
 	}
-	body := api.ChecksOverride{Environment: opts.Environment, PR: opts.PR, Check: opts.Check,
+	body := api.ChecksOverride{Repo: repo, Environment: opts.Environment, PR: opts.PR, Check: opts.Check,
 		Conclusion: api.ChecksOverrideConclusion(opts.Conclusion), Reason: opts.Reason}
 	if _, err := call[api.Ack](orBackground(ctx), c, "admin checks override", func(ctx context.Context) (*api.AdminChecksOverrideResponse, error) {
 		return c.api.AdminChecksOverrideWithResponse(ctx, body)
 	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(opts.IO.Out, "check %s of %s PR #%d overridden: %s\n", opts.Check, opts.Environment, opts.PR, opts.Conclusion)
+	fmt.Fprintf(opts.IO.Out, "check %s of %s PR #%d overridden: %s\n", opts.Check, where(repo, opts.Environment), opts.PR, opts.Conclusion)
 	return nil
 }
 
@@ -179,20 +192,25 @@ func runAdminExecutionsCancel(ctx context.Context, opts *AdminExecutionsCancelOp
 func newAdminGatesSatisfyCmd(ios *IO) *cobra.Command {
 	opts := &AdminGatesSatisfyOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "satisfy --environment ENV --pr N --class CLASS --target GLOB [--execution PLAN] [--expires-at TIME|--expires-in DURATION] --reason TEXT",
-		Short: "Approve one plan's content for a gate",
-		Long: "satisfy grants a gate: it approves the stacks of the class under the target in one plan\n" +
-			"of the PR (the latest finalized plan in the environment, or --execution), with the content\n" +
-			"hashes of their plans. An apply passes the gate only while its plan has exactly that\n" +
-			"content on those stacks; a re-plan that changes it needs a new grant.",
+		Use:   "satisfy [--repo OWNER/NAME] --environment ENV --pr N --class CLASS --target GLOB (--execution PLAN|--latest) [--expires-at TIME|--expires-in DURATION] --reason TEXT",
+		Short: "Approve the content of the plan you reviewed for one of its gates",
+		Long: "satisfy grants a gate: it approves the stacks of one gate (a class and a target glob the\n" +
+			"server's policy gates) in the plan you reviewed, --execution, with the content hashes of\n" +
+			"their plans. The plan must be the PR's latest (a newer plan is refused: review it, then\n" +
+			"approve it), and the gate one that plan requires (the server lists them when it is not).\n" +
+			"--latest looks up the PR's latest plan, prints its stacks, classes, hashes and gates, and\n" +
+			"approves exactly that execution. An apply passes the gate only while its plan has exactly\n" +
+			"the approved content on those stacks; a re-plan that changes it needs a new grant.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAdminGatesSatisfy(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()
+	addRepoFlag(f, &opts.Repo)
 	addGrantKeyFlags(cmd, &opts.Environment, &opts.PR, &opts.Class, &opts.Target)
-	f.StringVar(&opts.Execution, "execution", "", "the plan execution to approve (default: the PR's latest plan)")
+	f.StringVar(&opts.Execution, "execution", "", "the plan execution you reviewed and approve (it must be the PR's latest plan)")
+	f.BoolVar(&opts.Latest, "latest", false, "approve the PR's latest plan, printing it first")
 	f.StringVar(&opts.ExpiresAt, "expires-at", "", "the grant ends at this RFC 3339 `time`")
 	f.DurationVar(&opts.ExpiresIn, "expires-in", 0, "the grant ends after this `duration`")
 	f.StringVar(&opts.Reason, "reason", "", "why (required; recorded in the audit log)")
@@ -224,6 +242,9 @@ func runAdminGatesSatisfy(ctx context.Context, opts *AdminGatesSatisfyOptions) e
 	if err := checkGrantKey(opts.Environment, opts.PR, opts.Class, opts.Target); err != nil {
 		return err
 	}
+	if (opts.Execution == "") == !opts.Latest {
+		return Usagef("name the plan you approve: --execution ID (the plan you reviewed) or --latest (the PR's latest plan, printed first)")
+	}
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
@@ -246,40 +267,117 @@ func runAdminGatesSatisfy(ctx context.Context, opts *AdminGatesSatisfyOptions) e
 	if err := requireReason(opts.Reason); err != nil {
 		return err
 	}
+	repo, err := opts.Conn.repoOr(opts.Repo)
+	if err != nil {
+		return err
+	}
 	c, err := opts.Conn.dial()
 	if err != nil {
 		return err
 	}
-	body := api.GatesSatisfy{Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target,
-		ExecutionID: opts.Execution, ExpiresAt: expires, Reason: opts.Reason}
-	if _, err := call[api.Ack](orBackground(ctx), c, "admin gates satisfy", func(ctx context.Context) (*api.AdminGatesSatisfyResponse, error) {
+	ctx = orBackground(ctx)
+	execution := opts.Execution
+	if opts.Latest {
+		if execution, err = showLatestPlan(ctx, c, opts.IO.Out, repo, opts.Environment, opts.PR); err != nil {
+			return err
+		}
+	}
+	body := api.GatesSatisfy{Repo: repo, Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target,
+		ExecutionID: execution, ExpiresAt: expires, Reason: opts.Reason}
+	if _, err := call[api.Ack](ctx, c, "admin gates satisfy", func(ctx context.Context) (*api.AdminGatesSatisfyResponse, error) {
 		return c.api.AdminGatesSatisfyWithResponse(ctx, body)
 	}); err != nil {
 		return err
-	}
-	plan := "the latest plan"
-	if opts.Execution != "" {
-		plan = "plan " + opts.Execution
 	}
 	until := "until released"
 	if !expires.IsZero() {
 		until = "until " + stamp(expires)
 	}
-	fmt.Fprintf(opts.IO.Out, "gate %s on %q of %s PR #%d satisfied: %s approved, %s\n",
-		opts.Class, opts.Target, opts.Environment, opts.PR, plan, until)
+	fmt.Fprintf(opts.IO.Out, "gate %s on %q of %s PR #%d satisfied: plan %s approved, %s\n",
+		opts.Class, opts.Target, where(repo, opts.Environment), opts.PR, execution, until)
 	return nil
+}
+
+// where names an environment of a repository in messages ("acme/infra prod", or the
+// environment alone when the server chose the repository).
+func where(repo, env string) string {
+	if repo == "" {
+		return env
+	}
+	return repo + " " + env
+}
+
+// showLatestPlan finds the latest plan of a PR (the newest plan execution the server lists for
+// it), prints what an approval of it covers (its changed stacks with their classes and content
+// hashes, and the gates it requires) and returns its id. The server still refuses the approval
+// when a newer plan arrives meanwhile.
+func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env string, pr int) (string, error) {
+	limit := MaxExecutionsLimit
+	params := &api.ExecutionsListParams{Repo: repo, Environment: env, Pr: pr, Limit: &limit}
+	list, err := call[[]api.Execution](ctx, c, "executions list", func(ctx context.Context) (*api.ExecutionsListResponse, error) {
+		return c.api.ExecutionsListWithResponse(ctx, params)
+	})
+	if err != nil {
+		return "", err
+	}
+	var id string
+	for _, e := range *list {
+		if e.Op == api.ExecutionOpPlan {
+			id = e.ExecutionID
+			break
+		}
+	}
+	if id == "" {
+		return "", fmt.Errorf("%s PR #%d has no plan to approve", where(repo, env), pr)
+	}
+	x, err := call[api.Execution](ctx, c, "executions show", func(ctx context.Context) (*api.ExecutionGetResponse, error) {
+		return c.api.ExecutionGetWithResponse(ctx, id)
+	})
+	if err != nil {
+		return "", err
+	}
+	gparams := &api.GatesListParams{Repo: repo, Environment: env, Pr: pr}
+	gates, err := call[[]api.Gate](ctx, c, "gates list", func(ctx context.Context) (*api.GatesListResponse, error) {
+		return c.api.GatesListWithResponse(ctx, gparams)
+	})
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "latest plan of %s PR #%d: %s (%s, commit %s, %s)\n", where(x.Repo, env), pr, x.ExecutionID, x.Status, short(x.SHA, 12), stamp(x.StartedAt))
+	t := newTable(out)
+	row(t, "  STACK", "CLASS", "CHANGES", "PLAN HASH")
+	for _, st := range x.Stacks {
+		if st.Class != "" && st.Class != api.NoChanges {
+			row(t, "  "+st.Stack, string(st.Class), countsCell(st.Counts), st.PlanHash)
+		}
+	}
+	if err := t.Flush(); err != nil {
+		return "", err
+	}
+	n := 0
+	for _, g := range *gates {
+		if g.ExecutionID == id {
+			fmt.Fprintf(out, "gate: %s on %s (stacks %s)\n", g.Class, g.Target, strings.Join(g.Stacks, ", "))
+			n++
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(out, "gates: none recorded for this plan")
+	}
+	return id, nil
 }
 
 func newAdminGrantsReleaseCmd(ios *IO) *cobra.Command {
 	opts := &AdminGrantsReleaseOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "release --environment ENV --pr N --class CLASS --target GLOB --reason TEXT",
+		Use:   "release [--repo OWNER/NAME] --environment ENV --pr N --class CLASS --target GLOB --reason TEXT",
 		Short: "End the active grants of a gate; releasing none is not an error",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAdminGrantsRelease(cmd.Context(), opts)
 		},
 	}
+	addRepoFlag(cmd.Flags(), &opts.Repo)
 	addGrantKeyFlags(cmd, &opts.Environment, &opts.PR, &opts.Class, &opts.Target)
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why (required; recorded in the audit log)")
 	addConnFlags(cmd.Flags(), &opts.Conn)
@@ -293,17 +391,21 @@ func runAdminGrantsRelease(ctx context.Context, opts *AdminGrantsReleaseOptions)
 	if err := requireReason(opts.Reason); err != nil {
 		return err
 	}
+	repo, err := opts.Conn.repoOr(opts.Repo)
+	if err != nil {
+		return err
+	}
 	c, err := opts.Conn.dial()
 	if err != nil {
 		return err
 	}
-	body := api.GrantsRelease{Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target, Reason: opts.Reason}
+	body := api.GrantsRelease{Repo: repo, Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target, Reason: opts.Reason}
 	if _, err := call[api.Ack](orBackground(ctx), c, "admin grants release", func(ctx context.Context) (*api.AdminGrantsReleaseResponse, error) {
 		return c.api.AdminGrantsReleaseWithResponse(ctx, body)
 	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(opts.IO.Out, "active grants of gate %s on %q of %s PR #%d released\n", opts.Class, opts.Target, opts.Environment, opts.PR)
+	fmt.Fprintf(opts.IO.Out, "active grants of gate %s on %q of %s PR #%d released\n", opts.Class, opts.Target, where(repo, opts.Environment), opts.PR)
 	return nil
 }
 

@@ -14,6 +14,8 @@ import (
 type ClaimsListOptions struct {
 	IO   *IO
 	Conn ConnOptions
+	// Repo filters the claims (see ConnOptions.repoOr).
+	Repo string
 	// Environment filters the claims; empty: every environment.
 	Environment string
 	// JSON prints the claims as the API gives them instead of a table.
@@ -24,6 +26,7 @@ type ClaimsListOptions struct {
 type ClaimsReleaseOptions struct {
 	IO          *IO
 	Conn        ConnOptions
+	Repo        string
 	Environment string
 	PR          int
 	// Stack releases one stack's claim; empty: all of the PR's claims in the environment.
@@ -48,7 +51,7 @@ func newClaimsCmd(ios *IO) *cobra.Command {
 func newClaimsListCmd(ios *IO) *cobra.Command {
 	opts := &ClaimsListOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "list [--environment ENV] [--json]",
+		Use:   "list [--repo OWNER/NAME] [--environment ENV] [--json]",
 		Short: "List the current claims",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -56,6 +59,7 @@ func newClaimsListCmd(ios *IO) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	addRepoFlag(f, &opts.Repo)
 	f.StringVarP(&opts.Environment, "environment", "e", "", "only the claims of this environment")
 	f.BoolVar(&opts.JSON, "json", false, "print JSON instead of a table")
 	addConnFlags(f, &opts.Conn)
@@ -63,11 +67,15 @@ func newClaimsListCmd(ios *IO) *cobra.Command {
 }
 
 func runClaimsList(ctx context.Context, opts *ClaimsListOptions) error {
+	repo, err := opts.Conn.repoOr(opts.Repo)
+	if err != nil {
+		return err
+	}
 	c, err := opts.Conn.dial()
 	if err != nil {
 		return err
 	}
-	params := &api.ClaimsListParams{Environment: opts.Environment}
+	params := &api.ClaimsListParams{Repo: repo, Environment: opts.Environment}
 	claims, err := call[[]api.Claim](orBackground(ctx), c, "claims list", func(ctx context.Context) (*api.ClaimsListResponse, error) {
 		return c.api.ClaimsListWithResponse(ctx, params)
 	})
@@ -82,9 +90,9 @@ func runClaimsList(ctx context.Context, opts *ClaimsListOptions) error {
 		return nil
 	}
 	t := newTable(opts.IO.Out)
-	row(t, "ENVIRONMENT", "STACK", "PR", "EXECUTION", "SHA", "CLAIMED", "EXPIRES")
+	row(t, "REPOSITORY", "ENVIRONMENT", "STACK", "PR", "EXECUTION", "SHA", "CLAIMED", "EXPIRES")
 	for _, cl := range *claims {
-		row(t, cl.Environment, cl.Stack, strconv.Itoa(cl.PR), cl.ExecutionID, short(cl.SHA, 12), stamp(cl.ClaimedAt), stamp(cl.ExpiresAt))
+		row(t, cl.Repo, cl.Environment, cl.Stack, strconv.Itoa(cl.PR), cl.ExecutionID, short(cl.SHA, 12), stamp(cl.ClaimedAt), stamp(cl.ExpiresAt))
 	}
 	return t.Flush()
 }
@@ -92,7 +100,7 @@ func runClaimsList(ctx context.Context, opts *ClaimsListOptions) error {
 func newClaimsReleaseCmd(ios *IO) *cobra.Command {
 	opts := &ClaimsReleaseOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "release --environment ENV --pr N [--stack STACK] [--execution ID] --reason TEXT",
+		Use:   "release [--repo OWNER/NAME] --environment ENV --pr N [--stack STACK] [--execution ID] --reason TEXT",
 		Short: "Release a PR's claims, or one stack's",
 		Long: "release frees the claims of a pull request in an environment (one stack's with --stack).\n" +
 			"A runner may release only the claims of an execution it announced itself, and must name\n" +
@@ -104,6 +112,7 @@ func newClaimsReleaseCmd(ios *IO) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	addRepoFlag(f, &opts.Repo)
 	addEnvPRFlags(f, &opts.Environment, &opts.PR)
 	f.StringVar(&opts.Stack, "stack", "", "release only this stack's claim")
 	f.StringVar(&opts.Execution, "execution", "", "release only the claims of this plan execution (required of a runner)")
@@ -122,11 +131,15 @@ func runClaimsRelease(ctx context.Context, opts *ClaimsReleaseOptions) error {
 	if err := requireReason(opts.Reason); err != nil {
 		return err
 	}
+	repo, err := opts.Conn.repoOr(opts.Repo)
+	if err != nil {
+		return err
+	}
 	c, err := opts.Conn.dial()
 	if err != nil {
 		return err
 	}
-	body := api.ClaimsRelease{Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution, Reason: opts.Reason}
+	body := api.ClaimsRelease{Repo: repo, Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution, Reason: opts.Reason}
 	if _, err := call[api.Ack](orBackground(ctx), c, "claims release", func(ctx context.Context) (*api.ClaimsReleaseResponse, error) {
 		return c.api.ClaimsReleaseWithResponse(ctx, body)
 	}); err != nil {
@@ -139,6 +152,6 @@ func runClaimsRelease(ctx context.Context, opts *ClaimsReleaseOptions) error {
 	if opts.Execution != "" {
 		what += " of execution " + opts.Execution
 	}
-	fmt.Fprintf(opts.IO.Out, "released the claims of %s PR #%d: %s\n", opts.Environment, opts.PR, what)
+	fmt.Fprintf(opts.IO.Out, "released the claims of %s PR #%d: %s\n", where(repo, opts.Environment), opts.PR, what)
 	return nil
 }

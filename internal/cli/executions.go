@@ -21,7 +21,9 @@ const MaxExecutionsLimit = 500
 type ExecutionsListOptions struct {
 	IO   *IO
 	Conn ConnOptions
-	// Environment and PR filter the executions (empty, 0: all).
+	// Repo, Environment and PR filter the executions (empty, 0: all; Repo see
+	// ConnOptions.repoOr).
+	Repo        string
 	Environment string
 	PR          int
 	// Limit is how many of the newest executions to list (1 to MaxExecutionsLimit).
@@ -49,7 +51,7 @@ func newExecutionsCmd(ios *IO) *cobra.Command {
 func newExecutionsListCmd(ios *IO) *cobra.Command {
 	opts := &ExecutionsListOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "list [--environment ENV] [--pr N] [--limit N] [--json]",
+		Use:   "list [--repo OWNER/NAME] [--environment ENV] [--pr N] [--limit N] [--json]",
 		Short: "List executions, newest first",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -57,6 +59,7 @@ func newExecutionsListCmd(ios *IO) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	addRepoFlag(f, &opts.Repo)
 	f.StringVarP(&opts.Environment, "environment", "e", "", "only this environment's executions")
 	f.IntVar(&opts.PR, "pr", 0, "only this pull request's executions")
 	f.IntVar(&opts.Limit, "limit", 50, fmt.Sprintf("how many executions (at most %d)", MaxExecutionsLimit))
@@ -72,11 +75,15 @@ func runExecutionsList(ctx context.Context, opts *ExecutionsListOptions) error {
 	if opts.PR < 0 {
 		return Usagef("--pr must be a pull request number (got %d)", opts.PR)
 	}
+	repo, err := opts.Conn.repoOr(opts.Repo)
+	if err != nil {
+		return err
+	}
 	c, err := opts.Conn.dial()
 	if err != nil {
 		return err
 	}
-	params := &api.ExecutionsListParams{Environment: opts.Environment, Pr: opts.PR, Limit: &opts.Limit}
+	params := &api.ExecutionsListParams{Repo: repo, Environment: opts.Environment, Pr: opts.PR, Limit: &opts.Limit}
 	list, err := call[[]api.Execution](orBackground(ctx), c, "executions list", func(ctx context.Context) (*api.ExecutionsListResponse, error) {
 		return c.api.ExecutionsListWithResponse(ctx, params)
 	})
@@ -91,9 +98,9 @@ func runExecutionsList(ctx context.Context, opts *ExecutionsListOptions) error {
 		return nil
 	}
 	t := newTable(opts.IO.Out)
-	row(t, "EXECUTION", "ENVIRONMENT", "PR", "OP", "STATUS", "CLASS", "CHANGES", "STARTED", "DURATION", "ACTOR")
+	row(t, "EXECUTION", "REPOSITORY", "ENVIRONMENT", "PR", "OP", "STATUS", "CLASS", "CHANGES", "STARTED", "DURATION", "ACTOR")
 	for _, e := range *list {
-		row(t, e.ExecutionID, e.Environment, prCell(e.PR), string(e.Op), string(e.Status), string(e.Class),
+		row(t, e.ExecutionID, e.Repo, e.Environment, prCell(e.PR), string(e.Op), string(e.Status), string(e.Class),
 			countsCell(e.Counts), stamp(e.StartedAt), duration(e.StartedAt, e.FinishedAt), e.Actor)
 	}
 	return t.Flush()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"github.com/tfstackplan/tfstackplan/internal/plan"
@@ -285,6 +286,34 @@ func clipText(s string, n int) string {
 func addEnvPRFlags(f *pflag.FlagSet, env *string, pr *int) {
 	f.StringVarP(env, "environment", "e", "", "the environment (required)")
 	f.IntVar(pr, "pr", 0, "the pull request (required)")
+}
+
+// addRepoFlag registers --repo, the repository a command acts in or lists.
+func addRepoFlag(f *pflag.FlagSet, repo *string) {
+	f.StringVar(repo, "repo", "", "the repository, owner/name (default: $GITHUB_REPOSITORY; without either, the server's "+
+		"answer for a principal limited to one repository)")
+}
+
+// repoOr is the repository a command names: --repo, else $GITHUB_REPOSITORY, else "" (the server
+// then takes the one repository the principal is limited to, or says that it needs one). A
+// malformed name is a usage error.
+func (c *ConnOptions) repoOr(flag string) (string, error) {
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	repo := strings.TrimSpace(flag)
+	if repo == "" {
+		repo = strings.TrimSpace(getenv("GITHUB_REPOSITORY"))
+	}
+	if repo == "" {
+		return "", nil
+	}
+	canon, err := events.CanonicalRepo(repo)
+	if err != nil {
+		return "", Usagef("--repo: %v", err)
+	}
+	return canon, nil
 }
 
 // requireReason refuses an admin action without a reason: it is what the audit log keeps.

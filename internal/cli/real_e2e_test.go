@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -219,7 +220,7 @@ environment "prod" {
 	// Approve, then apply.
 	admin, err := runner.NewClientTokenSource(server, runner.StaticToken("real-e2e-admin-secret"))
 	must(t, err)
-	must(t, admin.AdminGatesSatisfy(context.Background(), 5, "prod", "destructive", "**", "e2e"))
+	must(t, admin.AdminGatesSatisfy(context.Background(), api.GatesSatisfy{PR: 5, Environment: "prod", Class: "destructive", Target: "**", Reason: "e2e", ExecutionID: pr.Execution}))
 	applyRes := filepath.Join(work, "apply.json")
 	out = mustRun(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "5", "--result", applyRes)
 	t.Logf("run apply:\n%s", out)
@@ -266,8 +267,9 @@ environment "prod" {
 	planRes2 := filepath.Join(work, "plan2.json")
 	mustRun(proj, "tfstackplan", "run", "plan", "-e", "prod", "--pr", "6", "--sha", sha, "--result", planRes2)
 	// v2 to v3 is an update: nothing destructive to approve, so no grant is needed (or given).
-	if err := admin.AdminGatesSatisfy(context.Background(), 6, "prod", "destructive", "**", "e2e"); err == nil ||
-		!strings.Contains(err.Error(), "nothing to approve") {
+	pr2 := readResult(planRes2)
+	if err := admin.AdminGatesSatisfy(context.Background(), api.GatesSatisfy{PR: 6, Environment: "prod", Class: "destructive", Target: "**",
+		Reason: "e2e", ExecutionID: pr2.Execution}); err == nil || !strings.Contains(err.Error(), "requires no gate destructive") {
 		t.Fatalf("approving a plan with nothing destructive: %v", err)
 	}
 	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v4" }`+"\n"+`resource "terraform_data" "x" { input = "x" }`+"\n")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -317,16 +318,25 @@ func jsonAt(v any, p string) (any, bool) {
 	return v, true
 }
 
-// cmdAdmin satisfy ENV PR CLASS TARGET: grants a gate through the API with the admin token.
+// cmdAdmin satisfy ENV PR CLASS TARGET: approves the PR's latest plan for a gate with the admin
+// token, as `admin gates satisfy --latest` does (its output goes to the script's stdout).
 func cmdAdmin(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 5 || args[0] != "satisfy" {
 		ts.Fatalf("usage: admin satisfy ENV PR CLASS TARGET")
 	}
-	c, err := runner.NewClientTokenSource(ts.Getenv("SERVER"), runner.StaticToken(testAdminToken))
-	ts.Check(err)
 	pr, err := strconv.Atoi(args[2])
 	ts.Check(err)
-	err = c.AdminGatesSatisfy(context.Background(), pr, args[1], args[3], args[4], "approved in a test")
+	var out bytes.Buffer
+	opts := &AdminGatesSatisfyOptions{IO: &IO{Out: &out, ErrOut: &out}, Environment: args[1], PR: pr, Class: args[3], Target: args[4],
+		Latest: true, Reason: "approved in a test",
+		Conn: ConnOptions{Server: ts.Getenv("SERVER"), Timeout: DefaultOperatorTimeout, Getenv: func(k string) string {
+			if k == runner.EnvToken {
+				return testAdminToken
+			}
+			return ts.Getenv(k)
+		}}}
+	err = runAdminGatesSatisfy(context.Background(), opts)
+	ts.Logf("%s", out.String())
 	if (err != nil) != neg {
 		ts.Fatalf("admin satisfy: %v", err)
 	}

@@ -49,7 +49,7 @@ var statusOverride = map[error]int{errBodyTimeout: http.StatusRequestTimeout, er
 // publicErrors are the errors whose messages reach clients: the service writes them for users
 // (invalid, not found, precondition, denied) or the HTTP layer does. Any other error may carry a
 // driver's text (SQL, table names, hosts) and is answered with a generic message.
-var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied,
+var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale,
 	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, errTooLarge, errBodyTimeout, errMediaType}
 
 // genericMessages say what a hidden error means to a client, by code.
@@ -78,6 +78,8 @@ func codeOf(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, store.ErrPrecondition):
 		return codes.FailedPrecondition
+	case errors.Is(err, store.ErrStale):
+		return codes.Aborted
 	case errors.Is(err, store.ErrDenied), errors.Is(err, auth.ErrNoRoles):
 		return codes.PermissionDenied
 	case errors.Is(err, auth.ErrUnauthenticated):

@@ -59,15 +59,16 @@ func (h *handlers) ping(ctx context.Context) error {
 
 var _ api.StrictServerInterface = (*handlers)(nil)
 
-func principal(ctx context.Context) string {
-	p, _ := auth.From(ctx)
-	return p.Name
-}
-
-// caller is the request's principal as the service's ownership rules need it.
+// caller is the request's principal as the service's rules need it.
 func caller(ctx context.Context) service.Caller {
 	p, _ := auth.From(ctx)
-	return service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin)}
+	return CallerOf(p)
+}
+
+// CallerOf is what the service needs of an authenticated principal: who it is, whether it is an
+// admin, and where it may act.
+func CallerOf(p auth.Principal) service.Caller {
+	return service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin), Repositories: p.Repositories}
 }
 
 type queryKey struct{}
@@ -84,7 +85,7 @@ func (h *handlers) event(kind string, err error) {
 }
 
 func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitResponseObject, error) {
-	ack, err := h.svc.Init(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.Init(ctx, caller(ctx), r.Body)
 	h.event("init", err)
 	if err != nil {
 		return api.InitdefaultJSONResponse(h.errResp(err)), nil
@@ -160,7 +161,7 @@ func (h *handlers) Finalize(ctx context.Context, r api.FinalizeRequestObject) (a
 }
 
 func (h *handlers) GateCheck(ctx context.Context, r api.GateCheckRequestObject) (api.GateCheckResponseObject, error) {
-	lease, err := h.svc.GateCheck(ctx, principal(ctx), r.Body)
+	lease, err := h.svc.GateCheck(ctx, caller(ctx), r.Body)
 	h.metrics.gates.WithLabelValues(codeNames[codeOf(err)]).Inc()
 	if err != nil {
 		return api.GateCheckdefaultJSONResponse(h.errResp(err)), nil
@@ -178,8 +179,8 @@ func (h *handlers) GateRevoke(ctx context.Context, r api.GateRevokeRequestObject
 
 // page is a list request's filter and page size: the default size when the request names none
 // (a limit it names, 0 included, the service checks).
-func page(env string, pr int, limit *int) service.Page {
-	p := service.Page{Environment: env, PR: pr, Limit: service.DefaultPageLimit}
+func page(repo, env string, pr int, limit *int) service.Page {
+	p := service.Page{Repo: repo, Environment: env, PR: pr, Limit: service.DefaultPageLimit}
 	if limit != nil {
 		p.Limit = *limit
 	}
@@ -187,7 +188,7 @@ func page(env string, pr int, limit *int) service.Page {
 }
 
 func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) (api.GatesListResponseObject, error) {
-	out, err := h.svc.Gates(ctx, page(r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
+	out, err := h.svc.Gates(ctx, caller(ctx), page(r.Params.Repo, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.GatesListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -195,7 +196,7 @@ func (h *handlers) GatesList(ctx context.Context, r api.GatesListRequestObject) 
 }
 
 func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject) (api.GrantsListResponseObject, error) {
-	out, err := h.svc.Grants(ctx, page(r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
+	out, err := h.svc.Grants(ctx, caller(ctx), page(r.Params.Repo, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.GrantsListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -203,7 +204,7 @@ func (h *handlers) GrantsList(ctx context.Context, r api.GrantsListRequestObject
 }
 
 func (h *handlers) ClaimsList(ctx context.Context, r api.ClaimsListRequestObject) (api.ClaimsListResponseObject, error) {
-	out, err := h.svc.Claims(ctx, r.Params.Environment)
+	out, err := h.svc.Claims(ctx, caller(ctx), r.Params.Repo, r.Params.Environment)
 	if err != nil {
 		return api.ClaimsListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -219,7 +220,7 @@ func (h *handlers) ClaimsRelease(ctx context.Context, r api.ClaimsReleaseRequest
 }
 
 func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject) (api.ChecksListResponseObject, error) {
-	out, err := h.svc.Checks(ctx, page(r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
+	out, err := h.svc.Checks(ctx, caller(ctx), page(r.Params.Repo, r.Params.Environment, r.Params.Pr, r.Params.Limit), r.Params.Before)
 	if err != nil {
 		return api.ChecksListdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -227,7 +228,7 @@ func (h *handlers) ChecksList(ctx context.Context, r api.ChecksListRequestObject
 }
 
 func (h *handlers) AdminChecksOverride(ctx context.Context, r api.AdminChecksOverrideRequestObject) (api.AdminChecksOverrideResponseObject, error) {
-	ack, err := h.svc.OverrideCheck(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.OverrideCheck(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.AdminChecksOverridedefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -235,7 +236,7 @@ func (h *handlers) AdminChecksOverride(ctx context.Context, r api.AdminChecksOve
 }
 
 func (h *handlers) AdminExecutionsCancel(ctx context.Context, r api.AdminExecutionsCancelRequestObject) (api.AdminExecutionsCancelResponseObject, error) {
-	ack, err := h.svc.CancelExecution(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.CancelExecution(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.AdminExecutionsCanceldefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -243,7 +244,7 @@ func (h *handlers) AdminExecutionsCancel(ctx context.Context, r api.AdminExecuti
 }
 
 func (h *handlers) AdminGatesSatisfy(ctx context.Context, r api.AdminGatesSatisfyRequestObject) (api.AdminGatesSatisfyResponseObject, error) {
-	ack, err := h.svc.SatisfyGate(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.SatisfyGate(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.AdminGatesSatisfydefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -251,7 +252,7 @@ func (h *handlers) AdminGatesSatisfy(ctx context.Context, r api.AdminGatesSatisf
 }
 
 func (h *handlers) AdminGrantsRelease(ctx context.Context, r api.AdminGrantsReleaseRequestObject) (api.AdminGrantsReleaseResponseObject, error) {
-	ack, err := h.svc.ReleaseGrant(ctx, principal(ctx), r.Body)
+	ack, err := h.svc.ReleaseGrant(ctx, caller(ctx), r.Body)
 	if err != nil {
 		return api.AdminGrantsReleasedefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -262,12 +263,12 @@ func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListReque
 	limit, err := service.Limit(r.Params.Limit, service.DefaultExecutionsLimit, service.MaxExecutionsLimit)
 	var f store.ExecutionFilter
 	if err == nil {
-		f, err = service.ExecutionsAfter(store.ExecutionFilter{Environment: r.Params.Environment, PR: r.Params.Pr, Limit: limit},
+		f, err = service.ExecutionsAfter(store.ExecutionFilter{Repo: r.Params.Repo, Environment: r.Params.Environment, PR: r.Params.Pr, Limit: limit},
 			r.Params.Before, r.Params.BeforeID)
 	}
 	var out []api.Execution
 	if err == nil {
-		out, err = h.svc.Executions(ctx, f)
+		out, err = h.svc.Executions(ctx, caller(ctx), f)
 	}
 	if err != nil {
 		return api.ExecutionsListdefaultJSONResponse(h.errResp(err)), nil
@@ -276,7 +277,7 @@ func (h *handlers) ExecutionsList(ctx context.Context, r api.ExecutionsListReque
 }
 
 func (h *handlers) ExecutionGet(ctx context.Context, r api.ExecutionGetRequestObject) (api.ExecutionGetResponseObject, error) {
-	out, err := h.svc.Execution(ctx, r.Id)
+	out, err := h.svc.Execution(ctx, caller(ctx), r.Id)
 	if err != nil {
 		return api.ExecutionGetdefaultJSONResponse(h.errResp(err)), nil
 	}
@@ -288,7 +289,7 @@ func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api
 	limit, err := service.Limit(r.Params.Limit, service.DefaultLogReadMax, service.MaxLogReadLimit)
 	var out *api.LogSlice
 	if err == nil {
-		out, err = h.svc.LogRead(ctx, r.Id, r.Params.Stack, r.Params.Generation, latest, r.Params.Offset, limit)
+		out, err = h.svc.LogRead(ctx, caller(ctx), r.Id, r.Params.Stack, r.Params.Generation, latest, r.Params.Offset, limit)
 	}
 	if err != nil {
 		return api.LogReaddefaultJSONResponse(h.errResp(err)), nil
@@ -300,7 +301,7 @@ func (h *handlers) AuditList(ctx context.Context, r api.AuditListRequestObject) 
 	limit, err := service.Limit(r.Params.Limit, service.DefaultAuditLimit, service.MaxAuditLimit)
 	var out []api.AuditEntry
 	if err == nil {
-		out, err = h.svc.Audit(ctx, limit, r.Params.Before)
+		out, err = h.svc.Audit(ctx, caller(ctx), r.Params.Repo, limit, r.Params.Before)
 	}
 	if err != nil {
 		return api.AuditListdefaultJSONResponse(h.errResp(err)), nil

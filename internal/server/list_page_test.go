@@ -22,25 +22,25 @@ func seedLists(t *testing.T, ts *testServer) {
 	err := ts.store.Write(t.Context(), func(tx store.Tx) error {
 		for pr := 1; pr <= 260; pr++ {
 			at := t0.Add(time.Duration(pr/10) * time.Second)
-			if err := tx.ReplaceGates("prod", pr, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: at}, {Class: "mutating", Target: "**", RequiredAt: at}}); err != nil {
+			if err := tx.ReplaceGates(store.PRKey{Repo: testRepo, Environment: "prod", PR: pr}, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: at}, {Class: "mutating", Target: "**", RequiredAt: at}}); err != nil {
 				return err
 			}
 			for _, name := range []string{"tfstackplan/plan", "tfstackplan/apply"} {
-				if err := tx.PutCheck(api.Check{Environment: "prod", PR: pr, Check: name, Conclusion: "success", UpdatedAt: at}); err != nil {
+				if err := tx.PutCheck(api.Check{Repo: testRepo, Environment: "prod", PR: pr, Check: name, Conclusion: "success", UpdatedAt: at}); err != nil {
 					return err
 				}
-				if _, err := tx.AddGrant(api.Grant{Environment: "prod", PR: pr, Class: "destructive", Target: "**", Reason: name, GrantedAt: at}); err != nil {
+				if _, err := tx.AddGrant(api.Grant{Repo: testRepo, Environment: "prod", PR: pr, Class: "destructive", Target: "**", Reason: name, GrantedAt: at}); err != nil {
 					return err
 				}
 			}
 		}
-		if err := tx.ReplaceGates("dev", 1, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: t0}}); err != nil {
+		if err := tx.ReplaceGates(store.PRKey{Repo: testRepo, Environment: "dev", PR: 1}, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: t0}}); err != nil {
 			return err
 		}
-		if _, err := tx.AddGrant(api.Grant{Environment: "dev", PR: 1, Class: "destructive", Target: "**", GrantedAt: t0}); err != nil {
+		if _, err := tx.AddGrant(api.Grant{Repo: testRepo, Environment: "dev", PR: 1, Class: "destructive", Target: "**", GrantedAt: t0}); err != nil {
 			return err
 		}
-		return tx.PutCheck(api.Check{Environment: "dev", PR: 1, Check: "tfstackplan/plan", Conclusion: "success", UpdatedAt: t0})
+		return tx.PutCheck(api.Check{Repo: testRepo, Environment: "dev", PR: 1, Check: "tfstackplan/plan", Conclusion: "success", UpdatedAt: t0})
 	})
 	if err != nil {
 		t.Fatal(err)

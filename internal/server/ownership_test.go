@@ -18,7 +18,7 @@ func TestRunnersReleaseOnlyTheirOwnExecutionsClaims(t *testing.T) {
 		t.Helper()
 		init := map[string]any{"execution_id": id, "environment": "prod", "op": "plan", "pr": pr, "sha": "s", "stacks": []string{stack}}
 		if role == "" {
-			if _, err := ts.svc.Init(ctx, "someone-else", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{stack}}); err != nil {
+			if _, err := ts.svc.Init(ctx, service.Caller{Name: "someone-else", Repositories: []string{testRepo}}, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{stack}}); err != nil {
 				t.Fatal(err)
 			}
 		} else if code, body, _ := ts.call(t, role, "POST", "/events/init", init); code != 200 {
@@ -49,7 +49,7 @@ func TestRunnersReleaseOnlyTheirOwnExecutionsClaims(t *testing.T) {
 			t.Errorf("%s releasing %v: %d %v, want %d", c.role, c.body, code, body, c.want)
 		}
 	}
-	claims, err := ts.svc.Claims(ctx, "prod")
+	claims, err := ts.svc.Claims(ctx, service.Caller{Name: "test"}, testRepo, "prod")
 	if err != nil || len(claims) != 0 {
 		t.Fatalf("claims left %+v %v", claims, err)
 	}

@@ -115,7 +115,7 @@ func TestUpdatesAuthorizedAsUpdate(t *testing.T) {
 	ctx := context.Background()
 	for _, id := range []string{"single", "batch"} {
 		// Announced by another principal than the runner token's (ci-runner).
-		if _, err := ts.svc.Init(ctx, "someone-else", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
+		if _, err := ts.svc.Init(ctx, service.Caller{Name: "someone-else", Repositories: []string{testRepo}}, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,7 +22,7 @@ func TestWebListOlderLinkKeepsItsFilter(t *testing.T) {
 		if i%2 == 1 {
 			env = "dev"
 		}
-		_, err := ts.svc.Init(context.Background(), "", &api.Init{ExecutionID: fmt.Sprint("x", i), Environment: env, Op: "plan", PR: 7,
+		_, err := ts.svc.Init(context.Background(), service.Caller{Name: "", Repositories: []string{testRepo}}, &api.Init{ExecutionID: fmt.Sprint("x", i), Environment: env, Op: "plan", PR: 7,
 			SHA: "s", StartedAt: start.Add(time.Duration(i) * time.Minute)})
 		if err != nil {
 			t.Fatal(err)
@@ -60,21 +60,21 @@ func TestWebGatesOlderLinks(t *testing.T) {
 	err := ts.store.Write(context.Background(), func(tx store.Tx) error {
 		for i := 1; i <= 105; i++ { // one full page and five older rows of each list in prod
 			at := start.Add(time.Duration(i/3) * time.Second) // three rows of each list a second
-			if err := tx.ReplaceGates("prod", i, []api.Gate{{Class: "destructive", Target: fmt.Sprint("t-", i), RequiredAt: at}}); err != nil {
+			if err := tx.ReplaceGates(store.PRKey{Repo: testRepo, Environment: "prod", PR: i}, []api.Gate{{Class: "destructive", Target: fmt.Sprint("t-", i), RequiredAt: at}}); err != nil {
 				return err
 			}
-			if _, err := tx.AddGrant(api.Grant{Environment: "prod", PR: i, Class: "destructive", Target: "**", Reason: fmt.Sprint("r-", i), GrantedAt: at}); err != nil {
+			if _, err := tx.AddGrant(api.Grant{Repo: testRepo, Environment: "prod", PR: i, Class: "destructive", Target: "**", Reason: fmt.Sprint("r-", i), GrantedAt: at}); err != nil {
 				return err
 			}
-			if err := tx.PutCheck(api.Check{Environment: "prod", PR: i, Check: fmt.Sprint("c-", i), Conclusion: "success", UpdatedAt: at}); err != nil {
+			if err := tx.PutCheck(api.Check{Repo: testRepo, Environment: "prod", PR: i, Check: fmt.Sprint("c-", i), Conclusion: "success", UpdatedAt: at}); err != nil {
 				return err
 			}
 		}
 		// The newest of all, of another environment: never on prod's pages.
-		if err := tx.ReplaceGates("dev", 1, []api.Gate{{Class: "destructive", Target: "t-dev", RequiredAt: start.Add(time.Hour)}}); err != nil {
+		if err := tx.ReplaceGates(store.PRKey{Repo: testRepo, Environment: "dev", PR: 1}, []api.Gate{{Class: "destructive", Target: "t-dev", RequiredAt: start.Add(time.Hour)}}); err != nil {
 			return err
 		}
-		return tx.PutCheck(api.Check{Environment: "dev", PR: 1, Check: "c-dev", Conclusion: "success", UpdatedAt: start.Add(time.Hour)})
+		return tx.PutCheck(api.Check{Repo: testRepo, Environment: "dev", PR: 1, Check: "c-dev", Conclusion: "success", UpdatedAt: start.Add(time.Hour)})
 	})
 	if err != nil {
 		t.Fatal(err)

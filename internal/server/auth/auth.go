@@ -38,6 +38,8 @@ var rank = map[Role]int{RoleViewer: 1, RoleRunner: 2, RoleAdmin: 3}
 type Principal struct {
 	Name  string
 	Roles []Role
+	// Repositories limits the principal to these repositories (canonical owner/name); nil: any.
+	Repositories []string
 }
 
 // Has reports whether p holds role r or a stronger one.

@@ -44,7 +44,10 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 	execOf := func(i int) string { return phases[i].ExecutionID }
 	err := checkBatch("phases", len(phases), MaxPhases, execOf, func(i int) error {
 		in := &phases[i]
-		return checkNames("execution_id", in.ExecutionID, "stack", in.Stack, "phase", in.Phase)
+		if err := checkNames("execution_id", in.ExecutionID, "phase", in.Phase); err != nil {
+			return err
+		}
+		return checkStack("stack", in.Stack)
 	})
 	if err != nil {
 		return api.Ack{}, err
@@ -175,7 +178,10 @@ func (s *Service) writeEvents(ctx context.Context, caller Caller, execID string,
 
 // updateStack validates one update and returns the stack state it writes (updated at now).
 func updateStack(in *api.Update, now time.Time) (*store.Stack, error) {
-	if err := checkNames("execution_id", in.ExecutionID, "stack", in.Stack); err != nil {
+	if err := checkName("execution_id", in.ExecutionID); err != nil {
+		return nil, err
+	}
+	if err := checkStack("stack", in.Stack); err != nil {
 		return nil, err
 	}
 	if !in.Status.Valid() {

@@ -17,14 +17,6 @@ import (
 // The apply gate: approvals (grants) bound to a plan's content, the fail-closed check that
 // leases the requester, and the revoke that ends exactly what the lease took.
 
-// Caller is the authenticated principal of a request, as the service needs it.
-type Caller struct {
-	// Name identifies the principal in the audit log and in what it owns.
-	Name string
-	// Admin reports the admin role: it may end what other principals took.
-	Admin bool
-}
-
 func (s *Service) granter() granter.Granter {
 	if s.Granter == nil {
 		return granter.None{}
@@ -32,13 +24,18 @@ func (s *Service) granter() granter.Granter {
 	return s.Granter
 }
 
-func target(env string, pr int) string { return fmt.Sprintf("%s PR #%d", env, pr) }
+func target(k store.PRKey) string { return fmt.Sprintf("%s %s PR #%d", k.Repo, k.Environment, k.PR) }
 
 // GateCheck decides, fail-closed, whether an apply may proceed, and leases the requester when
 // it may. Every check decides afresh and is audited; a satisfied check binds the lease through
-// the granter, and a granter failure denies.
-func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateCheck) (api.GateLease, error) {
+// the granter, and a granter failure denies. Only a caller the environment's apply_from allows
+// may check (Policy.MayCheckGate), in a repository it may act in.
+func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateCheck) (api.GateLease, error) {
 	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
+		return api.GateLease{}, err
+	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
 		return api.GateLease{}, err
 	}
 	if in.PR <= 0 {
@@ -62,12 +59,14 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 		}
 	}
 	now := s.Now()
-	where := target(in.Environment, in.PR)
+	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
+	where := target(key)
+	principal := caller.Name
 	var lease store.Lease
 	var decision error
-	err := s.Store.Write(ctx, func(tx store.Tx) error {
+	err = s.Store.Write(ctx, func(tx store.Tx) error {
 		decision = nil
-		if err := tx.LockEnvironment(in.Environment); err != nil {
+		if err := tx.LockEnvironment(repo, in.Environment); err != nil {
 			return err
 		}
 		prev, err := tx.Lease(in.ExecutionID)
@@ -79,7 +78,7 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 		}
 		deny := func(err error) error {
 			decision = err
-			if prev != nil && prev.RevokedAt.IsZero() && prev.Environment == in.Environment && prev.PR == in.PR {
+			if prev != nil && prev.RevokedAt.IsZero() && prev.Repo == repo && prev.Environment == in.Environment && prev.PR == in.PR {
 				// The lease an earlier check gave no longer holds: end it now (the sweeper
 				// removes its binding) rather than let it run to its expiry.
 				prev.RevokedAt, prev.Outcome = now, "denied on re-check"
@@ -87,18 +86,18 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 					return err
 				}
 			}
-			return audit(tx, now, principal, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
+			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
 		}
 		// An execution announced by another principal is not this caller's to apply: its lease
 		// would block the owner's own check, and its claims are not the caller's.
-		switch owner, err := tx.ExecutionPrincipal(in.ExecutionID); {
+		switch owner, erepo, err := tx.ExecutionPrincipal(in.ExecutionID); {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return err
-		case owner != principal:
+		case owner != principal || erepo != repo:
 			// Denied without touching the owner's lease (deny would revoke it).
-			decision = fmt.Errorf("%w: execution %s was announced by another principal", store.ErrDenied, in.ExecutionID)
-			return audit(tx, now, principal, "gate.check", where, "", "denied", decision.Error())
+			decision = fmt.Errorf("%w: execution %s was announced by another principal or in another repository", store.ErrDenied, in.ExecutionID)
+			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
 		}
 		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
 		// checks the gate before it announces the apply).
@@ -111,30 +110,38 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 		}
 		if prev != nil {
 			switch {
-			case prev.Environment != in.Environment || prev.PR != in.PR:
-				decision = fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID, target(prev.Environment, prev.PR), where)
-				return audit(tx, now, principal, "gate.check", where, "", "denied", decision.Error())
+			case prev.Repo != repo || prev.Environment != in.Environment || prev.PR != in.PR:
+				decision = fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
+					target(store.PRKey{Repo: prev.Repo, Environment: prev.Environment, PR: prev.PR}), where)
+				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
 			case prev.Principal != "" && prev.Principal != principal:
 				decision = fmt.Errorf("%w: execution %s holds a lease granted to another principal", store.ErrDenied, in.ExecutionID)
-				return audit(tx, now, principal, "gate.check", where, "", "denied", decision.Error())
+				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
 			case !prev.RevokedAt.IsZero():
 				return deny(fmt.Errorf("%w: the lease of execution %s was already revoked (%s)", store.ErrDenied, in.ExecutionID, prev.Outcome))
 			}
 		}
 		ep := s.Policy.Environments[in.Environment]
+		if why := ep.MayCheckGate(in.Environment, caller); why != "" {
+			return deny(fmt.Errorf("%w: %s", store.ErrDenied, why))
+		}
 		if ep.Requester == "" {
 			return deny(fmt.Errorf("%w: the policy names no requester for environment %q", store.ErrPrecondition, in.Environment))
 		}
-		d, err := s.decide(tx, in, now)
+		member, err := ep.MemberFor(caller)
+		if err != nil {
+			return deny(fmt.Errorf("%w: %v", store.ErrDenied, err))
+		}
+		d, err := s.decide(tx, key, in, now)
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) {
 				return err
 			}
 			return deny(err)
 		}
-		lease = store.Lease{ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR, Requester: ep.Requester,
+		lease = store.Lease{Repo: repo, ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR, Requester: ep.Requester,
 			GrantedAt: now, ExpiresAt: now.Add(s.ttl(in.Environment, true)), Principal: principal, SHA: in.SHA,
-			PlanID: d.plan.ExecutionID, GrantIDs: d.grants, Member: ep.RunnerMember,
+			PlanID: d.plan.ExecutionID, GrantIDs: d.grants, Member: member,
 			// Marked bound before the granter is asked, so a crash in between still leaves the
 			// sweeper something to remove.
 			Bound: s.granter().Name() != granter.KindNone}
@@ -150,7 +157,7 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 		if prev != nil {
 			detail = "re-check, " + detail
 		}
-		return audit(tx, now, principal, "gate.check", where, "", "allowed", detail)
+		return audit(tx, now, caller, repo, "gate.check", where, "", "allowed", detail)
 	})
 	if err != nil {
 		return api.GateLease{}, err
@@ -158,14 +165,14 @@ func (s *Service) GateCheck(ctx context.Context, principal string, in *api.GateC
 	if decision != nil {
 		return api.GateLease{}, decision
 	}
-	if err := s.bind(ctx, principal, lease); err != nil {
+	if err := s.bind(ctx, caller, lease); err != nil {
 		return api.GateLease{}, err
 	}
 	return api.GateLease{Requester: lease.Requester, ExpiresAt: lease.ExpiresAt}, nil
 }
 
 // bind asks the granter to make a lease real; a failure revokes the lease and denies.
-func (s *Service) bind(ctx context.Context, principal string, l store.Lease) error {
+func (s *Service) bind(ctx context.Context, caller Caller, l store.Lease) error {
 	g := s.granter()
 	if g.Name() == granter.KindNone {
 		return nil
@@ -190,7 +197,7 @@ func (s *Service) bind(ctx context.Context, principal string, l store.Lease) err
 		if err := tx.PutLease(*cur); err != nil {
 			return err
 		}
-		return audit(tx, now, principal, "gate.check", target(l.Environment, l.PR), "", "denied",
+		return audit(tx, now, caller, l.Repo, "gate.check", target(leaseKey(l)), "", "denied",
 			fmt.Sprintf("execution %s: the %s granter failed: %v", l.ExecutionID, g.Name(), gerr))
 	})
 	if err != nil {
@@ -198,12 +205,16 @@ func (s *Service) bind(ctx context.Context, principal string, l store.Lease) err
 		// still marked bound, so the sweeper removes whatever part of the grant took effect.
 		return fmt.Errorf("%w: the %s granter failed (%v), and recording the refusal failed too", store.ErrDenied, g.Name(), gerr)
 	}
-	s.unbind(ctx, principal, l) // whatever took effect goes now; the sweeper retries a failure
+	s.unbind(ctx, caller, l) // whatever took effect goes now; the sweeper retries a failure
 	return fmt.Errorf("%w: the %s granter could not grant %s to the runner: %v", store.ErrDenied, g.Name(), l.Requester, gerr)
 }
 
 // GranterBudget bounds one call to the granter.
 const GranterBudget = 30 * time.Second
+
+func leaseKey(l store.Lease) store.PRKey {
+	return store.PRKey{Repo: l.Repo, Environment: l.Environment, PR: l.PR}
+}
 
 func binding(l store.Lease) granter.Binding {
 	return granter.Binding{LeaseID: l.ExecutionID, Environment: l.Environment, Requester: l.Requester, Member: l.Member, ExpiresAt: l.ExpiresAt}
@@ -219,7 +230,7 @@ type decision struct {
 // applicable checks that a plan can be applied at all: finalized, succeeded, not cancelled,
 // and every stack succeeded with a class. It returns the plan's stacks.
 func applicable(tx store.Tx, plan *store.Execution) ([]store.Stack, error) {
-	what := fmt.Sprintf("plan %s of %s", plan.ExecutionID, target(plan.Environment, plan.PR))
+	what := fmt.Sprintf("plan %s of %s", plan.ExecutionID, target(store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}))
 	switch {
 	case plan.Cancelled:
 		return nil, fmt.Errorf("%w: %s was cancelled", store.ErrPrecondition, what)
@@ -246,10 +257,10 @@ func applicable(tx store.Tx, plan *store.Execution) ([]store.Stack, error) {
 }
 
 // decide applies the gate rules over the PR's latest plan (the latest the server received).
-func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decision, error) {
-	plan, err := tx.LatestPlan(in.Environment, in.PR)
+func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now time.Time) (*decision, error) {
+	plan, err := tx.LatestPlan(key)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s has no plan", store.ErrPrecondition, target(in.Environment, in.PR))
+		return nil, fmt.Errorf("%w: %s has no plan", store.ErrPrecondition, target(key))
 	}
 	if err != nil {
 		return nil, err
@@ -303,7 +314,7 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	claims, err := tx.ClaimsOn(in.Environment, 0, names, now)
+	claims, err := tx.ClaimsOn(store.PRKey{Repo: key.Repo, Environment: key.Environment}, names, now)
 	if err != nil {
 		return nil, err
 	}
@@ -317,12 +328,12 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 	required := s.Policy.RequiredGates(in.Environment, classes)
 	var active map[gateKey][]api.Grant
 	if len(required) > 0 {
-		if active, err = activeGrants(tx, in.Environment, in.PR, now); err != nil {
+		if active, err = activeGrants(tx, key, now); err != nil {
 			return nil, err
 		}
 	}
 	for _, g := range required {
-		id, why := approving(active[gateKey{in.Environment, in.PR, g.Class, g.Target}], g, planned)
+		id, why := approving(active[gateKey{key, g.Class, g.Target}], g, planned)
 		if id == 0 {
 			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), why))
 			continue
@@ -337,23 +348,24 @@ func (s *Service) decide(tx store.Tx, in *api.GateCheck, now time.Time) (*decisi
 
 // gateKey is what a grant and the gate it approves share.
 type gateKey struct {
-	environment   string
-	pr            int
+	pr            store.PRKey
 	class, target string
 }
 
-func keyOf(g api.Gate) gateKey { return gateKey{g.Environment, g.PR, g.Class, g.Target} }
+func keyOf(g api.Gate) gateKey {
+	return gateKey{store.PRKey{Repo: g.Repo, Environment: g.Environment, PR: g.PR}, g.Class, g.Target}
+}
 
-// activeGrants reads the grants active at now of env and pr (zero values select everything)
-// in one query, newest first within each gate's key.
-func activeGrants(tx store.Tx, env string, pr int, now time.Time) (map[gateKey][]api.Grant, error) {
-	grants, err := tx.Grants(store.GrantFilter{Environment: env, PR: pr, ActiveAt: now})
+// activeGrants reads the grants active at now of k's repository, environment and PR (zero
+// values select everything) in one query, newest first within each gate's key.
+func activeGrants(tx store.Tx, k store.PRKey, now time.Time) (map[gateKey][]api.Grant, error) {
+	grants, err := tx.Grants(store.GrantFilter{Repo: k.Repo, Environment: k.Environment, PR: k.PR, ActiveAt: now})
 	if err != nil {
 		return nil, err
 	}
 	out := map[gateKey][]api.Grant{}
 	for _, gr := range grants {
-		k := gateKey{gr.Environment, gr.PR, gr.Class, gr.Target}
+		k := gateKey{store.PRKey{Repo: gr.Repo, Environment: gr.Environment, PR: gr.PR}, gr.Class, gr.Target}
 		out[k] = append(out[k], gr)
 	}
 	return out, nil
@@ -417,13 +429,13 @@ func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRev
 		if err != nil {
 			return err
 		}
-		if l.Principal != "" && l.Principal != caller.Name && !caller.Admin {
+		if l.Principal != "" && l.Principal != caller.Name && !(caller.Admin && caller.allows(l.Repo)) {
 			return fmt.Errorf("%w: the lease of execution %s was granted to another principal; ending it is an admin action", store.ErrDenied, in.ExecutionID)
 		}
 		if !l.RevokedAt.IsZero() {
 			return nil
 		}
-		if err := tx.LockEnvironment(l.Environment); err != nil {
+		if err := tx.LockEnvironment(l.Repo, l.Environment); err != nil {
 			return err
 		}
 		l.RevokedAt, l.Outcome = now, outcome
@@ -432,7 +444,7 @@ func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRev
 		}
 		released := int64(0)
 		if outcome == "succeeded" {
-			if released, err = tx.ReleaseClaims(l.Environment, l.PR, ""); err != nil {
+			if released, err = tx.ReleaseClaims(leaseKey(*l), ""); err != nil {
 				return err
 			}
 		}
@@ -442,19 +454,19 @@ func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRev
 			return err
 		}
 		revoked = l
-		return audit(tx, now, caller.Name, "gate.revoke", target(l.Environment, l.PR), "", outcome,
+		return audit(tx, now, caller, l.Repo, "gate.revoke", target(leaseKey(*l)), "", outcome,
 			fmt.Sprintf("execution %s, %d grants ended, %d claims released", in.ExecutionID, ended, released))
 	})
 	if err != nil || revoked == nil || !revoked.Bound {
 		return api.Ack{}, err
 	}
-	s.unbind(context.WithoutCancel(ctx), caller.Name, *revoked)
+	s.unbind(context.WithoutCancel(ctx), caller, *revoked)
 	return api.Ack{}, nil
 }
 
 // unbind removes a revoked or expired lease's granter binding and records the outcome: done,
 // or one more failed attempt (audited) for the sweeper to retry.
-func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
+func (s *Service) unbind(ctx context.Context, caller Caller, l store.Lease) {
 	gctx, cancel := context.WithTimeout(ctx, GranterBudget)
 	gerr := s.granter().Revoke(gctx, binding(l))
 	cancel()
@@ -469,7 +481,7 @@ func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
 			if err := tx.PutLease(*cur); err != nil {
 				return err
 			}
-			return audit(tx, now, principal, "gate.unbind", target(cur.Environment, cur.PR), "", "removed",
+			return audit(tx, now, caller, cur.Repo, "gate.unbind", target(leaseKey(*cur)), "", "removed",
 				fmt.Sprintf("execution %s: %s no longer granted to %s", cur.ExecutionID, cur.Requester, cur.Member))
 		}
 		cur.UnbindAttempts++
@@ -477,7 +489,7 @@ func (s *Service) unbind(ctx context.Context, principal string, l store.Lease) {
 		if err := tx.PutLease(*cur); err != nil {
 			return err
 		}
-		return audit(tx, now, principal, "gate.unbind", target(cur.Environment, cur.PR), "", "failed",
+		return audit(tx, now, caller, cur.Repo, "gate.unbind", target(leaseKey(*cur)), "", "failed",
 			fmt.Sprintf("execution %s, attempt %d (retried by the sweeper): %v", cur.ExecutionID, cur.UnbindAttempts, gerr))
 	})
 }
@@ -497,7 +509,7 @@ func (s *Service) SweepLeases(ctx context.Context, limit int) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		s.unbind(ctx, "sweeper", l)
+		s.unbind(ctx, Caller{Name: "sweeper"}, l)
 	}
 	return len(due), nil
 }
@@ -546,10 +558,15 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Claims lists current claims (env empty: every environment).
-func (s *Service) Claims(ctx context.Context, env string) ([]api.Claim, error) {
+// Claims lists current claims of one repository (repo, or the caller's one) or, for a caller
+// limited to none, of every repository (env empty: every environment).
+func (s *Service) Claims(ctx context.Context, caller Caller, repo, env string) ([]api.Claim, error) {
+	repo, err := caller.ReadRepo(repo)
+	if err != nil {
+		return nil, err
+	}
 	var out []api.Claim
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Claims(env, s.Now()); return })
+	err = s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Claims(repo, env, s.Now()); return })
 	return out, err
 }
 
@@ -564,7 +581,7 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 		return api.Ack{}, invalid("pr must be a positive pull request number")
 	}
 	if in.Stack != "" {
-		if err := checkName("stack", in.Stack); err != nil {
+		if err := checkStack("stack", in.Stack); err != nil {
 			return api.Ack{}, err
 		}
 	}
@@ -582,18 +599,26 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 	if !caller.Admin && in.ExecutionID == "" {
 		return api.Ack{}, fmt.Errorf("%w: a runner releases only the claims of its own execution (name it in execution_id); releasing a PR's claims is an admin action", store.ErrDenied)
 	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
+		return api.Ack{}, err
+	}
+	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
 	now := s.Now()
 	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		if in.ExecutionID != "" && !caller.Admin {
-			owner, err := tx.ExecutionPrincipal(in.ExecutionID)
+		if in.ExecutionID != "" {
+			owner, erepo, err := tx.ExecutionPrincipal(in.ExecutionID)
 			if err != nil {
 				return err
 			}
-			if owner == "" || owner != caller.Name {
+			if erepo != repo {
+				return fmt.Errorf("%w: execution %s is not of repository %s", store.ErrInvalid, in.ExecutionID, repo)
+			}
+			if !caller.Admin && (owner == "" || owner != caller.Name) {
 				return fmt.Errorf("%w: execution %s was not announced by %s; releasing its claims is an admin action", store.ErrDenied, in.ExecutionID, caller.Name)
 			}
 		}
-		if err := tx.LockEnvironment(in.Environment); err != nil {
+		if err := tx.LockEnvironment(repo, in.Environment); err != nil {
 			return err
 		}
 		var n int64
@@ -601,7 +626,7 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 		if in.ExecutionID != "" {
 			n, err = tx.ReleaseExecutionClaims(in.Environment, in.ExecutionID, in.Stack)
 		} else {
-			n, err = tx.ReleaseClaims(in.Environment, in.PR, in.Stack)
+			n, err = tx.ReleaseClaims(key, in.Stack)
 		}
 		if err != nil || n == 0 {
 			return err
@@ -613,7 +638,7 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 		if in.ExecutionID != "" {
 			what += " of execution " + in.ExecutionID
 		}
-		return audit(tx, now, caller.Name, "claims.release", target(in.Environment, in.PR), in.Reason, "released", fmt.Sprintf("%s (%d claims)", what, n))
+		return audit(tx, now, caller, repo, "claims.release", target(key), in.Reason, "released", fmt.Sprintf("%s (%d claims)", what, n))
 	})
 }
 
@@ -639,104 +664,156 @@ func checkGrantKey(env string, pr int, class, target, reason string) error {
 	return checkText("reason", reason, MaxTextLen)
 }
 
-// SatisfyGate approves one plan's content for a gate: the stacks of the class under the target
-// in that plan (in.ExecutionID, or the PR's latest plan), with their content hashes. The grant
+// MaxTime is the latest time the server stores (the year 2200): past it, a store's nanoseconds
+// would not hold the time.
+var MaxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// gatesOf returns the gates plan requires under the policy: one per gate rule's class and glob
+// that matches a stack the plan changes, each with its stacks.
+func (s *Service) gatesOf(plan *store.Execution, stacks []store.Stack) []api.Gate {
+	classes := map[string]events.Class{}
+	for _, st := range stacks {
+		if changed(st.Class) {
+			classes[st.Stack] = st.Class
+		}
+	}
+	gates := s.Policy.RequiredGates(plan.Environment, classes)
+	for i := range gates {
+		gates[i].Repo, gates[i].PR, gates[i].ExecutionID = plan.Repo, plan.PR, plan.ExecutionID
+	}
+	return gates
+}
+
+// describeGates lists gates for a message: "destructive on stacks/prod/** (stacks/prod/db)".
+func describeGates(gates []api.Gate) string {
+	if len(gates) == 0 {
+		return "none"
+	}
+	out := make([]string, len(gates))
+	for i, g := range gates {
+		out[i] = fmt.Sprintf("%s on %s (%s)", g.Class, g.Target, strings.Join(g.Stacks, ", "))
+	}
+	return strings.Join(out, "; ")
+}
+
+// SatisfyGate approves the content of the plan the approver reviewed (in.ExecutionID) for one of
+// the gates that plan requires: the gate's stacks with their content hashes. The plan must be
+// the PR's latest (an older one is ErrStale, naming the latest: the approver has not seen what
+// would be applied) and applicable, and the class and target one of its gates. The grant
 // satisfies the gate only while the plan being applied has exactly that content on those
 // stacks. An active grant approving the same content is not duplicated.
-func (s *Service) SatisfyGate(ctx context.Context, principal string, in *api.GatesSatisfy) (api.Ack, error) {
+func (s *Service) SatisfyGate(ctx context.Context, caller Caller, in *api.GatesSatisfy) (api.Ack, error) {
 	if err := checkGrantKey(in.Environment, in.PR, in.Class, in.Target, in.Reason); err != nil {
 		return api.Ack{}, err
 	}
-	if in.ExecutionID != "" {
-		if err := checkName("execution_id", in.ExecutionID); err != nil {
-			return api.Ack{}, err
-		}
+	if in.ExecutionID == "" {
+		return api.Ack{}, invalid("execution_id is required: name the plan you reviewed (the PR's latest plan)")
+	}
+	if err := checkName("execution_id", in.ExecutionID); err != nil {
+		return api.Ack{}, err
+	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
+		return api.Ack{}, err
 	}
 	now := s.Now()
-	if !in.ExpiresAt.IsZero() && !in.ExpiresAt.After(now) {
-		return api.Ack{}, invalid("expires_at %s is in the past", in.ExpiresAt.Format(time.RFC3339))
+	switch {
+	case in.ExpiresAt.IsZero():
+	case !in.ExpiresAt.After(now):
+		return api.Ack{}, invalid("expires_at %s is in the past", in.ExpiresAt.UTC().Format(time.RFC3339))
+	case in.ExpiresAt.After(MaxTime):
+		return api.Ack{}, invalid("expires_at %s is after %s, later than the server stores", clip(in.ExpiresAt.UTC().Format(time.RFC3339), 40), MaxTime.Format("2006-01-02"))
 	}
-	where := target(in.Environment, in.PR)
+	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
+	where := target(key)
 	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		if err := tx.LockEnvironment(in.Environment); err != nil {
+		if err := tx.LockEnvironment(repo, in.Environment); err != nil {
 			return err
 		}
-		var plan *store.Execution
-		var err error
-		if in.ExecutionID == "" {
-			if plan, err = tx.LatestPlan(in.Environment, in.PR); errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("%w: %s has no plan to approve", store.ErrPrecondition, where)
-			}
-		} else if plan, err = tx.Execution(in.ExecutionID); err == nil &&
-			(plan.Op != api.ExecutionOp(events.OpPlan) || plan.Environment != in.Environment || plan.PR != in.PR) {
-			return fmt.Errorf("%w: execution %s is not a plan of %s", store.ErrInvalid, in.ExecutionID, where)
+		plan, err := tx.LatestPlan(key)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: %s has no plan to approve", store.ErrPrecondition, where)
 		}
 		if err != nil {
 			return err
+		}
+		if plan.ExecutionID != in.ExecutionID {
+			return fmt.Errorf("%w: execution %s is not the latest plan of %s: plan %s (sha %s) arrived after it; review that plan and approve it",
+				store.ErrStale, in.ExecutionID, where, plan.ExecutionID, plan.SHA)
 		}
 		stacks, err := applicable(tx, plan)
 		if err != nil {
 			return err
 		}
-		var approved []api.StackPlan
-		for _, st := range stacks {
-			if string(st.Class) == in.Class && MatchGlob(in.Target, st.Stack) {
-				approved = append(approved, api.StackPlan{Stack: st.Stack, PlanHash: st.PlanHash})
+		gates := s.gatesOf(plan, stacks)
+		var gate *api.Gate
+		for i := range gates {
+			if gates[i].Class == in.Class && gates[i].Target == in.Target {
+				gate = &gates[i]
 			}
 		}
-		if len(approved) == 0 {
-			return fmt.Errorf("%w: plan %s has no %s stack under %q: nothing to approve", store.ErrPrecondition, plan.ExecutionID, in.Class, in.Target)
+		if gate == nil {
+			return fmt.Errorf("%w: plan %s requires no gate %s on %q; the gates it requires: %s",
+				store.ErrPrecondition, plan.ExecutionID, in.Class, in.Target, describeGates(gates))
 		}
-		active, err := tx.Grants(store.GrantFilter{Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target, ActiveAt: now})
+		hashes := map[string]string{}
+		for _, st := range stacks {
+			hashes[st.Stack] = st.PlanHash
+		}
+		approved := make([]api.StackPlan, len(gate.Stacks))
+		for i, name := range gate.Stacks {
+			approved[i] = api.StackPlan{Stack: name, PlanHash: hashes[name]}
+		}
+		active, err := tx.Grants(store.GrantFilter{Repo: repo, Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target, ActiveAt: now})
 		if err != nil {
 			return err
 		}
-		hashes := map[string]string{}
-		names := make([]string, len(approved))
-		for i, sp := range approved {
-			hashes[sp.Stack], names[i] = sp.PlanHash, sp.Stack
-		}
 		for _, g := range active {
-			if _, ok := covers(g, names, func(n string) string { return hashes[n] }); ok && len(g.Stacks) == len(approved) {
+			if _, ok := covers(g, gate.Stacks, func(n string) string { return hashes[n] }); ok && len(g.Stacks) == len(approved) {
 				return nil
 			}
 		}
-		if _, err := tx.AddGrant(api.Grant{Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target,
-			Principal: principal, Reason: clip(in.Reason, MaxTextLen), GrantedAt: now, ExpiresAt: in.ExpiresAt.UTC(),
+		if _, err := tx.AddGrant(api.Grant{Repo: repo, Environment: in.Environment, PR: in.PR, Class: in.Class, Target: in.Target,
+			Principal: caller.Name, Reason: clip(in.Reason, MaxTextLen), GrantedAt: now, ExpiresAt: in.ExpiresAt.UTC(),
 			ExecutionID: plan.ExecutionID, Stacks: approved}); err != nil {
 			return err
 		}
-		detail := fmt.Sprintf("plan %s at sha %s, stacks %s", plan.ExecutionID, plan.SHA, strings.Join(names, ", "))
+		detail := fmt.Sprintf("plan %s at sha %s, stacks %s", plan.ExecutionID, plan.SHA, strings.Join(gate.Stacks, ", "))
 		if !in.ExpiresAt.IsZero() {
 			detail += "; expires " + in.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		return audit(tx, now, principal, "gates.satisfy", fmt.Sprintf("%s %s on %s", where, in.Class, in.Target), in.Reason, "granted", detail)
+		return audit(tx, now, caller, repo, "gates.satisfy", fmt.Sprintf("%s %s on %s", where, in.Class, in.Target), in.Reason, "granted", detail)
 	})
 }
 
 // ReleaseGrant ends the active grants with the key; releasing nothing is not an error.
-func (s *Service) ReleaseGrant(ctx context.Context, principal string, in *api.GrantsRelease) (api.Ack, error) {
+func (s *Service) ReleaseGrant(ctx context.Context, caller Caller, in *api.GrantsRelease) (api.Ack, error) {
 	if err := checkGrantKey(in.Environment, in.PR, in.Class, in.Target, in.Reason); err != nil {
 		return api.Ack{}, err
 	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
+		return api.Ack{}, err
+	}
+	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
 	now := s.Now()
 	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		if err := tx.LockEnvironment(in.Environment); err != nil {
+		if err := tx.LockEnvironment(repo, in.Environment); err != nil {
 			return err
 		}
-		n, err := tx.ReleaseGrants(in.Environment, in.PR, in.Class, in.Target, principal, now)
+		n, err := tx.ReleaseGrants(key, in.Class, in.Target, caller.Name, now)
 		if err != nil || n == 0 {
 			return err
 		}
-		return audit(tx, now, principal, "grants.release", fmt.Sprintf("%s %s on %s", target(in.Environment, in.PR), in.Class, in.Target), in.Reason, "released", "")
+		return audit(tx, now, caller, repo, "grants.release", fmt.Sprintf("%s %s on %s", target(key), in.Class, in.Target), in.Reason, "released", "")
 	})
 }
 
 // Gates lists a page of the required gates, newest first (store.RowKey), with whether an
 // active grant approved the content of the plan that required each; before is the Cursor of the
 // previous page's last gate (empty: the newest page).
-func (s *Service) Gates(ctx context.Context, p Page, before string) ([]api.Gate, error) {
-	f, err := p.after(before, 2)
+func (s *Service) Gates(ctx context.Context, caller Caller, p Page, before string) ([]api.Gate, error) {
+	f, err := p.after(caller, before, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -747,7 +824,7 @@ func (s *Service) Gates(ctx context.Context, p Page, before string) ([]api.Gate,
 		if err != nil || len(gates) == 0 {
 			return err
 		}
-		active, err := activeGrants(tx, p.Environment, p.PR, now)
+		active, err := activeGrants(tx, store.PRKey{Repo: f.Repo, Environment: f.Environment, PR: f.PR}, now)
 		if err != nil {
 			return err
 		}
@@ -769,7 +846,7 @@ func (s *Service) Gates(ctx context.Context, p Page, before string) ([]api.Gate,
 					break
 				}
 			}
-			g.Cursor = cursorOf(store.RowKey{At: g.RequiredAt, Environment: g.Environment, PR: g.PR, Names: []string{g.Class, g.Target}})
+			g.Cursor = cursorOf(store.RowKey{At: g.RequiredAt, Repo: g.Repo, Environment: g.Environment, PR: g.PR, Names: []string{g.Class, g.Target}})
 			out = append(out, g)
 		}
 		return nil
@@ -779,16 +856,17 @@ func (s *Service) Gates(ctx context.Context, p Page, before string) ([]api.Gate,
 
 // Grants lists a page of grants, newest (highest id) first; before > 0 lists those with a lower
 // id (the page after grant before).
-func (s *Service) Grants(ctx context.Context, p Page, before int64) ([]api.Grant, error) {
-	if err := p.check(); err != nil {
+func (s *Service) Grants(ctx context.Context, caller Caller, p Page, before int64) ([]api.Grant, error) {
+	p, err := p.scoped(caller)
+	if err != nil {
 		return nil, err
 	}
 	if before < 0 {
 		return nil, invalid("before %d is negative (0: the newest grants)", before)
 	}
 	var out []api.Grant
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
-		out, err = tx.Grants(store.GrantFilter{Environment: p.Environment, PR: p.PR, Before: before, Limit: p.Limit})
+	err = s.Store.Read(ctx, func(tx store.Tx) (err error) {
+		out, err = tx.Grants(store.GrantFilter{Repo: p.Repo, Environment: p.Environment, PR: p.PR, Before: before, Limit: p.Limit})
 		return
 	})
 	return out, err

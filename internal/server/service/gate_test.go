@@ -21,19 +21,35 @@ func (f *fixture) planWith(id string, pr int, sha string, stacks map[string][2]s
 		results = append(results, api.StackResult{Stack: name, Status: "succeeded", Class: api.Class(ch[0]), PlanHash: ch[1]})
 	}
 	f.now = f.now.Add(time.Second)
-	_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: sha, Stacks: names})
+	_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: sha, Stacks: names})
 	f.must(err)
 	_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 	f.must(err)
 }
 
 func (f *fixture) check(id string, pr int, stacks ...api.StackPlan) (api.GateLease, error) {
-	return f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: id, Environment: "prod", PR: pr, SHA: "head", Stacks: stacks})
+	return f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: id, Environment: "prod", PR: pr, SHA: "head", Stacks: stacks})
 }
 
 func (f *fixture) approve(pr int, plan string) error {
-	_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: pr, Environment: "prod", Class: "destructive", Target: "**",
+	return f.satisfy(who("alice"), &api.GatesSatisfy{PR: pr, Environment: "prod", Class: "destructive", Target: "**",
 		Reason: "reviewed", ExecutionID: plan})
+}
+
+// satisfy is SatisfyGate of the plan in names, or of the PR's latest plan (as `admin gates
+// satisfy --latest` would look it up) when it names none.
+func (f *fixture) satisfy(c Caller, in *api.GatesSatisfy) error {
+	f.t.Helper()
+	if in.ExecutionID == "" {
+		_ = f.Store.Read(ctx, func(tx store.Tx) error {
+			p, err := tx.LatestPlan(store.PRKey{Repo: testRepo, Environment: in.Environment, PR: in.PR})
+			if err == nil {
+				in.ExecutionID = p.ExecutionID
+			}
+			return nil
+		})
+	}
+	_, err := f.SatisfyGate(ctx, c, in)
 	return err
 }
 
@@ -47,7 +63,7 @@ func TestGateIsDecidedOverThePlanNotTheRequest(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, `changed in the plan but not named: "d"`)
 		_, err = f.check("ap2", 1, sp("m", "v1:m"), sp("d", "v1:d"), sp("x", "v1:x"))
 		wantErr(t, err, store.ErrDenied, `named but not changed in the plan: "x"`)
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap3", Environment: "prod", PR: 1, SHA: "head",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap3", Environment: "prod", PR: 1, SHA: "head",
 			Stacks: []api.StackPlan{sp("m", "v1:m"), sp("m", "v1:m")}})
 		wantErr(t, err, store.ErrInvalid, `stack "m" is named twice`)
 		_, err = f.check("ap4", 1, sp("m", "v1:m"), sp("d", "v1:d"))
@@ -60,20 +76,20 @@ func TestGateIsDecidedOverThePlanNotTheRequest(t *testing.T) {
 
 func TestAnApprovalCoversExactlyThePlanContentItApproved(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		err := f.approve(1, "")
+		err := f.approve(1, "p0")
 		wantErr(t, err, store.ErrPrecondition, "has no plan to approve")
 		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "v1:old"}, "m": {"mutating", "v1:m"}})
 		f.planWith("other", 2, "s1", map[string][2]string{"d": {"destructive", "v1:old"}})
-		wantErr(t, f.approve(1, "other"), store.ErrInvalid, "is not a plan of prod PR #1")
+		wantErr(t, f.approve(1, "other"), store.ErrStale, "is not the latest plan of acme/infra prod PR #1: plan p1")
 		f.must(f.approve(1, "p1"))
 		f.must(f.approve(1, "p1")) // the same content is not approved twice
-		grants, _ := f.Grants(ctx, everyRow("prod", 1), 0)
+		grants, _ := f.Grants(ctx, reader, everyRow("prod", 1), 0)
 		if len(grants) != 1 || grants[0].ExecutionID != "p1" || len(grants[0].Stacks) != 1 || grants[0].Stacks[0] != sp("d", "v1:old") {
 			t.Fatalf("grants %+v", grants)
 		}
 		// A later plan of the PR with other destructive content needs a new approval.
 		f.planWith("p2", 1, "s2", map[string][2]string{"d": {"destructive", "v1:new"}, "m": {"mutating", "v1:m"}})
-		gates, _ := f.Gates(ctx, everyRow("prod", 1), "")
+		gates, _ := f.Gates(ctx, reader, everyRow("prod", 1), "")
 		if len(gates) != 1 || gates[0].Satisfied {
 			t.Fatalf("gates after a new plan %+v", gates)
 		}
@@ -82,7 +98,7 @@ func TestAnApprovalCoversExactlyThePlanContentItApproved(t *testing.T) {
 		// A re-plan with the approved content (another commit, e.g. after a rebase) still passes:
 		// the approval is of content, not of a commit.
 		f.planWith("p3", 1, "s3", map[string][2]string{"d": {"destructive", "v1:old"}, "m": {"mutating", "v1:other"}})
-		if gates, _ := f.Gates(ctx, everyRow("prod", 1), ""); len(gates) != 1 || !gates[0].Satisfied {
+		if gates, _ := f.Gates(ctx, reader, everyRow("prod", 1), ""); len(gates) != 1 || !gates[0].Satisfied {
 			t.Fatalf("gates after a re-plan with the approved content %+v", gates)
 		}
 		_, err = f.check("ap2", 1, sp("d", "v1:old"), sp("m", "v1:other"))
@@ -97,7 +113,7 @@ func TestEveryGateCheckDecidesAfresh(t *testing.T) {
 		_, err := f.check("ap1", 1, sp("d", "v1:d"))
 		f.must(err)
 		// The grant is released: the same execution's repeat is denied, not served from a cache.
-		_, err = f.ReleaseGrant(ctx, "alice", &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "withdrawn"})
+		_, err = f.ReleaseGrant(ctx, who("alice"), &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "withdrawn"})
 		f.must(err)
 		_, err = f.check("ap1", 1, sp("d", "v1:d"))
 		wantErr(t, err, store.ErrDenied, "no active grant")
@@ -113,7 +129,7 @@ func TestEveryGateCheckDecidesAfresh(t *testing.T) {
 		_, err = f.check("ap3", 1, sp("d", "v1:d"))
 		f.must(err)
 		// The plan is cancelled: denied.
-		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "p1", Reason: "bad plan"})
+		_, err = f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "p1", Reason: "bad plan"})
 		f.must(err)
 		_, err = f.check("ap3", 1, sp("d", "v1:d"))
 		wantErr(t, err, store.ErrPrecondition, "was cancelled")
@@ -126,13 +142,13 @@ func TestTheLatestPlanIsTheOneTheServerReceivedLast(t *testing.T) {
 		// A newer plan, backdated by its client, then cancelled: it is still the latest, so the
 		// older plan does not pass in its place.
 		f.now = f.now.Add(time.Minute)
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "new", Environment: "prod", Op: "plan", PR: 1, SHA: "s2",
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "new", Environment: "prod", Op: "plan", PR: 1, SHA: "s2",
 			Stacks: []string{"m"}, StartedAt: f.now.Add(-24 * time.Hour)})
 		f.must(err)
-		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "new", Reason: "stop"})
+		_, err = f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "new", Reason: "stop"})
 		f.must(err)
 		_, err = f.check("ap", 1, sp("m", "v1:m"))
-		wantErr(t, err, store.ErrPrecondition, "plan new of prod PR #1 was cancelled")
+		wantErr(t, err, store.ErrPrecondition, "plan new of acme/infra prod PR #1 was cancelled")
 	})
 }
 
@@ -154,7 +170,7 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 			pr := 10 + i
 			id := "p-" + c.name
 			f.now = f.now.Add(time.Second)
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a", "b"}})
 			f.must(err)
 			if c.update != nil {
 				u := *c.update
@@ -168,7 +184,7 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 			}
 			_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 			f.must(err)
-			e, err := f.Execution(ctx, id)
+			e, err := f.Execution(ctx, reader, id)
 			f.must(err)
 			if e.Status != "failed" || !strings.Contains(e.Error, c.want) {
 				t.Errorf("%s: stored %s %q, want failed mentioning %q", c.name, e.Status, e.Error, c.want)
@@ -177,12 +193,12 @@ func TestAPlanWithAStackThatDidNotSucceedIsNotApplicable(t *testing.T) {
 			wantErr(t, err, store.ErrPrecondition, "ended failed")
 		}
 		// An apply whose stacks were skipped (nothing to apply) still succeeds.
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "apply", Environment: "dev", Op: "apply", PR: 1, Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "apply", Environment: "dev", Op: "apply", PR: 1, Stacks: []string{"a", "b"}})
 		f.must(err)
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "apply", Status: "succeeded", Stacks: []api.StackResult{
 			{Stack: "a", Status: "succeeded"}, {Stack: "b", Status: "skipped"}}})
 		f.must(err)
-		if e, _ := f.Execution(ctx, "apply"); e.Status != "succeeded" {
+		if e, _ := f.Execution(ctx, reader, "apply"); e.Status != "succeeded" {
 			t.Fatalf("apply with a skipped stack stored %s: %s", e.Status, e.Error)
 		}
 	})
@@ -193,34 +209,34 @@ func TestRunnersEndOnlyWhatTheirOwnExecutionTook(t *testing.T) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "v1:d"}})
 		f.must(f.approve(1, ""))
 		// A made-up execution id naming PR 1 ends nothing of PR 1's.
-		_, err := f.GateRevoke(ctx, Caller{Name: "runner-of-pr-2"}, &api.GateRevoke{ExecutionID: "made-up", Environment: "prod", PR: 1, Outcome: "succeeded"})
+		_, err := f.GateRevoke(ctx, who("runner-of-pr-2"), &api.GateRevoke{ExecutionID: "made-up", Environment: "prod", PR: 1, Outcome: "succeeded"})
 		f.must(err)
-		if grants, _ := f.Grants(ctx, everyRow("prod", 1), 0); len(grants) != 1 || !grants[0].ReleasedAt.IsZero() {
+		if grants, _ := f.Grants(ctx, reader, everyRow("prod", 1), 0); len(grants) != 1 || !grants[0].ReleasedAt.IsZero() {
 			t.Fatalf("PR 1's grant after a stranger's revoke %+v", grants)
 		}
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 1 {
 			t.Fatalf("PR 1's claim after a stranger's revoke %+v", claims)
 		}
 		// PR 2's runner cannot drop PR 1's claim and then pass the gate.
 		f.planWith("p2", 2, "s2", map[string][2]string{"d": {"mutating", "v1:d2"}})
-		_, err = f.ReleaseClaims(ctx, Caller{Name: "runner-of-pr-2"}, &api.ClaimsRelease{Environment: "prod", PR: 1})
+		_, err = f.ReleaseClaims(ctx, who("runner-of-pr-2"), &api.ClaimsRelease{Environment: "prod", PR: 1})
 		wantErr(t, err, store.ErrDenied, "admin action")
-		_, err = f.ReleaseClaims(ctx, Caller{Name: "runner-of-pr-2"}, &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
+		_, err = f.ReleaseClaims(ctx, who("runner-of-pr-2"), &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
 		wantErr(t, err, store.ErrDenied, "was not announced by runner-of-pr-2")
 		_, err = f.check("ap2", 2, sp("d", "v1:d2"))
 		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
 		// The runner that announced p1 may release p1's claims; an admin may release any.
-		_, err = f.ReleaseClaims(ctx, Caller{Name: "runner"}, &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
+		_, err = f.ReleaseClaims(ctx, who("runner"), &api.ClaimsRelease{Environment: "prod", PR: 1, ExecutionID: "p1"})
 		f.must(err)
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 0 {
 			t.Fatalf("claims after the owner's release %+v", claims)
 		}
-		_, err = f.ReleaseClaims(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1})
+		_, err = f.ReleaseClaims(ctx, adminOf("root"), &api.ClaimsRelease{Environment: "prod", PR: 1})
 		wantErr(t, err, store.ErrInvalid, "reason is required")
 		f.planWith("p3", 3, "s3", map[string][2]string{"c": {"additive", "v1:c"}})
-		_, err = f.ReleaseClaims(ctx, Caller{Name: "root", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 3, Reason: "abandoned PR"})
+		_, err = f.ReleaseClaims(ctx, adminOf("root"), &api.ClaimsRelease{Environment: "prod", PR: 3, Reason: "abandoned PR"})
 		f.must(err)
-		if entries, _ := f.Audit(ctx, 1, 0); len(entries) != 1 || entries[0].Action != "claims.release" || entries[0].Reason != "abandoned PR" || entries[0].Principal != "root" {
+		if entries, _ := f.Audit(ctx, reader, "", 1, 0); len(entries) != 1 || entries[0].Action != "claims.release" || entries[0].Reason != "abandoned PR" || entries[0].Principal != "root" {
 			t.Fatalf("audit of an admin's release %+v", entries)
 		}
 	})
@@ -235,7 +251,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 		}{
 			{"negative pr", "pr -1 is negative", func(in *api.Init) { in.PR = -1 }},
 			{"huge actor", "actor is longer than 256 bytes", func(in *api.Init) { in.Actor = strings.Repeat("x", 1<<20) }},
-			{"huge repo", "repo is longer", func(in *api.Init) { in.Repo = strings.Repeat("x", 1<<20) }},
+			{"huge repo", "repository is longer", func(in *api.Init) { in.Repo = strings.Repeat("x", 1<<20) }},
 			{"NUL in actor", "actor contains a NUL byte", func(in *api.Init) { in.Actor = "a\x00b" }},
 			{"NUL in stack", "control character", func(in *api.Init) { in.Stacks = []string{"a\x00"} }},
 			{"NUL in reason", "reason detail contains a NUL byte", func(in *api.Init) {
@@ -244,24 +260,24 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 		} {
 			in := base
 			c.edit(&in)
-			_, err := f.Init(ctx, "runner", &in)
+			_, err := f.Init(ctx, runner, &in)
 			if err == nil {
 				t.Fatalf("%s: accepted", c.name)
 			}
 			wantErr(t, err, store.ErrInvalid, c.want)
 		}
-		_, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s\x00",
+		_, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s\x00",
 			Stacks: []api.StackPlan{sp("a", "v1:a")}})
 		wantErr(t, err, store.ErrInvalid, "sha contains a NUL byte")
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s",
 			Stacks: []api.StackPlan{sp("a", "v1:\x00")}})
 		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
 		// Free text is repaired, never refused: a runner's error message with a NUL is stored.
-		_, err = f.Init(ctx, "runner", &base)
+		_, err = f.Init(ctx, runner, &base)
 		f.must(err)
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e", Status: "failed", Error: "tofu said \x00 and \xff"})
 		f.must(err)
-		e, err := f.Execution(ctx, "e")
+		e, err := f.Execution(ctx, reader, "e")
 		f.must(err)
 		if e.Error != "tofu said \uFFFD and \uFFFD" {
 			t.Fatalf("stored error %q", e.Error)
@@ -273,7 +289,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 // refused (PostgreSQL cannot store it; SQLite must not either), free text is repaired.
 func TestRunnerEventsFollowOneTextRule(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e", Stack: "a", Seq: 1, Status: "succeeded", PlanHash: "v1:\x00"})
 		wantErr(t, err, store.ErrInvalid, "plan_hash contains a NUL byte")
@@ -296,20 +312,20 @@ func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
 		apply := func(id string) {
 			t.Helper()
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"m"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"m"}})
 			f.must(err)
 			_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded",
 				Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "mutating", PlanHash: "v1:m"}}})
 			f.must(err)
 		}
 		apply("forged")
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 1 {
 			t.Fatalf("a forged apply freed the claims: %+v", claims)
 		}
 		_, err := f.check("ap", 1, sp("m", "v1:m"))
 		f.must(err)
 		apply("ap")
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 0 {
 			t.Fatalf("the gated apply left claims %+v", claims)
 		}
 	})
@@ -320,12 +336,12 @@ func TestOnlyAGatedApplyEndsThePRsClaims(t *testing.T) {
 func TestAnotherPrincipalsPlanDoesNotFreeThePRsClaims(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}})
-		_, err := f.Init(ctx, "runner-of-pr-2", &api.Init{ExecutionID: "forged", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"m"}})
+		_, err := f.Init(ctx, who("runner-of-pr-2"), &api.Init{ExecutionID: "forged", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"m"}})
 		f.must(err)
-		_, err = f.Finalize(ctx, Caller{Name: "runner-of-pr-2"}, &api.Finalize{ExecutionID: "forged", Status: "succeeded",
+		_, err = f.Finalize(ctx, who("runner-of-pr-2"), &api.Finalize{ExecutionID: "forged", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "m", Status: "succeeded", Class: "no-changes"}}})
 		f.must(err)
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 1 || claims[0].ExecutionID != "p1" {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 1 || claims[0].ExecutionID != "p1" {
 			t.Fatalf("claims after another principal's plan %+v", claims)
 		}
 		f.planWith("p2", 2, "s2", map[string][2]string{"m": {"mutating", "v1:m2"}})
@@ -333,7 +349,7 @@ func TestAnotherPrincipalsPlanDoesNotFreeThePRsClaims(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
 		// The PR's own re-plan without changes frees them.
 		f.planWith("p3", 1, "s3", map[string][2]string{"m": {"no-changes", ""}})
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 0 {
 			t.Fatalf("claims after the PR's own re-plan %+v", claims)
 		}
 	})

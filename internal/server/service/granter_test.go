@@ -84,7 +84,7 @@ func TestASatisfiedGateGrantsImpersonationAndTheRevokeTakesItBack(t *testing.T) 
 		if l := f.lease("ap1"); !l.Bound || l.Member != ciMember {
 			t.Fatalf("stored lease %+v", l)
 		}
-		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		_, err = f.GateRevoke(ctx, who("runner"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
 		f.must(err)
 		if got := bound(fake, "ap1"); len(got) != 0 {
 			t.Fatalf("after the revoke the lease still binds %v", got)
@@ -109,7 +109,7 @@ func TestAGranterFailureDeniesTheGate(t *testing.T) {
 		if l.RevokedAt.IsZero() || l.Outcome != "grant failed" {
 			t.Fatalf("lease after a failed grant %+v", l)
 		}
-		entries, err := f.Audit(ctx, 5, 0)
+		entries, err := f.Audit(ctx, reader, "", 5, 0)
 		f.must(err)
 		// Newest first: whatever part of the grant took effect was removed at once.
 		if len(entries) < 2 || entries[0].Action != "gate.unbind" || entries[0].Outcome != "removed" ||
@@ -129,7 +129,7 @@ func TestAFailedRevokeIsAuditedAndRetriedBySweeper(t *testing.T) {
 		_, err := f.check("ap1", 1, sp("m", "v1:m"))
 		f.must(err)
 		fake.Fail("", 1, 403)
-		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		_, err = f.GateRevoke(ctx, who("runner"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		f.must(err) // the lease is ended; removing its binding is the server's job from here
 		if got := bound(fake, "ap1"); len(got) != 1 {
 			t.Fatalf("binding after a failed removal %v", got)
@@ -138,7 +138,7 @@ func TestAFailedRevokeIsAuditedAndRetriedBySweeper(t *testing.T) {
 		if !l.Bound || l.UnbindAttempts != 1 || !strings.Contains(l.UnbindError, "403") {
 			t.Fatalf("lease after a failed removal %+v", l)
 		}
-		entries, _ := f.Audit(ctx, 5, 0)
+		entries, _ := f.Audit(ctx, reader, "", 5, 0)
 		if entries[0].Action != "gate.unbind" || entries[0].Outcome != "failed" {
 			t.Fatalf("audit %+v", entries[0])
 		}

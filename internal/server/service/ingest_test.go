@@ -20,7 +20,7 @@ import (
 // is accepted.
 func TestLogOffsetsAreBounded(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		chunk := func(off, gap int64, data string) error {
 			_, err := f.LogChunk(ctx, runner, &api.LogChunk{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: off, GapLength: gap, Data: []byte(data)})
@@ -34,17 +34,17 @@ func TestLogOffsetsAreBounded(t *testing.T) {
 		f.must(chunk(0, 0, "abc"))
 		f.must(chunk(3, MaxLogOffset-4, ""))
 		f.must(chunk(MaxLogOffset-1, 0, "z"))
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if st := x.Stacks[0]; st.LogBytes != MaxLogOffset || len(st.Gaps) != 1 || st.Gaps[0].To != MaxLogOffset-1 {
 			t.Fatalf("summary %+v", st)
 		}
-		sl, err := f.LogRead(ctx, "e1", "a", 1, false, 0, 100)
+		sl, err := f.LogRead(ctx, reader, "e1", "a", 1, false, 0, 100)
 		f.must(err)
 		if string(sl.Data) != "abc" || sl.NextOffset != 3 {
 			t.Fatalf("read %+v", sl)
 		}
-		sl, err = f.LogRead(ctx, "e1", "a", 1, false, 3, 100)
+		sl, err = f.LogRead(ctx, reader, "e1", "a", 1, false, 3, 100)
 		f.must(err)
 		if string(sl.Data) != "z" || sl.NextOffset != MaxLogOffset {
 			t.Fatalf("read past the gap %+v", sl)
@@ -56,7 +56,7 @@ func TestLogOffsetsAreBounded(t *testing.T) {
 // execution and its logs readable.
 func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
 			_, err := tx.AddLogChunks([]store.LogChunk{
@@ -66,23 +66,23 @@ func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 			})
 			return err
 		}))
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if a, b := x.Stacks[0], x.Stacks[1]; a.LogBytes != math.MaxInt64 || len(a.Gaps) != 1 || a.Gaps[0].To != math.MaxInt64 || b.LogBytes != math.MaxInt64 {
 			t.Fatalf("stacks %+v %+v", a, b)
 		}
-		sl, err := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
+		sl, err := f.LogRead(ctx, reader, "e1", "a", 0, true, 0, 100)
 		f.must(err)
 		if string(sl.Data) != "abc" || sl.NextOffset != 3 {
 			t.Fatalf("read a %+v", sl)
 		}
-		sl, err = f.LogRead(ctx, "e1", "a", 0, true, 3, 100)
+		sl, err = f.LogRead(ctx, reader, "e1", "a", 0, true, 3, 100)
 		f.must(err)
 		if len(sl.Data) != 0 || sl.NextOffset != math.MaxInt64 || len(sl.Gaps) != 1 {
 			t.Fatalf("read a past its gap %+v", sl)
 		}
 		for _, off := range []int64{0, math.MaxInt64 - 1, math.MaxInt64} {
-			sl, err = f.LogRead(ctx, "e1", "b", 0, true, off, 100)
+			sl, err = f.LogRead(ctx, reader, "e1", "b", 0, true, off, 100)
 			f.must(err)
 			if off == math.MaxInt64-1 && (string(sl.Data) != "x" || sl.NextOffset != math.MaxInt64) {
 				t.Fatalf("read b at %d: %+v", off, sl)
@@ -95,7 +95,7 @@ func TestHostileStoredLogRowsStayReadable(t *testing.T) {
 // init, a phase or an update takes logs, and a refused batch stores nothing.
 func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		chunk := func(stack string, off int64) api.LogChunk {
 			return api.LogChunk{ExecutionID: "e1", Stack: stack, Generation: 1, Offset: off, Data: []byte(stack)}
@@ -108,7 +108,7 @@ func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 		f.must(err)
 		_, err = f.LogChunks(ctx, runner, []api.LogChunk{chunk("a", 0), chunk("p", 0), chunk("u", 0)})
 		f.must(err)
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if len(x.Stacks) != 3 {
 			t.Fatalf("stacks %+v", x.Stacks)
@@ -127,7 +127,7 @@ func TestLogsForUnannouncedStacksAreRefused(t *testing.T) {
 // seq; phase and update batches naming the same stacks in opposite orders never deadlock.
 func TestConcurrentEventsOfOneStackEndAtMaxSeq(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		const n = 200
 		seqs := make(chan int, n)
@@ -189,7 +189,7 @@ func BenchmarkServiceIngest(b *testing.B) {
 			for i := range stacks {
 				stacks[i] = fmt.Sprintf("stacks/s%02d", i)
 			}
-			if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+			if _, err := svc.Init(ctx, runner, &api.Init{ExecutionID: "bench", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
 				b.Fatal(err)
 			}
 			data := []byte(strings.Repeat("terraform output line ...\n", 20))[:512]

@@ -51,7 +51,7 @@ func plainAssemble(log []store.LogChunk, stack string, generation, offset int64,
 // under every limit, for runner-shaped logs and for logs whose chunks overlap.
 func TestLogReadMatchesThePlainReading(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"tiled", "overlapping"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"tiled", "overlapping"}})
 		f.must(err)
 		r := rand.New(rand.NewPCG(5, 6))
 		logs := map[string][]store.LogChunk{"tiled": storetest.RandomLog(r, 400, true), "overlapping": storetest.RandomLog(r, 400, false)}
@@ -66,7 +66,7 @@ func TestLogReadMatchesThePlainReading(t *testing.T) {
 					off = log[r.IntN(len(log))].Offset
 				}
 				limit := 1 + r.IntN(3000)
-				got, err := f.LogRead(ctx, "e1", stack, 1, false, off, limit)
+				got, err := f.LogRead(ctx, reader, "e1", stack, 1, false, off, limit)
 				f.must(err)
 				if want := plainAssemble(log, stack, 1, off, limit); fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("%s from %d, limit %d:\n got %+v\nwant %+v", stack, off, limit, got, want)
@@ -80,7 +80,7 @@ func TestLogReadMatchesThePlainReading(t *testing.T) {
 // that many bytes, and followed to its end all the same.
 func TestLogReadStopsAtMaxRows(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		n := MaxLogReadRows + 1000
 		log := make([]store.LogChunk, n)
@@ -88,14 +88,14 @@ func TestLogReadStopsAtMaxRows(t *testing.T) {
 			log[i] = store.LogChunk{Offset: int64(i), Data: []byte{'a' + byte(i%26)}}
 		}
 		storetest.WriteLog(t, f.Store, "e1", "a", 1, log)
-		sl, err := f.LogRead(ctx, "e1", "a", 1, false, 0, 4<<20)
+		sl, err := f.LogRead(ctx, reader, "e1", "a", 1, false, 0, 4<<20)
 		f.must(err)
 		if len(sl.Data) != MaxLogReadRows || sl.NextOffset != MaxLogReadRows {
 			t.Fatalf("one read of %d one-byte chunks: %d bytes, next offset %d; want %d", n, len(sl.Data), sl.NextOffset, MaxLogReadRows)
 		}
 		var all []byte
 		for off := int64(0); ; {
-			sl, err := f.LogRead(ctx, "e1", "a", 1, false, off, 4<<20)
+			sl, err := f.LogRead(ctx, reader, "e1", "a", 1, false, off, 4<<20)
 			f.must(err)
 			all = append(all, sl.Data...)
 			if sl.NextOffset == off {
@@ -114,7 +114,7 @@ func TestLogReadStopsAtMaxRows(t *testing.T) {
 // never received; each step keeps to its limit and gap bound.
 func TestReadLogSpanCoversTheLog(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		r := rand.New(rand.NewPCG(9, 10))
 		log := storetest.RandomLog(r, 600, true)
@@ -146,7 +146,7 @@ func TestReadLogSpanCoversTheLog(t *testing.T) {
 			lost, off := 0, from
 			for {
 				limit, maxGaps := 1+r.IntN(500), 1+r.IntN(20)
-				sp, err := f.ReadLogSpan(ctx, "e1", "a", 1, off, math.MaxInt64, limit, maxGaps)
+				sp, err := f.ReadLogSpan(ctx, reader, "e1", "a", 1, off, math.MaxInt64, limit, maxGaps)
 				f.must(err)
 				data, gaps := 0, 0
 				for _, p := range sp.Parts {
@@ -185,7 +185,7 @@ func TestReadLogSpanCoversTheLog(t *testing.T) {
 // MaxStackGaps of them, saying there are more.
 func TestGapListsAreBounded(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		const n = 5 * MaxLogReadGaps
 		log := []store.LogChunk{{Offset: 0, Data: []byte("x")}}
@@ -197,7 +197,7 @@ func TestGapListsAreBounded(t *testing.T) {
 		listed := map[int64]bool{}
 		reads := 0
 		for off := int64(0); ; reads++ {
-			sl, err := f.LogRead(ctx, "e1", "a", 1, false, off, 100)
+			sl, err := f.LogRead(ctx, reader, "e1", "a", 1, false, off, 100)
 			f.must(err)
 			if len(sl.Gaps) > MaxLogReadGaps {
 				t.Fatalf("a read from %d lists %d gaps", off, len(sl.Gaps))
@@ -213,7 +213,7 @@ func TestGapListsAreBounded(t *testing.T) {
 		if reads > 4 || !listed[1] || !listed[MaxLogReadGaps] || !listed[n] {
 			t.Fatalf("followed in %d reads, listing gaps at 1: %v, %d: %v, %d: %v", reads, listed[1], MaxLogReadGaps, listed[MaxLogReadGaps], n, listed[n])
 		}
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		a, b := x.Stacks[0], x.Stacks[1]
 		if len(a.Gaps) != MaxStackGaps || !a.GapsTruncated || a.Gaps[0].From != 1 || a.Gaps[MaxStackGaps-1].From != MaxStackGaps {

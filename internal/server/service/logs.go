@@ -18,7 +18,7 @@ func checkChunk(in *api.LogChunk) error {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return err
 	}
-	if err := checkName("stack", in.Stack); err != nil {
+	if err := checkStack("stack", in.Stack); err != nil {
 		return err
 	}
 	switch {
@@ -103,8 +103,8 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 // at offset is stepped over (NextOffset moves past it, listed in Gaps); bytes not received yet end
 // the slice, and so does a gap after data (listed, not stepped over), the MaxLogReadGaps-th gap and
 // the MaxLogReadRows-th chunk. latest selects the newest generation.
-func (s *Service) LogRead(ctx context.Context, id, stack string, generation int64, latest bool, offset int64, limit int) (*api.LogSlice, error) {
-	if err := checkName("stack", stack); err != nil {
+func (s *Service) LogRead(ctx context.Context, caller Caller, id, stack string, generation int64, latest bool, offset int64, limit int) (*api.LogSlice, error) {
+	if err := checkStack("stack", stack); err != nil {
 		return nil, err
 	}
 	if offset < 0 {
@@ -115,7 +115,7 @@ func (s *Service) LogRead(ctx context.Context, id, stack string, generation int6
 	}
 	var out *api.LogSlice
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		if _, _, err := tx.ExecutionCancel(id); err != nil {
+		if err := s.checkReader(tx, caller, id); err != nil {
 			return err
 		}
 		if latest {
@@ -165,7 +165,7 @@ type LogPart struct {
 // page shows where bytes were lost and goes on): at most limit bytes of data, maxGaps gap
 // records (so at most maxGaps+1 data parts) and MaxLogReadRows chunks. Bytes not received yet
 // end it.
-func (s *Service) ReadLogSpan(ctx context.Context, id, stack string, generation, offset, until int64, limit, maxGaps int) (*LogSpan, error) {
+func (s *Service) ReadLogSpan(ctx context.Context, caller Caller, id, stack string, generation, offset, until int64, limit, maxGaps int) (*LogSpan, error) {
 	if offset < 0 {
 		return nil, invalid("offset %d is negative", offset)
 	}
@@ -174,7 +174,7 @@ func (s *Service) ReadLogSpan(ctx context.Context, id, stack string, generation,
 		return out, nil
 	}
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		if _, _, err := tx.ExecutionCancel(id); err != nil {
+		if err := s.checkReader(tx, caller, id); err != nil {
 			return err
 		}
 		k := &logWalk{stack: stack, generation: generation, pos: offset, until: until, limit: limit, maxGaps: maxGaps, span: true}

@@ -13,7 +13,7 @@ import (
 func seedLog(tb testing.TB, st store.Store, chunks []store.LogChunk) *Service {
 	tb.Helper()
 	svc := New(st, nil)
-	if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
+	if _, err := svc.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
 		tb.Fatal(err)
 	}
 	storetest.WriteLog(tb, st, "e1", "a", 1, chunks)
@@ -57,7 +57,7 @@ func overlappingGaps(n int) []store.LogChunk {
 func followLog(tb testing.TB, svc *Service) (reads, bytes int) {
 	off := int64(0)
 	for {
-		sl, err := svc.LogRead(ctx, "e1", "a", 1, false, off, DefaultLogReadMax)
+		sl, err := svc.LogRead(ctx, reader, "e1", "a", 1, false, off, DefaultLogReadMax)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func BenchmarkLogReads(b *testing.B) {
 					end := int64(shape.n * shape.size)
 					b.Run("tail-read", func(b *testing.B) {
 						for b.Loop() {
-							sl, err := svc.LogRead(ctx, "e1", "a", 1, false, end-int64(shape.size), DefaultLogReadMax)
+							sl, err := svc.LogRead(ctx, reader, "e1", "a", 1, false, end-int64(shape.size), DefaultLogReadMax)
 							if err != nil || len(sl.Data) != shape.size {
 								b.Fatalf("tail read: %v %d bytes", err, len(sl.Data))
 							}
@@ -100,7 +100,7 @@ func BenchmarkLogReads(b *testing.B) {
 					})
 					b.Run("execution", func(b *testing.B) {
 						for b.Loop() {
-							x, err := svc.Execution(ctx, "e1")
+							x, err := svc.Execution(ctx, reader, "e1")
 							if err != nil || x.Stacks[0].LogBytes != end {
 								b.Fatalf("execution: %v %+v", err, x)
 							}
@@ -112,14 +112,14 @@ func BenchmarkLogReads(b *testing.B) {
 				svc := seedLog(b, be.Open(b), overlappingGaps(80000))
 				b.Run("log-read", func(b *testing.B) {
 					for b.Loop() {
-						if _, err := svc.LogRead(ctx, "e1", "a", 1, false, 1, DefaultLogReadMax); err != nil {
+						if _, err := svc.LogRead(ctx, reader, "e1", "a", 1, false, 1, DefaultLogReadMax); err != nil {
 							b.Fatal(err)
 						}
 					}
 				})
 				b.Run("execution", func(b *testing.B) {
 					for b.Loop() {
-						if _, err := svc.Execution(ctx, "e1"); err != nil {
+						if _, err := svc.Execution(ctx, reader, "e1"); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -8,59 +8,95 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 )
 
-// Who may write an execution's events: the principal that announced it (Init), or an admin.
-// Every runner event (phases, updates, log chunks, finalize) is checked, so that one runner's
-// token cannot overwrite the statuses, classes or plan hashes, which approvals and the gate
-// bind to, of an execution another principal announced.
+// Who may write an execution's events: the principal that announced it (Init), or an admin of
+// its repository. Every runner event (phases, updates, log chunks, finalize) is checked, so that
+// one runner's token cannot overwrite the statuses, classes or plan hashes, which approvals and
+// the gate bind to, of an execution another principal announced. Who may read it: a principal
+// that may read its repository.
 
 // maxOwners bounds the owners cache; it is emptied when full.
 const maxOwners = 4096
 
-// owners caches each execution's announcing principal. The principal is written once, in the
-// transaction that creates the execution, and executions are never deleted, so a cached
-// owner never goes stale, on this replica or on any other.
+// owner is who announced an execution, and in which repository.
+type owner struct{ principal, repo string }
+
+// owners caches each execution's announcing principal and repository. Both are written once,
+// in the transaction that creates the execution, and executions are never deleted, so a cached
+// entry never goes stale, on this replica or on any other.
 type owners struct {
 	mu sync.Mutex
-	m  map[string]string
+	m  map[string]owner
 }
 
-func (o *owners) get(id string) (string, bool) {
+func (o *owners) get(id string) (owner, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p, ok := o.m[id]
 	return p, ok
 }
 
-func (o *owners) put(id, principal string) {
+func (o *owners) put(id string, w owner) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil || len(o.m) >= maxOwners {
-		o.m = make(map[string]string)
+		o.m = make(map[string]owner)
 	}
-	o.m[id] = principal
+	o.m[id] = w
 }
 
-// checkOwner returns nil when caller may write events of execution id: an admin always (the
-// store still answers ErrNotFound for an unknown execution), anyone else only when it announced
-// the execution. An execution without a recorded principal is an admin's alone. An unknown
-// execution is ErrNotFound.
+// ownerOf returns who announced execution id and in which repository, from the cache or, through
+// tx (nil: a read transaction of its own), from the store. An unknown execution is ErrNotFound.
+func (s *Service) ownerOf(ctx context.Context, tx store.Tx, id string) (owner, error) {
+	if w, ok := s.owners.get(id); ok {
+		return w, nil
+	}
+	var w owner
+	read := func(tx store.Tx) (err error) {
+		w.principal, w.repo, err = tx.ExecutionPrincipal(id)
+		return err
+	}
+	var err error
+	if tx != nil {
+		err = read(tx)
+	} else {
+		err = s.Store.Read(ctx, read)
+	}
+	if err != nil {
+		return owner{}, err
+	}
+	s.owners.put(id, w)
+	return w, nil
+}
+
+// checkOwner returns nil when caller may write events of execution id: an admin of its
+// repository always, anyone else only when it announced the execution. An execution without a
+// recorded principal is an admin's alone. An unknown execution, or one of a repository the caller
+// may not act in, is ErrNotFound.
 func (s *Service) checkOwner(ctx context.Context, caller Caller, id string) error {
+	w, err := s.ownerOf(ctx, nil, id)
+	if err != nil {
+		return err
+	}
+	if !caller.allows(w.repo) {
+		return fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
 	if caller.Admin {
 		return nil
 	}
-	owner, ok := s.owners.get(id)
-	if !ok {
-		err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
-			owner, err = tx.ExecutionPrincipal(id)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		s.owners.put(id, owner)
-	}
-	if owner == "" || owner != caller.Name {
+	if w.principal == "" || w.principal != caller.Name {
 		return fmt.Errorf("%w: execution %s was not announced by %s; only its runner (or an admin) sends its events", store.ErrDenied, id, caller.Name)
+	}
+	return nil
+}
+
+// checkReader returns ErrNotFound unless execution id exists and caller may read its repository.
+func (s *Service) checkReader(tx store.Tx, caller Caller, id string) error {
+	w, err := s.ownerOf(context.Background(), tx, id)
+	if err != nil {
+		return err
+	}
+	if !caller.allows(w.repo) {
+		return fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
 	return nil
 }

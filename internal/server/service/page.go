@@ -17,9 +17,11 @@ const (
 	MaxPageLimit = 500
 )
 
-// Page selects one page of a list of gates, grants or checks: the rows of Environment and PR
-// (zero values: any), at most Limit of them (1 to MaxPageLimit).
+// Page selects one page of a list of gates, grants or checks: the rows of Repo, Environment
+// and PR (zero values: any; Repo as the request names it, see Caller.ReadRepo), at most Limit
+// of them (1 to MaxPageLimit).
 type Page struct {
+	Repo        string
 	Environment string
 	PR          int
 	Limit       int
@@ -50,27 +52,42 @@ func Limit(limit *int, def, max int) (int, error) {
 	return *limit, nil
 }
 
-// after is the store's filter of the page of a gates or checks list that comes after the row
-// whose cursor is before (empty: the first page); the list's rows have names names after their
-// environment and PR (gates: class and target; checks: the check's name).
-func (p Page) after(before string, names int) (store.ListFilter, error) {
-	f := store.ListFilter{Environment: p.Environment, PR: p.PR, Limit: p.Limit}
-	if err := p.check(); err != nil || before == "" {
+// scoped is p with its repository as caller may read it (Caller.ReadRepo).
+func (p Page) scoped(caller Caller) (Page, error) {
+	if err := p.check(); err != nil {
+		return p, err
+	}
+	var err error
+	if p.Repo, err = caller.ReadRepo(p.Repo); err != nil {
+		return p, err
+	}
+	return p, checkPRFilter(p.Repo, p.PR)
+}
+
+// after is the store's filter of the page of a gates or checks list, of the repositories caller
+// may read, that comes after the row whose cursor is before (empty: the first page); the list's
+// rows have names names after their repository, environment and PR (gates: class and target;
+// checks: the check's name).
+func (p Page) after(caller Caller, before string, names int) (store.ListFilter, error) {
+	p, err := p.scoped(caller)
+	f := store.ListFilter{Repo: p.Repo, Environment: p.Environment, PR: p.PR, Limit: p.Limit}
+	if err != nil || before == "" {
 		return f, err
 	}
 	k, ok := parseCursor(before)
 	if ok && len(k.Names) == names {
 		// Made by a client, a cursor may hold what no row does: a NUL byte (which PostgreSQL
 		// refuses to compare) or megabytes of text.
-		for _, v := range append([]string{k.Environment}, k.Names...) {
+		for _, v := range append([]string{k.Repo, k.Environment}, k.Names...) {
 			ok = ok && checkText("before", v, MaxNameLen) == nil
 		}
 	}
 	if !ok || len(k.Names) != names {
 		return f, invalid("before %q is not a cursor of this list (the cursor field of one of its rows)", clip(before, 100))
 	}
-	if p.Environment != "" && k.Environment != p.Environment || p.PR != 0 && k.PR != p.PR {
-		return f, invalid("before is the cursor of a row of environment %q, PR %d: not one of this list's", clip(k.Environment, 100), k.PR)
+	if p.Repo != "" && k.Repo != p.Repo || p.Environment != "" && k.Environment != p.Environment || p.PR != 0 && k.PR != p.PR {
+		return f, invalid("before is the cursor of a row of repository %q, environment %q, PR %d: not one of this list's",
+			clip(k.Repo, 100), clip(k.Environment, 100), k.PR)
 	}
 	f.After = &k
 	return f, nil
@@ -79,6 +96,7 @@ func (p Page) after(before string, names int) (store.ListFilter, error) {
 // cursor is what a cursor holds: a row's place in its list (store.RowKey).
 type cursor struct {
 	At          int64    `json:"at"` // Unix nanoseconds, 0 for the zero time
+	Repo        string   `json:"repo"`
 	Environment string   `json:"environment"`
 	PR          int      `json:"pr"`
 	Names       []string `json:"names"`
@@ -87,7 +105,7 @@ type cursor struct {
 // cursorOf is the cursor of the place k: JSON in unpadded base64url (safe in a query string
 // as it is), opaque to clients.
 func cursorOf(k store.RowKey) string {
-	c := cursor{Environment: k.Environment, PR: k.PR, Names: k.Names}
+	c := cursor{Repo: k.Repo, Environment: k.Environment, PR: k.PR, Names: k.Names}
 	if !k.At.IsZero() {
 		c.At = k.At.UnixNano()
 	}
@@ -103,7 +121,7 @@ func parseCursor(s string) (k store.RowKey, ok bool) {
 	if err != nil || json.Unmarshal(b, &c) != nil {
 		return k, false
 	}
-	k = store.RowKey{Environment: c.Environment, PR: c.PR, Names: c.Names}
+	k = store.RowKey{Repo: c.Repo, Environment: c.Environment, PR: c.PR, Names: c.Names}
 	if c.At != 0 {
 		k.At = time.Unix(0, c.At).UTC()
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/granter"
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // Policy says, per environment, which change classes on which stack globs need a grant before
@@ -25,8 +27,14 @@ import (
 //	}
 //	environment "prod" {
 //	  requester     = "deployer@project.iam.gserviceaccount.com"
-//	  runner_member = "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/gh/attribute.repository/org/infra"
+//	  runner_member = "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/gh/attribute.run_id/{run_id}"
 //	  lease_ttl     = "2h"
+//	  apply_from {
+//	    refs         = ["refs/heads/main"]
+//	    workflows    = ["acme/infra/.github/workflows/apply.yml@refs/heads/main"]
+//	    environments = ["prod"]
+//	    principals   = ["deployer"] # static-token and Google principals, by name
+//	  }
 //	  gate {
 //	    classes = ["destructive", "unclassified"]
 //	    stacks  = ["**"]
@@ -48,12 +56,28 @@ type EnvPolicy struct {
 	// Requester is the service account a satisfied gate leases.
 	Requester string
 	// RunnerMember is the runners' IAM identity the granter lets impersonate Requester
-	// (e.g. "principalSet://iam.googleapis.com/..."); the gcp-iam granter needs it.
+	// (e.g. "principalSet://iam.googleapis.com/..."); the gcp-iam granter needs it. It may name
+	// claims of the GitHub Actions job that passed the gate, {run_id} for one, filled in when
+	// the lease is granted (MemberFor), so that the lease is usable by that run alone.
 	RunnerMember string
+	// ApplyFrom, when set, is who may check the gate (and so take the lease); nil: any runner,
+	// except GitHub Actions jobs, which need it.
+	ApplyFrom *ApplyFrom
 	// LeaseTTL is how long a lease lasts (0: DefaultLeaseTTL).
 	LeaseTTL time.Duration
 	// Gates need a grant each.
 	Gates []GateRule
+}
+
+// ApplyFrom says which callers may check an environment's gate. A GitHub Actions job must
+// match every one of Refs, Workflows and Environments that is given (its ref, its
+// job_workflow_ref, its GitHub environment: exact strings), and at least one must be given; any
+// other principal must be named in Principals.
+type ApplyFrom struct {
+	Refs         []string
+	Workflows    []string
+	Environments []string
+	Principals   []string
 }
 
 // GateRule requires a grant when a stack matching one of Stacks has one of Classes.
@@ -81,11 +105,19 @@ type policyGranterHCL struct {
 }
 
 type policyEnvHCL struct {
-	Name         string          `hcl:"name,label"`
-	Requester    string          `hcl:"requester,optional"`
-	RunnerMember string          `hcl:"runner_member,optional"`
-	LeaseTTL     string          `hcl:"lease_ttl,optional"`
-	Gates        []policyGateHCL `hcl:"gate,block"`
+	Name         string               `hcl:"name,label"`
+	Requester    string               `hcl:"requester,optional"`
+	RunnerMember string               `hcl:"runner_member,optional"`
+	LeaseTTL     string               `hcl:"lease_ttl,optional"`
+	ApplyFrom    []policyApplyFromHCL `hcl:"apply_from,block"`
+	Gates        []policyGateHCL      `hcl:"gate,block"`
+}
+
+type policyApplyFromHCL struct {
+	Refs         []string `hcl:"refs,optional"`
+	Workflows    []string `hcl:"workflows,optional"`
+	Environments []string `hcl:"environments,optional"`
+	Principals   []string `hcl:"principals,optional"`
 }
 
 type policyGateHCL struct {
@@ -141,6 +173,20 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 				filename, e.Name, granter.KindGCPIAM, e.Requester)
 		}
 		ep := EnvPolicy{Requester: e.Requester, RunnerMember: e.RunnerMember}
+		if err := checkMemberTemplate(e.RunnerMember); err != nil {
+			return nil, fmt.Errorf("policy %s: environment %q runner_member: %w", filename, e.Name, err)
+		}
+		switch len(e.ApplyFrom) {
+		case 0:
+		case 1:
+			a := e.ApplyFrom[0]
+			if len(a.Refs)+len(a.Workflows)+len(a.Environments)+len(a.Principals) == 0 {
+				return nil, fmt.Errorf("policy %s: environment %q apply_from names nothing: give refs, workflows and environments (GitHub Actions jobs) or principals", filename, e.Name)
+			}
+			ep.ApplyFrom = &ApplyFrom{Refs: a.Refs, Workflows: a.Workflows, Environments: a.Environments, Principals: a.Principals}
+		default:
+			return nil, fmt.Errorf("policy %s: environment %q has %d apply_from blocks; give at most one", filename, e.Name, len(e.ApplyFrom))
+		}
 		if ep.LeaseTTL, err = parseTTL(filename, "environment "+e.Name+" lease_ttl", e.LeaseTTL); err != nil {
 			return nil, err
 		}
@@ -229,9 +275,11 @@ func checkGlob(g string) error {
 }
 
 // MatchGlob matches a slash-separated stack path against a glob where * matches within one
-// segment, ? one character, and a ** segment any number of segments.
+// segment, ? one character, and a ** segment any number of segments. Case does not matter: on a
+// filesystem that ignores it, "Stacks/prod/db" is the stack "stacks/prod/db", and a gate on it
+// must not be passed by spelling it so.
 func MatchGlob(glob, name string) bool {
-	return matchSegs(strings.Split(glob, "/"), strings.Split(strings.Trim(name, "/"), "/"))
+	return matchSegs(strings.Split(strings.ToLower(glob), "/"), strings.Split(strings.ToLower(strings.Trim(name, "/")), "/"))
 }
 
 func matchSegs(g, n []string) bool {
@@ -269,4 +317,125 @@ func matchSeg(g, s string) bool {
 	default:
 		return s != "" && s[0] == g[0] && matchSeg(g[1:], s[1:])
 	}
+}
+
+// memberClaims are the placeholders a runner_member template may name, each filled with the
+// claim of the GitHub Actions job that passed the gate.
+var memberClaims = map[string]func(*GitHubJob) string{
+	"repository":       func(j *GitHubJob) string { return j.Repository },
+	"repository_owner": func(j *GitHubJob) string { owner, _, _ := strings.Cut(j.Repository, "/"); return owner },
+	"ref":              func(j *GitHubJob) string { return j.Ref },
+	"job_workflow_ref": func(j *GitHubJob) string { return j.JobWorkflowRef },
+	"environment":      func(j *GitHubJob) string { return j.Environment },
+	"run_id":           func(j *GitHubJob) string { return j.RunID },
+	"run_attempt":      func(j *GitHubJob) string { return j.RunAttempt },
+	"sha":              func(j *GitHubJob) string { return j.SHA },
+	"actor":            func(j *GitHubJob) string { return j.Actor },
+}
+
+// templateParts splits a runner_member template into its literal text and its placeholders:
+// parts alternate literal, name, literal, ... (always an odd count).
+func templateParts(t string) ([]string, error) {
+	var parts []string
+	for {
+		i := strings.IndexAny(t, "{}")
+		if i < 0 {
+			return append(parts, t), nil
+		}
+		if t[i] == '}' {
+			return nil, fmt.Errorf("a %q without its %q", "}", "{")
+		}
+		j := strings.IndexByte(t[i:], '}')
+		if j < 0 {
+			return nil, fmt.Errorf("a %q without its %q", "{", "}")
+		}
+		name := t[i+1 : i+j]
+		if _, ok := memberClaims[name]; !ok {
+			names := make([]string, 0, len(memberClaims))
+			for n := range memberClaims {
+				names = append(names, "{"+n+"}")
+			}
+			sort.Strings(names)
+			return nil, fmt.Errorf("unknown placeholder {%s} (want one of %s)", name, strings.Join(names, ", "))
+		}
+		parts = append(parts, t[:i], name)
+		t = t[i+j+1:]
+	}
+}
+
+func checkMemberTemplate(t string) error {
+	_, err := templateParts(t)
+	return err
+}
+
+// memberValueOK reports whether a claim may be put into an IAM member: letters, digits and the
+// punctuation of refs, repositories and ids, nothing that could end the attribute or start
+// another.
+func memberValueOK(v string) bool {
+	if v == "" || len(v) > 512 {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./@:", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// MemberFor is the IAM member a lease of env is bound to for caller: RunnerMember with its
+// placeholders filled from caller's GitHub Actions claims. A template that names claims needs a
+// GitHub Actions caller with each of them set to a value an IAM member can hold; otherwise no
+// member is made and the error says why.
+func (ep EnvPolicy) MemberFor(caller Caller) (string, error) {
+	parts, err := templateParts(ep.RunnerMember)
+	if err != nil {
+		return "", err
+	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
+	if caller.GitHub == nil {
+		return "", fmt.Errorf("runner_member names claims of a GitHub Actions job, and %s is not one", caller.Name)
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		if i%2 == 0 {
+			b.WriteString(p)
+			continue
+		}
+		v := memberClaims[p](caller.GitHub)
+		if !memberValueOK(v) {
+			return "", fmt.Errorf("runner_member: the job's %s claim %q cannot be put into an IAM member", p, textfit.Prefix(textfit.Sanitize(v), 100))
+		}
+		b.WriteString(v)
+	}
+	return b.String(), nil
+}
+
+// MayCheckGate says why caller may not check the gate of an environment with policy ep ("" when
+// it may): a GitHub Actions job must match apply_from, which the environment must have; another
+// principal must be named in apply_from's principals when the environment has apply_from.
+func (ep EnvPolicy) MayCheckGate(env string, caller Caller) string {
+	a := ep.ApplyFrom
+	if caller.GitHub == nil {
+		if a == nil || slices.Contains(a.Principals, caller.Name) {
+			return ""
+		}
+		return fmt.Sprintf("%s is not among the principals of environment %q's apply_from", caller.Name, env)
+	}
+	j := caller.GitHub
+	switch {
+	case a == nil:
+		return fmt.Sprintf("environment %q has no apply_from block: no GitHub Actions job may check its gate", env)
+	case len(a.Refs)+len(a.Workflows)+len(a.Environments) == 0:
+		return fmt.Sprintf("environment %q's apply_from names no refs, workflows or environments: no GitHub Actions job may check its gate", env)
+	case len(a.Refs) > 0 && !slices.Contains(a.Refs, j.Ref):
+		return fmt.Sprintf("the job's ref %q is not among apply_from's refs of environment %q", j.Ref, env)
+	case len(a.Workflows) > 0 && !slices.Contains(a.Workflows, j.JobWorkflowRef):
+		return fmt.Sprintf("the job's workflow %q is not among apply_from's workflows of environment %q", j.JobWorkflowRef, env)
+	case len(a.Environments) > 0 && !slices.Contains(a.Environments, j.Environment):
+		return fmt.Sprintf("the job's GitHub environment %q is not among apply_from's environments of environment %q", j.Environment, env)
+	}
+	return ""
 }

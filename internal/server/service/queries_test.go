@@ -75,14 +75,14 @@ func (t *countingTx) Stacks(execID string) ([]store.Stack, error) {
 	return t.Tx.Stacks(execID)
 }
 
-func (t *countingTx) Claims(env string, now time.Time) ([]api.Claim, error) {
-	out, err := t.Tx.Claims(env, now)
+func (t *countingTx) Claims(repo, env string, now time.Time) ([]api.Claim, error) {
+	out, err := t.Tx.Claims(repo, env, now)
 	t.c.add(&t.c.claimRows, len(out))
 	return out, err
 }
 
-func (t *countingTx) ClaimsOn(env string, pr int, stacks []string, now time.Time) ([]api.Claim, error) {
-	out, err := t.Tx.ClaimsOn(env, pr, stacks, now)
+func (t *countingTx) ClaimsOn(k store.PRKey, stacks []string, now time.Time) ([]api.Claim, error) {
+	out, err := t.Tx.ClaimsOn(k, stacks, now)
 	t.c.add(&t.c.claimRows, len(out))
 	return out, err
 }
@@ -100,8 +100,8 @@ func (t *countingTx) Execution(id string) (*store.Execution, error) {
 	return e, err
 }
 
-func (t *countingTx) LatestPlan(env string, pr int) (*store.Execution, error) {
-	e, err := t.Tx.LatestPlan(env, pr)
+func (t *countingTx) LatestPlan(k store.PRKey) (*store.Execution, error) {
+	e, err := t.Tx.LatestPlan(k)
 	if e != nil && e.Edges != nil {
 		t.c.count(&t.c.edgeReads)
 	}
@@ -149,11 +149,11 @@ func TestGatesReadGrantsOncePerListing(t *testing.T) {
 		f.planWith("p1", 1, "s1", map[string][2]string{"a/x": {"destructive", "h-ax"}, "b/y": {"mutating", "h-by"}, "b/z": {"destructive", "h-bz"}})
 		f.planWith("p2", 2, "s1", map[string][2]string{"a/w": {"destructive", "h-aw"}})
 		for _, target := range []string{"a/**", "b/**"} {
-			_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: target, Reason: "ok"})
+			err := f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: target, Reason: "ok"})
 			f.must(err)
 		}
 		c.reset()
-		gates, err := f.Gates(ctx, everyRow("prod", 0), "")
+		gates, err := f.Gates(ctx, reader, everyRow("prod", 0), "")
 		f.must(err)
 		var got []string
 		for _, g := range gates {
@@ -177,7 +177,7 @@ func TestGatesReadGrantsOncePerListing(t *testing.T) {
 		if n, _ := c.reset(); n != 1 {
 			t.Errorf("a gate check over 3 required gates ran %d grant queries, want 1", n)
 		}
-		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "mutating", Target: "b/**", Reason: "ok"})
+		err = f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "mutating", Target: "b/**", Reason: "ok"})
 		f.must(err)
 		_, err = f.check("ap2", 1, sp("a/x", "h-ax"), sp("b/y", "h-by"), sp("b/z", "h-bz"))
 		f.must(err)
@@ -190,12 +190,12 @@ func TestDecisionsReadOnlyTheClaimsTheyNeed(t *testing.T) {
 	forEachCountedStore(t, testPolicy, func(t *testing.T, f *fixture, c *countingStore) {
 		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
 			for i := range 500 {
-				if err := tx.PutClaim(api.Claim{Environment: "prod", Stack: fmt.Sprintf("other/%03d", i), PR: 100 + i%7,
+				if err := tx.PutClaim(api.Claim{Repo: testRepo, Environment: "prod", Stack: fmt.Sprintf("other/%03d", i), PR: 100 + i%7,
 					ExecutionID: "elsewhere", ClaimedAt: f.now}); err != nil {
 					return err
 				}
 			}
-			return tx.PutClaim(api.Claim{Environment: "prod", Stack: "taken", PR: 9, ExecutionID: "p9", ClaimedAt: f.now})
+			return tx.PutClaim(api.Claim{Repo: testRepo, Environment: "prod", Stack: "taken", PR: 9, ExecutionID: "p9", ClaimedAt: f.now})
 		}))
 		c.take(&c.claimRows)
 		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "h-d"}, "m": {"mutating", "h-m"}})
@@ -212,7 +212,7 @@ func TestDecisionsReadOnlyTheClaimsTheyNeed(t *testing.T) {
 		if n := c.take(&c.claimRows); n != 3 {
 			t.Errorf("finalizing PR 1's second plan read %d claims, want 3 (its d and m, PR 9's taken)", n)
 		}
-		claims, err := f.Claims(ctx, "prod")
+		claims, err := f.Claims(ctx, reader, "", "prod")
 		f.must(err)
 		held := map[string]int{}
 		for _, cl := range claims {
@@ -246,9 +246,9 @@ func TestOnlyTheDetailReadsEdges(t *testing.T) {
 		}
 		results[0].Class, results[0].PlanHash = "destructive", "h0"
 		in := &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: stacks, Edges: edges, EdgesApproximate: true}
-		_, err := f.Init(ctx, "runner", in)
+		_, err := f.Init(ctx, runner, in)
 		f.must(err)
-		_, err = f.Init(ctx, "runner", in)
+		_, err = f.Init(ctx, runner, in)
 		f.must(err)
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p1", Status: "succeeded", Stacks: results})
 		f.must(err)
@@ -256,9 +256,9 @@ func TestOnlyTheDetailReadsEdges(t *testing.T) {
 		f.must(f.approve(1, "p1"))
 		_, err = f.check("ap1", 1, sp(stacks[0], "h0"))
 		f.must(err)
-		_, err = f.CancelExecution(ctx, "alice", &api.ExecutionsCancel{ExecutionID: "p1", Reason: "done"})
+		_, err = f.CancelExecution(ctx, who("alice"), &api.ExecutionsCancel{ExecutionID: "p1", Reason: "done"})
 		f.must(err)
-		list, err := f.Executions(ctx, store.ExecutionFilter{Environment: "prod"})
+		list, err := f.Executions(ctx, reader, store.ExecutionFilter{Environment: "prod"})
 		f.must(err)
 		if len(list) != 1 || list[0].Edges != nil || !list[0].EdgesApproximate {
 			t.Errorf("listed %+v, want p1 without edges, approximate", list)
@@ -266,7 +266,7 @@ func TestOnlyTheDetailReadsEdges(t *testing.T) {
 		if n := c.take(&c.edgeReads); n != 0 {
 			t.Errorf("Init, Finalize, grants, a gate check, a cancel and the list read edges %d times, want 0", n)
 		}
-		x, err := f.Execution(ctx, "p1")
+		x, err := f.Execution(ctx, reader, "p1")
 		f.must(err)
 		if !reflect.DeepEqual(x.Edges, edges) || !x.EdgesApproximate {
 			t.Errorf("the detail has %d edges (approximate %v), want %d (true)", len(x.Edges), x.EdgesApproximate, len(edges))
@@ -304,13 +304,13 @@ func BenchmarkGatesListing(b *testing.B) {
 						if err := tx.SaveStack(id, s); err != nil {
 							return err
 						}
-						if err := tx.ReplaceGates("prod", pr, []api.Gate{{ExecutionID: id, Class: "destructive", Target: "**", Stacks: []string{"s"}}}); err != nil {
+						if err := tx.ReplaceGates(store.PRKey{Repo: testRepo, Environment: "prod", PR: pr}, []api.Gate{{ExecutionID: id, Class: "destructive", Target: "**", Stacks: []string{"s"}}}); err != nil {
 							return err
 						}
 					}
 					for i := range grants {
 						pr := gates - i%gates
-						if _, err := tx.AddGrant(api.Grant{Environment: "prod", PR: pr, Class: "destructive", Target: "**", Principal: "alice",
+						if _, err := tx.AddGrant(api.Grant{Repo: testRepo, Environment: "prod", PR: pr, Class: "destructive", Target: "**", Principal: "alice",
 							GrantedAt: now, ExecutionID: fmt.Sprintf("p%d", pr), Stacks: []api.StackPlan{{Stack: "s", PlanHash: fmt.Sprintf("hp%d", pr)}}}); err != nil {
 							return err
 						}
@@ -323,7 +323,7 @@ func BenchmarkGatesListing(b *testing.B) {
 				svc := New(st, p)
 				svc.Now = func() time.Time { return now }
 				for b.Loop() {
-					out, err := svc.Gates(ctx, everyRow("prod", 0), "")
+					out, err := svc.Gates(ctx, reader, everyRow("prod", 0), "")
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -350,7 +350,7 @@ func BenchmarkDecisionClaims(b *testing.B) {
 				now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 				if err := st.Write(ctx, func(tx store.Tx) error {
 					for i := range n {
-						if err := tx.PutClaim(api.Claim{Environment: "prod", Stack: fmt.Sprintf("other/%05d", i), PR: 100 + i%50,
+						if err := tx.PutClaim(api.Claim{Repo: testRepo, Environment: "prod", Stack: fmt.Sprintf("other/%05d", i), PR: 100 + i%50,
 							ExecutionID: "elsewhere", ClaimedAt: now}); err != nil {
 							return err
 						}
@@ -377,7 +377,7 @@ func BenchmarkDecisionClaims(b *testing.B) {
 					b.StopTimer()
 					id := fmt.Sprintf("p%d", i)
 					i++
-					if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: 1, SHA: "s", Stacks: stacks}); err != nil {
+					if _, err := svc.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: 1, SHA: "s", Stacks: stacks}); err != nil {
 						b.Fatal(err)
 					}
 					b.StartTimer()
@@ -388,13 +388,13 @@ func BenchmarkDecisionClaims(b *testing.B) {
 			})
 			b.Run(fmt.Sprintf("%s/gatecheck/%d", be.Name, n), func(b *testing.B) {
 				svc := open(b)
-				if _, err := svc.Init(ctx, "runner", &api.Init{ExecutionID: "p", Environment: "prod", Op: "plan", PR: 1, SHA: "s", Stacks: stacks}); err != nil {
+				if _, err := svc.Init(ctx, runner, &api.Init{ExecutionID: "p", Environment: "prod", Op: "plan", PR: 1, SHA: "s", Stacks: stacks}); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := svc.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p", Status: "succeeded", Stacks: results}); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := svc.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "ok"}); err != nil {
+				if _, err := svc.SatisfyGate(ctx, who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "ok"}); err != nil {
 					b.Fatal(err)
 				}
 				check := &api.GateCheck{Environment: "prod", PR: 1, SHA: "s"}
@@ -405,7 +405,7 @@ func BenchmarkDecisionClaims(b *testing.B) {
 				for b.Loop() {
 					check.ExecutionID = fmt.Sprintf("ap%d", i)
 					i++
-					if _, err := svc.GateCheck(ctx, "runner", check); err != nil {
+					if _, err := svc.GateCheck(ctx, runner, check); err != nil {
 						b.Fatal(err)
 					}
 				}

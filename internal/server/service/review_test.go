@@ -14,7 +14,7 @@ import (
 // stackState returns one stack of an execution.
 func (f *fixture) stackState(id, name string) api.StackState {
 	f.t.Helper()
-	e, err := f.Execution(ctx, id)
+	e, err := f.Execution(ctx, reader, id)
 	f.must(err)
 	for _, st := range e.Stacks {
 		if st.Stack == name {
@@ -27,7 +27,7 @@ func (f *fixture) stackState(id, name string) api.StackState {
 
 // gateA checks prod's gate for PR 1 at s1 applying stack a with hash h-a.
 func (f *fixture) gateA(id string) (api.GateLease, error) {
-	return f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: id, Environment: "prod", PR: 1, SHA: "s1",
+	return f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: id, Environment: "prod", PR: 1, SHA: "s1",
 		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 }
 
@@ -52,7 +52,7 @@ func TestLateEventsDoNotChangeAFinalizedPlan(t *testing.T) {
 		// The gate still requires the destructive grant, and the forged hash does not pass.
 		_, err = f.gateA("ap1")
 		wantErr(t, err, store.ErrDenied, "no active grant approved this plan's content for gate destructive")
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap2", Environment: "prod", PR: 1, SHA: "s1",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap2", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "forged"}}})
 		wantErr(t, err, store.ErrDenied, "stale plan")
 	})
@@ -63,7 +63,7 @@ func TestConcurrentWritesOnOneExecutionLoseNothing(t *testing.T) {
 		const rounds = 50
 		for i := range rounds {
 			id := fmt.Sprint("e", i)
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "dev", Op: "plan", PR: 3, SHA: "s", Stacks: []string{"a"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "dev", Op: "plan", PR: 3, SHA: "s", Stacks: []string{"a"}})
 			f.must(err)
 			var wg sync.WaitGroup
 			errs := make(chan error, 2)
@@ -99,7 +99,7 @@ func TestConcurrentWritesOnOneExecutionLoseNothing(t *testing.T) {
 			}()
 			go func() {
 				defer wg.Done()
-				_, err := f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: id, Reason: "stop"})
+				_, err := f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: id, Reason: "stop"})
 				errs <- err
 			}()
 			wg.Wait()
@@ -126,10 +126,10 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 		lease, err := f.gateA("ap1")
 		f.must(err)
 		// The same execution id for another environment or PR does not get prod's requester.
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap1", Environment: "dev", PR: 1, SHA: "s1",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap1", Environment: "dev", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
-		wantErr(t, err, store.ErrDenied, "already holds a lease for prod PR #1")
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 2, SHA: "s1",
+		wantErr(t, err, store.ErrDenied, "already holds a lease for acme/infra prod PR #1")
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 2, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "already holds a lease")
 		// A repeat decides again: it renews the lease while the gate holds.
@@ -140,7 +140,7 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 			t.Fatalf("repeat %+v, first %+v", again, lease)
 		}
 		// Another principal cannot take over the execution's lease.
-		_, err = f.GateCheck(ctx, "intruder", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
+		_, err = f.GateCheck(ctx, who("intruder"), &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "granted to another principal")
 		// A newer plan with other content: the repeat is denied, and the lease it held ends.
@@ -154,7 +154,7 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 		}
 		_, err = f.gateA("ap1")
 		wantErr(t, err, store.ErrDenied, "already revoked")
-		entries, err := f.Audit(ctx, 100, 0)
+		entries, err := f.Audit(ctx, reader, "", 100, 0)
 		f.must(err)
 		outcomes := map[string]int{}
 		for _, e := range entries {
@@ -171,9 +171,9 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		// A plan cancelled while running stays cancelled even when its runner finalizes success.
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "p1", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
-		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "p1", Reason: "wrong branch"})
+		_, err = f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "p1", Reason: "wrong branch"})
 		f.must(err)
 		ack, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p1", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "mutating", PlanHash: "h-a"}}})
@@ -181,27 +181,27 @@ func TestCancelledExecutionsNeverPassTheGate(t *testing.T) {
 		if !ack.Cancel {
 			t.Fatalf("finalize ack %+v", ack)
 		}
-		e, err := f.Execution(ctx, "p1")
+		e, err := f.Execution(ctx, reader, "p1")
 		f.must(err)
 		if e.Status != "cancelled" {
 			t.Fatalf("cancelled plan finalized as %s", e.Status)
 		}
-		if claims, _ := f.Claims(ctx, "prod"); len(claims) != 0 {
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 0 {
 			t.Fatalf("a cancelled plan claimed %+v", claims)
 		}
 		_, err = f.gateA("ap1")
-		wantErr(t, err, store.ErrPrecondition, "plan p1 of prod PR #1 was cancelled")
+		wantErr(t, err, store.ErrPrecondition, "plan p1 of acme/infra prod PR #1 was cancelled")
 
 		// A good plan, then the apply execution itself is cancelled before its gate check.
 		f.plan("p2", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
-		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "ap2", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "ap2", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
-		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "ap2", Reason: "hold"})
+		_, err = f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "ap2", Reason: "hold"})
 		f.must(err)
 		_, err = f.gateA("ap2")
 		wantErr(t, err, store.ErrDenied, "execution ap2 was cancelled")
 		// Cancelling a finalized plan also stops it from passing.
-		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "p2", Reason: "bad plan"})
+		_, err = f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "p2", Reason: "bad plan"})
 		f.must(err)
 		_, err = f.gateA("ap3")
 		wantErr(t, err, store.ErrPrecondition, "was cancelled")
@@ -217,25 +217,25 @@ environment "staging" {
 		f.must(err)
 		f.Policy = p
 		f.plan("st1", "staging", 1, "s1", map[string]api.Class{"a": "mutating"})
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "staging", PR: 1, SHA: "s1",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "staging", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrPrecondition, `no requester for environment "staging"`)
 
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1,
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1,
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrInvalid, "sha is required")
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s1"})
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s1"})
 		wantErr(t, err, store.ErrInvalid, "stacks is required")
 
 		// A changed stack finalized without a plan hash never matches, not even an empty one.
 		f.now = f.now.Add(time.Second)
-		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "p2", Environment: "prod", Op: "plan", PR: 1, SHA: "s2", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "p2", Environment: "prod", Op: "plan", PR: 1, SHA: "s2", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p2", Status: "succeeded",
 			Stacks: []api.StackResult{{Stack: "a", Status: "succeeded", Class: "mutating"}}})
 		f.must(err)
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s2",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s2",
 			Stacks: []api.StackPlan{{Stack: "a"}}})
 		wantErr(t, err, store.ErrPrecondition, `no plan hash for changed stack "a"`)
 	})
@@ -244,28 +244,25 @@ environment "staging" {
 func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
-		for _, target := range []string{"**", "a"} {
-			_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: target, Reason: "ok"})
-			f.must(err)
-		}
-		_, err := f.GateCheck(ctx, "ci", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
+		f.must(f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "ok"}))
+		// A glob that is not one of the plan's gates approves nothing: it is refused, naming them.
+		err := f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "a", Reason: "ok"})
+		wantErr(t, err, store.ErrPrecondition, `requires no gate destructive on "a"; the gates it requires: destructive on ** (a)`)
+		_, err = f.GateCheck(ctx, who("ci"), &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		f.must(err)
 		// Only the principal the lease was granted to (or an admin) ends it.
-		_, err = f.GateRevoke(ctx, Caller{Name: "other-runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		_, err = f.GateRevoke(ctx, who("other-runner"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		wantErr(t, err, store.ErrDenied, "admin action")
 		// A failed apply also ends the grant it used: it approved that apply.
-		_, err = f.GateRevoke(ctx, Caller{Name: "ci"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		_, err = f.GateRevoke(ctx, who("ci"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
 		f.must(err)
-		grants, err := f.Grants(ctx, everyRow("prod", 1), 0)
+		grants, err := f.Grants(ctx, reader, everyRow("prod", 1), 0)
 		f.must(err)
-		for _, g := range grants {
-			used := g.Target == "**" // the policy's gate is destructive on **; the grant on a was not used
-			if used != (!g.ReleasedAt.IsZero() && g.ReleasedBy == "ci") {
-				t.Fatalf("grant %+v after revoke (used by the lease: %v)", g, used)
-			}
+		if len(grants) != 1 || grants[0].ReleasedAt.IsZero() || grants[0].ReleasedBy != "ci" {
+			t.Fatalf("grants after revoke %+v, want the one the lease used ended by ci", grants)
 		}
-		entries, err := f.Audit(ctx, 10, 0)
+		entries, err := f.Audit(ctx, reader, "", 10, 0)
 		f.must(err)
 		if len(entries) == 0 || entries[0].Action != "gate.revoke" || entries[0].Principal != "ci" ||
 			!strings.Contains(entries[0].Detail, "1 grants ended") {
@@ -282,11 +279,11 @@ func TestGateRevokeEndsThePRsGrantsAudited(t *testing.T) {
 func TestGateCheckOnlyForItsOwnExecution(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "mutating"})
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "ap1", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "ap1", Environment: "prod", Op: "apply", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		intrude := func() {
 			t.Helper()
-			_, err := f.GateCheck(ctx, "intruder", &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
+			_, err := f.GateCheck(ctx, who("intruder"), &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "s1",
 				Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 			wantErr(t, err, store.ErrDenied, "execution ap1 was announced by another principal")
 		}

@@ -115,6 +115,19 @@ func interleave(field string, values []string) []string {
 	return out
 }
 
+// checkStack validates a stack's path: a name (checkName) in its one canonical spelling
+// (events.StackPathProblem), so that a policy glob or a claim sees every stack one way.
+func checkStack(field, v string) error {
+	switch p := events.StackPathProblem(v); {
+	case p == "":
+		return nil
+	case v == "" || len(v) > MaxNameLen:
+		return invalid("%s %s", field, p)
+	default:
+		return invalid("%s %q %s", field, v, p)
+	}
+}
+
 // checkNames checks (field, value) pairs with checkName.
 func checkNames(pairs ...string) error {
 	for i := 0; i+1 < len(pairs); i += 2 {
@@ -155,8 +168,13 @@ func cancelAck(cancelled bool, reason string) api.Ack {
 	return api.Ack{Cancel: true, Reason: reason}
 }
 
-func audit(tx store.Tx, at time.Time, principal, action, target, reason, outcome, detail string) error {
-	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: principal, Action: action, Target: target,
+// audit records an action of caller in repo. A GitHub Actions job's verified claims go with
+// the detail, so that the log says which job of the repository acted.
+func audit(tx store.Tx, at time.Time, caller Caller, repo, action, target, reason, outcome, detail string) error {
+	if caller.GitHub != nil && caller.GitHub.Claims != "" {
+		detail = strings.TrimSpace(detail + " [" + caller.GitHub.Claims + "]")
+	}
+	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: caller.Name, Repo: repo, Action: action, Target: target,
 		Reason: clip(reason, MaxTextLen), Outcome: outcome, Detail: clip(detail, MaxTextLen)})
 	return err
 }
@@ -171,7 +189,7 @@ func checkInit(in *api.Init) error {
 	if in.PR < 0 {
 		return invalid("pr %d is negative (0: no pull request)", in.PR)
 	}
-	if err := checkTexts(MaxShortLen, "repo", in.Repo, "sha", in.SHA, "base", in.Base, "actor", in.Actor); err != nil {
+	if err := checkTexts(MaxShortLen, "sha", in.SHA, "base", in.Base, "actor", in.Actor); err != nil {
 		return err
 	}
 	if err := checkText("run_url", in.RunURL, MaxURLLen); err != nil {
@@ -184,7 +202,10 @@ func checkInit(in *api.Init) error {
 		return invalid("%d edges, more than %d", len(in.Edges), MaxEdges)
 	}
 	for _, e := range in.Edges {
-		if err := checkNames("edge from", e.From, "edge to", e.To); err != nil {
+		if err := checkStack("edge from", e.From); err != nil {
+			return err
+		}
+		if err := checkStack("edge to", e.To); err != nil {
 			return err
 		}
 	}
@@ -193,7 +214,7 @@ func checkInit(in *api.Init) error {
 	}
 	for i := range in.Reasons {
 		r := &in.Reasons[i]
-		if err := checkName("reason stack", r.Stack); err != nil {
+		if err := checkStack("reason stack", r.Stack); err != nil {
 			return err
 		}
 		if err := checkTexts(events.MaxReasonText, "reason kind", r.Kind, "reason detail", r.Detail, "reason raw", r.Raw); err != nil {
@@ -218,7 +239,7 @@ func checkStackNames(n int, name func(i int) string) error {
 	seen := make(map[string]bool, n)
 	for i := range n {
 		st := name(i)
-		if err := checkName("stack", st); err != nil {
+		if err := checkStack("stack", st); err != nil {
 			return err
 		}
 		if seen[st] {
@@ -237,17 +258,25 @@ const (
 	MaxStartAhead = 5 * time.Minute
 )
 
-// Init starts (or re-announces) an execution; the first stored copy wins. The principal
-// that first announced it owns it (see ReleaseClaims and checkOwner; another principal's Init
-// of the same id is refused), and the server's clock at that moment orders it among the PR's
-// plans.
-func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api.Ack, error) {
+// Init starts (or re-announces) an execution of a repository the caller may act in; the first
+// stored copy wins. The principal that first announced it owns it (see ReleaseClaims and
+// checkOwner; another principal's Init of the same id is refused), and the server's clock at
+// that moment orders it among the PR's plans.
+func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ack, error) {
 	if err := checkInit(in); err != nil {
 		return api.Ack{}, err
 	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
+		return api.Ack{}, err
+	}
+	if why := s.mayAnnounce(caller, in.Environment, in.PR); why != "" {
+		return api.Ack{}, fmt.Errorf("%w: %s", store.ErrDenied, why)
+	}
+	principal := caller.Name
 	now := s.Now()
 	e := &store.Execution{}
-	e.ExecutionID, e.Repo, e.PR, e.SHA, e.Base = in.ExecutionID, in.Repo, in.PR, in.SHA, in.Base
+	e.ExecutionID, e.Repo, e.PR, e.SHA, e.Base = in.ExecutionID, repo, in.PR, in.SHA, in.Base
 	e.Environment, e.Op, e.Actor, e.RunURL = in.Environment, api.ExecutionOp(in.Op), in.Actor, in.RunURL
 	e.Status, e.Edges, e.EdgesApproximate = events.ExecutionRunning, in.Edges, in.EdgesApproximate
 	e.StartedAt = in.StartedAt.UTC()
@@ -261,7 +290,7 @@ func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api
 		reasons[r.Stack] = append(reasons[r.Stack], r)
 	}
 	var ack api.Ack
-	err := s.Store.Write(ctx, func(tx store.Tx) error {
+	err = s.Store.Write(ctx, func(tx store.Tx) error {
 		created, err := tx.CreateExecution(e)
 		if err != nil {
 			return err
@@ -270,7 +299,7 @@ func (s *Service) Init(ctx context.Context, principal string, in *api.Init) (api
 			// A re-announcement (a retried Init) is acknowledged; the same id from another
 			// principal is refused, so that its runner learns at once that none of its events
 			// will be taken (see checkOwner) rather than at every one of them.
-			owner, err := tx.ExecutionPrincipal(e.ExecutionID)
+			owner, _, err := tx.ExecutionPrincipal(e.ExecutionID)
 			if err != nil {
 				return err
 			}
@@ -451,9 +480,22 @@ func unsettled(op api.ExecutionOp, stacks []store.Stack) string {
 	return ""
 }
 
+// planner is who stands behind a plan as far as its PR's claims go: its principal, except that
+// the GitHub Actions jobs of one repository ("github:owner/name:run:ID") are one planner. Each
+// run of a pull request's workflow is a principal of its own, and Init let each of them report
+// only its pull request, so a later run's plan replaces an earlier run's claims.
+func planner(principal string) string {
+	if rest, ok := strings.CutPrefix(principal, "github:"); ok {
+		repo, _, _ := strings.Cut(rest, ":run:")
+		return "github:" + repo
+	}
+	return principal
+}
+
 // settlePR applies a finalized execution's consequences for its PR: claims, gates and the check.
 func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack, now time.Time) error {
-	if err := tx.LockEnvironment(e.Environment); err != nil {
+	key := store.PRKey{Repo: e.Repo, Environment: e.Environment, PR: e.PR}
+	if err := tx.LockEnvironment(e.Repo, e.Environment); err != nil {
 		return err
 	}
 	switch {
@@ -470,23 +512,23 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 		}
 		// Only the PR's own claims and those on the stacks it changed matter: reading all of the
 		// environment's would cost, inside the write transaction, in proportion to every claim.
-		claims, err := tx.ClaimsOn(e.Environment, e.PR, changedStacks, now)
+		claims, err := tx.ClaimsOn(key, changedStacks, now)
 		if err != nil {
 			return err
 		}
-		// A plan frees only the claims of plans its own principal announced: another
+		// A plan frees only the claims of plans its own planner announced: another
 		// principal's plan naming this PR must not unlock its stacks for other PRs.
 		owners := map[string]string{}
 		ownerOf := func(execID string) (string, error) {
 			if o, ok := owners[execID]; ok {
 				return o, nil
 			}
-			o, err := tx.ExecutionPrincipal(execID)
+			o, _, err := tx.ExecutionPrincipal(execID)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return "", err
 			}
-			owners[execID] = o
-			return o, nil
+			owners[execID] = planner(o)
+			return owners[execID], nil
 		}
 		planner, err := ownerOf(e.ExecutionID)
 		if err != nil {
@@ -506,7 +548,7 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 			if owner != planner {
 				continue
 			}
-			if _, err := tx.ReleaseClaims(e.Environment, e.PR, c.Stack); err != nil {
+			if _, err := tx.ReleaseClaims(key, c.Stack); err != nil {
 				return err
 			}
 		}
@@ -518,16 +560,16 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 			if pr, ok := held[stack]; ok && pr != e.PR {
 				continue // another PR holds it; that PR's apply or release frees it
 			}
-			if err := tx.PutClaim(api.Claim{Environment: e.Environment, Stack: stack, PR: e.PR,
+			if err := tx.PutClaim(api.Claim{Repo: e.Repo, Environment: e.Environment, Stack: stack, PR: e.PR,
 				ExecutionID: e.ExecutionID, SHA: e.SHA, ClaimedAt: now, ExpiresAt: now.Add(s.ttl(e.Environment, false))}); err != nil {
 				return err
 			}
 		}
 		gates := s.Policy.RequiredGates(e.Environment, classes)
 		for i := range gates {
-			gates[i].PR, gates[i].ExecutionID, gates[i].RequiredAt = e.PR, e.ExecutionID, now
+			gates[i].Repo, gates[i].PR, gates[i].ExecutionID, gates[i].RequiredAt = e.Repo, e.PR, e.ExecutionID, now
 		}
-		if err := tx.ReplaceGates(e.Environment, e.PR, gates); err != nil {
+		if err := tx.ReplaceGates(key, gates); err != nil {
 			return err
 		}
 	case e.Op == api.ExecutionOp(events.OpApply) && e.Status == events.ExecutionSucceeded:
@@ -538,20 +580,20 @@ func (s *Service) settlePR(tx store.Tx, e *store.Execution, stacks []store.Stack
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return err
-		case l.Environment == e.Environment && l.PR == e.PR:
-			if _, err := tx.ReleaseClaims(e.Environment, e.PR, ""); err != nil {
+		case l.Repo == e.Repo && l.Environment == e.Environment && l.PR == e.PR:
+			if _, err := tx.ReleaseClaims(key, ""); err != nil {
 				return err
 			}
 		}
 	}
-	return tx.PutCheck(api.Check{Environment: e.Environment, PR: e.PR, Check: CheckName(e.Op),
+	return tx.PutCheck(api.Check{Repo: e.Repo, Environment: e.Environment, PR: e.PR, Check: CheckName(e.Op),
 		Conclusion: conclusion(e.Status), UpdatedAt: now})
 }
 
 // Checks lists a page of check conclusions, newest first (store.RowKey); before is the Cursor of
 // the previous page's last check (empty: the newest page).
-func (s *Service) Checks(ctx context.Context, p Page, before string) ([]api.Check, error) {
-	f, err := p.after(before, 1)
+func (s *Service) Checks(ctx context.Context, caller Caller, p Page, before string) ([]api.Check, error) {
+	f, err := p.after(caller, before, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -560,16 +602,21 @@ func (s *Service) Checks(ctx context.Context, p Page, before string) ([]api.Chec
 		return nil, err
 	}
 	for i, c := range out {
-		out[i].Cursor = cursorOf(store.RowKey{At: c.UpdatedAt, Environment: c.Environment, PR: c.PR, Names: []string{c.Check}})
+		out[i].Cursor = cursorOf(store.RowKey{At: c.UpdatedAt, Repo: c.Repo, Environment: c.Environment, PR: c.PR, Names: []string{c.Check}})
 	}
 	return out, nil
 }
 
 // OverrideCheck sets a check's conclusion by hand until the PR's next execution concludes it.
-func (s *Service) OverrideCheck(ctx context.Context, principal string, in *api.ChecksOverride) (api.Ack, error) {
+func (s *Service) OverrideCheck(ctx context.Context, caller Caller, in *api.ChecksOverride) (api.Ack, error) {
 	if err := checkNames("environment", in.Environment, "check", in.Check); err != nil {
 		return api.Ack{}, err
 	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
+		return api.Ack{}, err
+	}
+	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
 	if in.PR <= 0 {
 		return api.Ack{}, invalid("pr must be a positive pull request number")
 	}
@@ -581,23 +628,23 @@ func (s *Service) OverrideCheck(ctx context.Context, principal string, in *api.C
 	}
 	now := s.Now()
 	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {
-		cur, err := tx.Check(in.Environment, in.PR, in.Check)
+		cur, err := tx.Check(key, in.Check)
 		if err == nil && cur.Overridden && cur.Conclusion == string(in.Conclusion) && cur.Reason == in.Reason {
 			return nil
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if err := tx.PutCheck(api.Check{Environment: in.Environment, PR: in.PR, Check: in.Check,
+		if err := tx.PutCheck(api.Check{Repo: repo, Environment: in.Environment, PR: in.PR, Check: in.Check,
 			Conclusion: string(in.Conclusion), Overridden: true, Reason: clip(in.Reason, MaxTextLen), UpdatedAt: now}); err != nil {
 			return err
 		}
-		return audit(tx, now, principal, "checks.override", fmt.Sprintf("%s PR #%d %s", in.Environment, in.PR, in.Check), in.Reason, string(in.Conclusion), "")
+		return audit(tx, now, caller, repo, "checks.override", fmt.Sprintf("%s %s", target(key), in.Check), in.Reason, string(in.Conclusion), "")
 	})
 }
 
 // CancelExecution marks an execution cancelled; the runner learns it from its next event's Ack.
-func (s *Service) CancelExecution(ctx context.Context, principal string, in *api.ExecutionsCancel) (api.Ack, error) {
+func (s *Service) CancelExecution(ctx context.Context, caller Caller, in *api.ExecutionsCancel) (api.Ack, error) {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return api.Ack{}, err
 	}
@@ -611,6 +658,9 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 		if err != nil {
 			return err
 		}
+		if !caller.allows(e.Repo) {
+			return fmt.Errorf("%w: execution %q", store.ErrNotFound, in.ExecutionID)
+		}
 		if e.Cancelled {
 			ack = ackOf(e)
 			return nil
@@ -623,7 +673,7 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 			return err
 		}
 		ack = ackOf(e)
-		if err := audit(tx, now, principal, "executions.cancel", in.ExecutionID, in.Reason, "cancelled", ""); err != nil {
+		if err := audit(tx, now, caller, e.Repo, "executions.cancel", in.ExecutionID, in.Reason, "cancelled", ""); err != nil {
 			return err
 		}
 		return tx.Notify(e.ExecutionID)
@@ -633,9 +683,16 @@ func (s *Service) CancelExecution(ctx context.Context, principal string, in *api
 
 // Executions lists a page of executions newest first (store.ExecutionFilter; a request's paging:
 // ExecutionsAfter), without their stacks and edges.
-func (s *Service) Executions(ctx context.Context, f store.ExecutionFilter) ([]api.Execution, error) {
+func (s *Service) Executions(ctx context.Context, caller Caller, f store.ExecutionFilter) ([]api.Execution, error) {
 	if f.Limit <= 0 || f.Limit > MaxExecutionsLimit {
 		f.Limit = DefaultExecutionsLimit
+	}
+	var err error
+	if f.Repo, err = caller.ReadRepo(f.Repo); err != nil {
+		return nil, err
+	}
+	if err := checkPRFilter(f.Repo, f.PR); err != nil {
+		return nil, err
 	}
 	var rows []store.Execution
 	if err := s.Store.Read(ctx, func(tx store.Tx) (err error) { rows, err = tx.Executions(f); return }); err != nil {
@@ -648,13 +705,17 @@ func (s *Service) Executions(ctx context.Context, f store.ExecutionFilter) ([]ap
 	return out, nil
 }
 
-// Execution returns one execution with its stacks, edges and log summaries.
-func (s *Service) Execution(ctx context.Context, id string) (*api.Execution, error) {
+// Execution returns one execution with its stacks, edges and log summaries; an execution of a
+// repository the caller may not read is not found.
+func (s *Service) Execution(ctx context.Context, caller Caller, id string) (*api.Execution, error) {
 	var out *api.Execution
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
 		e, err := tx.Execution(id)
 		if err != nil {
 			return err
+		}
+		if !caller.allows(e.Repo) {
+			return fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 		}
 		if e.Edges, err = tx.ExecutionEdges(id); err != nil {
 			return err
@@ -685,16 +746,21 @@ func (s *Service) Execution(ctx context.Context, id string) (*api.Execution, err
 	return out, err
 }
 
-// Audit lists audit entries newest first.
-func (s *Service) Audit(ctx context.Context, limit int, before int64) ([]api.AuditEntry, error) {
+// Audit lists audit entries newest first, of one repository (repo, or the caller's one) or,
+// for a caller limited to none, of every repository.
+func (s *Service) Audit(ctx context.Context, caller Caller, repo string, limit int, before int64) ([]api.AuditEntry, error) {
 	if before < 0 {
 		return nil, invalid("before %d is negative (0: the newest entries)", before)
+	}
+	repo, err := caller.ReadRepo(repo)
+	if err != nil {
+		return nil, err
 	}
 	if limit <= 0 || limit > MaxAuditLimit {
 		limit = DefaultAuditLimit
 	}
 	var out []api.AuditEntry
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Audit(limit, before); return })
+	err = s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = tx.Audit(repo, limit, before); return })
 	return out, err
 }
 

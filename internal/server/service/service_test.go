@@ -74,7 +74,7 @@ func (f *fixture) plan(id, env string, pr int, sha string, classes map[string]ap
 		results = append(results, api.StackResult{Stack: s, Status: "succeeded", Class: c, PlanHash: "h-" + s})
 	}
 	f.now = f.now.Add(time.Second)
-	_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
+	_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: env, Op: "plan", PR: pr, SHA: sha, Stacks: stacks})
 	f.must(err)
 	_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: id, Status: "succeeded", Stacks: results})
 	f.must(err)
@@ -94,15 +94,15 @@ func TestInitIdempotentAndUnknownExecution(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		in := &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", PR: 3, Stacks: []string{"a", "b"},
 			Reasons: []api.ChangeReason{{Stack: "a", Kind: "watched-file", Detail: "main.tf"}}}
-		_, err := f.Init(ctx, "runner", in)
+		_, err := f.Init(ctx, runner, in)
 		f.must(err)
 		again := *in
-		again.Repo = "changed"
-		_, err = f.Init(ctx, "runner", &again)
+		again.SHA = "changed"
+		_, err = f.Init(ctx, runner, &again)
 		f.must(err)
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
-		if x.Repo != "" || len(x.Stacks) != 2 || x.Stacks[0].Status != "pending" || len(x.Stacks[0].Reasons) != 1 {
+		if x.Repo != testRepo || x.SHA != "" || len(x.Stacks) != 2 || x.Stacks[0].Status != "pending" || len(x.Stacks[0].Reasons) != 1 {
 			t.Fatalf("execution %+v", x)
 		}
 		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "nope", Stack: "a", Phase: "init"})
@@ -111,7 +111,7 @@ func TestInitIdempotentAndUnknownExecution(t *testing.T) {
 		wantErr(t, err, store.ErrNotFound, "")
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "nope", Status: "succeeded"})
 		wantErr(t, err, store.ErrNotFound, "")
-		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
+		_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "e2", Environment: "prod", Op: "destroy"})
 		wantErr(t, err, store.ErrInvalid, "op")
 	})
 }
@@ -136,9 +136,9 @@ func TestInitStartedAtFarFromTheServersClock(t *testing.T) {
 			{time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), f.now},
 		} {
 			id := fmt.Sprintf("e%d", i)
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: 1, StartedAt: tc.sent})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", PR: 1, StartedAt: tc.sent})
 			f.must(err)
-			x, err := f.Execution(ctx, id)
+			x, err := f.Execution(ctx, reader, id)
 			f.must(err)
 			if !x.StartedAt.Equal(tc.want) {
 				t.Errorf("sent %v: started_at %v, want %v", tc.sent, x.StartedAt, tc.want)
@@ -149,7 +149,7 @@ func TestInitStartedAtFarFromTheServersClock(t *testing.T) {
 
 func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 20})
 		f.must(err)
@@ -159,7 +159,7 @@ func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 		f.must(err)
 		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "a", Seq: 1, Status: "running", PlanHash: "old"})
 		f.must(err)
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		st := x.Stacks[0]
 		if st.Phase != "plan" || st.Status != "succeeded" || st.PlanHash != "new" || st.Class != "mutating" {
@@ -173,7 +173,7 @@ func TestPhasesAndUpdatesHighestSeqWins(t *testing.T) {
 func TestPhasesBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"e1", "e2"} {
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 			f.must(err)
 		}
 		batch := []api.PhaseEvent{
@@ -186,7 +186,7 @@ func TestPhasesBatch(t *testing.T) {
 		f.must(err)
 		_, err = f.Phases(ctx, runner, batch) // a retry
 		f.must(err)
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if a, b := x.Stacks[0], x.Stacks[1]; a.Phase != "done: succeeded" || b.Phase != "plan" || a.Status != "running" {
 			t.Fatalf("stacks %+v %+v", a, b)
@@ -199,7 +199,7 @@ func TestPhasesBatch(t *testing.T) {
 		wantErr(t, err, store.ErrInvalid, "more than")
 		_, err = f.Phases(ctx, runner, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "y", Seq: 10}, {ExecutionID: "e1", Stack: "", Phase: "y", Seq: 11}})
 		wantErr(t, err, store.ErrInvalid, "stack")
-		x, err = f.Execution(ctx, "e1")
+		x, err = f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if x.Stacks[0].Phase != "done: succeeded" {
 			t.Fatalf("a refused batch changed stack a: %+v", x.Stacks[0])
@@ -211,7 +211,7 @@ func TestPhasesBatch(t *testing.T) {
 
 func TestLogsDedupGenerationsAndGaps(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		post := func(c api.LogChunk) {
 			c.ExecutionID, c.Stack = "e1", "a"
@@ -226,32 +226,32 @@ func TestLogsDedupGenerationsAndGaps(t *testing.T) {
 		post(api.LogChunk{Generation: 1, Offset: 10, Data: []byte("xyz")})
 		post(api.LogChunk{Generation: 1, Offset: 20, Data: []byte("later")}) // bytes 13..20 not received yet
 
-		sl, err := f.LogRead(ctx, "e1", "a", 0, true, 0, 1<<20)
+		sl, err := f.LogRead(ctx, reader, "e1", "a", 0, true, 0, 1<<20)
 		f.must(err)
 		if sl.Generation != 1 || string(sl.Data) != "abcdef" || sl.NextOffset != 6 {
 			t.Fatalf("first read %+v %q", sl, sl.Data)
 		}
-		sl, err = f.LogRead(ctx, "e1", "a", 1, false, sl.NextOffset, 1<<20)
+		sl, err = f.LogRead(ctx, reader, "e1", "a", 1, false, sl.NextOffset, 1<<20)
 		f.must(err)
 		if string(sl.Data) != "xyz" || sl.NextOffset != 13 || len(sl.Gaps) != 1 || sl.Gaps[0].From != 6 || sl.Gaps[0].To != 10 {
 			t.Fatalf("read past gap %+v %q", sl, sl.Data)
 		}
-		sl, err = f.LogRead(ctx, "e1", "a", 1, false, 13, 1<<20)
+		sl, err = f.LogRead(ctx, reader, "e1", "a", 1, false, 13, 1<<20)
 		f.must(err)
 		if len(sl.Data) != 0 || sl.NextOffset != 13 {
 			t.Fatalf("read at hole %+v", sl)
 		}
-		sl, err = f.LogRead(ctx, "e1", "a", 1, false, 1, 2)
+		sl, err = f.LogRead(ctx, reader, "e1", "a", 1, false, 1, 2)
 		f.must(err)
 		if string(sl.Data) != "bc" || sl.NextOffset != 3 {
 			t.Fatalf("bounded read %+v %q", sl, sl.Data)
 		}
-		sl, err = f.LogRead(ctx, "e1", "a", 0, false, 0, 100)
+		sl, err = f.LogRead(ctx, reader, "e1", "a", 0, false, 0, 100)
 		f.must(err)
 		if string(sl.Data) != "gen zero" {
 			t.Fatalf("generation 0 %q", sl.Data)
 		}
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if st := x.Stacks[0]; st.LogGeneration != 1 || st.LogBytes != 25 || len(st.Gaps) != 1 {
 			t.Fatalf("stack log summary %+v", st)
@@ -267,12 +267,12 @@ func TestFinalizeFirstWinsClaimsGatesAndCheck(t *testing.T) {
 		// A second finalize does not change anything.
 		_, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "p1", Status: "failed"})
 		f.must(err)
-		x, err := f.Execution(ctx, "p1")
+		x, err := f.Execution(ctx, reader, "p1")
 		f.must(err)
 		if x.Status != "succeeded" || x.Class != "destructive" {
 			t.Fatalf("execution %+v", x)
 		}
-		claims, err := f.Claims(ctx, "prod")
+		claims, err := f.Claims(ctx, reader, "", "prod")
 		f.must(err)
 		if len(claims) != 2 || claims[0].Stack != "a" || claims[1].Stack != "c" || claims[0].PR != 1 {
 			t.Fatalf("claims %+v", claims)
@@ -280,19 +280,19 @@ func TestFinalizeFirstWinsClaimsGatesAndCheck(t *testing.T) {
 		if !claims[0].ExpiresAt.Equal(f.now.Add(24 * time.Hour)) {
 			t.Errorf("claim expiry %v", claims[0].ExpiresAt)
 		}
-		gates, err := f.Gates(ctx, everyRow("prod", 1), "")
+		gates, err := f.Gates(ctx, reader, everyRow("prod", 1), "")
 		f.must(err)
 		if len(gates) != 1 || gates[0].Class != "destructive" || gates[0].Target != "**" || gates[0].Satisfied || fmt.Sprint(gates[0].Stacks) != "[a]" {
 			t.Fatalf("gates %+v", gates)
 		}
-		checks, err := f.Checks(ctx, everyRow("prod", 1), "")
+		checks, err := f.Checks(ctx, reader, everyRow("prod", 1), "")
 		f.must(err)
 		if len(checks) != 1 || checks[0].Conclusion != "success" || checks[0].Check != "tfstackplan/plan" {
 			t.Fatalf("checks %+v", checks)
 		}
 		// A newer plan without changes to c releases PR 1's claim on c.
 		f.plan("p2", "prod", 1, "s2", map[string]api.Class{"a": "destructive", "c": "no-changes"})
-		claims, _ = f.Claims(ctx, "prod")
+		claims, _ = f.Claims(ctx, reader, "", "prod")
 		if len(claims) != 1 || claims[0].Stack != "a" || claims[0].ExecutionID != "p2" {
 			t.Fatalf("claims after replan %+v", claims)
 		}
@@ -310,12 +310,12 @@ func TestGateCheckVerdicts(t *testing.T) {
 				}
 				sp = append(sp, api.StackPlan{Stack: s, PlanHash: h})
 			}
-			return f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: id, Environment: "prod", PR: pr, SHA: sha, Stacks: sp})
+			return f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: id, Environment: "prod", PR: pr, SHA: sha, Stacks: sp})
 		}
 		_, err := check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "no plan")
 
-		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
+		_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "running", Environment: "prod", Op: "plan", PR: 1, SHA: "s1", Stacks: []string{"a"}})
 		f.must(err)
 		_, err = check("ap0", 1, "s1", "a")
 		wantErr(t, err, store.ErrPrecondition, "not finalized")
@@ -336,18 +336,18 @@ func TestGateCheckVerdicts(t *testing.T) {
 		// After a merge the commit differs from the plan's: the content decides, the sha is
 		// recorded.
 		f.plan("p-dev", "dev", 1, "s1", map[string]api.Class{"m": "mutating"})
-		lease, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap-dev", Environment: "dev", PR: 1, SHA: "merge-sha",
+		lease, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap-dev", Environment: "dev", PR: 1, SHA: "merge-sha",
 			Stacks: []api.StackPlan{{Stack: "m", PlanHash: "h-m"}}})
 		f.must(err)
 		if lease.Requester != "dev-deployer@proj.iam.gserviceaccount.com" || !lease.ExpiresAt.Equal(f.now.Add(2*time.Hour)) {
 			t.Fatalf("lease %+v", lease)
 		}
 
-		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
+		err = f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
 		f.must(err)
-		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
+		err = f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "reviewed"})
 		f.must(err)
-		grants, _ := f.Grants(ctx, everyRow("prod", 1), 0)
+		grants, _ := f.Grants(ctx, reader, everyRow("prod", 1), 0)
 		if len(grants) != 1 || grants[0].Principal != "alice" {
 			t.Fatalf("grants after two satisfies %+v", grants)
 		}
@@ -365,16 +365,16 @@ func TestGateCheckVerdicts(t *testing.T) {
 
 		// Another PR's apply on a claimed stack names the holder.
 		f.plan("p9", "prod", 9, "s9", map[string]api.Class{"a": "mutating"})
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap9", Environment: "prod", PR: 9, SHA: "s9",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap9", Environment: "prod", PR: 9, SHA: "s9",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "claimed by PR #1")
 
 		// Revoking with success releases PR 1's claims; revoked leases are not reused.
-		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		_, err = f.GateRevoke(ctx, who("runner"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
 		f.must(err)
-		_, err = f.GateRevoke(ctx, Caller{Name: "runner"}, &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
+		_, err = f.GateRevoke(ctx, who("runner"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "succeeded"})
 		f.must(err)
-		claims, _ := f.Claims(ctx, "prod")
+		claims, _ := f.Claims(ctx, reader, "", "prod")
 		for _, c := range claims {
 			if c.PR == 1 {
 				t.Fatalf("PR 1 still claims %+v", c)
@@ -384,21 +384,21 @@ func TestGateCheckVerdicts(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, "revoked")
 
 		// The revoke ended the grant: the next apply needs a fresh one.
-		grants, _ = f.Grants(ctx, everyRow("prod", 1), 0)
+		grants, _ = f.Grants(ctx, reader, everyRow("prod", 1), 0)
 		if len(grants) != 1 || grants[0].ReleasedAt.IsZero() || grants[0].ReleasedBy != "runner" {
 			t.Fatalf("grant after revoke %+v", grants)
 		}
 		_, err = check("ap2", 1, "s1", "a", "m")
 		wantErr(t, err, store.ErrDenied, "no active grant")
 		// Releasing a grant by hand denies again.
-		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "again"})
+		err = f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "again"})
 		f.must(err)
-		_, err = f.ReleaseGrant(ctx, "alice", &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "oops"})
+		_, err = f.ReleaseGrant(ctx, who("alice"), &api.GrantsRelease{PR: 1, Environment: "prod", Class: "destructive", Target: "**", Reason: "oops"})
 		f.must(err)
 		_, err = check("ap3", 1, "s1", "a", "m")
 		wantErr(t, err, store.ErrDenied, "no active grant")
 
-		entries, err := f.Audit(ctx, 100, 0)
+		entries, err := f.Audit(ctx, reader, "", 100, 0)
 		f.must(err)
 		var allowed, denied, admin int
 		for _, e := range entries {
@@ -425,7 +425,7 @@ func TestGateFollowsThePlanBeingApplied(t *testing.T) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
 		// A later plan of another commit without changes must not un-gate the first commit.
 		f.plan("p2", "prod", 1, "s2", map[string]api.Class{"a": "no-changes"})
-		_, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
+		_, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, `does not match plan p2: stacks named but not changed in the plan: "a"`)
 	})
@@ -435,24 +435,24 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "additive", "b": "additive"})
 		f.plan("p2", "prod", 2, "s2", map[string]api.Class{"a": "additive"})
-		claims, _ := f.Claims(ctx, "prod")
+		claims, _ := f.Claims(ctx, reader, "", "prod")
 		if len(claims) != 2 || claims[0].PR != 1 {
 			t.Fatalf("claims %+v", claims)
 		}
-		_, err := f.ReleaseClaims(ctx, Caller{Name: "bob", Admin: true}, &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b", Reason: "stale"})
+		_, err := f.ReleaseClaims(ctx, adminOf("bob"), &api.ClaimsRelease{Environment: "prod", PR: 1, Stack: "b", Reason: "stale"})
 		f.must(err)
-		claims, _ = f.Claims(ctx, "prod")
+		claims, _ = f.Claims(ctx, reader, "", "prod")
 		if len(claims) != 1 || claims[0].Stack != "a" {
 			t.Fatalf("after one-stack release %+v", claims)
 		}
 		f.now = f.now.Add(25 * time.Hour)
-		claims, _ = f.Claims(ctx, "prod")
+		claims, _ = f.Claims(ctx, reader, "", "prod")
 		if len(claims) != 0 {
 			t.Fatalf("expired claims still listed %+v", claims)
 		}
 		// PR 2's replan can now claim a.
 		f.plan("p3", "prod", 2, "s3", map[string]api.Class{"a": "additive"})
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 2, SHA: "s3",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 2, SHA: "s3",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		f.must(err)
 	})
@@ -460,9 +460,9 @@ func TestClaimsExpireAndRelease(t *testing.T) {
 
 func TestChecksOverrideAndCancel(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "dev", Op: "plan", PR: 4, Stacks: []string{"a"}})
 		f.must(err)
-		ack, err := f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "e1", Reason: "wrong branch"})
+		ack, err := f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "e1", Reason: "wrong branch"})
 		f.must(err)
 		if !ack.Cancel {
 			t.Fatalf("cancel ack %+v", ack)
@@ -472,32 +472,32 @@ func TestChecksOverrideAndCancel(t *testing.T) {
 		if !ack.Cancel || ack.Reason != "wrong branch" {
 			t.Fatalf("event ack after cancel %+v", ack)
 		}
-		sl, err := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
+		sl, err := f.LogRead(ctx, reader, "e1", "a", 0, true, 0, 100)
 		f.must(err)
 		if string(sl.Data) != "still stored" {
 			t.Fatalf("event after cancel not stored: %q", sl.Data)
 		}
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: "cancelled"})
 		f.must(err)
-		checks, _ := f.Checks(ctx, everyRow("dev", 4), "")
+		checks, _ := f.Checks(ctx, reader, everyRow("dev", 4), "")
 		if len(checks) != 1 || checks[0].Conclusion != "cancelled" {
 			t.Fatalf("checks %+v", checks)
 		}
-		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
+		_, err = f.OverrideCheck(ctx, who("admin"), &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
 		f.must(err)
-		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
+		_, err = f.OverrideCheck(ctx, who("admin"), &api.ChecksOverride{PR: 4, Environment: "dev", Check: "tfstackplan/plan", Conclusion: "success", Reason: "flaky runner"})
 		f.must(err)
-		checks, _ = f.Checks(ctx, everyRow("dev", 4), "")
+		checks, _ = f.Checks(ctx, reader, everyRow("dev", 4), "")
 		if len(checks) != 1 || checks[0].Conclusion != "success" || !checks[0].Overridden || checks[0].Reason != "flaky runner" {
 			t.Fatalf("overridden checks %+v", checks)
 		}
-		entries, _ := f.Audit(ctx, 100, 0)
+		entries, _ := f.Audit(ctx, reader, "", 100, 0)
 		if len(entries) != 2 || entries[0].Action != "checks.override" || entries[1].Action != "executions.cancel" {
 			t.Fatalf("audit %+v", entries)
 		}
-		_, err = f.CancelExecution(ctx, "admin", &api.ExecutionsCancel{ExecutionID: "nope", Reason: "x"})
+		_, err = f.CancelExecution(ctx, who("admin"), &api.ExecutionsCancel{ExecutionID: "nope", Reason: "x"})
 		wantErr(t, err, store.ErrNotFound, "")
-		_, err = f.OverrideCheck(ctx, "admin", &api.ChecksOverride{PR: 4, Environment: "dev", Check: "c", Conclusion: "success", Reason: " "})
+		_, err = f.OverrideCheck(ctx, who("admin"), &api.ChecksOverride{PR: 4, Environment: "dev", Check: "c", Conclusion: "success", Reason: " "})
 		wantErr(t, err, store.ErrInvalid, "reason")
 	})
 }
@@ -505,18 +505,18 @@ func TestChecksOverrideAndCancel(t *testing.T) {
 func TestGrantExpiry(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		f.plan("p1", "prod", 1, "s1", map[string]api.Class{"a": "destructive"})
-		_, err := f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
+		err := f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
 			Reason: "ok for ten minutes", ExpiresAt: f.now.Add(10 * time.Minute)})
 		f.must(err)
-		gates, _ := f.Gates(ctx, everyRow("prod", 1), "")
+		gates, _ := f.Gates(ctx, reader, everyRow("prod", 1), "")
 		if len(gates) != 1 || !gates[0].Satisfied {
 			t.Fatalf("gates %+v", gates)
 		}
 		f.now = f.now.Add(11 * time.Minute)
-		_, err = f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
+		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "no active grant")
-		_, err = f.SatisfyGate(ctx, "alice", &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
+		err = f.satisfy(who("alice"), &api.GatesSatisfy{PR: 1, Environment: "prod", Class: "destructive", Target: "**",
 			Reason: "late", ExpiresAt: f.now.Add(-time.Minute)})
 		wantErr(t, err, store.ErrInvalid, "in the past")
 	})
@@ -526,7 +526,7 @@ func TestConcurrentDecisionsStayConsistent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		// Two PRs finalize plans touching the same stack at once: exactly one holds the claim.
 		for _, pr := range []int{1, 2} {
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: fmt.Sprint("p", pr), Environment: "prod", Op: "plan", PR: pr, SHA: "s", Stacks: []string{"a"}})
 			f.must(err)
 		}
 		var wg sync.WaitGroup
@@ -542,7 +542,7 @@ func TestConcurrentDecisionsStayConsistent(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		claims, _ := f.Claims(ctx, "prod")
+		claims, _ := f.Claims(ctx, reader, "", "prod")
 		if len(claims) != 1 {
 			t.Fatalf("claims %+v", claims)
 		}
@@ -555,7 +555,7 @@ func TestConcurrentDecisionsStayConsistent(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					l, err := f.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: fmt.Sprint("apply-", pr), Environment: "prod", PR: pr, SHA: "s",
+					l, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: fmt.Sprint("apply-", pr), Environment: "prod", PR: pr, SHA: "s",
 						Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 					switch {
 					case err == nil:
@@ -584,7 +584,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	s := storetest.OpenSQLite(t)
 	svc := New(s, nil)
 	_ = s.Close()
-	_, err := svc.GateCheck(ctx, "runner", &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s",
+	_, err := svc.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s",
 		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h"}}})
 	wantErr(t, err, store.ErrUnavailable, "")
 }
@@ -632,7 +632,7 @@ environment "p" {
 
 func TestLogChunksBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
 		batch := []api.LogChunk{
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("a0 ")},
@@ -645,7 +645,7 @@ func TestLogChunksBatch(t *testing.T) {
 		_, err = f.LogChunks(ctx, runner, batch) // a retry of the whole batch
 		f.must(err)
 		for stack, want := range map[string]string{"a": "a0 a1 ", "b": "b0 "} {
-			sl, err := f.LogRead(ctx, "e1", stack, 0, true, 0, 100)
+			sl, err := f.LogRead(ctx, reader, "e1", stack, 0, true, 0, 100)
 			f.must(err)
 			if string(sl.Data) != want {
 				t.Errorf("stack %s: %q, want %q", stack, sl.Data, want)
@@ -664,7 +664,7 @@ func TestLogChunksBatch(t *testing.T) {
 		wantErr(t, err, store.ErrInvalid, "one execution")
 		_, err = f.LogChunks(ctx, runner, []api.LogChunk{{ExecutionID: "missing", Stack: "a", Generation: 1, Data: []byte("x")}})
 		wantErr(t, err, store.ErrNotFound, "")
-		sl, _ := f.LogRead(ctx, "e1", "a", 0, true, 0, 100)
+		sl, _ := f.LogRead(ctx, reader, "e1", "a", 0, true, 0, 100)
 		if string(sl.Data) != "a0 a1 " {
 			t.Fatalf("rejected batch stored something: %q", sl.Data)
 		}
@@ -673,23 +673,34 @@ func TestLogChunksBatch(t *testing.T) {
 
 // runner is the caller of the tests' runner events: the principal their executions are
 // announced by.
-var runner = Caller{Name: "runner"}
+var runner = who("runner")
+
+// testRepo is the repository of the tests' executions: every test caller is limited to it, so a
+// request that names no repository means it.
+const testRepo = "acme/infra"
+
+// who is a caller limited to testRepo; adminOf one with the admin role too; reader reads.
+func who(name string) Caller { return Caller{Name: name, Repositories: []string{testRepo}} }
+
+func adminOf(name string) Caller { c := who(name); c.Admin = true; return c }
+
+var reader = who("viewer")
 
 // An execution announced without a principal is an admin's alone; a cached owner answers as
 // the store would, for every caller.
 func TestEventsOfAnExecutionWithoutPrincipal(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "", &api.Init{ExecutionID: "anon", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		_, err := f.Init(ctx, who(""), &api.Init{ExecutionID: "anon", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
 		for range 2 { // the second time from the owners cache
 			_, err = f.Phase(ctx, Caller{}, &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
 			wantErr(t, err, store.ErrDenied, "not announced by")
 			_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
 			wantErr(t, err, store.ErrDenied, "not announced by runner")
-			_, err = f.Phase(ctx, Caller{Name: "alice", Admin: true}, &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
+			_, err = f.Phase(ctx, adminOf("alice"), &api.PhaseEvent{ExecutionID: "anon", Stack: "a", Phase: "plan"})
 			f.must(err)
 		}
-		_, err = f.Phase(ctx, Caller{Name: "alice", Admin: true}, &api.PhaseEvent{ExecutionID: "unknown", Stack: "a", Phase: "plan"})
+		_, err = f.Phase(ctx, adminOf("alice"), &api.PhaseEvent{ExecutionID: "unknown", Stack: "a", Phase: "plan"})
 		wantErr(t, err, store.ErrNotFound, "unknown")
 	})
 }
@@ -699,7 +710,7 @@ func TestEventsOfAnExecutionWithoutPrincipal(t *testing.T) {
 // execution never announced is added in name order.
 func TestFinalizeWritesOnlyChangedStacks(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"b", "d"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e", Environment: "prod", Op: "plan", Stacks: []string{"b", "d"}})
 		f.must(err)
 		updated := f.now
 		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e", Stack: "b", Seq: 1, Status: "succeeded", Class: "additive",
@@ -712,7 +723,7 @@ func TestFinalizeWritesOnlyChangedStacks(t *testing.T) {
 			{Stack: "a", Status: "succeeded", Class: "no-changes", PlanHash: "v1:a"},
 		}})
 		f.must(err)
-		e, err := f.Execution(ctx, "e")
+		e, err := f.Execution(ctx, reader, "e")
 		f.must(err)
 		if e.Status != "succeeded" || len(e.Stacks) != 3 {
 			t.Fatalf("execution %+v", e)
@@ -748,25 +759,25 @@ func TestRequestsBoundTheirStacks(t *testing.T) {
 			{"too many edges", api.Init{Stacks: []string{"a", "b"}, Edges: make([]api.Edge, MaxEdges+1)}, fmt.Sprint("more than ", MaxEdges)},
 		} {
 			c.in.ExecutionID, c.in.Environment, c.in.Op = "refused", "prod", "plan"
-			_, err := f.Init(ctx, "runner", &c.in)
+			_, err := f.Init(ctx, runner, &c.in)
 			wantErr(t, err, store.ErrInvalid, c.want)
 		}
-		if _, err := f.Execution(ctx, "refused"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := f.Execution(ctx, reader, "refused"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("a refused Init stored its execution: %v", err)
 		}
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: many[:MaxStacks]})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: many[:MaxStacks]})
 		f.must(err)
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: events.ExecutionFailed,
 			Stacks: []api.StackResult{{Stack: "s1", Status: events.StackSucceeded}, {Stack: "s1", Status: events.StackFailed}}})
 		wantErr(t, err, store.ErrInvalid, `stack "s1" is named twice`)
-		x, err := f.Execution(ctx, "e1")
+		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
 		if x.Status != events.ExecutionRunning || len(x.Stacks) != MaxStacks {
 			t.Fatalf("a refused Finalize changed the execution: %s, %d stacks", x.Status, len(x.Stacks))
 		}
 		_, err = f.LogChunks(ctx, runner, make([]api.LogChunk, MaxChunks+1))
 		wantErr(t, err, store.ErrInvalid, fmt.Sprint("more than ", MaxChunks))
-		_, err = f.Audit(ctx, 10, -1)
+		_, err = f.Audit(ctx, reader, "", 10, -1)
 		wantErr(t, err, store.ErrInvalid, "before -1 is negative")
 	})
 }

@@ -15,7 +15,7 @@ import (
 // stackStates returns an execution's stacks by name, without their update times.
 func (f *fixture) stackStates(id string) map[string]api.StackState {
 	f.t.Helper()
-	x, err := f.Execution(ctx, id)
+	x, err := f.Execution(ctx, reader, id)
 	f.must(err)
 	out := map[string]api.StackState{}
 	for _, st := range x.Stacks {
@@ -30,7 +30,7 @@ func (f *fixture) stackStates(id string) map[string]api.StackState {
 func TestUpdatesBatchStoresEachAsUpdateDoes(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"batch", "single"} {
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
 			f.must(err)
 		}
 		updates := func(id string) []api.Update {
@@ -73,7 +73,7 @@ func TestUpdatesBatchStoresEachAsUpdateDoes(t *testing.T) {
 func TestUpdatesBatchRefusedWhole(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		for _, id := range []string{"e1", "e2"} {
-			_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+			_, err := f.Init(ctx, runner, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 			f.must(err)
 		}
 		before := f.stackStates("e1")
@@ -134,9 +134,9 @@ func TestUpdatesBatchAfterFinalizeAndCancel(t *testing.T) {
 		if after := f.stackStates("p1"); !reflect.DeepEqual(after, before) {
 			t.Fatalf("late batch changed a finalized plan: %+v, was %+v", after, before)
 		}
-		_, err = f.Init(ctx, "runner", &api.Init{ExecutionID: "e2", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
+		_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "e2", Environment: "prod", Op: "plan", Stacks: []string{"a", "b"}})
 		f.must(err)
-		_, err = f.CancelExecution(ctx, "alice", &api.ExecutionsCancel{ExecutionID: "e2", Reason: "wrong branch"})
+		_, err = f.CancelExecution(ctx, who("alice"), &api.ExecutionsCancel{ExecutionID: "e2", Reason: "wrong branch"})
 		f.must(err)
 		ack, err = f.Updates(ctx, runner, []api.Update{{ExecutionID: "e2", Stack: "b", Seq: 1, Status: "running"}, {ExecutionID: "e2", Stack: "a", Seq: 1, Status: "running"}})
 		f.must(err)
@@ -181,7 +181,7 @@ func (t *failingTx) ApplyUpdates(execID string, ss []*store.Stack) (store.EventS
 // A store failure part way through a batch rolls back the updates already written.
 func TestUpdatesBatchAllOrNothing(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a", "b", "c"}})
 		f.must(err)
 		before := f.stackStates("e1")
 		failing := New(failingStore{Store: f.Store, n: 3}, nil)

@@ -27,6 +27,9 @@ var (
 	ErrDenied = errors.New("permission denied")
 	// ErrUnavailable: a dependency (the database) failed; retrying may help.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrStale: the request is about a state that has moved on (an approval of a plan that is no
+	// longer the PR's latest); the client must look again before it asks again.
+	ErrStale = errors.New("stale")
 )
 
 // Execution is one stored execution (stacks are read separately).
@@ -87,8 +90,19 @@ type LogSummary struct {
 	GapsTruncated bool
 }
 
+// PRKey names one pull request of one repository in one environment: what claims, gates,
+// grants, checks and a PR's latest plan are keyed by. Two repositories never share a PR.
+type PRKey struct {
+	// Repo is the repository, owner/name lowercased.
+	Repo        string
+	Environment string
+	PR          int
+}
+
 // Lease is the requester a satisfied gate check leased to an apply execution.
 type Lease struct {
+	// Repo is the repository of the PR the lease was granted for.
+	Repo                                         string
 	ExecutionID, Environment, Requester, Outcome string
 	PR                                           int
 	GrantedAt, ExpiresAt, RevokedAt              time.Time
@@ -110,6 +124,8 @@ type Lease struct {
 // ExecutionFilter selects a page of executions, newest first: by started_at, then by id, both
 // descending, so that executions started at the same instant keep one order.
 type ExecutionFilter struct {
+	// Repo, Environment and PR select (zero values: any).
+	Repo        string
 	Environment string
 	PR          int
 	// Limit > 0 keeps only the first Limit executions (0: 50).
@@ -126,6 +142,7 @@ type ExecutionFilter struct {
 
 // GrantFilter selects grants, newest (highest id) first; zero values select everything.
 type GrantFilter struct {
+	Repo        string
 	Environment string
 	PR          int
 	Class       string
@@ -141,21 +158,24 @@ type GrantFilter struct {
 // ListFilter selects a page of a list of gates or checks, newest first; zero values select
 // everything.
 type ListFilter struct {
+	Repo        string
 	Environment string
 	PR          int
 	// Limit > 0 keeps only the first Limit rows (0: all of them).
 	Limit int
 	// After, when set, keeps only the rows that come after it in the list's order: the page
-	// after the row After stands for. It must be a row the filter selects (its Environment and
-	// PR those of the filter, where the filter gives them).
+	// after the row After stands for. It must be a row the filter selects (its Repo,
+	// Environment and PR those of the filter, where the filter gives them).
 	After *RowKey
 }
 
 // RowKey is a gate's or a check's place in its list. A list is ordered newest first by At (when
-// a gate was required, when a check was concluded), then by Environment, PR and Names (a gate's
-// class and target, a check's name), all descending: rows of the same time keep one order.
+// a gate was required, when a check was concluded), then by Repo, Environment, PR and Names (a
+// gate's class and target, a check's name), all descending: rows of the same time keep one
+// order.
 type RowKey struct {
 	At          time.Time
+	Repo        string
 	Environment string
 	PR          int
 	Names       []string
@@ -191,14 +211,15 @@ type Tx interface {
 	SaveExecution(e *Execution) error
 	// Executions lists executions newest first, without their edges (ExecutionEdges has them).
 	Executions(f ExecutionFilter) ([]Execution, error)
-	// LatestPlan returns the plan execution of a PR in an environment the server received
-	// last, without its edges, or ErrNotFound. The order is the server's (StampExecution), never a client's clock.
-	LatestPlan(env string, pr int) (*Execution, error)
+	// LatestPlan returns the plan execution of a PR the server received last, without its
+	// edges, or ErrNotFound. The order is the server's (StampExecution), never a client's clock.
+	LatestPlan(k PRKey) (*Execution, error)
 	// StampExecution records the principal that announced an execution and when the server
 	// received it.
 	StampExecution(id, principal string, at time.Time) error
-	// ExecutionPrincipal returns the principal that announced an execution, or ErrNotFound.
-	ExecutionPrincipal(id string) (string, error)
+	// ExecutionPrincipal returns the principal that announced an execution and its
+	// repository, or ErrNotFound.
+	ExecutionPrincipal(id string) (principal, repo string, err error)
 
 	// Stacks lists an execution's stacks, sorted by name.
 	Stacks(execID string) ([]Stack, error)
@@ -231,22 +252,23 @@ type Tx interface {
 	// most maxGaps of its gap records each, sorted by stack.
 	LogSummaries(execID string, maxGaps int) ([]LogSummary, error)
 
-	// Claims lists claims not expired at now (env empty: all environments).
-	Claims(env string, now time.Time) ([]api.Claim, error)
-	// ClaimsOn lists the claims in env not expired at now that are on one of stacks or, when pr
-	// is not 0, that PR pr holds, sorted by stack: the claims a decision over those stacks for
-	// that PR needs, read through indexes in a few queries however many claims env has.
-	ClaimsOn(env string, pr int, stacks []string, now time.Time) ([]api.Claim, error)
-	// PutClaim inserts or replaces the claim on (environment, stack).
+	// Claims lists claims not expired at now (repo and env empty: all of them).
+	Claims(repo, env string, now time.Time) ([]api.Claim, error)
+	// ClaimsOn lists the claims in k's repository and environment not expired at now that are
+	// on one of stacks or, when k.PR is not 0, that PR k.PR holds, sorted by stack: the claims
+	// a decision over those stacks for that PR needs, read through indexes in a few queries
+	// however many claims the environment has.
+	ClaimsOn(k PRKey, stacks []string, now time.Time) ([]api.Claim, error)
+	// PutClaim inserts or replaces the claim on (repo, environment, stack).
 	PutClaim(c api.Claim) error
-	// ReleaseClaims deletes a PR's claims in env (one stack when stack is non-empty).
-	ReleaseClaims(env string, pr int, stack string) (int64, error)
+	// ReleaseClaims deletes a PR's claims (one stack when stack is non-empty).
+	ReleaseClaims(k PRKey, stack string) (int64, error)
 	// ReleaseExecutionClaims deletes the claims one execution took in env (one stack when
 	// stack is non-empty).
 	ReleaseExecutionClaims(env, execID, stack string) (int64, error)
 
-	// ReplaceGates replaces the gates a PR requires in env (each required at its RequiredAt).
-	ReplaceGates(env string, pr int, gates []api.Gate) error
+	// ReplaceGates replaces the gates a PR requires (each required at its RequiredAt).
+	ReplaceGates(k PRKey, gates []api.Gate) error
 	// Gates lists required gates in their list's order (RowKey: At is RequiredAt, Names the
 	// class and the target).
 	Gates(f ListFilter) ([]api.Gate, error)
@@ -255,8 +277,8 @@ type Tx interface {
 	AddGrant(g api.Grant) (int64, error)
 	// Grants lists grants, newest (highest id) first.
 	Grants(f GrantFilter) ([]api.Grant, error)
-	// ReleaseGrants ends the grants active at `at` matching (env, pr, class, target).
-	ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error)
+	// ReleaseGrants ends the PR's grants active at `at` of (class, target).
+	ReleaseGrants(k PRKey, class, target, by string, at time.Time) (int64, error)
 	// ReleaseGrantIDs ends the listed grants still active at `at`.
 	ReleaseGrantIDs(ids []int64, by string, at time.Time) (int64, error)
 
@@ -270,20 +292,21 @@ type Tx interface {
 
 	// PutCheck inserts or replaces a check conclusion.
 	PutCheck(c api.Check) error
-	// Check returns one check or ErrNotFound.
-	Check(env string, pr int, name string) (*api.Check, error)
+	// Check returns one check of a PR or ErrNotFound.
+	Check(k PRKey, name string) (*api.Check, error)
 	// Checks lists checks in their list's order (RowKey: At is UpdatedAt, Names the check's
 	// name).
 	Checks(f ListFilter) ([]api.Check, error)
 
 	// AddAudit appends an audit entry and returns its id.
 	AddAudit(e api.AuditEntry) (int64, error)
-	// Audit lists entries newest first, ids below before when before > 0.
-	Audit(limit int, before int64) ([]api.AuditEntry, error)
+	// Audit lists entries newest first (of one repository when repo is not empty), ids below
+	// before when before > 0.
+	Audit(repo string, limit int, before int64) ([]api.AuditEntry, error)
 
-	// LockEnvironment serializes claim, gate and grant decisions on env until the transaction
-	// ends (a database lock, so it holds across replicas).
-	LockEnvironment(env string) error
+	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
+	// until the transaction ends (a database lock, so it holds across replicas).
+	LockEnvironment(repo, env string) error
 	// Notify tells every replica, after commit, that the execution changed.
 	Notify(execID string) error
 

@@ -276,7 +276,7 @@ func manyLogsView(tb testing.TB, st store.Store, n int) *executionView {
 	for i := range stacks {
 		stacks[i] = fmt.Sprintf("s%03d", i)
 	}
-	if _, err := svc.Init(context.Background(), "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
+	if _, err := svc.Init(context.Background(), service.Caller{Name: "runner", Repositories: []string{"acme/infra"}}, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: stacks}); err != nil {
 		tb.Fatal(err)
 	}
 	for _, s := range stacks {

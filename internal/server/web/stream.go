@@ -374,18 +374,30 @@ func (u *UI) stream(w http.ResponseWriter, r *http.Request, key string, newView 
 	}
 }
 
+// A feed is shared by every stream of one key, so its views read as feedReader, who may read
+// everything: a stream joins a feed only after its own caller was found to may read what the
+// key selects (the repository resolved into the list's filter; the execution itself).
+var feedReader = service.Caller{Name: "page feed"}
+
 func (u *UI) streamList(w http.ResponseWriter, r *http.Request) {
 	f, _, err := listFilter(r)
+	if err == nil {
+		f.Repo, err = u.caller(r).ReadRepo(f.Repo)
+	}
 	if err != nil {
 		u.fail(w, err)
 		return
 	}
-	key := fmt.Sprintf("list\x00%s\x00%d\x00%s\x00%s", f.Environment, f.PR, f.Before.Format(time.RFC3339Nano), f.BeforeID)
+	key := fmt.Sprintf("list\x00%s\x00%s\x00%d\x00%s\x00%s", f.Repo, f.Environment, f.PR, f.Before.Format(time.RFC3339Nano), f.BeforeID)
 	u.stream(w, r, key, func() view { return &listView{ui: u, f: f} })
 }
 
 func (u *UI) streamExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if _, err := u.Service.Execution(r.Context(), u.caller(r), id); err != nil {
+		u.fail(w, err)
+		return
+	}
 	u.stream(w, r, "execution\x00"+id, func() view { return &executionView{ui: u, id: id, cursors: map[string]*logCursor{}} })
 }
 
@@ -399,7 +411,7 @@ type listView struct {
 func (v *listView) execID() string { return service.AllExecutions }
 
 func (v *listView) update(ctx context.Context) ([][]byte, bool, error) {
-	xs, err := v.ui.Service.Executions(ctx, v.f)
+	xs, err := v.ui.Service.Executions(ctx, feedReader, v.f)
 	if err != nil {
 		return nil, false, err
 	}
@@ -431,7 +443,7 @@ type executionView struct {
 func (v *executionView) execID() string { return v.id }
 
 func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
-	x, err := v.ui.Service.Execution(ctx, v.id)
+	x, err := v.ui.Service.Execution(ctx, feedReader, v.id)
 	if err != nil {
 		return nil, false, err
 	}
@@ -518,7 +530,7 @@ func (v *executionView) readLog(ctx context.Context, stack string, c *logCursor,
 	}
 	for sent < limit && steps < maxSteps && c.off < until {
 		steps++
-		sp, err := v.ui.Service.ReadLogSpan(ctx, v.id, stack, c.gen, c.off, until, limit-sent, max(1, maxSteps-steps))
+		sp, err := v.ui.Service.ReadLogSpan(ctx, feedReader, v.id, stack, c.gen, c.off, until, limit-sent, max(1, maxSteps-steps))
 		if err != nil || sp.NextOffset == c.off {
 			return evs, sent, steps, false
 		}

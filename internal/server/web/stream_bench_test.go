@@ -25,7 +25,7 @@ func logUI(tb testing.TB, chunks []store.LogChunk) *UI {
 func newUI(tb testing.TB, st store.Store) *UI {
 	tb.Helper()
 	svc := service.New(st, nil)
-	if _, err := svc.Init(context.Background(), "runner", &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
+	if _, err := svc.Init(context.Background(), service.Caller{Name: "runner", Repositories: []string{"acme/infra"}}, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}}); err != nil {
 		tb.Fatal(err)
 	}
 	return &UI{Service: svc}

@@ -63,6 +63,9 @@ type UI struct {
 	Service *service.Service
 	// Auth verifies the token the sign-in form posts.
 	Auth *auth.Authenticator
+	// Caller is the signed-in principal of a page request as the service's rules see it (what
+	// it may read); nil: a principal limited to nothing but its name.
+	Caller func(*http.Request) service.Caller
 	// Done ends live streams (server shutdown).
 	Done <-chan struct{}
 	// Fail maps an error to the status and message a page answers with; only it decides which
@@ -115,6 +118,15 @@ func renderStatus(w http.ResponseWriter, status int, name string, data any) {
 	_, _ = buf.WriteTo(w)
 }
 
+// caller is who asks for the page r.
+func (u *UI) caller(r *http.Request) service.Caller {
+	if u.Caller == nil {
+		p, _ := auth.From(r.Context())
+		return service.Caller{Name: p.Name, Repositories: []string{}}
+	}
+	return u.Caller(r)
+}
+
 // fail answers a page's error as Fail says.
 func (u *UI) fail(w http.ResponseWriter, err error) {
 	status, msg := u.Fail(err)
@@ -147,7 +159,7 @@ type page struct {
 // parameters of its filter.
 func listFilter(r *http.Request) (store.ExecutionFilter, url.Values, error) {
 	q := r.URL.Query()
-	f := store.ExecutionFilter{Environment: q.Get("environment"), Limit: 50}
+	f := store.ExecutionFilter{Repo: q.Get("repo"), Environment: q.Get("environment"), Limit: 50}
 	f.PR, _ = strconv.Atoi(q.Get("pr"))
 	var before *time.Time
 	if b, err := time.Parse(time.RFC3339Nano, q.Get("before")); err == nil {
@@ -159,6 +171,9 @@ func listFilter(r *http.Request) (store.ExecutionFilter, url.Values, error) {
 		beforeID = &id
 	}
 	keep := url.Values{}
+	if f.Repo != "" {
+		keep.Set("repo", f.Repo)
+	}
 	if f.Environment != "" {
 		keep.Set("environment", f.Environment)
 	}
@@ -173,7 +188,7 @@ func (u *UI) list(w http.ResponseWriter, r *http.Request) {
 	f, keep, err := listFilter(r)
 	var xs []api.Execution
 	if err == nil {
-		xs, err = u.Service.Executions(r.Context(), f)
+		xs, err = u.Service.Executions(r.Context(), u.caller(r), f)
 	}
 	if err != nil {
 		u.fail(w, err)
@@ -254,7 +269,7 @@ func layers(x *api.Execution) [][]api.StackState {
 }
 
 func (u *UI) execution(w http.ResponseWriter, r *http.Request) {
-	x, err := u.Service.Execution(r.Context(), r.PathValue("id"))
+	x, err := u.Service.Execution(r.Context(), u.caller(r), r.PathValue("id"))
 	if err != nil {
 		u.fail(w, err)
 		return
@@ -263,7 +278,7 @@ func (u *UI) execution(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
-	cs, err := u.Service.Claims(r.Context(), r.URL.Query().Get("environment"))
+	cs, err := u.Service.Claims(r.Context(), u.caller(r), r.URL.Query().Get("repo"), r.URL.Query().Get("environment"))
 	if err != nil {
 		u.fail(w, err)
 		return
@@ -274,20 +289,21 @@ func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
 // gatesPaging are the query parameters of the gates page that choose what it shows: the
 // filter, and the page of each list (gates_before and checks_before: a row's cursor;
 // grants_before: a grant's id; absent, the newest).
-var gatesPaging = []string{"environment", "pr", "gates_before", "grants_before", "checks_before"}
+var gatesPaging = []string{"repo", "environment", "pr", "gates_before", "grants_before", "checks_before"}
 
 // gates shows a page of each of the gates, grants and checks lists, with a link to the next
 // (older) page of each that was full.
 func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	pg := service.Page{Environment: q.Get("environment"), Limit: service.DefaultPageLimit}
+	pg := service.Page{Repo: q.Get("repo"), Environment: q.Get("environment"), Limit: service.DefaultPageLimit}
 	pg.PR, _ = strconv.Atoi(q.Get("pr"))
 	grantsBefore, _ := strconv.ParseInt(q.Get("grants_before"), 10, 64)
 	p := page{Title: "Gates and grants"}
 	var err error
-	if p.Gates, err = u.Service.Gates(r.Context(), pg, q.Get("gates_before")); err == nil {
-		if p.Grants, err = u.Service.Grants(r.Context(), pg, grantsBefore); err == nil {
-			p.Checks, err = u.Service.Checks(r.Context(), pg, q.Get("checks_before"))
+	c := u.caller(r)
+	if p.Gates, err = u.Service.Gates(r.Context(), c, pg, q.Get("gates_before")); err == nil {
+		if p.Grants, err = u.Service.Grants(r.Context(), c, pg, grantsBefore); err == nil {
+			p.Checks, err = u.Service.Checks(r.Context(), c, pg, q.Get("checks_before"))
 		}
 	}
 	if err != nil {
@@ -319,7 +335,7 @@ func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 
 func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
-	entries, err := u.Service.Audit(r.Context(), 100, before)
+	entries, err := u.Service.Audit(r.Context(), u.caller(r), r.URL.Query().Get("repo"), 100, before)
 	if err != nil {
 		u.fail(w, err)
 		return

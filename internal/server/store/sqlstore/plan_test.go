@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -96,8 +97,9 @@ type planCase struct {
 	// tableOrder allows a SCAN of the table: its rowid is the order asked for, so the scan stops
 	// after the rows it returns.
 	tableOrder bool
-	// index, for a list page, is the index PostgreSQL must read it from, and cond, for a page
-	// after a cursor, what the index's condition must hold (the cursor's range).
+	// index, for a list page, is the index PostgreSQL must read it from (or one of several,
+	// separated by "|"), and cond, for a page after a cursor, what the index's condition must
+	// hold (the cursor's range).
 	index, cond string
 }
 
@@ -140,15 +142,47 @@ func checkPlans(t *testing.T, s *sqlstore.DB, drain func() []statement, cases []
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// executionPageCases are the pages of the executions list, unfiltered or by environment, PR, or
-// both: the first, one before a time alone (the old paging) and one after an execution (its
-// started_at and id), each with the index that must hold its rows in the order the page lists
-// them and the range of it the page reads (as SQLite says them).
+// listRepo is the repository the lists are filtered by in the plan tests.
+const listRepo = "acme/infra"
+
+// filters are the filters of a list: by repository, environment and PR, each given or not,
+// except a PR without its repository (the service refuses it).
+func filters() []store.PRKey {
+	var out []store.PRKey
+	for _, repo := range []string{"", listRepo} {
+		for _, env := range []string{"", "prod"} {
+			for _, pr := range []int{0, 7} {
+				if pr == 0 || repo != "" {
+					out = append(out, store.PRKey{Repo: repo, Environment: env, PR: pr})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// pgIndexes are the indexes PostgreSQL may read a page of table filtered by k from: the one
+// made for the filter or, for a PR of a repository in an environment, the PR's (the PR's rows of
+// other environments are few).
+func pgIndexes(table, order string, k store.PRKey) string {
+	out := table + filterSuffix(k.Repo, k.Environment, k.PR) + "_" + order
+	if k.Repo != "" && k.Environment != "" && k.PR != 0 {
+		out += "|" + table + filterSuffix(k.Repo, "", k.PR) + "_" + order
+	}
+	return out
+}
+
+// executionPageCases are the pages of the executions list, unfiltered or by repository,
+// environment, PR, or some of them: the first, one before a time alone (the old paging) and one
+// after an execution (its started_at and id), each with the index that must hold its rows in the
+// order the page lists them and the range of it the page reads (as SQLite says them).
 func executionPageCases() []planCase {
 	var cases []planCase
-	for _, env := range []string{"", "prod"} {
-		for _, pr := range []int{0, 7} {
-			index := "executions" + filterSuffix(env, pr) + "_started"
+	for _, k := range filters() {
+		repo, env, pr := k.Repo, k.Environment, k.PR
+		{
+			index := "executions" + filterSuffix(repo, env, pr) + "_started"
+			pgIndex := pgIndexes("executions", "started", k)
 			for _, p := range []struct {
 				name     string
 				before   time.Time
@@ -161,9 +195,9 @@ func executionPageCases() []planCase {
 				{"before a time", t0.Add(20 * time.Second), "", []string{"started_at"}, "(started_at < "},
 				{"after an execution", t0.Add(20 * time.Second), "prod-20-1", []string{"started_at", "id"}, "(ROW(started_at, id) < ROW("},
 			} {
-				f := store.ExecutionFilter{Environment: env, PR: pr, Before: p.before, BeforeID: p.beforeID, Limit: 50}
-				cases = append(cases, planCase{name: fmt.Sprintf("executions env %q pr %d %s", env, pr, p.name), index: index, cond: p.cond,
-					want: pageStep(index, filterEqs(env, pr), p.free, p.free != nil),
+				f := store.ExecutionFilter{Repo: repo, Environment: env, PR: pr, Before: p.before, BeforeID: p.beforeID, Limit: 50}
+				cases = append(cases, planCase{name: fmt.Sprintf("executions repo %q env %q pr %d %s", repo, env, pr, p.name), index: pgIndex, cond: p.cond,
+					want: pageStep(index, filterEqs(repo, env, pr), p.free, p.free != nil),
 					read: func(tx store.Tx) error { _, err := tx.Executions(f); return err }})
 			}
 		}
@@ -190,9 +224,10 @@ func TestGateListingsUseIndexes(t *testing.T) {
 	var cases []planCase
 	for _, active := range []time.Time{{}, t0} {
 		for f, want := range map[store.GrantFilter]string{
-			{Environment: "prod", PR: 7, Class: "destructive", Target: "**"}: "grants_key (environment=? AND pr=? AND class=? AND target=?)",
-			{Environment: "prod", PR: 7}:                                     "grants_env_pr_id (environment=? AND pr=?)",
-			{Environment: "prod"}:                                            "grants_env_id (environment=?)",
+			{Repo: listRepo, Environment: "prod", PR: 7, Class: "destructive", Target: "**"}: "grants_repo_key (repo=? AND environment=? AND pr=? AND class=? AND target=?)",
+			{Repo: listRepo, Environment: "prod", PR: 7}:                                     "grants_repo_env_pr_id (repo=? AND environment=? AND pr=?)",
+			{Repo: listRepo, Environment: "prod"}:                                            "grants_repo_env_id (repo=? AND environment=?)",
+			{Environment: "prod"}:                                                            "grants_env_id (environment=?)",
 		} {
 			f.ActiveAt = active
 			cases = append(cases, planCase{name: fmt.Sprintf("grants %+v", f), read: grants(f), want: want})
@@ -201,8 +236,12 @@ func TestGateListingsUseIndexes(t *testing.T) {
 	cases = append(cases,
 		planCase{name: "plan hashes", read: func(tx store.Tx) error { _, err := tx.PlanHashes([]string{"p1", "p2", "p3"}); return err },
 			want: "sqlite_autoindex_stacks_1 (execution_id=?)"},
-		planCase{name: "a later page of the audit log", read: func(tx store.Tx) error { _, err := tx.Audit(50, 1000); return err },
+		planCase{name: "a later page of the audit log", read: func(tx store.Tx) error { _, err := tx.Audit("", 50, 1000); return err },
 			want: "INTEGER PRIMARY KEY (rowid<?)"},
+		planCase{name: "a repository's audit log", read: func(tx store.Tx) error { _, err := tx.Audit(listRepo, 50, 0); return err },
+			want: "audit_repo_id (repo=?)"},
+		planCase{name: "a later page of a repository's audit log", read: func(tx store.Tx) error { _, err := tx.Audit(listRepo, 50, 1000); return err },
+			want: "audit_repo_id (repo=? AND id<?)"},
 	)
 	checkPlans(t, s, drain, cases)
 }
@@ -224,14 +263,28 @@ func pageStep(index string, eqs, free []string, later bool) string {
 }
 
 // filterSuffix is the part of the name of a list's index that says the filter it serves: by
-// environment, PR, both, or neither.
-func filterSuffix(env string, pr int) string {
-	return map[[2]bool]string{{true, true}: "_env_pr", {true, false}: "_env", {false, true}: "_pr"}[[2]bool{env != "", pr != 0}]
+// repository, environment, PR, some of them, or none.
+func filterSuffix(repo, env string, pr int) string {
+	s := ""
+	if repo != "" {
+		s += "_repo"
+	}
+	if env != "" {
+		s += "_env"
+	}
+	if pr != 0 {
+		s += "_pr"
+	}
+	return s
 }
 
-// filterEqs are the equalities of SQLite's plan of a list filtered by env and pr (zero: any).
-func filterEqs(env string, pr int) []string {
+// filterEqs are the equalities of SQLite's plan of a list filtered by repo, env and pr (zero:
+// any).
+func filterEqs(repo, env string, pr int) []string {
 	var eqs []string
+	if repo != "" {
+		eqs = append(eqs, "repo=?")
+	}
 	if env != "" {
 		eqs = append(eqs, "environment=?")
 	}
@@ -246,13 +299,14 @@ func filterEqs(env string, pr int) []string {
 // rows in the order the page lists them and the range of it the page reads (as SQLite says them).
 func listPageCases() []planCase {
 	var cases []planCase
-	for _, env := range []string{"", "prod"} {
-		for _, pr := range []int{0, 7} {
-			suffix, eqs := filterSuffix(env, pr), filterEqs(env, pr)
+	for _, k := range filters() {
+		repo, env, pr := k.Repo, k.Environment, k.PR
+		{
+			suffix, eqs := filterSuffix(repo, env, pr), filterEqs(repo, env, pr)
 			free := func(cols ...string) []string {
 				var out []string
 				for _, c := range cols {
-					if c == "environment" && env != "" || c == "pr" && pr != 0 {
+					if c == "repo" && repo != "" || c == "environment" && env != "" || c == "pr" && pr != 0 {
 						continue
 					}
 					out = append(out, c)
@@ -260,28 +314,28 @@ func listPageCases() []planCase {
 				return out
 			}
 			for _, later := range []bool{false, true} {
-				gates, checks := store.ListFilter{Environment: env, PR: pr, Limit: 50}, store.ListFilter{Environment: env, PR: pr, Limit: 50}
-				grants := store.GrantFilter{Environment: env, PR: pr, Limit: 50}
+				gates, checks := store.ListFilter{Repo: repo, Environment: env, PR: pr, Limit: 50}, store.ListFilter{Repo: repo, Environment: env, PR: pr, Limit: 50}
+				grants := store.GrantFilter{Repo: repo, Environment: env, PR: pr, Limit: 50}
 				if later {
-					key := store.RowKey{At: t0, Environment: cmp.Or(env, "dev"), PR: cmp.Or(pr, 3)}
+					key := store.RowKey{At: t0, Repo: cmp.Or(repo, "acme/other"), Environment: cmp.Or(env, "dev"), PR: cmp.Or(pr, 3)}
 					gate, check := key, key
 					gate.Names, check.Names = []string{"destructive", "**"}, []string{"plan"}
 					gates.After, checks.After, grants.Before = &gate, &check, 1000
 				}
-				name := fmt.Sprintf("env %q pr %d later %v", env, pr, later)
+				name := fmt.Sprintf("repo %q env %q pr %d later %v", repo, env, pr, later)
 				// cond is PostgreSQL's index condition of a later page's range: a row value, or an id.
 				cond := func(c string) string { return map[bool]string{true: c}[later] }
-				grantIndex, grantWant := "grants"+suffix+"_id", pageStep("grants"+suffix+"_id", eqs, []string{"id"}, later)
+				grantIndex, grantWant := pgIndexes("grants", "id", k), pageStep("grants"+suffix+"_id", eqs, []string{"id"}, later)
 				if suffix == "" {
 					grantIndex = "grants_pkey" // PostgreSQL's name; SQLite's primary key is the rowid
 					grantWant = map[bool]string{false: "SCAN grants", true: "INTEGER PRIMARY KEY (rowid<?)"}[later]
 				}
 				cases = append(cases,
-					planCase{name: "gates " + name, index: "gates" + suffix + "_required", cond: cond("ROW("),
-						want: pageStep("gates"+suffix+"_required", eqs, free("required_at", "environment", "pr", "class", "target"), later),
+					planCase{name: "gates " + name, index: pgIndexes("gates", "required", k), cond: cond("ROW("),
+						want: pageStep("gates"+suffix+"_required", eqs, free("required_at", "repo", "environment", "pr", "class", "target"), later),
 						read: func(tx store.Tx) error { _, err := tx.Gates(gates); return err }},
-					planCase{name: "checks " + name, index: "checks" + suffix + "_updated", cond: cond("ROW("),
-						want: pageStep("checks"+suffix+"_updated", eqs, free("updated_at", "environment", "pr", "name"), later),
+					planCase{name: "checks " + name, index: pgIndexes("checks", "updated", k), cond: cond("ROW("),
+						want: pageStep("checks"+suffix+"_updated", eqs, free("updated_at", "repo", "environment", "pr", "name"), later),
 						read: func(tx store.Tx) error { _, err := tx.Checks(checks); return err }},
 					// The unfiltered first page reads the table itself, in its rowid's order.
 					planCase{name: "grants " + name, index: grantIndex, cond: cond("(id < "), want: grantWant, tableOrder: suffix == "" && !later,
@@ -306,12 +360,15 @@ func TestListPagesUseIndexes(t *testing.T) {
 func TestClaimsOnUsesIndexes(t *testing.T) {
 	s, drain := traced(t)
 	on := func(pr int, stacks ...string) func(tx store.Tx) error {
-		return func(tx store.Tx) error { _, err := tx.ClaimsOn("prod", pr, stacks, t0); return err }
+		return func(tx store.Tx) error {
+			_, err := tx.ClaimsOn(store.PRKey{Repo: listRepo, Environment: "prod", PR: pr}, stacks, t0)
+			return err
+		}
 	}
 	checkPlans(t, s, drain, []planCase{
-		{name: "a PR's claims", read: on(7), want: "claims_env_pr (environment=? AND pr=?)"},
-		{name: "claims on stacks", read: on(0, "a", "b", "c"), want: "sqlite_autoindex_claims_1 (environment=? AND stack=?)"},
-		{name: "both", read: on(7, "a", "b", "c"), want: "claims_env_pr (environment=? AND pr=?)"},
+		{name: "a PR's claims", read: on(7), want: "claims_repo_env_pr (repo=? AND environment=? AND pr=?)"},
+		{name: "claims on stacks", read: on(0, "a", "b", "c"), want: "sqlite_autoindex_claims_1 (repo=? AND environment=? AND stack=?)"},
+		{name: "both", read: on(7, "a", "b", "c"), want: "claims_repo_env_pr (repo=? AND environment=? AND pr=?)"},
 	})
 }
 
@@ -322,31 +379,34 @@ func TestReleaseExecutionClaimsUsesIndexes(t *testing.T) {
 		return func(tx store.Tx) error { _, err := tx.ReleaseExecutionClaims("prod", "x1", stack); return err }
 	}
 	checkPlans(t, s, drain, []planCase{
-		{name: "one stack", read: release("a"), want: "sqlite_autoindex_claims_1 (environment=? AND stack=?)", write: true},
+		{name: "one stack", read: release("a"), want: "claims_env_exec (environment=? AND execution_id=?)", write: true},
 		{name: "every stack", read: release(""), want: "claims_env_exec (environment=? AND execution_id=?)", write: true},
 	})
 }
 
-// The latest plan of a PR reads the index that orders a PR's executions by arrival; the index
-// before it, executions_env_pr, which no query read, is gone (migration 005).
+// The latest plan of a PR reads the index that orders a repository's PR's executions by arrival;
+// the indexes before it, executions_env_pr, which no query read (migration 005), and
+// executions_env_pr_received, which knew no repository (migration 007), are gone.
 func TestLatestPlanUsesItsIndex(t *testing.T) {
 	s, drain := traced(t)
 	checkPlans(t, s, drain, []planCase{{
 		name: "LatestPlan",
 		read: func(tx store.Tx) error {
-			_, err := tx.LatestPlan("prod", 7)
+			_, err := tx.LatestPlan(store.PRKey{Environment: "prod", PR: 7})
 			if errors.Is(err, store.ErrNotFound) {
 				return nil
 			}
 			return err
 		},
-		want: "executions_env_pr_received",
+		want: "executions_repo_env_pr_received",
 		// Only executions received in the same nanosecond are sorted, by id.
 		sortOK: true,
 	}})
-	var n int
-	if err := sqlstore.ReadDB(s).QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'executions_env_pr'").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("index executions_env_pr: %d (%v), want dropped", n, err)
+	for _, name := range []string{"executions_env_pr", "executions_env_pr_received"} {
+		var n int
+		if err := sqlstore.ReadDB(s).QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", name).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("index %s: %d (%v), want dropped", name, n, err)
+		}
 	}
 }
 
@@ -362,28 +422,32 @@ func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	drain := record(s)
-	// Rows of three environments and forty PRs, with statistics: what tells the planner that
-	// an environment and a PR together select fewer rows than either.
+	// Rows of eight repositories, six environments and forty PRs, with statistics: what tells
+	// the planner that a repository, an environment and a PR together select fewer rows than
+	// any of them.
 	if err := s.Write(ctx, func(tx store.Tx) error {
-		for _, env := range []string{"dev", "prod", "qa"} {
-			for pr := 1; pr <= 40; pr++ {
-				at := t0.Add(time.Duration(pr) * time.Second)
-				if err := tx.ReplaceGates(env, pr, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: at}, {Class: "mutating", Target: "**", RequiredAt: at}}); err != nil {
-					return err
-				}
-				for _, name := range []string{"plan", "apply"} {
-					if err := tx.PutCheck(api.Check{Environment: env, PR: pr, Check: name, Conclusion: "success", UpdatedAt: at}); err != nil {
+		for r, repo := range []string{"acme/infra", "acme/other", "beta/infra", "beta/other", "gamma/infra", "gamma/other", "delta/infra", "delta/other"} {
+			for _, env := range []string{"dev", "prod", "qa", "stage", "eu", "us"} {
+				for pr := 1; pr <= 40; pr++ {
+					at := t0.Add(time.Duration(pr) * time.Second)
+					key := store.PRKey{Repo: repo, Environment: env, PR: pr}
+					if err := tx.ReplaceGates(key, []api.Gate{{Class: "destructive", Target: "**", RequiredAt: at}, {Class: "mutating", Target: "**", RequiredAt: at}}); err != nil {
 						return err
 					}
-				}
-				if _, err := tx.AddGrant(api.Grant{Environment: env, PR: pr, Class: "destructive", Target: "**", GrantedAt: at}); err != nil {
-					return err
-				}
-				for i := range 2 {
-					e := &store.Execution{}
-					e.ExecutionID, e.Environment, e.PR, e.Op, e.Status, e.StartedAt = fmt.Sprintf("%s-%d-%d", env, pr, i), env, pr, "plan", "running", at
-					if _, err := tx.CreateExecution(e); err != nil {
+					for _, name := range []string{"plan", "apply"} {
+						if err := tx.PutCheck(api.Check{Repo: repo, Environment: env, PR: pr, Check: name, Conclusion: "success", UpdatedAt: at}); err != nil {
+							return err
+						}
+					}
+					if _, err := tx.AddGrant(api.Grant{Repo: repo, Environment: env, PR: pr, Class: "destructive", Target: "**", GrantedAt: at}); err != nil {
 						return err
+					}
+					for i := range 2 {
+						e := &store.Execution{}
+						e.ExecutionID, e.Repo, e.Environment, e.PR, e.Op, e.Status, e.StartedAt = fmt.Sprintf("%s-%d-%d-%d", env, pr, i, r), repo, env, pr, "plan", "running", at
+						if _, err := tx.CreateExecution(e); err != nil {
+							return err
+						}
 					}
 				}
 			}
@@ -397,7 +461,10 @@ func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "ANALYZE; SET enable_seqscan = off; SET enable_sort = off"); err != nil {
+	// random_page_cost as on the SSDs a server runs on (PostgreSQL's own default prices a disk
+	// that seeks): otherwise a table this small, written in id order, is cheaper to read by id
+	// and filter than through the index that holds exactly the page.
+	if _, err := conn.ExecContext(ctx, "ANALYZE; SET enable_seqscan = off; SET enable_sort = off; SET random_page_cost = 1.1"); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range append(executionPageCases(), listPageCases()...) {
@@ -432,7 +499,7 @@ func TestListPagesUseIndexesOnPostgres(t *testing.T) {
 		switch {
 		case strings.Contains(text, "Sort") || strings.Contains(text, "Seq Scan"):
 			t.Errorf("%s sorts or scans: %s\n%s", c.name, sts[0].query, text)
-		case !strings.Contains(text, " using "+c.index+" on "):
+		case !slices.ContainsFunc(strings.Split(c.index, "|"), func(ix string) bool { return strings.Contains(text, " using "+ix+" on ") }):
 			t.Errorf("%s: does not read %s: %s\n%s", c.name, c.index, sts[0].query, text)
 		case !strings.Contains(cond, c.cond):
 			t.Errorf("%s: the index condition does not start at the cursor: %s\n%s", c.name, sts[0].query, text)

@@ -178,13 +178,13 @@ func (t *sqlTx) Notify(execID string) error {
 	return nil
 }
 
-// LockEnvironment takes a transaction-scoped lock keyed by the environment name.
-func (t *sqlTx) LockEnvironment(env string) error {
+// LockEnvironment takes a transaction-scoped lock keyed by the repository and environment.
+func (t *sqlTx) LockEnvironment(repo, env string) error {
 	if t.s.d.LockSQL == "" {
 		return nil
 	}
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("env:" + env))
+	_, _ = h.Write([]byte("env:" + repo + "\x00" + env))
 	_, err := t.exec(t.s.d.LockSQL, int64(h.Sum64()>>1))
 	return err
 }
@@ -302,10 +302,12 @@ func (t *sqlTx) scanExecutions(query string, args ...any) ([]store.Execution, er
 
 func (t *sqlTx) Executions(f store.ExecutionFilter) ([]store.Execution, error) {
 	var w whereClause
+	w.eq(f.Repo != "", "repo", f.Repo)
 	w.eq(f.Environment != "", "environment", f.Environment)
 	w.eq(f.PR != 0, "pr", f.PR)
 	// (started_at, id) < (?, ?), a range of the index that holds the filter's executions by
-	// (started_at, id): executions_started and those by environment, PR or both (004).
+	// (started_at, id): executions_started and those by repository, environment, PR or some of
+	// them (004, 007).
 	var after []any
 	switch {
 	case f.BeforeID != "":

@@ -14,11 +14,11 @@ import (
 
 // The PR-level state: latest plans, claims, gates, grants, leases, checks and the audit log.
 
-func (t *sqlTx) LatestPlan(env string, pr int) (*store.Execution, error) {
-	e, err := scanExecution(t.row("SELECT "+execReadCols+" FROM executions WHERE environment = ? AND pr = ? AND op = 'plan' "+
-		"ORDER BY received_at DESC, id DESC LIMIT 1", env, pr))
+func (t *sqlTx) LatestPlan(k store.PRKey) (*store.Execution, error) {
+	e, err := scanExecution(t.row("SELECT "+execReadCols+" FROM executions WHERE repo = ? AND environment = ? AND pr = ? AND op = 'plan' "+
+		"ORDER BY received_at DESC, id DESC LIMIT 1", k.Repo, k.Environment, k.PR))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: no plan for PR #%d in %q", store.ErrNotFound, pr, env)
+		return nil, fmt.Errorf("%w: no plan for %s PR #%d in %q", store.ErrNotFound, k.Repo, k.PR, k.Environment)
 	}
 	return e, t.s.mapErr(err)
 }
@@ -31,38 +31,42 @@ func (t *sqlTx) StampExecution(id, principal string, at time.Time) error {
 	return err
 }
 
-func (t *sqlTx) ExecutionPrincipal(id string) (string, error) {
-	var p string
-	err := t.row("SELECT principal FROM executions WHERE id = ?", id).Scan(&p)
+func (t *sqlTx) ExecutionPrincipal(id string) (string, string, error) {
+	var p, repo string
+	err := t.row("SELECT principal, repo FROM executions WHERE id = ?", id).Scan(&p, &repo)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+		return "", "", fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}
-	return p, t.s.mapErr(err)
+	return p, repo, t.s.mapErr(err)
 }
 
-const claimSelect = "SELECT environment, stack, pr, execution_id, sha, claimed_at, expires_at FROM claims WHERE (expires_at = 0 OR expires_at > ?)"
+const claimSelect = "SELECT repo, environment, stack, pr, execution_id, sha, claimed_at, expires_at FROM claims WHERE (expires_at = 0 OR expires_at > ?)"
 
-func (t *sqlTx) Claims(env string, now time.Time) ([]api.Claim, error) {
+func (t *sqlTx) Claims(repo, env string, now time.Time) ([]api.Claim, error) {
 	q := claimSelect
 	args := []any{ns(now)}
+	if repo != "" {
+		q += " AND repo = ?"
+		args = append(args, repo)
+	}
 	if env != "" {
 		q += " AND environment = ?"
 		args = append(args, env)
 	}
-	return t.scanClaims(nil, q+" ORDER BY environment, stack", args...)
+	return t.scanClaims(nil, q+" ORDER BY repo, environment, stack", args...)
 }
 
-func (t *sqlTx) ClaimsOn(env string, pr int, stacks []string, now time.Time) ([]api.Claim, error) {
+func (t *sqlTx) ClaimsOn(k store.PRKey, stacks []string, now time.Time) ([]api.Claim, error) {
 	var out []api.Claim
 	var err error
-	if pr != 0 {
-		if out, err = t.scanClaims(out, claimSelect+" AND environment = ? AND pr = ?", ns(now), env, pr); err != nil {
+	if k.PR != 0 {
+		if out, err = t.scanClaims(out, claimSelect+" AND repo = ? AND environment = ? AND pr = ?", ns(now), k.Repo, k.Environment, k.PR); err != nil {
 			return nil, err
 		}
 	}
 	names := slices.Compact(slices.Sorted(slices.Values(stacks)))
 	err = inLists(names, func(list string, args []any) error {
-		out, err = t.scanClaims(out, claimSelect+" AND environment = ? AND stack IN "+list, append([]any{ns(now), env}, args...)...)
+		out, err = t.scanClaims(out, claimSelect+" AND repo = ? AND environment = ? AND stack IN "+list, append([]any{ns(now), k.Repo, k.Environment}, args...)...)
 		return err
 	})
 	if err != nil {
@@ -83,7 +87,7 @@ func (t *sqlTx) scanClaims(out []api.Claim, q string, args ...any) ([]api.Claim,
 	for rows.Next() {
 		var c api.Claim
 		var claimed, expires int64
-		if err := rows.Scan(&c.Environment, &c.Stack, &c.PR, &c.ExecutionID, &c.SHA, &claimed, &expires); err != nil {
+		if err := rows.Scan(&c.Repo, &c.Environment, &c.Stack, &c.PR, &c.ExecutionID, &c.SHA, &claimed, &expires); err != nil {
 			return nil, t.s.mapErr(err)
 		}
 		c.ClaimedAt, c.ExpiresAt = tm(claimed), tm(expires)
@@ -93,27 +97,27 @@ func (t *sqlTx) scanClaims(out []api.Claim, q string, args ...any) ([]api.Claim,
 }
 
 func (t *sqlTx) PutClaim(c api.Claim) error {
-	_, err := t.exec("INSERT INTO claims (environment, stack, pr, execution_id, sha, claimed_at, expires_at) VALUES (?,?,?,?,?,?,?) "+
-		"ON CONFLICT (environment, stack) DO UPDATE SET pr = excluded.pr, execution_id = excluded.execution_id, "+
+	_, err := t.exec("INSERT INTO claims (repo, environment, stack, pr, execution_id, sha, claimed_at, expires_at) VALUES (?,?,?,?,?,?,?,?) "+
+		"ON CONFLICT (repo, environment, stack) DO UPDATE SET pr = excluded.pr, execution_id = excluded.execution_id, "+
 		"sha = excluded.sha, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at",
-		c.Environment, c.Stack, c.PR, c.ExecutionID, c.SHA, ns(c.ClaimedAt), ns(c.ExpiresAt))
+		c.Repo, c.Environment, c.Stack, c.PR, c.ExecutionID, c.SHA, ns(c.ClaimedAt), ns(c.ExpiresAt))
 	return err
 }
 
-func (t *sqlTx) ReleaseClaims(env string, pr int, stack string) (int64, error) {
+func (t *sqlTx) ReleaseClaims(k store.PRKey, stack string) (int64, error) {
 	if stack != "" {
-		return t.exec("DELETE FROM claims WHERE environment = ? AND pr = ? AND stack = ?", env, pr, stack)
+		return t.exec("DELETE FROM claims WHERE repo = ? AND environment = ? AND pr = ? AND stack = ?", k.Repo, k.Environment, k.PR, stack)
 	}
-	return t.exec("DELETE FROM claims WHERE environment = ? AND pr = ?", env, pr)
+	return t.exec("DELETE FROM claims WHERE repo = ? AND environment = ? AND pr = ?", k.Repo, k.Environment, k.PR)
 }
 
-func (t *sqlTx) ReplaceGates(env string, pr int, gates []api.Gate) error {
-	if _, err := t.exec("DELETE FROM gates WHERE environment = ? AND pr = ?", env, pr); err != nil {
+func (t *sqlTx) ReplaceGates(k store.PRKey, gates []api.Gate) error {
+	if _, err := t.exec("DELETE FROM gates WHERE repo = ? AND environment = ? AND pr = ?", k.Repo, k.Environment, k.PR); err != nil {
 		return err
 	}
 	for _, g := range gates {
-		if _, err := t.exec("INSERT INTO gates (environment, pr, execution_id, class, target, stacks, required_at) VALUES (?,?,?,?,?,?,?)",
-			env, pr, g.ExecutionID, g.Class, g.Target, toJSON(g.Stacks), ns(g.RequiredAt)); err != nil {
+		if _, err := t.exec("INSERT INTO gates (repo, environment, pr, execution_id, class, target, stacks, required_at) VALUES (?,?,?,?,?,?,?,?)",
+			k.Repo, k.Environment, k.PR, g.ExecutionID, g.Class, g.Target, toJSON(g.Stacks), ns(g.RequiredAt)); err != nil {
 			return err
 		}
 	}
@@ -184,21 +188,22 @@ func (w *whereClause) page(order []string, after []any, limit int) (string, []an
 }
 
 // listPage returns the WHERE, ORDER BY and LIMIT of one page of a gates or checks list, f's
-// rows in the order of the columns order (the list's time, environment, PR, then as many names
-// as the list's rows have), and their arguments.
+// rows in the order of the columns order (the list's time, repository, environment, PR, then as
+// many names as the list's rows have), and their arguments.
 func listPage(f store.ListFilter, order ...string) (string, []any, error) {
 	var w whereClause
+	w.eq(f.Repo != "", "repo", f.Repo)
 	w.eq(f.Environment != "", "environment", f.Environment)
 	w.eq(f.PR != 0, "pr", f.PR)
 	var after []any
 	if k := f.After; k != nil {
 		switch {
-		case len(k.Names) != len(order)-3:
-			return "", nil, fmt.Errorf("%w: a row of this list has %d names, not %d", store.ErrInvalid, len(order)-3, len(k.Names))
-		case f.Environment != "" && k.Environment != f.Environment, f.PR != 0 && k.PR != f.PR:
-			return "", nil, fmt.Errorf("%w: the row to list after (environment %q, PR %d) is not one of the list's", store.ErrInvalid, k.Environment, k.PR)
+		case len(k.Names) != len(order)-4:
+			return "", nil, fmt.Errorf("%w: a row of this list has %d names, not %d", store.ErrInvalid, len(order)-4, len(k.Names))
+		case f.Repo != "" && k.Repo != f.Repo, f.Environment != "" && k.Environment != f.Environment, f.PR != 0 && k.PR != f.PR:
+			return "", nil, fmt.Errorf("%w: the row to list after (repository %q, environment %q, PR %d) is not one of the list's", store.ErrInvalid, k.Repo, k.Environment, k.PR)
 		}
-		after = []any{ns(k.At), k.Environment, k.PR}
+		after = []any{ns(k.At), k.Repo, k.Environment, k.PR}
 		for _, n := range k.Names {
 			after = append(after, n)
 		}
@@ -233,11 +238,11 @@ func inLists(names []string, fn func(list string, args []any) error) error {
 }
 
 func (t *sqlTx) Gates(f store.ListFilter) ([]api.Gate, error) {
-	clause, args, err := listPage(f, "required_at", "environment", "pr", "class", "target")
+	clause, args, err := listPage(f, "required_at", "repo", "environment", "pr", "class", "target")
 	if err != nil {
 		return nil, err
 	}
-	rows, err := t.query("SELECT environment, pr, execution_id, class, target, stacks, required_at FROM gates"+clause, args...)
+	rows, err := t.query("SELECT repo, environment, pr, execution_id, class, target, stacks, required_at FROM gates"+clause, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +252,7 @@ func (t *sqlTx) Gates(f store.ListFilter) ([]api.Gate, error) {
 		var g api.Gate
 		var stacks string
 		var required int64
-		if err := rows.Scan(&g.Environment, &g.PR, &g.ExecutionID, &g.Class, &g.Target, &stacks, &required); err != nil {
+		if err := rows.Scan(&g.Repo, &g.Environment, &g.PR, &g.ExecutionID, &g.Class, &g.Target, &stacks, &required); err != nil {
 			return nil, t.s.mapErr(err)
 		}
 		g.RequiredAt = tm(required)
@@ -259,15 +264,16 @@ func (t *sqlTx) Gates(f store.ListFilter) ([]api.Gate, error) {
 
 func (t *sqlTx) AddGrant(g api.Grant) (int64, error) {
 	var id int64
-	err := t.row("INSERT INTO grants (environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks) "+
-		"VALUES (?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id",
-		g.Environment, g.PR, g.Class, g.Target, g.Principal, g.Reason, ns(g.GrantedAt), ns(g.ExpiresAt), ns(g.ReleasedAt), g.ReleasedBy,
+	err := t.row("INSERT INTO grants (repo, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks) "+
+		"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id",
+		g.Repo, g.Environment, g.PR, g.Class, g.Target, g.Principal, g.Reason, ns(g.GrantedAt), ns(g.ExpiresAt), ns(g.ReleasedAt), g.ReleasedBy,
 		g.ExecutionID, toJSON(g.Stacks)).Scan(&id)
 	return id, t.s.mapErr(err)
 }
 
 func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 	var w whereClause
+	w.eq(f.Repo != "", "repo", f.Repo)
 	w.eq(f.Environment != "", "environment", f.Environment)
 	w.eq(f.PR != 0, "pr", f.PR)
 	w.eq(f.Class != "", "class", f.Class)
@@ -281,7 +287,7 @@ func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 		after = []any{f.Before}
 	}
 	tail, targs := w.page([]string{"id"}, after, f.Limit)
-	rows, err := t.query("SELECT id, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks FROM grants"+
+	rows, err := t.query("SELECT id, repo, environment, pr, class, target, principal, reason, granted_at, expires_at, released_at, released_by, execution_id, stacks FROM grants"+
 		w.String()+tail, append(w.args, targs...)...)
 	if err != nil {
 		return nil, err
@@ -292,7 +298,7 @@ func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 		var g api.Grant
 		var granted, expires, released int64
 		var stacks string
-		if err := rows.Scan(&g.ID, &g.Environment, &g.PR, &g.Class, &g.Target, &g.Principal, &g.Reason,
+		if err := rows.Scan(&g.ID, &g.Repo, &g.Environment, &g.PR, &g.Class, &g.Target, &g.Principal, &g.Reason,
 			&granted, &expires, &released, &g.ReleasedBy, &g.ExecutionID, &stacks); err != nil {
 			return nil, t.s.mapErr(err)
 		}
@@ -303,9 +309,9 @@ func (t *sqlTx) Grants(f store.GrantFilter) ([]api.Grant, error) {
 	return out, t.s.mapErr(rows.Err())
 }
 
-func (t *sqlTx) ReleaseGrants(env string, pr int, class, target, by string, at time.Time) (int64, error) {
-	return t.exec("UPDATE grants SET released_at = ?, released_by = ? WHERE environment = ? AND pr = ? AND class = ? AND target = ? "+
-		"AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)", ns(at), by, env, pr, class, target, ns(at))
+func (t *sqlTx) ReleaseGrants(k store.PRKey, class, target, by string, at time.Time) (int64, error) {
+	return t.exec("UPDATE grants SET released_at = ?, released_by = ? WHERE repo = ? AND environment = ? AND pr = ? AND class = ? AND target = ? "+
+		"AND released_at = 0 AND (expires_at = 0 OR expires_at > ?)", ns(at), by, k.Repo, k.Environment, k.PR, class, target, ns(at))
 }
 
 func (t *sqlTx) ReleaseGrantIDs(ids []int64, by string, at time.Time) (int64, error) {
@@ -330,14 +336,14 @@ func (t *sqlTx) ReleaseExecutionClaims(env, execID, stack string) (int64, error)
 }
 
 const leaseCols = "execution_id, environment, pr, requester, outcome, granted_at, expires_at, revoked_at, " +
-	"principal, sha, plan_id, grant_ids, member, bound, unbind_attempts, unbind_error"
+	"principal, sha, plan_id, grant_ids, member, bound, unbind_attempts, unbind_error, repo"
 
 func scanLease(sc interface{ Scan(...any) error }) (*store.Lease, error) {
 	var l store.Lease
 	var granted, expires, revoked, bound int64
 	var grants string
 	if err := sc.Scan(&l.ExecutionID, &l.Environment, &l.PR, &l.Requester, &l.Outcome, &granted, &expires, &revoked,
-		&l.Principal, &l.SHA, &l.PlanID, &grants, &l.Member, &bound, &l.UnbindAttempts, &l.UnbindError); err != nil {
+		&l.Principal, &l.SHA, &l.PlanID, &grants, &l.Member, &bound, &l.UnbindAttempts, &l.UnbindError, &l.Repo); err != nil {
 		return nil, err
 	}
 	l.GrantedAt, l.ExpiresAt, l.RevokedAt, l.Bound = tm(granted), tm(expires), tm(revoked), bound != 0
@@ -358,13 +364,14 @@ func (t *sqlTx) PutLease(l store.Lease) error {
 	if grants == nil {
 		grants = []int64{}
 	}
-	_, err := t.exec("INSERT INTO leases ("+leaseCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "+
+	_, err := t.exec("INSERT INTO leases ("+leaseCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "+
 		"ON CONFLICT (execution_id) DO UPDATE SET environment = excluded.environment, pr = excluded.pr, requester = excluded.requester, "+
 		"outcome = excluded.outcome, granted_at = excluded.granted_at, expires_at = excluded.expires_at, revoked_at = excluded.revoked_at, "+
 		"principal = excluded.principal, sha = excluded.sha, plan_id = excluded.plan_id, grant_ids = excluded.grant_ids, "+
-		"member = excluded.member, bound = excluded.bound, unbind_attempts = excluded.unbind_attempts, unbind_error = excluded.unbind_error",
+		"member = excluded.member, bound = excluded.bound, unbind_attempts = excluded.unbind_attempts, unbind_error = excluded.unbind_error, "+
+		"repo = excluded.repo",
 		l.ExecutionID, l.Environment, l.PR, l.Requester, l.Outcome, ns(l.GrantedAt), ns(l.ExpiresAt), ns(l.RevokedAt),
-		l.Principal, l.SHA, l.PlanID, toJSON(grants), l.Member, b2i(l.Bound), l.UnbindAttempts, l.UnbindError)
+		l.Principal, l.SHA, l.PlanID, toJSON(grants), l.Member, b2i(l.Bound), l.UnbindAttempts, l.UnbindError, l.Repo)
 	return err
 }
 
@@ -387,10 +394,10 @@ func (t *sqlTx) LeasesToUnbind(now time.Time, limit int) ([]store.Lease, error) 
 }
 
 func (t *sqlTx) PutCheck(c api.Check) error {
-	_, err := t.exec("INSERT INTO checks (environment, pr, name, conclusion, overridden, reason, updated_at) VALUES (?,?,?,?,?,?,?) "+
-		"ON CONFLICT (environment, pr, name) DO UPDATE SET conclusion = excluded.conclusion, overridden = excluded.overridden, "+
+	_, err := t.exec("INSERT INTO checks (repo, environment, pr, name, conclusion, overridden, reason, updated_at) VALUES (?,?,?,?,?,?,?,?) "+
+		"ON CONFLICT (repo, environment, pr, name) DO UPDATE SET conclusion = excluded.conclusion, overridden = excluded.overridden, "+
 		"reason = excluded.reason, updated_at = excluded.updated_at",
-		c.Environment, c.PR, c.Check, c.Conclusion, b2i(c.Overridden), c.Reason, ns(c.UpdatedAt))
+		c.Repo, c.Environment, c.PR, c.Check, c.Conclusion, b2i(c.Overridden), c.Reason, ns(c.UpdatedAt))
 	return err
 }
 
@@ -404,7 +411,7 @@ func (t *sqlTx) scanChecks(q string, args ...any) ([]api.Check, error) {
 	for rows.Next() {
 		var c api.Check
 		var overridden, updated int64
-		if err := rows.Scan(&c.Environment, &c.PR, &c.Check, &c.Conclusion, &overridden, &c.Reason, &updated); err != nil {
+		if err := rows.Scan(&c.Repo, &c.Environment, &c.PR, &c.Check, &c.Conclusion, &overridden, &c.Reason, &updated); err != nil {
 			return nil, t.s.mapErr(err)
 		}
 		c.Overridden, c.UpdatedAt = overridden != 0, tm(updated)
@@ -413,21 +420,21 @@ func (t *sqlTx) scanChecks(q string, args ...any) ([]api.Check, error) {
 	return out, t.s.mapErr(rows.Err())
 }
 
-const checkSelect = "SELECT environment, pr, name, conclusion, overridden, reason, updated_at FROM checks"
+const checkSelect = "SELECT repo, environment, pr, name, conclusion, overridden, reason, updated_at FROM checks"
 
-func (t *sqlTx) Check(env string, pr int, name string) (*api.Check, error) {
-	cs, err := t.scanChecks(checkSelect+" WHERE environment = ? AND pr = ? AND name = ?", env, pr, name)
+func (t *sqlTx) Check(k store.PRKey, name string) (*api.Check, error) {
+	cs, err := t.scanChecks(checkSelect+" WHERE repo = ? AND environment = ? AND pr = ? AND name = ?", k.Repo, k.Environment, k.PR, name)
 	if err != nil {
 		return nil, err
 	}
 	if len(cs) == 0 {
-		return nil, fmt.Errorf("%w: check %q of PR #%d in %q", store.ErrNotFound, name, pr, env)
+		return nil, fmt.Errorf("%w: check %q of %s PR #%d in %q", store.ErrNotFound, name, k.Repo, k.PR, k.Environment)
 	}
 	return &cs[0], nil
 }
 
 func (t *sqlTx) Checks(f store.ListFilter) ([]api.Check, error) {
-	clause, args, err := listPage(f, "updated_at", "environment", "pr", "name")
+	clause, args, err := listPage(f, "updated_at", "repo", "environment", "pr", "name")
 	if err != nil {
 		return nil, err
 	}
@@ -436,21 +443,22 @@ func (t *sqlTx) Checks(f store.ListFilter) ([]api.Check, error) {
 
 func (t *sqlTx) AddAudit(e api.AuditEntry) (int64, error) {
 	var id int64
-	err := t.row("INSERT INTO audit (at, principal, action, target, reason, outcome, detail) VALUES (?,?,?,?,?,?,?) RETURNING id",
-		ns(e.At), e.Principal, e.Action, e.Target, e.Reason, e.Outcome, e.Detail).Scan(&id)
+	err := t.row("INSERT INTO audit (at, principal, repo, action, target, reason, outcome, detail) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
+		ns(e.At), e.Principal, e.Repo, e.Action, e.Target, e.Reason, e.Outcome, e.Detail).Scan(&id)
 	return id, t.s.mapErr(err)
 }
 
-func (t *sqlTx) Audit(limit int, before int64) ([]api.AuditEntry, error) {
+func (t *sqlTx) Audit(repo string, limit int, before int64) ([]api.AuditEntry, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var w whereClause
+	w.eq(repo != "", "repo", repo)
 	if before > 0 { // a page after the first: a range of the primary key, not a scan from the newest
 		w.conds = append(w.conds, "id < ?")
 		w.args = append(w.args, before)
 	}
-	rows, err := t.query("SELECT id, at, principal, action, target, reason, outcome, detail FROM audit"+w.String()+" ORDER BY id DESC LIMIT ?",
+	rows, err := t.query("SELECT id, at, principal, repo, action, target, reason, outcome, detail FROM audit"+w.String()+" ORDER BY id DESC LIMIT ?",
 		append(w.args, limit)...)
 	if err != nil {
 		return nil, err
@@ -460,7 +468,7 @@ func (t *sqlTx) Audit(limit int, before int64) ([]api.AuditEntry, error) {
 	for rows.Next() {
 		var e api.AuditEntry
 		var at int64
-		if err := rows.Scan(&e.ID, &at, &e.Principal, &e.Action, &e.Target, &e.Reason, &e.Outcome, &e.Detail); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Principal, &e.Repo, &e.Action, &e.Target, &e.Reason, &e.Outcome, &e.Detail); err != nil {
 			return nil, t.s.mapErr(err)
 		}
 		e.At = tm(at)

@@ -90,7 +90,7 @@ func TestExecutionReadsLeaveEdgesOut(t *testing.T) {
 			if !reflect.DeepEqual(*full, want) {
 				t.Errorf("Execution read %+v\nwant           %+v", *full, want)
 			}
-			latest, err := tx.LatestPlan("prod", 7)
+			latest, err := tx.LatestPlan(store.PRKey{Environment: "prod", PR: 7})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,7 +237,7 @@ func TestClaimsOnIsClaimsFiltered(t *testing.T) {
 				asked[st] = true
 			}
 			_ = s.Read(ctx, func(tx store.Tx) error {
-				all, err := tx.Claims("prod", t0)
+				all, err := tx.Claims("", "prod", t0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -247,7 +247,7 @@ func TestClaimsOnIsClaimsFiltered(t *testing.T) {
 						want = append(want, c)
 					}
 				}
-				got, err := tx.ClaimsOn("prod", pr, stacks, t0)
+				got, err := tx.ClaimsOn(store.PRKey{Environment: "prod", PR: pr}, stacks, t0)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -86,7 +86,7 @@ func TestListPagesWalkRowsOfTheSameTime(t *testing.T) {
 							gates = append(gates, store.RowKey{At: at, Environment: env, PR: pr, Names: []string{class, target}})
 						}
 					}
-					if err := tx.ReplaceGates(env, pr, gs); err != nil {
+					if err := tx.ReplaceGates(store.PRKey{Environment: env, PR: pr}, gs); err != nil {
 						return err
 					}
 					for _, name := range []string{"apply", "plan", "lint"} {

@@ -119,7 +119,7 @@ var suite = []struct {
 			if len(got) != 2 || got[0].ExecutionID != "e1" {
 				t.Errorf("page 2: %v", ids(got))
 			}
-			if _, err := tx.LatestPlan("prod", 8); !errors.Is(err, store.ErrNotFound) {
+			if _, err := tx.LatestPlan(store.PRKey{Environment: "prod", PR: 8}); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("latest plan of a PR without plans: %v", err)
 			}
 			return nil
@@ -131,11 +131,11 @@ var suite = []struct {
 			})
 		}
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			latest, err := tx.LatestPlan("prod", 7)
+			latest, err := tx.LatestPlan(store.PRKey{Environment: "prod", PR: 7})
 			if err != nil || latest.ExecutionID != "e2" {
 				t.Errorf("latest plan %v %v, want e2 (received last)", latest, err)
 			}
-			if p, err := tx.ExecutionPrincipal("e0"); err != nil || p != "runner-e0" {
+			if p, _, err := tx.ExecutionPrincipal("e0"); err != nil || p != "runner-e0" {
 				t.Errorf("principal %q %v", p, err)
 			}
 			return nil
@@ -230,21 +230,21 @@ var suite = []struct {
 			return nil
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			got, _ := tx.Claims("prod", t0)
+			got, _ := tx.Claims("", "prod", t0)
 			if len(got) != 2 || got[0].Stack != "a" || got[1].Stack != "c" {
 				t.Errorf("claims %+v", got)
 			}
 			return nil
 		})
 		write(t, s, func(tx store.Tx) error {
-			n, err := tx.ReleaseClaims("prod", 1, "")
+			n, err := tx.ReleaseClaims(store.PRKey{Environment: "prod", PR: 1}, "")
 			if n != 2 {
 				t.Errorf("released %d, want 2", n)
 			}
 			return err
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			all, _ := tx.Claims("", t0)
+			all, _ := tx.Claims("", "", t0)
 			if len(all) != 2 {
 				t.Errorf("claims left %+v", all)
 			}
@@ -268,7 +268,7 @@ var suite = []struct {
 			return nil
 		})
 		write(t, s, func(tx store.Tx) error {
-			n, err := tx.ReleaseGrants("prod", 1, "destructive", "**", "admin", t0.Add(3*time.Minute))
+			n, err := tx.ReleaseGrants(store.PRKey{Environment: "prod", PR: 1}, "destructive", "**", "admin", t0.Add(3*time.Minute))
 			if n != 1 {
 				t.Errorf("released %d", n)
 			}
@@ -284,7 +284,7 @@ var suite = []struct {
 	}},
 	{"gates, leases, checks", func(t *testing.T, s store.Store) {
 		write(t, s, func(tx store.Tx) error {
-			if err := tx.ReplaceGates("prod", 1, []api.Gate{{Class: "destructive", Target: "**", Stacks: []string{"a"}, RequiredAt: t0}}); err != nil {
+			if err := tx.ReplaceGates(store.PRKey{Environment: "prod", PR: 1}, []api.Gate{{Class: "destructive", Target: "**", Stacks: []string{"a"}, RequiredAt: t0}}); err != nil {
 				return err
 			}
 			if err := tx.PutLease(store.Lease{ExecutionID: "ap", Environment: "prod", PR: 1, Requester: "sa@x"}); err != nil {
@@ -293,7 +293,7 @@ var suite = []struct {
 			return tx.PutCheck(api.Check{Environment: "prod", PR: 1, Check: "tfstackplan/plan", Conclusion: "success"})
 		})
 		write(t, s, func(tx store.Tx) error {
-			return tx.ReplaceGates("prod", 1, []api.Gate{{Class: "mutating", Target: "x/*", RequiredAt: t0.Add(time.Minute)}})
+			return tx.ReplaceGates(store.PRKey{Environment: "prod", PR: 1}, []api.Gate{{Class: "mutating", Target: "x/*", RequiredAt: t0.Add(time.Minute)}})
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
 			gates, _ := tx.Gates(store.ListFilter{Environment: "prod", PR: 1})
@@ -304,7 +304,7 @@ var suite = []struct {
 			if err != nil || l.Requester != "sa@x" {
 				t.Errorf("lease %+v %v", l, err)
 			}
-			c, err := tx.Check("prod", 1, "tfstackplan/plan")
+			c, err := tx.Check(store.PRKey{Environment: "prod", PR: 1}, "tfstackplan/plan")
 			if err != nil || c.Conclusion != "success" {
 				t.Errorf("check %+v %v", c, err)
 			}
@@ -384,7 +384,7 @@ var suite = []struct {
 			return nil
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			left, _ := tx.Claims("prod", t0)
+			left, _ := tx.Claims("", "prod", t0)
 			if len(left) != 1 || left[0].ExecutionID != "p2" {
 				t.Errorf("claims left %+v", left)
 			}
@@ -399,11 +399,11 @@ var suite = []struct {
 			})
 		}
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			all, _ := tx.Audit(10, 0)
+			all, _ := tx.Audit("", 10, 0)
 			if len(all) != 3 || all[0].Action != "a2" {
 				t.Fatalf("audit %+v", all)
 			}
-			older, _ := tx.Audit(10, all[0].ID)
+			older, _ := tx.Audit("", 10, all[0].ID)
 			if len(older) != 2 || older[0].Action != "a1" {
 				t.Errorf("older %+v", older)
 			}
