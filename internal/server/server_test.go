@@ -24,6 +24,9 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
+// testRepo is the repository the test tokens are limited to: a request that names none means it.
+const testRepo = "acme/infra"
+
 const testTokens = `
 token "viewer" {
   secret = "viewer-secret-0123456789"

@@ -98,7 +98,7 @@ func seeded(t *testing.T, c oldDatabase, upTo int, seed []string) *sqlstore.DB {
 
 // The rows of a server from before repositories (migration 007) take the repository of the
 // execution they came from, lowercased: claims, gates, grants and leases by their execution,
-// checks by their PR's latest execution; a row whose execution named none keeps ''. Each is then
+// checks by their PR's latest execution; a row whose execution named none keeps ”. Each is then
 // found under its repository's key, and the PR of another repository is another PR.
 func TestRowsMoveIntoTheirRepository(t *testing.T) {
 	seed := []string{
