@@ -117,7 +117,9 @@ func (t *Throttle) Fail(key string) time.Duration {
 	e := el.Value.(*entry)
 	e.level = t.drained(e, now) + 1
 	e.at = now
-	if e.level >= t.burst {
+	// The burst-th failure refuses the key when it comes before one failure has drained: the
+	// bucket drains all the time, so it never holds a whole burst.
+	if e.level > t.burst-1 {
 		e.until = now.Add(t.window)
 	}
 	return max(0, e.until.Sub(now))

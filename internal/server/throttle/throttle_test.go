@@ -68,6 +68,12 @@ func TestFailuresDrain(t *testing.T) {
 	if th.Wait("fast") == 0 {
 		t.Fatal("10 failures at once are not refused")
 	}
+	for i := range 10 {
+		c.add(time.Millisecond)
+		if wait := th.Fail("quick"); (wait > 0) != (i == 9) {
+			t.Fatalf("failure %d, one every millisecond: refused for %s", i+1, wait)
+		}
+	}
 }
 
 // TestBoundedKeys: the throttle tracks at most maxKeys keys; a flood of new keys forgets the
