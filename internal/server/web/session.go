@@ -142,8 +142,22 @@ func (u *UI) session(ctx context.Context, id string) (*Session, error) {
 	if !validSessionID(id) {
 		return nil, ErrUnknownSession
 	}
+	row, err := u.live(ctx, hashID(id))
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{CSRF: csrfOf(id), ExpiresAt: row.ExpiresAt, idHash: row.IDHash}
+	if err := json.Unmarshal([]byte(row.PrincipalJSON), &s.Principal); err != nil {
+		return nil, fmt.Errorf("session of %s: %w", row.Principal, err)
+	}
+	return s, nil
+}
+
+// live returns the stored session of idHash unless it ended: ErrUnknownSession,
+// ErrSessionEnded, or the store's error.
+func (u *UI) live(ctx context.Context, idHash string) (*store.Session, error) {
 	var row *store.Session
-	err := u.Service.Store.Read(ctx, func(tx store.Tx) (err error) { row, err = tx.Session(hashID(id)); return })
+	err := u.Service.Store.Read(ctx, func(tx store.Tx) (err error) { row, err = tx.Session(idHash); return })
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, ErrUnknownSession
@@ -152,11 +166,14 @@ func (u *UI) session(ctx context.Context, id string) (*Session, error) {
 	case !row.RevokedAt.IsZero() || !u.now().Before(row.ExpiresAt):
 		return nil, ErrSessionEnded
 	}
-	s := &Session{CSRF: csrfOf(id), ExpiresAt: row.ExpiresAt, idHash: row.IDHash}
-	if err := json.Unmarshal([]byte(row.PrincipalJSON), &s.Principal); err != nil {
-		return nil, fmt.Errorf("session of %s: %w", row.Principal, err)
-	}
-	return s, nil
+	return row, nil
+}
+
+// sessionEnded reports whether s expired or was signed out since it authenticated a request. A
+// store that fails says nothing: the session is taken to live on.
+func (u *UI) sessionEnded(ctx context.Context, s *Session) bool {
+	_, err := u.live(ctx, s.idHash)
+	return errors.Is(err, auth.ErrUnauthenticated)
 }
 
 // PageSession returns the session of a page request's cookie, or nil without one. A cookie of
