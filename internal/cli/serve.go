@@ -21,6 +21,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
 
 // ServeOptions are the options of `tfstackplan serve`.
@@ -36,8 +37,15 @@ type ServeOptions struct {
 	// MaxConns, MaxStreams and MaxStreamsPerPrincipal cap connections and live streams (0:
 	// the server's defaults).
 	MaxConns, MaxStreams, MaxStreamsPerPrincipal int
-	LogRetention                                 time.Duration
-	ShutdownTimeout                              time.Duration
+	// SessionTTL is how long a web sign-in lasts (0: the server's default).
+	SessionTTL time.Duration
+	// AuthFailureBurst failed authentications from one client address, or of one principal,
+	// have it refused for AuthFailureWindow (0: nothing is throttled; a zero window: the
+	// server's default).
+	AuthFailureBurst  int
+	AuthFailureWindow time.Duration
+	LogRetention      time.Duration
+	ShutdownTimeout   time.Duration
 	// Ready, when set, is called with the bound address once the server accepts connections.
 	Ready func(addr string)
 	// Validator replaces Google's ID token validator (tests use a loopback key server).
@@ -77,6 +85,9 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.IntVar(&opts.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once (lowered to fit the open-file limit); /healthz still answers past it")
 	f.IntVar(&opts.MaxStreams, "max-streams", web.DefaultMaxStreams, "live page streams open at once, in all")
 	f.IntVar(&opts.MaxStreamsPerPrincipal, "max-streams-per-principal", web.DefaultMaxStreamsPerPrincipal, "live page streams open at once per principal")
+	f.DurationVar(&opts.SessionTTL, "session-ttl", web.DefaultSessionTTL, "how long a sign-in to the web pages lasts")
+	f.IntVar(&opts.AuthFailureBurst, "auth-failure-burst", throttle.DefaultBurst, "failed authentications after which a client address or a principal is refused (429) for --auth-failure-window; 0 throttles nothing")
+	f.DurationVar(&opts.AuthFailureWindow, "auth-failure-window", throttle.DefaultWindow, "how long a throttled client address or principal is refused; failures are forgotten at --auth-failure-burst per window")
 	f.DurationVar(&opts.LogRetention, "log-retention", 30*24*time.Hour, "delete logs of executions started longer ago than this (0 keeps them)")
 	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
 	return cmd
@@ -150,6 +161,19 @@ func (o *ServeOptions) authenticator(ctx context.Context) (*auth.Authenticator, 
 	return a, nil
 }
 
+// checkLimits refuses session and throttle settings that cannot be meant.
+func (o *ServeOptions) checkLimits() error {
+	switch {
+	case o.SessionTTL < 0:
+		return Usagef("--session-ttl %s: want a positive duration", o.SessionTTL)
+	case o.AuthFailureBurst < 0:
+		return Usagef("--auth-failure-burst %d: want 0 (no throttling) or more", o.AuthFailureBurst)
+	case o.AuthFailureWindow < 0:
+		return Usagef("--auth-failure-window %s: want a positive duration", o.AuthFailureWindow)
+	}
+	return nil
+}
+
 // newGranter makes the granter policy names, within GranterSetupTimeout.
 func (o *ServeOptions) newGranter(ctx context.Context, policy *service.Policy) (granter.Granter, error) {
 	timeout := o.GranterSetupTimeout
@@ -172,6 +196,9 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 		return err
 	}
 	a.Log = logger
+	if err := o.checkLimits(); err != nil {
+		return err
+	}
 	policy, err := service.LoadPolicy(o.Policy)
 	if err != nil {
 		return &UsageError{Err: err}
@@ -185,8 +212,13 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if svc.Granter, err = o.newGranter(ctx, policy); err != nil {
 		return fmt.Errorf("policy %s: %w", o.Policy, err)
 	}
+	burst := o.AuthFailureBurst
+	if burst == 0 {
+		burst = -1 // the server's "throttle nothing"
+	}
 	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger,
-		MaxConns: o.MaxConns, MaxStreams: o.MaxStreams, MaxStreamsPerPrincipal: o.MaxStreamsPerPrincipal})
+		MaxConns: o.MaxConns, MaxStreams: o.MaxStreams, MaxStreamsPerPrincipal: o.MaxStreamsPerPrincipal,
+		SessionTTL: o.SessionTTL, FailureBurst: burst, FailureWindow: o.AuthFailureWindow})
 	if err != nil {
 		return err
 	}

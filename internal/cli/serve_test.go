@@ -51,6 +51,9 @@ func TestServeRefusesUnsafeOrBrokenConfig(t *testing.T) {
 		{"no auth at all", ServeOptions{Listen: "127.0.0.1:0"}, "no authentication configured"},
 		{"bad db", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, DB: "mysql://x"}, "sqlite:PATH or postgres://URL"},
 		{"missing tokens file", ServeOptions{Listen: "127.0.0.1:0", Tokens: filepath.Join(dir, "none.hcl")}, "tokens file"},
+		{"negative session TTL", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, SessionTTL: -time.Hour}, "--session-ttl"},
+		{"negative failure burst", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, AuthFailureBurst: -1}, "--auth-failure-burst"},
+		{"negative failure window", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, AuthFailureWindow: -time.Minute}, "--auth-failure-window"},
 		{"missing policy", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, Policy: filepath.Join(dir, "none.hcl"), DB: "sqlite:" + filepath.Join(dir, "x.db")}, "policy"},
 	}
 	for _, tc := range cases {

@@ -14,6 +14,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
 
 // codeNames are the grpc code names the contract carries in Error.code.
@@ -50,7 +51,7 @@ var statusOverride = map[error]int{errBodyTimeout: http.StatusRequestTimeout, er
 // (invalid, not found, precondition, denied) or the HTTP layer does. Any other error may carry a
 // driver's text (SQL, table names, hosts) and is answered with a generic message.
 var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale,
-	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, errTooLarge, errBodyTimeout, errMediaType}
+	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, throttle.ErrThrottled, errTooLarge, errBodyTimeout, errMediaType}
 
 // genericMessages say what a hidden error means to a client, by code.
 var genericMessages = map[codes.Code]string{
@@ -84,7 +85,7 @@ func codeOf(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return codes.Unauthenticated
-	case errors.Is(err, errRateLimited):
+	case errors.Is(err, errRateLimited), errors.Is(err, throttle.ErrThrottled):
 		return codes.ResourceExhausted
 	case errors.Is(err, errTooLarge), errors.Is(err, errMediaType):
 		return codes.InvalidArgument
@@ -134,7 +135,11 @@ func (m errorMapper) errResp(err error) errorResponse {
 func (m errorMapper) writeError(w http.ResponseWriter, err error) {
 	e := m.errResp(err)
 	if e.StatusCode == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
+		retry := "1"
+		if te := (*throttle.Error)(nil); errors.As(err, &te) {
+			retry = throttle.RetryAfter(te.Wait)
+		}
+		w.Header().Set("Retry-After", retry)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

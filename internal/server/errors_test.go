@@ -66,7 +66,7 @@ func TestStoreErrorTextStaysInTheLog(t *testing.T) {
 			})
 			logs := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 			for _, path := range []string{BasePath + "/executions", BasePath + "/executions/e1", "/", "/ui/claims"} {
-				status, body := ts.page(t, path, tokenOf["viewer"])
+				status, body := ts.read(t, path, tokenOf["viewer"])
 				if status != tc.status || strings.Contains(body, secret) || strings.Contains(body, "pq:") || strings.Contains(body, "sqlite") {
 					t.Fatalf("%s: %d %s, want %d without the driver's text", path, status, body, tc.status)
 				}

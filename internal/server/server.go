@@ -27,6 +27,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/metrics"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 	"github.com/tfstackplan/tfstackplan/internal/server/web"
 )
 
@@ -74,6 +75,20 @@ type Config struct {
 	// MaxStreamsPerPrincipal those of one principal (0: web.DefaultMaxStreamsPerPrincipal).
 	MaxStreams             int
 	MaxStreamsPerPrincipal int
+
+	// SessionTTL is how long a web sign-in lasts (0: web.DefaultSessionTTL) and
+	// SignInsPerMinute how many sessions a principal may start a minute (0:
+	// web.DefaultSignInsPerMinute).
+	SessionTTL       time.Duration
+	SignInsPerMinute int
+	// FailureBurst failed authentications from one client address, or of one principal, make
+	// it refused (429) for FailureWindow, as the failures drain at FailureBurst per
+	// FailureWindow (0: throttle.DefaultBurst and throttle.DefaultWindow; a negative
+	// FailureBurst throttles nothing).
+	FailureBurst  int
+	FailureWindow time.Duration
+	// Now is the clock of sessions and throttles (nil: time.Now).
+	Now func() time.Time
 }
 
 // DefaultRateLimit is the per-principal request rate when Config.RateLimit is zero.
@@ -97,6 +112,7 @@ type Server struct {
 	metrics  *serverMetrics
 	registry *metrics.Registry
 	ui       *web.UI
+	throttle *throttle.Auth
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter
@@ -210,6 +226,9 @@ func New(cfg Config) (*Server, error) {
 	em := errorMapper{log: cfg.Logger}
 	s := &Server{errorMapper: em, cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg),
 		limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
+	if cfg.FailureBurst >= 0 {
+		s.throttle = throttle.NewAuth(cfg.FailureBurst, cfg.FailureWindow, 0, cfg.Now)
+	}
 	h := &handlers{errorMapper: em, svc: cfg.Service, metrics: s.metrics}
 	s.direct = h.direct()
 	strict := api.NewStrictHandlerWithOptions(h, nil, api.StrictHTTPServerOptions{
@@ -251,7 +270,8 @@ func New(cfg Config) (*Server, error) {
 	s.mux.Handle("GET /metrics", reg.Handler())
 	s.ui = &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText,
 		Caller:     func(r *http.Request) service.Caller { return caller(r.Context()) },
-		MaxStreams: cfg.MaxStreams, MaxStreamsPerPrincipal: cfg.MaxStreamsPerPrincipal}
+		MaxStreams: cfg.MaxStreams, MaxStreamsPerPrincipal: cfg.MaxStreamsPerPrincipal,
+		SessionTTL: cfg.SessionTTL, SignInsPerMinute: cfg.SignInsPerMinute, Throttle: s.throttle, Now: cfg.Now}
 	s.ui.Register(s.mux, s.webGuard)
 	return s, nil
 }
@@ -309,14 +329,27 @@ func (s *Server) limiter(name string) *rate.Limiter {
 	return l
 }
 
-// authorize authenticates r, checks role and the principal's rate, and returns r carrying the
-// principal. It looks at headers only.
-func (s *Server) authorize(r *http.Request, role auth.Role) (*http.Request, error) {
+// authorize authenticates r, checks the throttles, role and the principal's rate, and returns r
+// carrying the principal (and the session, when one authenticated a page). It looks at headers
+// only. A client address refused by the throttle is refused before its credentials are looked
+// at; failed credentials count against it, and against their principal when one is known.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, role auth.Role, page bool) (*http.Request, error) {
 	if role == "" {
 		return r, nil
 	}
-	p, err := s.cfg.Auth.Authenticate(r)
+	if err := s.throttle.CheckAddr(r); err != nil {
+		return nil, err
+	}
+	p, sess, err := s.authenticate(w, r, page)
 	if err != nil {
+		if counted, principal := failure(r, p, err); counted {
+			if terr := s.throttle.Fail(r, principal); terr != nil {
+				return nil, terr
+			}
+		}
+		return nil, err
+	}
+	if err := s.throttle.CheckPrincipal(p.Name); err != nil {
 		return nil, err
 	}
 	if !p.Has(role) {
@@ -325,7 +358,45 @@ func (s *Server) authorize(r *http.Request, role auth.Role) (*http.Request, erro
 	if !s.limiter(p.Name).Allow() {
 		return nil, errRateLimited
 	}
-	return r.WithContext(auth.With(r.Context(), p)), nil
+	ctx := auth.With(r.Context(), p)
+	if sess != nil {
+		ctx = web.WithSession(ctx, sess)
+	}
+	return r.WithContext(ctx), nil
+}
+
+// authenticate returns the principal of r's bearer token or, for a page read without one, of
+// its session cookie (the session too).
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, page bool) (auth.Principal, *web.Session, error) {
+	_, header := r.Header["Authorization"]
+	if page && !header && !s.cfg.Auth.Insecure && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		sess, err := s.ui.PageSession(w, r)
+		if err != nil {
+			return auth.Principal{}, nil, err
+		}
+		if sess != nil {
+			return sess.Principal, sess, nil
+		}
+	}
+	p, err := s.cfg.Auth.Authenticate(r)
+	return p, nil, err
+}
+
+// failure says whether an authentication error counts as a failed attempt, and of which
+// principal: a token or session id that does not verify counts, a request without credentials
+// or with a session that ended does not; a token whose principal has no roles here counts for
+// that principal too.
+func failure(r *http.Request, p auth.Principal, err error) (counted bool, principal string) {
+	_, header := r.Header["Authorization"]
+	switch {
+	case errors.Is(err, auth.ErrNoRoles):
+		return true, p.Name
+	case errors.Is(err, web.ErrUnknownSession):
+		return true, ""
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return header, ""
+	}
+	return false, ""
 }
 
 // refuse answers a request before its body is read, and then closes the connection.
@@ -345,7 +416,7 @@ func (s *Server) guard(rt route, next http.Handler) http.Handler {
 			s.metrics.requests.WithLabelValues(rt.op, fmt.Sprint(rec.status)).Inc()
 			s.metrics.latency.WithLabelValues(rt.op).Observe(time.Since(start).Seconds())
 		}()
-		r2, err := s.authorize(r, rt.role)
+		r2, err := s.authorize(rec, r, rt.role, false)
 		if err == nil && rt.body != nil {
 			err = checkBodyHeaders(r, rt)
 		}
@@ -412,18 +483,21 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	return body, nil
 }
 
-// webGuard authenticates web pages: viewers may read them. A rate-limited page is answered 429
-// like the API; only a request without usable credentials gets the sign-in form.
+// webGuard authenticates web pages: viewers may read them, by bearer token or session. A
+// request without usable credentials, or from a throttled client, gets the sign-in form; a
+// rate-limited page, a live stream or a failure of the store is answered like the API.
 func (s *Server) webGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r2, err := s.authorize(r, auth.RoleViewer)
+		r2, err := s.authorize(w, r, auth.RoleViewer, true)
 		switch {
 		case err == nil:
 			next.ServeHTTP(w, r2)
-		case errors.Is(err, errRateLimited), r.Header.Get("Accept") == "text/event-stream":
+		case r.Header.Get("Accept") == "text/event-stream", errors.Is(err, errRateLimited):
 			s.refuse(w, r, err)
-		default:
+		case errors.Is(err, throttle.ErrThrottled), errors.Is(err, auth.ErrUnauthenticated), errors.Is(err, auth.ErrNoRoles):
 			web.LoginPage(w, r, err)
+		default:
+			s.refuse(w, r, err)
 		}
 	})
 }

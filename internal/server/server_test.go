@@ -74,6 +74,8 @@ type testServer struct {
 	srv   *Server
 	svc   *service.Service
 	store store.Store
+
+	sessions map[string]*http.Cookie // by token (session)
 }
 
 func newTestServer(t testing.TB, s store.Store, tweak func(*Config)) *testServer {
@@ -378,7 +380,9 @@ func (g *googleKeys) sign(t *testing.T, claims map[string]any) string {
 	return testkit.SignRS256(t, g.key, "k1", claims)
 }
 
-func TestGoogleIDTokens(t *testing.T) {
+// googleValidator returns a key server standing for Google's and a validator that reads it.
+func googleValidator(t *testing.T) (*googleKeys, auth.IDTokenValidator) {
+	t.Helper()
 	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
 	t.Setenv("GCE_METADATA_IP", "127.0.0.1:1")
 	keys := newGoogleKeys(t)
@@ -386,9 +390,15 @@ func TestGoogleIDTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return keys, v
+}
+
+func TestGoogleIDTokens(t *testing.T) {
+	keys, v := googleValidator(t)
 	const aud = "https://tfstackplan.example.com"
 	var logBuf testkit.SyncBuffer
 	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) {
+		c.FailureBurst = -1 // every refused token below fails from one address
 		c.Auth.Audience, c.Auth.Validator = aud, v
 		c.Auth.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
 	})

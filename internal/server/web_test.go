@@ -17,12 +17,19 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
-func (ts *testServer) page(t *testing.T, path string, cookie string) (int, string) {
+// read GETs path with token as the bearer token (none when empty).
+func (ts *testServer) read(t *testing.T, path string, token string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", ts.URL+path, nil)
-	if cookie != "" {
-		req.Header.Set("Cookie", "tfstackplan_token="+cookie)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return ts.do(t, req)
+}
+
+// do sends req and returns the status and body of the answer.
+func (ts *testServer) do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
 	resp, err := ts.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +37,17 @@ func (ts *testServer) page(t *testing.T, path string, cookie string) (int, strin
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// page reads a page, signed in with token through the sign-in form (once per token and
+// server) unless token is empty.
+func (ts *testServer) page(t *testing.T, path string, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", ts.URL+path, nil)
+	if token != "" {
+		req.AddCookie(ts.session(t, token))
+	}
+	return ts.do(t, req)
 }
 
 // seed posts an execution with two dependent stacks, a destructive plan, logs and a gap.
@@ -85,11 +103,17 @@ func TestWebPages(t *testing.T) {
 			t.Errorf("%s has no viewport meta (phones)", path)
 		}
 	}
-	// The page cookie authenticates reads only, never a state change.
+	// A session authenticates page reads only: never a state change, nor the API.
 	req, _ := http.NewRequest("POST", ts.URL+BasePath+"/claims/release", strings.NewReader(`{"environment":"prod","pr":1}`))
-	req.Header.Set("Cookie", "tfstackplan_token="+tokenOf["admin"])
+	req.Header.Set("Content-Type", "application/json")
+	req.AddCookie(ts.session(t, tokenOf["admin"]))
 	if resp, err := ts.Client().Do(req); err != nil || resp.StatusCode != 401 {
-		t.Fatalf("POST with only a cookie: %v %v", resp, err)
+		t.Fatalf("POST with only a session cookie: %v %v", resp, err)
+	}
+	req, _ = http.NewRequest("GET", ts.URL+BasePath+"/claims", nil)
+	req.AddCookie(ts.session(t, tokenOf["admin"]))
+	if resp, err := ts.Client().Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("API read with only a session cookie: %v %v", resp, err)
 	}
 	if status, _ := ts.page(t, "/ui/executions/nope", viewer); status != 404 {
 		t.Fatalf("unknown execution page: %d", status)
@@ -108,7 +132,7 @@ func TestRateLimitedPagesAnswer429(t *testing.T) {
 	}
 	for _, accept := range []string{"text/html", "text/event-stream"} {
 		req, _ := http.NewRequest("GET", ts.URL+"/ui/stream/executions", nil)
-		req.Header.Set("Cookie", "tfstackplan_token="+tokenOf["viewer"])
+		req.AddCookie(ts.session(t, tokenOf["viewer"]))
 		req.Header.Set("Accept", accept)
 		resp, err := ts.Client().Do(req)
 		if err != nil {
@@ -225,6 +249,17 @@ func TestBrowserLiveUpdates(t *testing.T) {
 	waitTrue("live status table", `document.querySelector('#state').textContent.includes("additive") && document.querySelector('#state').textContent.includes("+3")`)
 	waitTrue("live execution status", `document.querySelector('#exec-status').textContent.trim().startsWith("succeeded")`)
 	waitTrue("no reload happened", `window.__notReloaded === true`)
+
+	// Signing out ends the session: the browser is back at the sign-in form, and the page it
+	// had open asks for a token again.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`form.signout button`)),
+		chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)),
+		chromedp.Navigate(ts.URL+"/ui/executions/web-1"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)),
+	); err != nil {
+		t.Fatalf("sign out: %v", err)
+	}
 }
 
 // TestReplicasShareLivePages runs two servers on one PostgreSQL schema: a page stream open on

@@ -179,20 +179,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 		return Anonymous, nil
 	}
 	token, ok := bearer(r)
-	// The page cookie only authenticates reads: a state change always needs the header.
-	if !ok && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		if c, err := r.Cookie(CookieName); err == nil {
-			token, ok = c.Value, c.Value != ""
-		}
-	}
 	if !ok {
 		return Principal{}, fmt.Errorf("%w: a bearer token is required", ErrUnauthenticated)
 	}
 	return a.Verify(r.Context(), token)
 }
-
-// CookieName carries a token for the web pages (set by the login form).
-const CookieName = "tfstackplan_token"
 
 // Verify returns the principal of a token.
 func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, error) {

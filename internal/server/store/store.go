@@ -121,6 +121,19 @@ type Lease struct {
 	UnbindError    string
 }
 
+// Session is a signed-in web session. The session id itself is only in the browser's cookie:
+// the store keeps its SHA-256, so reading the table does not sign anyone in.
+type Session struct {
+	// IDHash is the hex SHA-256 of the session id.
+	IDHash string
+	// Principal is the name of the principal signed in; PrincipalJSON the whole principal, as
+	// the web layer encodes it (new fields of the principal carry over).
+	Principal, PrincipalJSON string
+	// CreatedAt is when the session was made, ExpiresAt when it ends, RevokedAt when it was
+	// signed out (zero while it was not).
+	CreatedAt, ExpiresAt, RevokedAt time.Time
+}
+
 // ExecutionFilter selects a page of executions, newest first: by started_at, then by id, both
 // descending, so that executions started at the same instant keep one order.
 type ExecutionFilter struct {
@@ -303,6 +316,19 @@ type Tx interface {
 	// Audit lists entries newest first (of one repository when repo is not empty), ids below
 	// before when before > 0.
 	Audit(repo string, limit int, before int64) ([]api.AuditEntry, error)
+
+	// CreateSession stores a new session; ErrConflict when its IDHash exists.
+	CreateSession(s Session) error
+	// Session returns the session of an IDHash, ended or not, or ErrNotFound.
+	Session(idHash string) (*Session, error)
+	// RevokeSession marks a session revoked at `at` unless it already was; revoked reports
+	// whether this call did (false also for an unknown IDHash).
+	RevokeSession(idHash string, at time.Time) (revoked bool, err error)
+	// SessionsSince counts the sessions of a principal created at since or later.
+	SessionsSince(principal string, since time.Time) (int, error)
+	// PruneSessions deletes up to limit sessions that expired at or before `at` and returns
+	// how many it deleted.
+	PruneSessions(at time.Time, limit int) (int64, error)
 
 	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
 	// until the transaction ends (a database lock, so it holds across replicas).

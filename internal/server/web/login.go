@@ -5,14 +5,15 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
 
 // CSRFCookieName carries the sign-in form's anti-forgery token: the form posts it back in its
@@ -27,13 +28,29 @@ const maxLoginBody = 64 << 10
 // Host).
 var crossOrigin = http.NewCrossOriginProtection()
 
-// LoginPage answers an unauthenticated page request with a token form.
+// LoginPage answers an unauthenticated page request with a token form (429 with Retry-After
+// when err says the client is throttled).
 func LoginPage(w http.ResponseWriter, r *http.Request, err error) {
 	status, msg := http.StatusUnauthorized, "Paste an API token to read this page."
-	if errors.Is(err, auth.ErrNoRoles) {
+	switch {
+	case errors.Is(err, throttle.ErrThrottled):
+		throttled(w, r, err, r.URL.RequestURI())
+		return
+	case errors.Is(err, auth.ErrNoRoles):
 		status, msg = http.StatusForbidden, "This token may not read these pages."
+	case errors.Is(err, ErrSessionEnded):
+		msg = "Your session ended: sign in again."
 	}
 	loginForm(w, r, status, msg, r.URL.RequestURI())
+}
+
+// throttled answers a throttled client with the sign-in form, 429 and Retry-After.
+func throttled(w http.ResponseWriter, r *http.Request, err error, next string) {
+	var te *throttle.Error
+	if errors.As(err, &te) {
+		w.Header().Set("Retry-After", throttle.RetryAfter(te.Wait))
+	}
+	loginForm(w, r, http.StatusTooManyRequests, throttledMessage(err), next)
 }
 
 // loginForm renders the sign-in form with msg, keeping a valid anti-forgery cookie or setting a
@@ -69,8 +86,10 @@ func secure(r *http.Request) bool {
 	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
 }
 
-// login checks the sign-in form (same origin, anti-forgery token, a token that verifies and may
-// read the pages), sets the page cookie and sends the browser on to a page of this site.
+// login checks the sign-in form (same origin, anti-forgery token, a client that is not
+// throttled, a token that verifies and may read the pages), starts a session, hands the browser
+// its id in a cookie and sends it on to a page of this site. A failed sign-in counts against the
+// client's address, and against the principal when the token verified.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	// What headers decide is refused before the body is read.
 	refuse := func(status int, msg string) {
@@ -93,15 +112,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			http.Error(w, "the sign-in form is too large", http.StatusRequestEntityTooLarge)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			http.Error(w, "the sign-in form did not arrive in time", http.StatusRequestTimeout)
-		default:
-			http.Error(w, "the sign-in form could not be read", http.StatusBadRequest)
-		}
+		formError(w, err)
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
@@ -109,18 +120,44 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		loginForm(w, r, http.StatusForbidden, "The sign-in form expired: sign in again.", next)
 		return
 	}
-	token := r.PostForm.Get("token")
-	p, err := u.verify(r.Context(), token)
-	switch {
-	case err != nil:
-		loginForm(w, r, http.StatusUnauthorized, "That token was not accepted.", next)
-		return
-	case !p.Has(auth.RoleViewer):
-		loginForm(w, r, http.StatusForbidden, "This token may not read these pages.", next)
+	if err := u.Throttle.CheckAddr(r); err != nil {
+		throttled(w, r, err, next)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: token, Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	p, err := u.verify(r.Context(), r.PostForm.Get("token"))
+	if err == nil && !p.Has(auth.RoleViewer) {
+		err = fmt.Errorf("%w: %s may not read the pages", auth.ErrNoRoles, p.Name)
+	}
+	if err != nil {
+		known := ""
+		if errors.Is(err, auth.ErrNoRoles) {
+			known = p.Name
+		}
+		switch terr := u.Throttle.Fail(r, known); {
+		case terr != nil:
+			throttled(w, r, terr, next)
+		case known != "":
+			loginForm(w, r, http.StatusForbidden, "This token may not read these pages.", next)
+		default:
+			loginForm(w, r, http.StatusUnauthorized, "That token was not accepted.", next)
+		}
+		return
+	}
+	if err := u.Throttle.CheckPrincipal(p.Name); err != nil {
+		throttled(w, r, err, next)
+		return
+	}
+	id, ttl, err := u.newSession(r.Context(), p)
+	switch {
+	case errors.Is(err, errTooManySignIns):
+		w.Header().Set("Retry-After", "60")
+		loginForm(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many sign-ins as %s in the last minute: try again in a minute.", p.Name), next)
+		return
+	case err != nil:
+		u.fail(w, err)
+		return
+	}
+	setSessionCookie(w, r, id, ttl)
 	http.SetCookie(w, &http.Cookie{Name: CSRFCookieName, Path: "/ui/login", MaxAge: -1})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }

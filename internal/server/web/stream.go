@@ -38,10 +38,13 @@ const (
 	// feedBytes bounds the rendered events a feed keeps for its streams to catch up on.
 	feedBytes    = 16 << 20
 	coalesce     = 100 * time.Millisecond
-	keepalive    = 15 * time.Second
 	refresh      = 10 * time.Second
 	writeTimeout = 10 * time.Second
 )
+
+// keepalive is how often an idle stream sends a comment, and a stream opened by a session
+// checks that the session still lives (a variable so that tests wait less).
+var keepalive = 15 * time.Second
 
 // Renders counts the views rendered for live streams since the process started: one per feed
 // update, however many streams show the feed.
@@ -366,6 +369,9 @@ func (u *UI) stream(w http.ResponseWriter, r *http.Request, key string, newView 
 		case <-u.Done:
 			return
 		case <-ka.C:
+			if sess := SessionFrom(r.Context()); sess != nil && u.sessionEnded(r.Context(), sess) {
+				return // the browser reconnects, and is asked to sign in again
+			}
 			if !send(ping) {
 				return
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
 
 //go:embed templates/*.html
@@ -76,6 +77,16 @@ type UI struct {
 	MaxStreams             int
 	MaxStreamsPerPrincipal int
 
+	// SessionTTL is how long a sign-in lasts (0: DefaultSessionTTL), SignInsPerMinute how many
+	// sessions one principal may start a minute (0: DefaultSignInsPerMinute).
+	SessionTTL       time.Duration
+	SignInsPerMinute int
+	// Throttle refuses the clients and principals whose authentication failed too often, and
+	// counts the failures of the sign-in form and of session forms (nil: none).
+	Throttle *throttle.Auth
+	// Now is the sessions' clock (nil: time.Now).
+	Now func() time.Time
+
 	streams streamCaps
 	feeds   feeds
 }
@@ -89,6 +100,8 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	u.streams = streamCaps{max: cmp.Or(u.MaxStreams, DefaultMaxStreams),
 		maxPer: cmp.Or(u.MaxStreamsPerPrincipal, DefaultMaxStreamsPerPrincipal), per: map[string]int{}}
 	u.feeds = feeds{m: map[string]*feed{}}
+	u.SessionTTL = cmp.Or(u.SessionTTL, DefaultSessionTTL)
+	u.SignInsPerMinute = cmp.Or(u.SignInsPerMinute, DefaultSignInsPerMinute)
 	g := func(f http.HandlerFunc) http.Handler { return guard(f) }
 	mux.Handle("GET /{$}", g(u.list))
 	mux.Handle("GET /ui/executions/{id}", g(u.execution))
@@ -98,10 +111,15 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	mux.Handle("GET /ui/stream/executions", g(u.streamList))
 	mux.Handle("GET /ui/stream/executions/{id}", g(u.streamExecution))
 	mux.HandleFunc("POST /ui/login", u.login)
+	mux.HandleFunc("POST /ui/logout", u.logout)
 }
 
-func render(w http.ResponseWriter, name string, data any) {
-	renderStatus(w, http.StatusOK, name, data)
+// render renders a page; one a session reads shows its sign-out form.
+func render(w http.ResponseWriter, r *http.Request, name string, p page) {
+	if s := SessionFrom(r.Context()); s != nil {
+		p.SignOut = s.CSRF
+	}
+	renderStatus(w, http.StatusOK, name, p)
 }
 
 func renderStatus(w http.ResponseWriter, status int, name string, data any) {
@@ -152,6 +170,9 @@ type page struct {
 	Error string
 	// CSRF is the sign-in form's token (the value of its cookie).
 	CSRF string
+	// SignOut is the anti-forgery token of the sign-out form, shown when a session reads the
+	// page.
+	SignOut string
 }
 
 // listFilter is the executions list's filter and page (before and before_id: the started_at
@@ -203,7 +224,7 @@ func (u *UI) list(w http.ResponseWriter, r *http.Request) {
 		keep.Set("before_id", last.ExecutionID)
 		p.Older = template.URL("?" + keep.Encode()) // Encode escapes every value
 	}
-	render(w, "list", p)
+	render(w, r, "list", p)
 }
 
 // layers orders stacks into columns by dependency depth (edges: From before To): a stack's
@@ -274,7 +295,7 @@ func (u *UI) execution(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, err)
 		return
 	}
-	render(w, "execution", page{Title: x.ExecutionID, Execution: x, Layers: layers(x)})
+	render(w, r, "execution", page{Title: x.ExecutionID, Execution: x, Layers: layers(x)})
 }
 
 func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
@@ -283,7 +304,7 @@ func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, err)
 		return
 	}
-	render(w, "claims", page{Title: "Claims", Claims: cs})
+	render(w, r, "claims", page{Title: "Claims", Claims: cs})
 }
 
 // gatesPaging are the query parameters of the gates page that choose what it shows: the
@@ -330,7 +351,7 @@ func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 	if n := len(p.Checks); n == pg.Limit {
 		p.OlderChecks = older("checks_before", p.Checks[n-1].Cursor)
 	}
-	render(w, "gates", p)
+	render(w, r, "gates", p)
 }
 
 func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
@@ -344,5 +365,5 @@ func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 	if len(entries) == 100 {
 		p.Next = strconv.FormatInt(entries[len(entries)-1].ID, 10)
 	}
-	render(w, "audit", p)
+	render(w, r, "audit", p)
 }
