@@ -12,6 +12,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/web"
 )
 
 // handlers implements the generated strict server interface over the service.
@@ -62,13 +63,7 @@ var _ api.StrictServerInterface = (*handlers)(nil)
 // caller is the request's principal as the service's rules need it.
 func caller(ctx context.Context) service.Caller {
 	p, _ := auth.From(ctx)
-	return CallerOf(p)
-}
-
-// CallerOf is what the service needs of an authenticated principal: who it is, whether it is an
-// admin, and where it may act.
-func CallerOf(p auth.Principal) service.Caller {
-	return service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin), Repositories: p.Repositories}
+	return web.CallerOf(p)
 }
 
 type queryKey struct{}

@@ -269,7 +269,6 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.mux.Handle("GET /metrics", reg.Handler())
 	s.ui = &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText,
-		Caller:     func(r *http.Request) service.Caller { return caller(r.Context()) },
 		MaxStreams: cfg.MaxStreams, MaxStreamsPerPrincipal: cfg.MaxStreamsPerPrincipal,
 		SessionTTL: cfg.SessionTTL, SignInsPerMinute: cfg.SignInsPerMinute, Throttle: s.throttle, Now: cfg.Now}
 	s.ui.Register(s.mux, s.webGuard)

@@ -64,9 +64,6 @@ type UI struct {
 	Service *service.Service
 	// Auth verifies the token the sign-in form posts.
 	Auth *auth.Authenticator
-	// Caller is the signed-in principal of a page request as the service's rules see it (what
-	// it may read); nil: a principal limited to nothing but its name.
-	Caller func(*http.Request) service.Caller
 	// Done ends live streams (server shutdown).
 	Done <-chan struct{}
 	// Fail maps an error to the status and message a page answers with; only it decides which
@@ -138,11 +135,14 @@ func renderStatus(w http.ResponseWriter, status int, name string, data any) {
 
 // caller is who asks for the page r.
 func (u *UI) caller(r *http.Request) service.Caller {
-	if u.Caller == nil {
-		p, _ := auth.From(r.Context())
-		return service.Caller{Name: p.Name, Repositories: []string{}}
-	}
-	return u.Caller(r)
+	p, _ := auth.From(r.Context())
+	return CallerOf(p)
+}
+
+// CallerOf is what the service's rules need of an authenticated principal: who it is, whether it
+// is an admin, and where it may act. The API and the pages both ask it.
+func CallerOf(p auth.Principal) service.Caller {
+	return service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin), Repositories: p.Repositories}
 }
 
 // fail answers a page's error as Fail says.
