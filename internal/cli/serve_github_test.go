@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,15 +20,6 @@ github "Acme/Infra" {
 `
 
 const serveGitHubAudience = "https://tfstackplan.example.com"
-
-func writeTokensFile(t *testing.T, src string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "tokens.hcl")
-	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func TestServeGitHubFlags(t *testing.T) {
 	github := writeTokensFile(t, serveGitHubTokens)

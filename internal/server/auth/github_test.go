@@ -49,7 +49,7 @@ func TestGitHubValidatorAccepts(t *testing.T) {
 		Ref: "refs/pull/7/merge", RefType: "branch", EventName: "pull_request",
 		WorkflowRef: "Acme/Infra/.github/workflows/plan.yml@refs/heads/main", JobWorkflowRef: "Acme/Infra/.github/workflows/plan.yml@refs/heads/main",
 		Environment: "prod", RunID: "4242", RunAttempt: "1", SHA: "0123456789abcdef0123456789abcdef01234567", Actor: "alice",
-		Subject: "repo:Acme/Infra:ref:refs/heads/main",
+		Subject:  "repo:Acme/Infra:ref:refs/heads/main",
 		IssuedAt: time.Unix(c["iat"].(int64), 0), Expires: time.Unix(c["exp"].(int64), 0),
 	}
 	if !got.IssuedAt.Equal(want.IssuedAt) || !got.Expires.Equal(want.Expires) {

@@ -64,7 +64,9 @@ func TestAuthenticatorGitHub(t *testing.T) {
 		}
 		return p.Name
 	}
-	if n := name(func(c map[string]any) { c["run_attempt"], c["job_workflow_ref"] = "2", "acme/infra/.github/workflows/apply.yml@refs/heads/main" }); n != "github:acme/infra:run:4242" {
+	if n := name(func(c map[string]any) {
+		c["run_attempt"], c["job_workflow_ref"] = "2", "acme/infra/.github/workflows/apply.yml@refs/heads/main"
+	}); n != "github:acme/infra:run:4242" {
 		t.Fatalf("another attempt and job of the run: %s", n)
 	}
 	if n := name(func(c map[string]any) { c["run_id"] = "4243" }); n != "github:acme/infra:run:4243" {
