@@ -2,11 +2,14 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -24,6 +27,8 @@ const (
 	defaultRefetchInterval = 10 * time.Second
 	// clockSkew is how far in the future iat may be, matching go-oidc's leeway for nbf.
 	clockSkew = 5 * time.Minute
+	// maxVerifiedTokens bounds the tokens verify remembers.
+	maxVerifiedTokens = 1024
 	// defaultKeysMaxAge is how long a fetched key set is trusted. go-oidc refetches only for an
 	// unknown kid, so without an age a key the issuer withdrew (rotated out, or compromised)
 	// would stay trusted for the life of the server; Google's own answer allows caching for
@@ -47,6 +52,22 @@ type rotatingKeys struct {
 	keys      *oidc.RemoteKeySet
 	keysURL   string    // what keys fetches
 	keysSince time.Time // when keys was made
+
+	verifiedMu sync.Mutex
+	verified   map[[32]byte]verifiedToken // by SHA-256 of the token
+}
+
+// verifiedToken is a token that verify accepted. Until the token expires, its key set ages out
+// or a key set is fetched again, verifying it anew would give the same answer, so verify gives
+// that answer without the signature check (a job sends one token with many requests; the check
+// is most of a GitHub token's cost). A fetch counts from when it starts, so a token verified
+// by the keys that a fetch under way replaces stays remembered until the next fetch (or its
+// expiry, or its key set's age).
+type verifiedToken struct {
+	idt      *oidc.IDToken
+	audience string
+	fetches  uint64    // the limiter's count of fetches when the verification began
+	keysDue  time.Time // when the key set that verified it ages out, on the clock now
 }
 
 // newRotatingKeys returns keys fetched with a copy of client (nil: a default one); the copy's
@@ -111,6 +132,11 @@ func (k *rotatingKeys) verify(ctx context.Context, issuer, token, audience strin
 	if audience == "" {
 		return nil, errors.New("no audience to validate the ID token for")
 	}
+	sum := sha256.Sum256([]byte(token))
+	if idt := k.remembered(sum, audience); idt != nil {
+		return idt, nil
+	}
+	fetches := k.limiter.fetches.Load()
 	idt, err := oidc.NewVerifier(issuer, k, &oidc.Config{
 		ClientID:             audience,
 		SupportedSigningAlgs: []string{oidc.RS256},
@@ -136,7 +162,45 @@ func (k *rotatingKeys) verify(ctx context.Context, issuer, token, audience strin
 	if idt.IssuedAt.After(k.now().Add(clockSkew)) {
 		return nil, fmt.Errorf("ID token iat %s is in the future", idt.IssuedAt.UTC().Format(time.RFC3339))
 	}
+	k.remember(sum, verifiedToken{idt: idt, audience: audience, fetches: fetches})
 	return idt, nil
+}
+
+// remembered returns the token of sum if verify accepted it for audience and the answer
+// still holds.
+func (k *rotatingKeys) remembered(sum [32]byte, audience string) *oidc.IDToken {
+	k.verifiedMu.Lock()
+	defer k.verifiedMu.Unlock()
+	v, ok := k.verified[sum]
+	if !ok || v.audience != audience || !k.holds(v) {
+		return nil
+	}
+	return v.idt
+}
+
+// holds reports whether verifying v's token anew would still accept it.
+func (k *rotatingKeys) holds(v verifiedToken) bool {
+	return v.fetches == k.limiter.fetches.Load() && !time.Now().After(v.idt.Expiry) && k.now().Before(v.keysDue)
+}
+
+// remember records v, first dropping the answers that no longer hold, or all of them when
+// maxVerifiedTokens still do.
+func (k *rotatingKeys) remember(sum [32]byte, v verifiedToken) {
+	k.mu.Lock()
+	v.keysDue = k.keysSince.Add(k.maxAge)
+	k.mu.Unlock()
+	k.verifiedMu.Lock()
+	defer k.verifiedMu.Unlock()
+	if len(k.verified) >= maxVerifiedTokens {
+		maps.DeleteFunc(k.verified, func(_ [32]byte, old verifiedToken) bool { return !k.holds(old) })
+		if len(k.verified) >= maxVerifiedTokens {
+			clear(k.verified)
+		}
+	}
+	if k.verified == nil {
+		k.verified = map[[32]byte]verifiedToken{}
+	}
+	k.verified[sum] = v
 }
 
 // refetchLimiter lets at most one key-set request through per interval and fails the others
@@ -144,6 +208,9 @@ func (k *rotatingKeys) verify(ctx context.Context, issuer, token, audience strin
 type refetchLimiter struct {
 	next     http.RoundTripper
 	interval time.Duration
+
+	// fetches counts the fetches let through.
+	fetches atomic.Uint64
 
 	mu   sync.Mutex
 	last time.Time
@@ -166,6 +233,7 @@ func (l *refetchLimiter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("not refetching the key set: last fetch was under %s ago (next allowed in %s)", l.interval, wait.Round(time.Millisecond))
 	}
 	l.last = now
+	l.fetches.Add(1)
 	l.mu.Unlock()
 	return l.next.RoundTrip(r)
 }
