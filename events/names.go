@@ -3,6 +3,8 @@ package events
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // StackPathProblem says why the control plane refuses v as a stack's path: NameProblem's
@@ -32,28 +34,36 @@ func StackPathProblem(v string) string {
 	return ""
 }
 
-// MaxRepoLen bounds a repository name, owner/name, in bytes (GitHub's own limits are lower).
-const MaxRepoLen = 256
+// GitHub's limits on a repository's owner (a user or an organization) and name.
+const (
+	MaxRepoOwner = 39
+	MaxRepoName  = 100
+)
 
-// CanonicalRepo returns a repository name in its one stored form, owner/name lowercased
-// (GitHub compares both case-insensitively), or an error naming what is wrong with v: exactly
-// one "/", an owner of letters, digits and "-", a name of letters, digits, "-", "_" and "."
-// other than "." and "..".
+// CanonicalRepo returns a GitHub repository's owner/name lowercased, the one form repositories
+// are stored and compared in (GitHub's names are case-insensitive). It fails, naming v, unless v
+// is owner/name with an owner of ASCII letters, digits and "-" (at most MaxRepoOwner) and a
+// name of ASCII letters, digits, "-", "_" and "." (at most MaxRepoName, not "." or "..").
 func CanonicalRepo(v string) (string, error) {
-	if v == "" {
-		return "", fmt.Errorf("repository is required (owner/name)")
-	}
-	if len(v) > MaxRepoLen {
-		return "", fmt.Errorf("repository is longer than %d bytes", MaxRepoLen)
-	}
-	owner, name, ok := strings.Cut(v, "/")
-	switch {
-	case !ok || strings.Contains(name, "/"):
-		return "", fmt.Errorf("repository %q is not owner/name", v)
-	case owner == "" || strings.Trim(owner, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "":
-		return "", fmt.Errorf("repository %q: the owner may hold only letters, digits and \"-\"", v)
-	case name == "" || name == "." || name == ".." || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "":
-		return "", fmt.Errorf("repository %q: the name may hold only letters, digits, \"-\", \"_\" and \".\" (not \".\" or \"..\")", v)
+	owner, name, _ := strings.Cut(v, "/")
+	if !repoPart(owner, MaxRepoOwner, "-") || !repoPart(name, MaxRepoName, "-_.") || name == "." || name == ".." {
+		return "", fmt.Errorf("repository %q: want owner/name (owner: letters, digits and -, at most %d; name: letters, digits, -, _ and ., at most %d)",
+			textfit.Prefix(textfit.Sanitize(v), 2*MaxRepoName), MaxRepoOwner, MaxRepoName)
 	}
 	return strings.ToLower(v), nil
+}
+
+// repoPart reports whether s is 1 to max ASCII letters, digits and bytes of extra (a second "/"
+// fails here).
+func repoPart(s string, max int, extra string) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(extra, c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -31,30 +32,25 @@ func TestStackPathProblem(t *testing.T) {
 }
 
 func TestCanonicalRepo(t *testing.T) {
-	for _, c := range []struct{ in, want, err string }{
-		{"acme/infra", "acme/infra", ""},
-		{"Acme/Infra.Live_2", "acme/infra.live_2", ""},
-		{"my-org/x", "my-org/x", ""},
-		{"", "", "required"},
-		{"acme", "", "not owner/name"},
-		{"acme/infra/x", "", "not owner/name"},
-		{"/infra", "", "owner"},
-		{"ac_me/infra", "", "owner"},
-		{"acme/", "", "name"},
-		{"acme/..", "", "name"},
-		{"acme/in fra", "", "name"},
-		{"acme/infra\n", "", "name"},
-		{strings.Repeat("a", 300) + "/x", "", "longer"},
+	for in, want := range map[string]string{
+		"acme/infra": "acme/infra", "Acme/Infra": "acme/infra", "a-1/x_y.z-2": "a-1/x_y.z-2", "Acme/Infra.Live_2": "acme/infra.live_2",
+		"A/.github": "a/.github", strings.Repeat("o", 39) + "/" + strings.Repeat("n", 100): strings.Repeat("o", 39) + "/" + strings.Repeat("n", 100),
 	} {
-		got, err := CanonicalRepo(c.in)
-		if c.err == "" {
-			if err != nil || got != c.want {
-				t.Errorf("CanonicalRepo(%q) = %q, %v; want %q", c.in, got, err, c.want)
-			}
-			continue
+		if got, err := CanonicalRepo(in); err != nil || got != want {
+			t.Errorf("CanonicalRepo(%q) = %q, %v; want %q", in, got, err, want)
 		}
-		if err == nil || !strings.Contains(err.Error(), c.err) {
-			t.Errorf("CanonicalRepo(%q) error = %v, want one containing %q", c.in, err, c.err)
+	}
+	for _, bad := range []string{
+		"", "acme", "acme/", "/infra", "acme/infra/x", "acme//infra", "ac_me/infra", "ac.me/infra", "acme/in fra",
+		"acme/.", "acme/..", "acme/infra\n", "acme/\u212Aey", "ACME/inf\u0131ra", strings.Repeat("o", 40) + "/x", "o/" + strings.Repeat("n", 101),
+	} {
+		_, err := CanonicalRepo(bad)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) {
+			t.Errorf("CanonicalRepo(%q): err %v, want an error naming it", bad, err)
 		}
+	}
+	// A huge name is named in part.
+	if _, err := CanonicalRepo(strings.Repeat("x", 1<<20)); err == nil || len(err.Error()) > 400 {
+		t.Errorf("CanonicalRepo of 1 MiB: %d bytes of error", len(err.Error()))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
+	"github.com/tfstackplan/tfstackplan/internal/httpcap"
 	"github.com/tfstackplan/tfstackplan/internal/plan"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
@@ -110,7 +111,7 @@ func (c *ConnOptions) dial() (*opClient, error) {
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	hc := &http.Client{
-		Transport:     &gauth.Transport{Origin: base, Token: tok, Next: cappingTransport{transport}},
+		Transport:     &gauth.Transport{Origin: base, Token: tok, Next: httpcap.Transport(transport, maxAnswerBytes)},
 		CheckRedirect: sameServerRedirects(base),
 	}
 	gen, err := api.NewClientWithResponses(strings.TrimSuffix(base.String(), "/")+"/api/v1", api.WithHTTPClient(hc))
@@ -139,36 +140,6 @@ func sameServerRedirects(base *url.URL) func(*http.Request, []*http.Request) err
 		}
 		return nil
 	}
-}
-
-// cappingTransport caps the size of answers.
-type cappingTransport struct{ next http.RoundTripper }
-
-// RoundTrip sends r and caps its answer's body at maxAnswerBytes.
-func (t cappingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(r)
-	if err == nil {
-		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxAnswerBytes}
-	}
-	return resp, err
-}
-
-// cappedBody fails a read past its limit rather than buffer an unbounded answer.
-type cappedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *cappedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, fmt.Errorf("the answer exceeds %d bytes", maxAnswerBytes)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	return n, err
 }
 
 // APIError is the control plane's refusal of an operator's request (a non-2xx answer): Main

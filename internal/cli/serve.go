@@ -50,6 +50,9 @@ type ServeOptions struct {
 	Ready func(addr string)
 	// Validator replaces Google's ID token validator (tests use a loopback key server).
 	Validator auth.IDTokenValidator
+	// GitHubIssuer is the issuer of the GitHub Actions ID tokens accepted ("": GitHub's, when
+	// the tokens file has github blocks).
+	GitHubIssuer string
 	// GranterSetupTimeout bounds the granter's start-up, for gcp-iam the lookup of its
 	// credentials (0: DefaultGranterSetupTimeout).
 	GranterSetupTimeout time.Duration
@@ -78,8 +81,9 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8080", "address to listen on")
 	f.StringVar(&opts.DB, "db", "sqlite:./tfstackplan.db", "store: sqlite:PATH or postgres://URL")
 	f.StringVar(&opts.Policy, "policy", "", "HCL policy file: gates per environment and the service account a satisfied gate leases")
-	f.StringVar(&opts.Tokens, "tokens", "", "HCL tokens file: static bearer tokens and Google identities with their roles")
-	f.StringVar(&opts.Audience, "audience", "", "accept Google ID tokens issued for this audience")
+	f.StringVar(&opts.Tokens, "tokens", "", "HCL tokens file: static bearer tokens, Google identities and GitHub repositories with their roles")
+	f.StringVar(&opts.Audience, "audience", "", "accept Google ID tokens, and GitHub Actions ID tokens, issued for this audience")
+	f.StringVar(&opts.GitHubIssuer, "github-issuer", "", "accept GitHub Actions ID tokens of this OIDC issuer for the tokens file's github blocks, with --audience as their audience (default "+auth.GitHubIssuer+" when the tokens file has github blocks)")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "accept every request as an administrator (only on a loopback --listen)")
 	f.Float64Var(&opts.RateLimit, "rate-limit", server.DefaultRateLimit, "requests per second allowed per principal")
 	f.IntVar(&opts.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once (lowered to fit the open-file limit); /healthz still answers past it")
@@ -151,6 +155,9 @@ func (o *ServeOptions) authenticator(ctx context.Context) (*auth.Authenticator, 
 			return nil, &UsageError{Err: err}
 		}
 	}
+	if err := o.githubValidator(ctx, a); err != nil {
+		return nil, err
+	}
 	if o.Audience != "" && a.Validator == nil {
 		v, err := auth.NewGoogleValidator(ctx, auth.GoogleValidatorOptions{})
 		if err != nil {
@@ -171,6 +178,27 @@ func (o *ServeOptions) checkLimits() error {
 	case o.AuthFailureWindow < 0:
 		return Usagef("--auth-failure-window %s: want a positive duration", o.AuthFailureWindow)
 	}
+	return nil
+}
+
+// githubValidator gives a a GitHub Actions ID token validator when --github-issuer is set or
+// the tokens file has github blocks. It makes no request: GitHub may be unreachable at start.
+func (o *ServeOptions) githubValidator(ctx context.Context, a *auth.Authenticator) error {
+	repos := a.GitHubRepositories()
+	if o.GitHubIssuer == "" && len(repos) == 0 {
+		return nil
+	}
+	if o.Audience == "" {
+		if len(repos) > 0 {
+			return Usagef("the tokens file %s has github blocks: give --audience, the audience their ID tokens are issued for", o.Tokens)
+		}
+		return Usagef("--github-issuer needs --audience, the audience GitHub ID tokens are issued for")
+	}
+	v, err := auth.NewGitHubValidator(ctx, auth.GitHubValidatorOptions{Issuer: o.GitHubIssuer})
+	if err != nil {
+		return Usagef("--github-issuer: %v", err)
+	}
+	a.GitHub = v
 	return nil
 }
 

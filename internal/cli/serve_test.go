@@ -32,8 +32,14 @@ token "runner" {
 
 func writeServeTokens(t *testing.T) string {
 	t.Helper()
+	return writeTokensFile(t, serveTestTokens)
+}
+
+// writeTokensFile writes a tokens file holding src and returns its path.
+func writeTokensFile(t *testing.T, src string) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "tokens.hcl")
-	if err := os.WriteFile(p, []byte(serveTestTokens), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p

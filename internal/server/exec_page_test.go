@@ -114,7 +114,7 @@ func TestExecutionsWalkEveryExecutionOnce(t *testing.T) {
 		}{{"", 0}, {"prod", 0}, {"", 2}, {"prod", 2}} {
 			want := selected(all, f.env, f.pr)
 			for _, limit := range []int{1, 3, 50, 500} {
-				filter := fmt.Sprintf("environment=%s&pr=%d&limit=%d", f.env, f.pr, limit)
+				filter := fmt.Sprintf("repo=%s&environment=%s&pr=%d&limit=%d", testRepo, f.env, f.pr, limit)
 				var got []string
 				for query := ""; len(got) <= len(all); {
 					page := ts.list(t, "/executions?"+filter+query)
@@ -226,7 +226,7 @@ func TestWebExecutionsOlderLinksWalkEveryExecutionOnce(t *testing.T) {
 	forEachSeededServer(t, func(t *testing.T, ts *testServer, all []seededExec) {
 		row := regexp.MustCompile(`<a href="/ui/executions/([^"]+)">`)
 		older := regexp.MustCompile(`<a href="([^"]*)">Older…</a>`)
-		for _, filter := range []string{"", "environment=prod", "pr=2"} {
+		for _, filter := range []string{"", "environment=prod", "repo=acme%2Finfra&pr=2"} {
 			var got []string
 			pages := 0
 			for path := "/?" + filter; path != ""; pages++ {

@@ -84,13 +84,13 @@ func TestListsRefuseBadPaging(t *testing.T) {
 	gate := ts.list(t, "/gates?limit=1")[0]["cursor"].(string)
 	check := ts.list(t, "/checks?limit=1")[0]["cursor"].(string)
 	bad := map[string]string{
-		"/gates?environment=dev&before=" + url.QueryEscape(gate): "before",
-		"/gates?pr=7&before=" + url.QueryEscape(gate):            "before",
-		"/gates?before=" + url.QueryEscape(check):                "before",
-		"/checks?before=" + url.QueryEscape(gate):                "before",
-		"/checks?before=" + url.QueryEscape(check+"x"):           "before",
-		"/grants?before=-1":                                      "before",
-		"/grants?before=abc":                                     "before",
+		"/gates?environment=dev&before=" + url.QueryEscape(gate):      "before",
+		"/gates?repo=acme/infra&pr=7&before=" + url.QueryEscape(gate): "before",
+		"/gates?before=" + url.QueryEscape(check):                     "before",
+		"/checks?before=" + url.QueryEscape(gate):                     "before",
+		"/checks?before=" + url.QueryEscape(check+"x"):                "before",
+		"/grants?before=-1":  "before",
+		"/grants?before=abc": "before",
 	}
 	for list, limits := range map[string][]string{"/executions": {"501"}, "/audit": {"1001"}, "/executions/e1/log?stack=a&": {"4194305"}} {
 		sep := "?"

@@ -35,16 +35,19 @@ token "viewer" {
 token "runner" {
   secret    = "runner-secret-0123456789"
   principal = "ci-runner"
+  repositories = ["acme/infra"]
   roles     = ["runner"]
 }
 token "runner2" {
   secret    = "runner2-secret-0123456789"
   principal = "other-runner"
+  repositories = ["acme/infra"]
   roles     = ["runner"]
 }
 token "admin" {
   secret    = "admin-secret-0123456789"
   principal = "alice"
+  repositories = ["acme/infra"]
   roles     = ["admin"]
 }
 identity "deployer@proj.iam.gserviceaccount.com" {
@@ -310,7 +313,7 @@ func TestGateVerdictCodesOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	verdict(403, "PERMISSION_DENIED")
-	status, out, _ := ts.call(t, "admin", "POST", "/admin/gates/satisfy", map[string]any{"pr": 1, "environment": "prod", "class": "destructive", "target": "**", "reason": "approved in review"})
+	status, out, _ := ts.call(t, "admin", "POST", "/admin/gates/satisfy", map[string]any{"pr": 1, "environment": "prod", "class": "destructive", "target": "**", "reason": "approved in review", "execution_id": "p1"})
 	if status != 200 {
 		t.Fatalf("satisfy %d %v", status, out)
 	}

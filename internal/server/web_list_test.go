@@ -29,7 +29,7 @@ func TestWebListOlderLinkKeepsItsFilter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status, body := ts.page(t, "/?environment=dev&pr=7", tokenOf["viewer"])
+	status, body := ts.page(t, "/?repo=acme/infra&environment=dev&pr=7", tokenOf["viewer"])
 	if status != 200 {
 		t.Fatalf("list page: %d %s", status, body)
 	}

@@ -1,6 +1,6 @@
 // Package testkit holds the helpers that the tests of several packages share: a buffer
-// goroutines write while a test reads it, and JSON Web Tokens signed or left unsigned. Only
-// _test.go files import it.
+// goroutines write while a test reads it, JSON Web Tokens signed or left unsigned, and an
+// OpenID Connect issuer that mints them. Only _test.go files import it.
 package testkit
 
 import (

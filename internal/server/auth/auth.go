@@ -1,19 +1,26 @@
 // Package auth authenticates control-plane requests: static bearer tokens from a tokens file
-// (for local use) and Google ID tokens verified by audience. Each token maps to a principal with
-// roles; roles decide which endpoints a principal may call.
+// (for local use), Google ID tokens and GitHub Actions ID tokens verified by audience. Each
+// token maps to a principal with roles, which decide which endpoints it may call, and
+// optionally repositories, which limit what it may touch.
 package auth
 
 import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tfstackplan/tfstackplan/events"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -40,6 +47,8 @@ type Principal struct {
 	Roles []Role
 	// Repositories limits the principal to these repositories (canonical owner/name); nil: any.
 	Repositories []string
+	// GitHub is set for a GitHub Actions job: its verified claims.
+	GitHub *GitHubClaims
 }
 
 // Has reports whether p holds role r or a stronger one.
@@ -51,6 +60,76 @@ func (p Principal) Has(r Role) bool {
 	}
 	return false
 }
+
+// AllowsRepo reports whether p may act on repository repo (owner/name, in any case): always
+// when p has no repository limit, else only for a valid name among p's repositories.
+func (p Principal) AllowsRepo(repo string) bool {
+	if p.Repositories == nil {
+		return true
+	}
+	canon, err := events.CanonicalRepo(repo)
+	return err == nil && slices.Contains(p.Repositories, canon)
+}
+
+// maxDescribeValue bounds each value of Describe, which so stays under about 1.5 KiB.
+const maxDescribeValue = 128
+
+// Describe renders the verified claims of a GitHub Actions principal on one line for the audit
+// log, e.g. "repository=acme/infra ref=refs/pull/7/merge event=pull_request
+// workflow=acme/infra/.github/workflows/plan.yml@refs/pull/7/merge environment= run=123/1
+// sha=abc actor=alice" (job_workflow= follows workflow= when the job's workflow differs). Each
+// value is cut to 128 bytes, with white space, control characters and invalid UTF-8 replaced.
+// It is "" for any other principal.
+func (p Principal) Describe() string {
+	g := p.GitHub
+	if g == nil {
+		return ""
+	}
+	var b strings.Builder
+	field := func(key, value string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(key)
+		b.WriteByte('=')
+		b.WriteString(describeValue(value))
+	}
+	field("repository", g.Repository)
+	field("ref", g.Ref)
+	field("event", g.EventName)
+	field("workflow", g.WorkflowRef)
+	if g.JobWorkflowRef != g.WorkflowRef {
+		field("job_workflow", g.JobWorkflowRef)
+	}
+	field("environment", g.Environment)
+	run := g.RunID
+	if g.RunAttempt != "" {
+		run += "/" + g.RunAttempt
+	}
+	field("run", run)
+	field("sha", g.SHA)
+	field("actor", g.Actor)
+	return b.String()
+}
+
+// describeValue is v fitted for Describe: one space-free token of at most maxDescribeValue
+// bytes plus "…". strings.Map hands each invalid byte over as utf8.RuneError.
+func describeValue(v string) string {
+	v = strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, v)
+	if len(v) > maxDescribeValue {
+		return textfit.Prefix(v, maxDescribeValue) + "…"
+	}
+	return v
+}
+
+// GitHubPrincipalPrefix starts the name of every GitHub Actions job's principal,
+// "github:owner/name:run:ID"; no other principal's name starts so.
+const GitHubPrincipalPrefix = "github:"
 
 // Anonymous is the principal of --insecure-no-auth: every role, named so audit entries say so.
 var Anonymous = Principal{Name: "anonymous (insecure-no-auth)", Roles: []Role{RoleAdmin}}
@@ -69,36 +148,55 @@ type IDTokenValidator interface {
 	Validate(ctx context.Context, token, audience string) (*GoogleClaims, error)
 }
 
+// GitHubTokenValidator verifies a GitHub Actions ID token for an audience; *GitHubValidator is
+// one.
+type GitHubTokenValidator interface {
+	// Issuer is the iss of the tokens it accepts: Verify hands it only tokens claiming it.
+	Issuer() string
+	Validate(ctx context.Context, token, audience string) (*GitHubClaims, error)
+}
+
 // Authenticator verifies bearer tokens.
 type Authenticator struct {
 	// Insecure accepts every request as Anonymous (--insecure-no-auth).
 	Insecure bool
-	// Audience is the audience Google ID tokens must carry; empty disables Google tokens.
+	// Audience is the audience Google and GitHub ID tokens must carry; empty disables both.
 	Audience string
 	// Validator verifies Google ID tokens (required when Audience is set).
 	Validator IDTokenValidator
+	// GitHub, when set (and Audience too), verifies GitHub Actions ID tokens.
+	GitHub GitHubTokenValidator
 	// Log, when set, records why an ID token was refused: the client is told only that it was.
 	Log *slog.Logger
 
 	tokens     map[[32]byte]Principal
-	identities map[string][]Role
+	identities map[string]Principal // by lowercased email, without Name
+	repos      map[string][]Role    // the roles of GitHub Actions jobs, by canonical repository
 }
 
 type tokensFile struct {
 	Tokens     []tokenHCL    `hcl:"token,block"`
 	Identities []identityHCL `hcl:"identity,block"`
+	GitHub     []githubHCL   `hcl:"github,block"`
 }
 
 type tokenHCL struct {
-	Name      string   `hcl:"name,label"`
-	Secret    string   `hcl:"secret"`
-	Principal string   `hcl:"principal,optional"`
-	Roles     []string `hcl:"roles"`
+	Name         string    `hcl:"name,label"`
+	Secret       string    `hcl:"secret"`
+	Principal    string    `hcl:"principal,optional"`
+	Roles        []string  `hcl:"roles"`
+	Repositories *[]string `hcl:"repositories,optional"`
 }
 
 type identityHCL struct {
-	Email string   `hcl:"email,label"`
-	Roles []string `hcl:"roles"`
+	Email        string    `hcl:"email,label"`
+	Roles        []string  `hcl:"roles"`
+	Repositories *[]string `hcl:"repositories,optional"`
+}
+
+type githubHCL struct {
+	Repository string   `hcl:"repository,label"`
+	Roles      []string `hcl:"roles"`
 }
 
 // LoadTokens reads a tokens file into a:
@@ -109,6 +207,10 @@ type identityHCL struct {
 //	  roles     = ["runner"]
 //	}
 //	identity "deployer@project.iam.gserviceaccount.com" {   # a Google ID token's email
+//	  roles        = ["runner"]
+//	  repositories = ["acme/infra"]  # optional, on a token too; absent: every repository
+//	}
+//	github "acme/infra" {            # GitHub Actions ID tokens of this repository's workflows
 //	  roles = ["runner"]
 //	}
 func (a *Authenticator) LoadTokens(path string) error {
@@ -130,7 +232,8 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 		return fmt.Errorf("tokens file: %s", hcl.Diagnostics(diags).Error())
 	}
 	a.tokens = map[[32]byte]Principal{}
-	a.identities = map[string][]Role{}
+	a.identities = map[string]Principal{}
+	a.repos = map[string][]Role{}
 	for _, t := range tf.Tokens {
 		if len(t.Secret) < 16 {
 			return fmt.Errorf("tokens file %s: token %q: secret must be at least 16 characters", filename, t.Name)
@@ -139,24 +242,76 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 		if err != nil {
 			return err
 		}
+		repos, err := parseRepos(filename, "token "+t.Name, t.Repositories)
+		if err != nil {
+			return err
+		}
 		name := t.Principal
 		if name == "" {
 			name = t.Name
+		}
+		if strings.HasPrefix(name, GitHubPrincipalPrefix) {
+			// The server reads that prefix as a GitHub Actions job's, whose runs of one
+			// repository share the claims of a pull request.
+			return fmt.Errorf("tokens file %s: token %q: principal %q starts with %q, which names GitHub Actions jobs", filename, t.Name, name, GitHubPrincipalPrefix)
 		}
 		h := sha256.Sum256([]byte(t.Secret))
 		if _, dup := a.tokens[h]; dup {
 			return fmt.Errorf("tokens file %s: token %q reuses another token's secret", filename, t.Name)
 		}
-		a.tokens[h] = Principal{Name: name, Roles: roles}
+		a.tokens[h] = Principal{Name: name, Roles: roles, Repositories: repos}
 	}
 	for _, id := range tf.Identities {
 		roles, err := parseRoles(filename, "identity "+id.Email, id.Roles)
 		if err != nil {
 			return err
 		}
-		a.identities[strings.ToLower(id.Email)] = roles
+		repos, err := parseRepos(filename, "identity "+id.Email, id.Repositories)
+		if err != nil {
+			return err
+		}
+		a.identities[strings.ToLower(id.Email)] = Principal{Roles: roles, Repositories: repos}
+	}
+	for _, g := range tf.GitHub {
+		repo, err := events.CanonicalRepo(g.Repository)
+		if err != nil {
+			return fmt.Errorf("tokens file %s: github: %w", filename, err)
+		}
+		if _, dup := a.repos[repo]; dup {
+			return fmt.Errorf("tokens file %s: github %q is defined twice", filename, repo)
+		}
+		if a.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// GitHubRepositories returns the repositories of the tokens file's github blocks, sorted.
+func (a *Authenticator) GitHubRepositories() []string {
+	return slices.Sorted(maps.Keys(a.repos))
+}
+
+// parseRepos returns the canonical names of a repositories attribute: nil when it is absent
+// (or null), an error when it is empty or holds a name that is not owner/name.
+func parseRepos(filename, what string, in *[]string) ([]string, error) {
+	if in == nil || *in == nil {
+		return nil, nil
+	}
+	if len(*in) == 0 {
+		return nil, fmt.Errorf("tokens file %s: %s: repositories is empty (leave it out to allow every repository)", filename, what)
+	}
+	out := make([]string, 0, len(*in))
+	for _, r := range *in {
+		canon, err := events.CanonicalRepo(r)
+		if err != nil {
+			return nil, fmt.Errorf("tokens file %s: %s: %w", filename, what, err)
+		}
+		if !slices.Contains(out, canon) {
+			out = append(out, canon)
+		}
+	}
+	return out, nil
 }
 
 func parseRoles(filename, what string, in []string) ([]Role, error) {
@@ -185,7 +340,8 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	return a.Verify(r.Context(), token)
 }
 
-// Verify returns the principal of a token.
+// Verify returns the principal of a token: a static token's, else, for a JWT, a GitHub
+// Actions job's when its iss is the GitHub validator's issuer, else a Google identity's.
 func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, error) {
 	h := sha256.Sum256([]byte(token))
 	for k, p := range a.tokens {
@@ -193,17 +349,18 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 			return p, nil
 		}
 	}
-	if a.Audience == "" || a.Validator == nil || strings.Count(token, ".") != 2 {
+	if a.Audience == "" || strings.Count(token, ".") != 2 {
+		return Principal{}, fmt.Errorf("%w: unknown token", ErrUnauthenticated)
+	}
+	if a.GitHub != nil && unverifiedIssuer(token) == a.GitHub.Issuer() {
+		return a.verifyGitHub(ctx, token)
+	}
+	if a.Validator == nil {
 		return Principal{}, fmt.Errorf("%w: unknown token", ErrUnauthenticated)
 	}
 	claims, err := a.Validator.Validate(ctx, token, a.Audience)
 	if err != nil {
-		// The reason may quote the key server's answer or the audience, which are nobody's
-		// business but the operator's.
-		if a.Log != nil {
-			a.Log.Info("ID token refused", "reason", textfit.Excerpt([]byte(err.Error()), 512))
-		}
-		return Principal{}, fmt.Errorf("%w: the ID token is not valid", ErrUnauthenticated)
+		return Principal{}, a.refused(err)
 	}
 	if claims.Issuer != "accounts.google.com" && claims.Issuer != "https://accounts.google.com" {
 		return Principal{}, fmt.Errorf("%w: ID token issuer %q is not Google", ErrUnauthenticated, claims.Issuer)
@@ -212,11 +369,60 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 	if email == "" || !verified {
 		return Principal{}, fmt.Errorf("%w: ID token has no verified email", ErrUnauthenticated)
 	}
-	roles := a.identities[strings.ToLower(email)]
-	if len(roles) == 0 {
+	id, ok := a.identities[strings.ToLower(email)]
+	if !ok {
 		return Principal{Name: email}, fmt.Errorf("%w: %s is not listed in the tokens file", ErrNoRoles, email)
 	}
-	return Principal{Name: email, Roles: slices.Clone(roles)}, nil
+	return Principal{Name: email, Roles: slices.Clone(id.Roles), Repositories: slices.Clone(id.Repositories)}, nil
+}
+
+// verifyGitHub returns the principal of a GitHub Actions ID token: named after the repository
+// and the workflow run, so that every job and attempt of a run acts as one principal (a run's
+// jobs may write the executions the run announced) and another run of the same repository
+// does not.
+func (a *Authenticator) verifyGitHub(ctx context.Context, token string) (Principal, error) {
+	claims, err := a.GitHub.Validate(ctx, token, a.Audience)
+	if err != nil {
+		return Principal{}, a.refused(err)
+	}
+	repo, err := events.CanonicalRepo(claims.Repository)
+	if err != nil {
+		return Principal{}, a.refused(err)
+	}
+	name := GitHubPrincipalPrefix + repo + ":run:" + claims.RunID
+	roles := a.repos[repo]
+	if len(roles) == 0 {
+		return Principal{Name: name}, fmt.Errorf("%w: repository %s is not listed in the tokens file", ErrNoRoles, repo)
+	}
+	return Principal{Name: name, Roles: slices.Clone(roles), Repositories: []string{repo}, GitHub: claims}, nil
+}
+
+// refused logs why an ID token was refused and returns the error the client gets: the reason
+// may quote the key server's answer or the audience, which are nobody's business but the
+// operator's.
+func (a *Authenticator) refused(reason error) error {
+	if a.Log != nil {
+		a.Log.Info("ID token refused", "reason", textfit.Excerpt([]byte(reason.Error()), 512))
+	}
+	return fmt.Errorf("%w: the ID token is not valid", ErrUnauthenticated)
+}
+
+// unverifiedIssuer is the iss claim of a JWT's payload, read without checking anything: only to
+// choose the validator that then checks the whole token ("" when unreadable).
+func unverifiedIssuer(token string) string {
+	_, rest, _ := strings.Cut(token, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	b, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Iss string `json:"iss"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.Iss
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -155,7 +155,7 @@ func TestGoogleValidatorRejects(t *testing.T) {
 	// want is a fragment of the error, so each token is rejected for the reason it was built for.
 	// Signature failures make go-oidc refetch the keys, which the limiter refuses within the
 	// interval: those errors name the fetch, under "verify signature".
-	cases := map[string]struct{ tok, want string }{
+	cases := map[string]rejection{
 		"wrong audience":          {rs(func(c map[string]any) { c["aud"] = "https://other" }), "expected audience"},
 		"audience prefix":         {rs(func(c map[string]any) { c["aud"] = testAudience + "/x" }), "expected audience"},
 		"audience list":           {rs(func(c map[string]any) { c["aud"] = []string{testAudience, "https://other"} }), "want exactly"},
@@ -187,9 +187,25 @@ func TestGoogleValidatorRejects(t *testing.T) {
 		"bad base64":              {"!!!.@@@.###", "base64"},
 		"header not JSON":         {base64.RawURLEncoding.EncodeToString([]byte("{nope")) + "." + strings.Split(valid, ".")[1] + "." + sig, "malformed jwt"},
 	}
+	checkRejections(t, cases, func(tok string) (any, error) { return v.Validate(context.Background(), tok, testAudience) })
+	if _, err := v.Validate(context.Background(), valid, ""); err == nil {
+		t.Fatal("a token validated for the empty audience")
+	}
+	if _, err := v.Validate(context.Background(), valid, testAudience); err != nil {
+		t.Fatalf("the valid token after the rejections: %v", err)
+	}
+}
+
+// rejection is a token that validate must refuse with an error mentioning want.
+type rejection struct{ tok, want string }
+
+// checkRejections runs a subtest per case: validate refuses the token for the reason it was
+// built for, without quoting it.
+func checkRejections(t *testing.T, cases map[string]rejection, validate func(tok string) (any, error)) {
+	t.Helper()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := v.Validate(context.Background(), tc.tok, testAudience)
+			got, err := validate(tc.tok)
 			if err == nil {
 				t.Fatalf("accepted: %+v", got)
 			}
@@ -200,12 +216,6 @@ func TestGoogleValidatorRejects(t *testing.T) {
 				t.Fatalf("the error quotes the token: %v", err)
 			}
 		})
-	}
-	if _, err := v.Validate(context.Background(), valid, ""); err == nil {
-		t.Fatal("a token validated for the empty audience")
-	}
-	if _, err := v.Validate(context.Background(), valid, testAudience); err != nil {
-		t.Fatalf("the valid token after the rejections: %v", err)
 	}
 }
 

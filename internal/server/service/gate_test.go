@@ -251,7 +251,7 @@ func TestNegativePRsAndUnboundedFieldsAreRefused(t *testing.T) {
 		}{
 			{"negative pr", "pr -1 is negative", func(in *api.Init) { in.PR = -1 }},
 			{"huge actor", "actor is longer than 256 bytes", func(in *api.Init) { in.Actor = strings.Repeat("x", 1<<20) }},
-			{"huge repo", "repository is longer", func(in *api.Init) { in.Repo = strings.Repeat("x", 1<<20) }},
+			{"huge repo", "repository \"xxxxxx", func(in *api.Init) { in.Repo = strings.Repeat("x", 1<<20) }},
 			{"NUL in actor", "actor contains a NUL byte", func(in *api.Init) { in.Actor = "a\x00b" }},
 			{"NUL in stack", "control character", func(in *api.Init) { in.Stacks = []string{"a\x00"} }},
 			{"NUL in reason", "reason detail contains a NUL byte", func(in *api.Init) {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
@@ -142,7 +143,13 @@ func (u *UI) caller(r *http.Request) service.Caller {
 // CallerOf is what the service's rules need of an authenticated principal: who it is, whether it
 // is an admin, and where it may act. The API and the pages both ask it.
 func CallerOf(p auth.Principal) service.Caller {
-	return service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin), Repositories: p.Repositories}
+	c := service.Caller{Name: p.Name, Admin: p.Has(auth.RoleAdmin), Repositories: p.Repositories}
+	if g := p.GitHub; g != nil {
+		repo, _ := events.CanonicalRepo(g.Repository) // verified: the principal's name holds it
+		c.GitHub = &service.GitHubJob{Repository: repo, Ref: g.Ref, EventName: g.EventName, JobWorkflowRef: g.JobWorkflowRef,
+			Environment: g.Environment, RunID: g.RunID, RunAttempt: g.RunAttempt, SHA: g.SHA, Actor: g.Actor, Claims: p.Describe()}
+	}
+	return c
 }
 
 // fail answers a page's error as Fail says.
