@@ -1070,12 +1070,15 @@ func (r *run) scriptEnv(tickDir string, extra []string) []string {
 		EnvServer + "=" + r.client.BaseURL(),
 	}
 	if r.client.Enabled() {
-		// The scripts' ticks authenticate the way the driver does.
+		// The scripts' ticks authenticate the way the driver does (a static token is
+		// inherited as it is).
 		if a := r.client.Audience(); a != "" {
-			env = append(env, EnvAudience+"="+a)
+			env = append(env, EnvAudience+"="+a, EnvAuth+"="+r.client.AuthMode())
+		} else {
+			env = append(env, EnvAuth+"=")
 		}
 	} else {
-		env = append(env, EnvAudience+"=", EnvToken+"=")
+		env = append(env, EnvAudience+"=", EnvToken+"=", EnvAuth+"=")
 	}
 	if dir := ensureSelfOnPath(r.getenv); dir != "" {
 		env = append(env, "PATH="+dir+string(os.PathListSeparator)+r.getenv("PATH"))

@@ -331,7 +331,7 @@ func TestNormalizeEdgesInTier(t *testing.T) {
 }
 
 func TestRunClientRefusesAmbiguousOrBrokenServers(t *testing.T) {
-	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	env := mapEnv
 	if _, err := RunClient(Environment{}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t", EnvAudience: "aud"})); !errors.Is(err, ErrAmbiguousAuth) {
 		t.Errorf("token and audience: err = %v", err)
 	}
