@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -211,11 +210,8 @@ func TestClientFromEnvGitHubActions(t *testing.T) {
 // the result and the environment the script run got (nil: it did not run).
 func runWithAuth(t *testing.T, op string, getenv func(string) string) (*Result, []string) {
 	t.Helper()
-	stacks := []string{"a"}
-	root := runRepo(t, stacks)
-	plan := recordedPlan(t, "no-changes")
 	var scriptEnv []string
-	res := runScriptedWith(t, nil, root, stacks, op, "", func(o *RunOptions) {
+	res := runRepoOpts(t, runRepo(t, []string{"a"}), op, func(o *RunOptions) {
 		o.Getenv = getenv
 		exec := o.Terramate.Exec
 		o.Terramate = &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
@@ -224,9 +220,6 @@ func runWithAuth(t *testing.T, op string, getenv func(string) string) (*Result, 
 			}
 			return exec(ctx, name, args, dir, env, stdout, stderr)
 		}}
-	}, func(_, _ string, stdout io.Writer) error {
-		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		return os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), plan, 0o644)
 	})
 	return res, scriptEnv
 }

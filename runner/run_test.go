@@ -51,12 +51,15 @@ func scriptedTerramate(stacks []string, script func(ctx context.Context, stdout,
 	}
 }
 
-// runRepo makes a git repository with the stack directories of stacks under stacks/prod.
+// runRepo makes a git repository with the stack directories of stacks under stacks/prod, and
+// an origin remote on GitHub (acme/infra).
 func runRepo(t *testing.T, stacks []string) string {
 	t.Helper()
 	root := t.TempDir()
-	if out, err := exec.Command("git", "init", "-q", root).CombinedOutput(); err != nil {
-		t.Fatalf("git init: %v\n%s", err, out)
+	for _, args := range [][]string{{"init", "-q", root}, {"-C", root, "remote", "add", "origin", "https://github.com/acme/infra.git"}} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	for _, s := range stacks {
 		if err := os.MkdirAll(filepath.Join(root, "stacks/prod", s), 0o755); err != nil {

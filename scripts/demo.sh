@@ -137,6 +137,8 @@ git commit -qam "prod: add subnet_b, resize the db, replace the worker, drop leg
 git --no-pager show --stat --format='commit %h on branch demo-change: %s' HEAD | sed '/^$/d; s/^/  /'
 
 export TFSTACKPLAN_SERVER=$url
+# The server keys everything by repository; the demo's origin is a local path, which names none.
+repo=example/demo
 # run OP ENV [ARGS]: the driver with its full output in a log; prints its terminal summary and
 # sets page to the execution's page URL. Returns the driver's exit code.
 page=""
@@ -144,8 +146,8 @@ run() {
   local op=$1 env=$2 name=$1-$2 rc=0
   [ ! -e "$work/logs/$name.log" ] || name=$name-2
   shift 2
-  show tfstackplan run "$op" --environment "$env" --pr "$pr" "$@" "  # full output: $work/logs/$name.log"
-  tfstackplan run "$op" --environment "$env" --pr "$pr" --result "$work/results/$name.json" "$@" \
+  show tfstackplan run "$op" --environment "$env" --pr "$pr" --repo "$repo" "$@" "  # full output: $work/logs/$name.log"
+  tfstackplan run "$op" --environment "$env" --pr "$pr" --repo "$repo" --result "$work/results/$name.json" "$@" \
     >"$work/logs/$name.log" 2>&1 || rc=$?
   sed -n "/^tfstackplan $op $env: /,\$p" "$work/logs/$name.log"
   page=$(sed -n "s|^tfstackplan $op $env: [a-z-]* (\(http[^)]*\))\$|\1|p" "$work/logs/$name.log" | tail -n 1)

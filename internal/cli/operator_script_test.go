@@ -30,6 +30,8 @@ func TestOperatorScripts(t *testing.T) {
 		"GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_EVENT_PATH", "GITHUB_SHA", "GITHUB_REF", "GITHUB_REPOSITORY", "RUNNER_TEMP"} {
 		env[k] = ""
 	}
+	// The projects' origin is a local path, which names no repository.
+	env["GITHUB_REPOSITORY"] = "acme/infra"
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/operator",
 		Setup: func(e *testscript.Env) error {

@@ -164,7 +164,8 @@ environment "prod" {
 		cancel()
 		t.Fatal(err)
 	}
-	env = append(env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret")
+	// The project's origin is a local path, which names no repository.
+	env = append(env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
 
 	readResult := func(p string) *runner.Result {
 		t.Helper()

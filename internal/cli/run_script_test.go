@@ -95,6 +95,8 @@ func TestRunScripts(t *testing.T) {
 			for _, k := range []string{"GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_EVENT_PATH", "GITHUB_SHA", "GITHUB_REF", "GITHUB_REPOSITORY", "RUNNER_TEMP"} {
 				env.Setenv(k, "")
 			}
+			// The projects' origin is a local path, which names no repository.
+			env.Setenv("GITHUB_REPOSITORY", "acme/infra")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
