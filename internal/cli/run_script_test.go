@@ -84,6 +84,7 @@ func TestRunScripts(t *testing.T) {
 			env.Setenv("TFSTACKPLAN_LIB", lib)
 			env.Setenv("TFSTACKPLAN_SERVER", "")
 			env.Setenv("TFSTACKPLAN_AUDIENCE", "")
+			env.Setenv("TFSTACKPLAN_AUTH", "")
 			env.Setenv("TFSTACKPLAN_TOKEN", "")
 			env.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
 			env.Setenv("GIT_AUTHOR_NAME", "ci")
