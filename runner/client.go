@@ -36,7 +36,8 @@ import (
 // Environment variables the orchestrator sets for the scripts and `run tick` reads.
 const (
 	EnvServer      = "TFSTACKPLAN_SERVER"      // control-plane base URL ("" = offline, no-op)
-	EnvAudience    = "TFSTACKPLAN_AUDIENCE"    // OIDC ID-token audience; set = authenticate via Google ADC
+	EnvAudience    = "TFSTACKPLAN_AUDIENCE"    // OIDC ID-token audience; set = authenticate with ID tokens
+	EnvAuth        = "TFSTACKPLAN_AUTH"        // how ID tokens are minted: google (the default) or github-actions
 	EnvExecution   = "TFSTACKPLAN_EXECUTION"   // execution id this run reports under
 	EnvStack       = "TFSTACKPLAN_STACK"       // current stack path (fallback for `run tick --stack`)
 	EnvEnvironment = "TFSTACKPLAN_ENVIRONMENT" // deployment environment for the execution
@@ -154,6 +155,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	audience string
+	authMode string // how the ID tokens for audience are minted (AuthGoogle, AuthGitHubActions)
 
 	// budgets, overridable by tests in this package
 	callBudget, attemptTimeout time.Duration
@@ -232,13 +234,13 @@ func sameHostRedirects(base *url.URL) func(*http.Request, []*http.Request) error
 }
 
 // ClientFromEnv builds a Client from TFSTACKPLAN_SERVER (empty: disabled). Auth comes from
-// APITokenFunc over TFSTACKPLAN_AUDIENCE; when the audience is set but credentials are not
-// available, a warning goes to stderr and requests go unauthenticated (best-effort reporting
-// degrades; the fail-closed gate check will be denied by the server). A server that is set but
-// cannot be used (a malformed URL) gives a client that reports nothing and whose GateCheck
-// denies.
+// TFSTACKPLAN_TOKEN, TFSTACKPLAN_AUDIENCE and TFSTACKPLAN_AUTH as for RunClient, except that ID
+// tokens that cannot be obtained give a warning on stderr and unauthenticated requests
+// (best-effort reporting degrades; the fail-closed gate check will be denied by the server). A
+// server that is set but cannot be used (a malformed URL, settings that contradict each other)
+// gives a client that reports nothing and whose GateCheck denies.
 func ClientFromEnv() *Client {
-	c, err := clientFor(os.Getenv(EnvServer), os.Getenv(EnvAudience), os.Stderr)
+	c, err := clientFor(os.Getenv(EnvServer), AuthFor(Environment{}, os.Getenv), os.Getenv, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfstackplan: warning: %v; reporting disabled\n", err)
 		return BrokenClient(err)
@@ -267,11 +269,15 @@ func (c *Client) Broken() error {
 // for a server configured with a tokens file); nil for an empty token.
 func StaticToken(token string) TokenFunc { return gauth.Static(token) }
 
-func clientFor(server, audience string, warn io.Writer) (*Client, error) {
+// clientFor builds a client of server authenticated as a says (see ClientFromEnv).
+func clientFor(server string, a ServerAuth, getenv func(string) string, warn io.Writer) (*Client, error) {
 	if strings.TrimSpace(server) == "" {
 		return NewClient("")
 	}
-	tok, err := APITokenFunc(audience)
+	if err := a.Check(); err != nil {
+		return nil, err
+	}
+	tok, err := a.TokenFunc(getenv)
 	if err != nil {
 		fmt.Fprintf(warn, "tfstackplan: warning: %v; requests go unauthenticated\n", err)
 		tok = nil
@@ -280,7 +286,7 @@ func clientFor(server, audience string, warn io.Writer) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.SetAudience(audience)
+	c.setAuth(a)
 	return c, nil
 }
 
@@ -310,6 +316,21 @@ func (c *Client) Audience() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.audience
+}
+
+// setAuth records the audience a's ID tokens are minted for, and how.
+func (c *Client) setAuth(a ServerAuth) {
+	c.mu.Lock()
+	c.audience, c.authMode = a.Audience, a.Resolved()
+	c.mu.Unlock()
+}
+
+// AuthMode returns how the ID tokens for Audience are minted (AuthGoogle, AuthGitHubActions;
+// AuthGoogle for an audience set with SetAudience alone), "" without an audience.
+func (c *Client) AuthMode() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ServerAuth{Mode: c.authMode, Audience: c.audience}.Resolved()
 }
 
 // BaseURL returns the configured server URL, or "" when disabled.

@@ -102,30 +102,34 @@ func TestClientForEnvironmentPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := clientForEnvironment(cfg, "nonprod", "", "")
+	none := mapEnv(nil)
+	c, err := clientForEnvironment(cfg, "nonprod", none)
 	if err != nil || !c.Enabled() || c.BaseURL() != "http://127.0.0.1:9" {
 		t.Fatalf("config server: %v %v", c.BaseURL(), err)
 	}
-	c, err = clientForEnvironment(cfg, "nonprod", "http://127.0.0.1:10", "")
+	c, err = clientForEnvironment(cfg, "nonprod", mapEnv(map[string]string{EnvServer: "http://127.0.0.1:10"}))
 	if err != nil || c.BaseURL() != "http://127.0.0.1:10" {
 		t.Fatalf("TFSTACKPLAN_SERVER must win: %v %v", c.BaseURL(), err)
 	}
 	// prod is gated and has no server: disabled, and the gate denies.
-	c, err = clientForEnvironment(cfg, "prod", "", "")
+	c, err = clientForEnvironment(cfg, "prod", none)
 	if err != nil || c.Enabled() {
 		t.Fatalf("prod: enabled=%v err=%v", c.Enabled(), err)
 	}
 	if v := c.GateCheck(context.Background(), events.GateCheck{}); v.Allowed() {
 		t.Fatal("a gated environment without a server must deny")
 	}
-	if _, err := clientForEnvironment(cfg, "staging", "", ""); err == nil {
+	if _, err := clientForEnvironment(cfg, "staging", none); err == nil {
 		t.Fatal("unknown environment must be an error")
 	}
-	c, err = clientForEnvironment(nil, "anything", "", "")
+	c, err = clientForEnvironment(nil, "anything", none)
 	if err != nil || c.Enabled() || !c.GateCheck(context.Background(), events.GateCheck{}).Allowed() {
 		t.Fatalf("no config, no server: %v", err)
 	}
 }
+
+// mapEnv is a getenv reading kv.
+func mapEnv(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 
 func TestClientForEnvironmentReadsRepoRoot(t *testing.T) {
 	root := t.TempDir()
@@ -220,7 +224,7 @@ func TestAPITokenFuncWithoutCredentials(t *testing.T) {
 			}
 			// ClientFromEnv-style construction warns and goes unauthenticated.
 			var warn strings.Builder
-			c, err := clientFor("http://127.0.0.1:9", "aud", &warn)
+			c, err := clientFor("http://127.0.0.1:9", ServerAuth{Audience: "aud"}, mapEnv(nil), &warn)
 			if err != nil || !c.Enabled() || c.token != nil || !strings.Contains(warn.String(), "unauthenticated") {
 				t.Fatalf("clientFor: err=%v token=%v warn=%q", err, c.token != nil, warn.String())
 			}

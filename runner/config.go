@@ -3,7 +3,6 @@ package runner
 import (
 	"errors"
 	"fmt"
-	"github.com/tfstackplan/tfstackplan/internal/gauth"
 	"io/fs"
 	"os"
 	"path"
@@ -14,6 +13,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/tfstackplan/tfstackplan/internal/gauth"
 )
 
 // ConfigFileName is the runner's configuration file, at the repository root.
@@ -32,6 +33,7 @@ const (
 //	environment "prod" {
 //	  server       = "https://tfstackplan.example.com"
 //	  audience     = "tfstackplan"
+//	  auth         = "github-actions"  # or "google" (the default)
 //	  dir          = "stacks/prod"     # the terramate directory (tier) it covers
 //	  plan_script  = "plan"            # terramate script names
 //	  apply_script = "apply"
@@ -50,6 +52,7 @@ type Environment struct {
 	Name        string `hcl:"name,label"`
 	Server      string `hcl:"server,optional"`
 	Audience    string `hcl:"audience,optional"`
+	Auth        string `hcl:"auth,optional"`
 	Dir         string `hcl:"dir,optional"`
 	PlanScript  string `hcl:"plan_script,optional"`
 	ApplyScript string `hcl:"apply_script,optional"`
@@ -144,6 +147,9 @@ func (c *Config) validate() hcl.Diagnostics {
 			if _, err := gauth.ParseServerURL(env.Server); err != nil {
 				bad(env, "invalid server", err.Error())
 			}
+		}
+		if err := checkAuthMode(env.Auth); err != nil {
+			bad(env, "invalid auth", err.Error())
 		}
 		if env.Dir != "" {
 			if err := checkRelPath(env.Dir); err != nil {
@@ -243,6 +249,7 @@ func LoadRepoConfig(dir string) (*Config, error) {
 // ClientForEnvironment builds the Client for env: TFSTACKPLAN_SERVER wins when set; otherwise
 // the server of env's block in tfstackplan.hcl at the repository root. No server anywhere
 // gives a disabled client, which denies applies when the block says `gated = true`.
+// Authentication is chosen as RunClient chooses it.
 func ClientForEnvironment(env string) (*Client, error) {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -252,10 +259,10 @@ func ClientForEnvironment(env string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return clientForEnvironment(cfg, env, os.Getenv(EnvServer), os.Getenv(EnvAudience))
+	return clientForEnvironment(cfg, env, os.Getenv)
 }
 
-func clientForEnvironment(cfg *Config, env, server, audience string) (*Client, error) {
+func clientForEnvironment(cfg *Config, env string, getenv func(string) string) (*Client, error) {
 	var block Environment
 	if cfg != nil && env != "" {
 		b, err := cfg.Environment(env)
@@ -264,13 +271,11 @@ func clientForEnvironment(cfg *Config, env, server, audience string) (*Client, e
 		}
 		block = b
 	}
+	server := getenv(EnvServer)
 	if strings.TrimSpace(server) == "" {
 		server = block.Server
 	}
-	if audience == "" {
-		audience = block.Audience
-	}
-	c, err := clientFor(server, audience, os.Stderr)
+	c, err := clientFor(server, AuthFor(block, getenv), getenv, os.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -278,18 +283,112 @@ func clientForEnvironment(cfg *Config, env, server, audience string) (*Client, e
 	return c, nil
 }
 
-// ErrAmbiguousAuth is returned when both a static token and a Google ID-token audience are
+// Ways of authenticating to the server with ID tokens for an audience: the environment
+// block's `auth` attribute, TFSTACKPLAN_AUTH, the operator commands' --auth.
+const (
+	// AuthGoogle sends Google ID tokens minted from Application Default Credentials: the
+	// default when an audience is set.
+	AuthGoogle = "google"
+	// AuthGitHubActions sends the GitHub Actions job's own OIDC tokens (the job needs
+	// `permissions: id-token: write`).
+	AuthGitHubActions = "github-actions"
+)
+
+// checkAuthMode refuses a way of authenticating that is neither "" nor a known one.
+func checkAuthMode(mode string) error {
+	switch mode {
+	case "", AuthGoogle, AuthGitHubActions:
+		return nil
+	}
+	return fmt.Errorf("%q is not a way to authenticate: want %q or %q", mode, AuthGoogle, AuthGitHubActions)
+}
+
+// ErrAmbiguousAuth is returned when both a static token and an ID-token audience are
 // configured: the runner will not pick one silently.
-var ErrAmbiguousAuth = errors.New("both TFSTACKPLAN_TOKEN and a Google ID-token audience are set; configure one way to authenticate")
+var ErrAmbiguousAuth = errors.New("both TFSTACKPLAN_TOKEN and an ID-token audience are set; configure one way to authenticate")
+
+// ServerAuth says how a client authenticates to the server: with a static bearer token, or
+// with ID tokens for an audience minted the way Mode says, never both.
+type ServerAuth struct {
+	// Mode is AuthGoogle or AuthGitHubActions; "" means AuthGoogle when Audience is set.
+	Mode string
+	// Audience is the audience of the ID tokens ("" : no ID tokens).
+	Audience string
+	// Token is a static bearer token (TFSTACKPLAN_TOKEN).
+	Token string
+}
+
+// AuthFor returns the authentication of a run in the environment block: TFSTACKPLAN_TOKEN,
+// TFSTACKPLAN_AUDIENCE (else the block's audience) and TFSTACKPLAN_AUTH (else the block's
+// auth), read through getenv.
+func AuthFor(block Environment, getenv func(string) string) ServerAuth {
+	a := ServerAuth{
+		Mode:     strings.TrimSpace(getenv(EnvAuth)),
+		Audience: strings.TrimSpace(getenv(EnvAudience)),
+		Token:    strings.TrimSpace(getenv(EnvToken)),
+	}
+	if a.Audience == "" {
+		a.Audience = block.Audience
+	}
+	if a.Mode == "" {
+		a.Mode = block.Auth
+	}
+	return a
+}
+
+// Check returns what is wrong with a before any token is minted: an unknown mode, a static
+// token together with an audience (ErrAmbiguousAuth), a mode without an audience.
+func (a ServerAuth) Check() error {
+	if err := checkAuthMode(a.Mode); err != nil {
+		return fmt.Errorf("auth %w", err)
+	}
+	switch {
+	case a.Token != "" && a.Audience != "":
+		return ErrAmbiguousAuth
+	case a.Mode != "" && a.Audience == "":
+		return fmt.Errorf("auth %q needs an audience (the environment's audience, TFSTACKPLAN_AUDIENCE or --audience)", a.Mode)
+	}
+	return nil
+}
+
+// Resolved returns a's mode as it is used: AuthGoogle for "" when an audience is set.
+func (a ServerAuth) Resolved() string {
+	if a.Mode == "" && a.Audience != "" {
+		return AuthGoogle
+	}
+	return a.Mode
+}
+
+// TokenFunc checks a and returns its bearer source: the static token, ID tokens for the
+// audience (Google's from Application Default Credentials, or the GitHub Actions job's, read
+// through getenv), or nil for neither. ID tokens must be obtainable: one is minted here, within
+// gauth.DiscoveryTimeout, and the error (gauth.ErrNoCredentials, gauth.ErrNoGitHubToken) says
+// why none could be.
+func (a ServerAuth) TokenFunc(getenv func(string) string) (TokenFunc, error) {
+	if err := a.Check(); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.Token != "":
+		return StaticToken(a.Token), nil
+	case a.Audience == "":
+		return nil, nil
+	case a.Resolved() == AuthGitHubActions:
+		return gauth.GitHubActionsTokenFunc(a.Audience, getenv)
+	default:
+		return APITokenFunc(a.Audience)
+	}
+}
 
 // RunClient builds the client of a run for the environment block: TFSTACKPLAN_SERVER (read
 // through getenv) wins over the block's server; no server anywhere gives a disabled client
-// (which denies applies when the block says `gated = true`). Requests are authenticated with
-// TFSTACKPLAN_TOKEN (a static bearer, for a server using a tokens file) or with Google ID
-// tokens for TFSTACKPLAN_AUDIENCE (else the block's audience), never both. The error says why a
-// configured server cannot be used: a malformed URL, both ways of authenticating, or
-// credentials that cannot be found; callers decide (a plan may go on unreported, an apply is
-// denied).
+// (which denies applies when the block says `gated = true`). Requests are authenticated as
+// AuthFor says: with TFSTACKPLAN_TOKEN (a static bearer, for a server using a tokens file) or
+// with ID tokens for TFSTACKPLAN_AUDIENCE (else the block's audience), Google's or, with
+// TFSTACKPLAN_AUTH (else the block's auth) github-actions, the GitHub Actions job's; never
+// both. The error says why a configured server cannot be used: a malformed URL, both ways of
+// authenticating, an unknown way, or ID tokens that cannot be obtained; callers decide (a plan
+// may go on unreported, an apply is denied).
 func RunClient(block Environment, getenv func(string) string) (*Client, error) {
 	server := strings.TrimSpace(getenv(EnvServer))
 	if server == "" {
@@ -300,29 +399,16 @@ func RunClient(block Environment, getenv func(string) string) (*Client, error) {
 		c.gated = block.Gated
 		return c, nil
 	}
-	token := strings.TrimSpace(getenv(EnvToken))
-	audience := strings.TrimSpace(getenv(EnvAudience))
-	if audience == "" {
-		audience = block.Audience
-	}
-	var tok TokenFunc
-	switch {
-	case token != "" && audience != "":
-		return nil, ErrAmbiguousAuth
-	case token != "":
-		tok = StaticToken(token)
-	case audience != "":
-		f, err := APITokenFunc(audience)
-		if err != nil {
-			return nil, fmt.Errorf("Google ID tokens for audience %q: %w", audience, err)
-		}
-		tok = f
+	a := AuthFor(block, getenv)
+	tok, err := a.TokenFunc(getenv)
+	if err != nil {
+		return nil, err
 	}
 	c, err := NewClientTokenSource(server, tok)
 	if err != nil {
 		return nil, err
 	}
-	c.SetAudience(audience)
+	c.setAuth(a)
 	c.gated = block.Gated
 	return c, nil
 }

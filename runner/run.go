@@ -96,8 +96,11 @@ type RunOptions struct {
 	PR     int
 	SHA    string
 	Actor  string
-	Repo   string
 	RunURL string
+	// Repo is the repository, OWNER/NAME ("" : GITHUB_REPOSITORY, else the origin remote's); it
+	// is checked and lower-cased. A run with a server but no repository reports nothing (an
+	// apply is denied).
+	Repo string
 
 	// ResultPath is where the result document goes ("" : DefaultResultPath).
 	ResultPath string
@@ -388,7 +391,12 @@ func (r *run) setup() bool {
 		r.script = o.Script
 	}
 
-	def(&o.Repo, r.gh.Repo)
+	repo, rerr := r.repo()
+	if rerr != nil {
+		r.fail(rerr)
+		return false
+	}
+	o.Repo = repo
 	def(&o.SHA, r.gh.SHA)
 	def(&o.Actor, r.gh.Actor)
 	def(&o.RunURL, r.gh.RunURL)
@@ -409,17 +417,15 @@ func (r *run) setup() bool {
 	r.client = o.Client
 	if r.client == nil {
 		c, err := RunClient(block, r.getenv)
-		if err != nil {
-			if o.Op == OpApply {
-				// The gate cannot be asked: deny, never run unchecked.
-				r.fail(newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error()))
-				r.res.Gate = &GateResult{Verdict: VerdictNotSatisfied.String(), Message: err.Error()}
-				return false
-			}
-			r.warn("the tfstackplan server cannot be used, reporting is off: %v", err)
-			c = BrokenClient(err)
+		switch {
+		case err == nil:
+			r.client = c
+		case !r.unusable(err, fmt.Sprintf("the tfstackplan server cannot be used, reporting is off: %v", err)):
+			return false
 		}
-		r.client = c
+	}
+	if r.client.Enabled() && o.Repo == "" && !r.unusable(ErrNoRepo, ErrNoRepo.Error()+"; reporting disabled") {
+		return false
 	}
 	if r.client.Enabled() {
 		r.res.Server = r.client.BaseURL()
@@ -437,6 +443,20 @@ func (r *run) setup() bool {
 	tm := *r.tm
 	tm.Dir = r.tierAbs
 	r.tm = &tm
+	return true
+}
+
+// unusable deals with a configured server the run cannot use, for the reason err: an apply is
+// denied (the gate cannot be asked, and an apply never runs unchecked) and unusable returns
+// false; a plan goes on with a client that reports nothing, after warning.
+func (r *run) unusable(err error, warning string) bool {
+	if r.o.Op == OpApply {
+		r.fail(newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error()))
+		r.res.Gate = &GateResult{Verdict: VerdictNotSatisfied.String(), Message: err.Error()}
+		return false
+	}
+	r.warn("%s", warning)
+	r.client = BrokenClient(err)
 	return true
 }
 
@@ -1070,12 +1090,15 @@ func (r *run) scriptEnv(tickDir string, extra []string) []string {
 		EnvServer + "=" + r.client.BaseURL(),
 	}
 	if r.client.Enabled() {
-		// The scripts' ticks authenticate the way the driver does.
+		// The scripts' ticks authenticate the way the driver does (a static token is
+		// inherited as it is).
 		if a := r.client.Audience(); a != "" {
-			env = append(env, EnvAudience+"="+a)
+			env = append(env, EnvAudience+"="+a, EnvAuth+"="+r.client.AuthMode())
+		} else {
+			env = append(env, EnvAuth+"=")
 		}
 	} else {
-		env = append(env, EnvAudience+"=", EnvToken+"=")
+		env = append(env, EnvAudience+"=", EnvToken+"=", EnvAuth+"=")
 	}
 	if dir := ensureSelfOnPath(r.getenv); dir != "" {
 		env = append(env, "PATH="+dir+string(os.PathListSeparator)+r.getenv("PATH"))

@@ -51,12 +51,15 @@ func scriptedTerramate(stacks []string, script func(ctx context.Context, stdout,
 	}
 }
 
-// runRepo makes a git repository with the stack directories of stacks under stacks/prod.
+// runRepo makes a git repository with the stack directories of stacks under stacks/prod, and
+// an origin remote on GitHub (acme/infra).
 func runRepo(t *testing.T, stacks []string) string {
 	t.Helper()
 	root := t.TempDir()
-	if out, err := exec.Command("git", "init", "-q", root).CombinedOutput(); err != nil {
-		t.Fatalf("git init: %v\n%s", err, out)
+	for _, args := range [][]string{{"init", "-q", root}, {"-C", root, "remote", "add", "origin", "https://github.com/acme/infra.git"}} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	for _, s := range stacks {
 		if err := os.MkdirAll(filepath.Join(root, "stacks/prod", s), 0o755); err != nil {
@@ -331,7 +334,7 @@ func TestNormalizeEdgesInTier(t *testing.T) {
 }
 
 func TestRunClientRefusesAmbiguousOrBrokenServers(t *testing.T) {
-	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	env := mapEnv
 	if _, err := RunClient(Environment{}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t", EnvAudience: "aud"})); !errors.Is(err, ErrAmbiguousAuth) {
 		t.Errorf("token and audience: err = %v", err)
 	}

@@ -226,7 +226,7 @@ func TestClientBatchesRefusedForTheExecution(t *testing.T) {
 	mine, theirs, _, requests := twoRunners(t)
 	ctx := context.Background()
 	stacks := []string{"a", "b", "c", "d"}
-	if err := theirs.Init(ctx, events.Init{ExecutionID: "x", Op: "plan", Environment: "prod", Stacks: stacks}); err != nil {
+	if err := theirs.Init(ctx, events.Init{Repo: "acme/infra", ExecutionID: "x", Op: "plan", Environment: "prod", Stacks: stacks}); err != nil {
 		t.Fatal(err)
 	}
 	var phases []events.PhaseEvent
@@ -255,7 +255,7 @@ func TestClientBatchesRefusedForTheExecution(t *testing.T) {
 func TestRunRefusedExecutionSendsNothingMore(t *testing.T) {
 	const n, early, id = 6, 3, "exec-theirs"
 	mine, theirs, svc, requests := twoRunners(t)
-	if err := theirs.Init(context.Background(), events.Init{ExecutionID: id, Op: "plan", Environment: "prod", Stacks: []string{"stacks/prod/s00"}}); err != nil {
+	if err := theirs.Init(context.Background(), events.Init{Repo: "acme/infra", ExecutionID: id, Op: "plan", Environment: "prod", Stacks: []string{"stacks/prod/s00"}}); err != nil {
 		t.Fatal(err)
 	}
 	res := manyStacksPlan(t, mine, id, n, early)
@@ -291,7 +291,7 @@ func TestRunRefusedExecutionSendsNothingMore(t *testing.T) {
 func TestRunApplyRefusedExecutionDoesNotAskTheGate(t *testing.T) {
 	const id = "exec-theirs-apply"
 	mine, theirs, _, requests := twoRunners(t)
-	if err := theirs.Init(context.Background(), events.Init{ExecutionID: id, Op: "apply", Environment: "prod", Stacks: []string{"stacks/prod/a"}}); err != nil {
+	if err := theirs.Init(context.Background(), events.Init{Repo: "acme/infra", ExecutionID: id, Op: "apply", Environment: "prod", Stacks: []string{"stacks/prod/a"}}); err != nil {
 		t.Fatal(err)
 	}
 	stacks := []string{"a"}

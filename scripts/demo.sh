@@ -22,7 +22,7 @@ example=$root/examples/demo
 pr=1
 
 # The demo's tools and runs see none of the caller's CI, tfstackplan, git or tofu settings.
-unset "${!GITHUB_@}" RUNNER_TEMP TFSTACKPLAN_SERVER TFSTACKPLAN_TOKEN TFSTACKPLAN_AUDIENCE
+unset "${!GITHUB_@}" RUNNER_TEMP TFSTACKPLAN_SERVER TFSTACKPLAN_TOKEN TFSTACKPLAN_AUDIENCE TFSTACKPLAN_AUTH
 export CHECKPOINT_DISABLE=1 TF_IN_AUTOMATION=1 NO_COLOR=1
 export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
 export GIT_AUTHOR_NAME=demo GIT_AUTHOR_EMAIL=demo@example.com GIT_COMMITTER_NAME=demo GIT_COMMITTER_EMAIL=demo@example.com
@@ -137,6 +137,8 @@ git commit -qam "prod: add subnet_b, resize the db, replace the worker, drop leg
 git --no-pager show --stat --format='commit %h on branch demo-change: %s' HEAD | sed '/^$/d; s/^/  /'
 
 export TFSTACKPLAN_SERVER=$url
+# The server keys everything by repository; the demo's origin is a local path, which names none.
+repo=example/demo
 # run OP ENV [ARGS]: the driver with its full output in a log; prints its terminal summary and
 # sets page to the execution's page URL. Returns the driver's exit code.
 page=""
@@ -144,8 +146,8 @@ run() {
   local op=$1 env=$2 name=$1-$2 rc=0
   [ ! -e "$work/logs/$name.log" ] || name=$name-2
   shift 2
-  show tfstackplan run "$op" --environment "$env" --pr "$pr" "$@" "  # full output: $work/logs/$name.log"
-  tfstackplan run "$op" --environment "$env" --pr "$pr" --result "$work/results/$name.json" "$@" \
+  show tfstackplan run "$op" --environment "$env" --pr "$pr" --repo "$repo" "$@" "  # full output: $work/logs/$name.log"
+  tfstackplan run "$op" --environment "$env" --pr "$pr" --repo "$repo" --result "$work/results/$name.json" "$@" \
     >"$work/logs/$name.log" 2>&1 || rc=$?
   sed -n "/^tfstackplan $op $env: /,\$p" "$work/logs/$name.log"
   page=$(sed -n "s|^tfstackplan $op $env: [a-z-]* (\(http[^)]*\))\$|\1|p" "$work/logs/$name.log" | tail -n 1)
@@ -181,17 +183,9 @@ if [ "$rc" != 3 ]; then
 fi
 echo "demo: prod apply refused by the gate (exit 3): $(sed -n 's/^gate: //p' "$work/logs/apply-prod.log")"
 echo
-body='{"pr":'$pr',"environment":"prod","class":"destructive","target":"**","reason":"demo"}'
-if tfstackplan admin gates satisfy --help 2>/dev/null | grep -q -- --reason; then
-  show tfstackplan admin gates satisfy --environment prod --pr "$pr" --class destructive --target "'**'" --reason demo
-  tfstackplan admin gates satisfy --environment prod --pr "$pr" --class destructive --target '**' --reason demo
-else
-  echo "demo: NOTE: this tfstackplan has no 'admin gates satisfy' command yet; making the API call it makes:"
-  show curl -X POST "$url/api/v1/admin/gates/satisfy" -d "'$body'"
-  curl -fsS -H 'Content-Type: application/json' -d "$body" "$url/api/v1/admin/gates/satisfy"
-  echo
-fi
-echo "demo: approved: PR $pr in prod, class destructive on stacks '**', reason \"demo\": the grant approves the content of the PR's latest prod plan"
+show tfstackplan admin gates satisfy --repo "$repo" --environment prod --pr "$pr" --class destructive --target "'**'" --latest --reason demo
+tfstackplan admin gates satisfy --repo "$repo" --environment prod --pr "$pr" --class destructive --target '**' --latest --reason demo
+echo "demo: approved: PR $pr in prod, gate destructive on stacks '**', reason \"demo\": the grant approves the content of the PR's latest prod plan, printed above"
 echo
 run apply prod || { echo "demo: run apply prod failed after the approval" >&2; exit 1; }
 page_apply_prod=$page

@@ -246,7 +246,7 @@ func TestActionStructureRejectsBrokenCopies(t *testing.T) {
 
 // actionOnly are the inputs that are not flags of tfstackplan run: installation, the working
 // directory, what goes through the environment, and the extra arguments.
-var actionOnly = []string{"command", "version", "release-url", "working-directory", "server", "audience", "token", "execution", "args"}
+var actionOnly = []string{"command", "version", "release-url", "working-directory", "server", "audience", "auth", "token", "execution", "args"}
 
 // TestActionCoversDriverFlags holds the inputs to the flags of `run plan`, `run apply` and
 // `run tick`: each flag is an input of the same name, each input is a flag or action-only.
@@ -659,25 +659,26 @@ func TestRunStep(t *testing.T) {
 			"command": "plan", "working-directory": "infra", "environment": "prod", "dir": "stacks/prod", "all": "true",
 			"base": "origin/main", "parallel": "4", "script": "plan2", "continue-on-error": "true", "dry-run": "true",
 			"result": "out/result.json", "comment-file": "/tmp/c.md", "plan-out": "p.tfplan", "plan-file": "p.json",
-			"log-file": "l.log", "pr": "7", "sha": "0123abc", "lock-timeout": "5m", "force-unlock": "42",
+			"log-file": "l.log", "pr": "7", "sha": "0123abc", "repo": "acme/infra", "lock-timeout": "5m", "force-unlock": "42",
 			"terramate": "/opt/terramate", "args": "--changed\n\n--base=a b; echo x\r\n",
 		},
 		args: []string{"run", "plan", "--environment=prod", "--dir=stacks/prod", "--all", "--base=origin/main", "--parallel=4",
 			"--script=plan2", "--continue-on-error", "--dry-run", "--result=" + filepath.Join(work, "infra", "out/result.json"),
 			"--comment-file=/tmp/c.md", "--plan-out=p.tfplan", "--plan-file=p.json", "--log-file=l.log", "--pr=7",
-			"--sha=0123abc", "--lock-timeout=5m", "--force-unlock=42", "--terramate=/opt/terramate", "--changed", "--base=a b; echo x"},
+			"--sha=0123abc", "--repo=acme/infra", "--lock-timeout=5m", "--force-unlock=42", "--terramate=/opt/terramate", "--changed", "--base=a b; echo x"},
 	}, {
 		name:   "apply, defaults and the job's variables",
 		inputs: map[string]string{"command": "apply", "environment": "dev", "comment-file": "c.md"},
-		jobEnv: []string{"TFSTACKPLAN_SERVER=https://job.example", "TFSTACKPLAN_AUDIENCE=job-aud"},
+		jobEnv: []string{"TFSTACKPLAN_SERVER=https://job.example", "TFSTACKPLAN_AUDIENCE=job-aud", "TFSTACKPLAN_AUTH=github-actions"},
 		args:   []string{"run", "apply", "--environment=dev", "--comment-file=" + filepath.Join(work, "c.md")},
-		env:    []string{"TFSTACKPLAN_SERVER=https://job.example", "TFSTACKPLAN_AUDIENCE=job-aud", "TFSTACKPLAN_TOKEN=", "TSP_COMMAND=", "TSP_BIN="},
+		env: []string{"TFSTACKPLAN_SERVER=https://job.example", "TFSTACKPLAN_AUDIENCE=job-aud", "TFSTACKPLAN_AUTH=github-actions",
+			"TFSTACKPLAN_TOKEN=", "TSP_COMMAND=", "TSP_BIN="},
 	}, {
 		name:   "server settings through the environment",
-		inputs: map[string]string{"command": "plan", "environment": "dev", "server": "https://tsp.example", "audience": "aud", "token": "s3cret"},
-		jobEnv: []string{"TFSTACKPLAN_SERVER=https://job.example"},
+		inputs: map[string]string{"command": "plan", "environment": "dev", "server": "https://tsp.example", "audience": "aud", "auth": "github-actions", "token": "s3cret"},
+		jobEnv: []string{"TFSTACKPLAN_SERVER=https://job.example", "TFSTACKPLAN_AUTH=google"},
 		args:   []string{"run", "plan", "--environment=dev"},
-		env:    []string{"TFSTACKPLAN_SERVER=https://tsp.example", "TFSTACKPLAN_AUDIENCE=aud", "TFSTACKPLAN_TOKEN=s3cret", "TSP_TOKEN="},
+		env:    []string{"TFSTACKPLAN_SERVER=https://tsp.example", "TFSTACKPLAN_AUDIENCE=aud", "TFSTACKPLAN_AUTH=github-actions", "TFSTACKPLAN_TOKEN=s3cret", "TSP_TOKEN=", "TSP_AUTH="},
 	}, {
 		name:   "tick",
 		inputs: map[string]string{"command": "tick", "environment": "ignored", "phase": "apply", "stack": "stacks/a", "status": "succeeded", "message": "two words", "execution": "ex-1"},
@@ -782,37 +783,54 @@ func runWithStdin(stdin, name string, args ...string) (string, error) {
 // workflow is the part of an example workflow these checks read.
 type workflow struct {
 	Jobs map[string]struct {
-		Steps []step `yaml:"steps"`
+		Permissions map[string]string `yaml:"permissions"`
+		Steps       []step            `yaml:"steps"`
 	} `yaml:"jobs"`
+}
+
+// example is one of the example workflows: its file name, its text and what the checks read.
+type example struct {
+	name string
+	src  []byte
+	w    workflow
+}
+
+// readExamples reads the example workflows.
+func readExamples(t *testing.T) []example {
+	t.Helper()
+	files, err := filepath.Glob(examplesGlob)
+	if err != nil || len(files) < 3 {
+		t.Fatalf("example workflows: %q, %v", files, err)
+	}
+	var out []example
+	for _, f := range files {
+		ex := example{name: filepath.Base(f)}
+		if ex.src, err = os.ReadFile(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(ex.src, &ex.w); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, ex)
+	}
+	return out
 }
 
 // TestExampleWorkflows: every third-party action is pinned by commit (the same commit for one
 // action everywhere, action.yml included), no script (run:, github-script's script:)
 // interpolates an expression, and the comment scripts of plan.yml and rerun.yml are the same.
 func TestExampleWorkflows(t *testing.T) {
-	files, err := filepath.Glob(examplesGlob)
-	if err != nil || len(files) < 3 {
-		t.Fatalf("example workflows: %q, %v", files, err)
-	}
 	pins := map[string]map[string]bool{}
 	src, _ := readAction(t)
 	checkPinned("action.yml", src, pins)
 	scripts := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range checkPinned(filepath.Base(f), b, pins) {
+	for _, ex := range readExamples(t) {
+		for _, p := range checkPinned(ex.name, ex.src, pins) {
 			t.Error(p)
 		}
-		var w workflow
-		if err := yaml.Unmarshal(b, &w); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for job, j := range w.Jobs {
+		for job, j := range ex.w.Jobs {
 			for i, s := range j.Steps {
-				where := fmt.Sprintf("%s: job %s step %d (%s)", filepath.Base(f), job, i+1, cmp(s.ID, s.Name))
+				where := fmt.Sprintf("%s: job %s step %d (%s)", ex.name, job, i+1, cmp(s.ID, s.Name))
 				if strings.Contains(s.Run, "${{") {
 					t.Errorf("%s interpolates an expression into its script: pass it through env", where)
 				}
@@ -840,5 +858,32 @@ func TestExampleWorkflows(t *testing.T) {
 		} else if s != first {
 			t.Errorf("the comment scripts differ (%s): keep plan.yml's and rerun.yml's the same", where)
 		}
+	}
+}
+
+// TestExampleWorkflowsAuthenticateWithGitHubOIDC: every job of the examples that runs the
+// action against a server sends the job's own GitHub OIDC token (auth: github-actions, with an
+// audience, no static token), and so may request it (id-token: write).
+func TestExampleWorkflowsAuthenticateWithGitHubOIDC(t *testing.T) {
+	n := 0
+	for _, ex := range readExamples(t) {
+		for job, j := range ex.w.Jobs {
+			for _, s := range j.Steps {
+				if !strings.HasPrefix(s.Uses, "tfstackplan/tfstackplan@") || s.With["server"] == "" {
+					continue
+				}
+				n++
+				where := fmt.Sprintf("%s: job %s", ex.name, job)
+				if s.With["auth"] != "github-actions" || s.With["audience"] == "" || s.With["token"] != "" {
+					t.Errorf("%s: auth %q, audience %q, token %q; want auth github-actions with an audience", where, s.With["auth"], s.With["audience"], s.With["token"])
+				}
+				if j.Permissions["id-token"] != "write" {
+					t.Errorf("%s: permissions %v, want id-token: write", where, j.Permissions)
+				}
+			}
+		}
+	}
+	if n < 4 {
+		t.Errorf("%d jobs run the action against a server, want the plan and apply jobs of the three examples", n)
 	}
 }

@@ -24,8 +24,8 @@ func TestClaimsListAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-	if len(lines) != 4 || !regexp.MustCompile(`^ENVIRONMENT +STACK +PR +EXECUTION +SHA +CLAIMED +EXPIRES$`).MatchString(lines[0]) ||
-		!regexp.MustCompile(`^prod +stacks/app +7 +plan-7 +0123456789ab +20\d\d-`).MatchString(lines[1]) {
+	if len(lines) != 4 || !regexp.MustCompile(`^REPOSITORY +ENVIRONMENT +STACK +PR +EXECUTION +SHA +CLAIMED +EXPIRES$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^acme/infra +prod +stacks/app +7 +plan-7 +0123456789ab +20\d\d-`).MatchString(lines[1]) {
 		t.Fatalf("table:\n%s", out)
 	}
 	if strings.Index(lines[0], "STACK") != strings.Index(lines[1], "stacks/app") {

@@ -47,7 +47,7 @@ func TestEarlyTickAgreesWithTheCommandLine(t *testing.T) {
 		for _, env := range envCases {
 			early, full := t.TempDir(), t.TempDir()
 			setenv := func(dir string) {
-				for _, k := range []string{runner.EnvStack, runner.EnvTickDir, runner.EnvServer, runner.EnvExecution, runner.EnvToken, runner.EnvAudience} {
+				for _, k := range []string{runner.EnvStack, runner.EnvTickDir, runner.EnvServer, runner.EnvExecution, runner.EnvToken, runner.EnvAudience, runner.EnvAuth} {
 					v := env[k]
 					if v == "DIR" {
 						v = dir

@@ -36,9 +36,9 @@ func TestExecutionsListAndShow(t *testing.T) {
 	}
 	out := list(ExecutionsListOptions{})
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 3 || !regexp.MustCompile(`^EXECUTION +ENVIRONMENT +PR +OP +STATUS +CLASS +CHANGES +STARTED +DURATION +ACTOR$`).MatchString(lines[0]) ||
-		!regexp.MustCompile(`^plan-2 +staging +8 +plan +failed +mutating +- +20\d\d-\S+ +\d+s +ci$`).MatchString(lines[1]) ||
-		!regexp.MustCompile(`^plan-1 +prod +7 +plan +succeeded +destructive +\+2 ~0 ±0 -2 +20`).MatchString(lines[2]) {
+	if len(lines) != 3 || !regexp.MustCompile(`^EXECUTION +REPOSITORY +ENVIRONMENT +PR +OP +STATUS +CLASS +CHANGES +STARTED +DURATION +ACTOR$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^plan-2 +acme/infra +staging +8 +plan +failed +mutating +- +20\d\d-\S+ +\d+s +ci$`).MatchString(lines[1]) ||
+		!regexp.MustCompile(`^plan-1 +acme/infra +prod +7 +plan +succeeded +destructive +\+2 ~0 ±0 -2 +20`).MatchString(lines[2]) {
 		t.Fatalf("table:\n%s", out)
 	}
 	var got []api.Execution

@@ -46,13 +46,17 @@ const (
 var ErrNoServer = errors.New("no server configured: set TFSTACKPLAN_SERVER or --server")
 
 // ConnOptions say how an operator command reaches the control plane. Authentication follows
-// the runner's rules: TFSTACKPLAN_TOKEN (a static bearer) or Google ID tokens for an audience,
-// never both, and credentials only ever go to the configured server.
+// the runner's rules: TFSTACKPLAN_TOKEN (a static bearer) or ID tokens for an audience
+// (Google's, or a GitHub Actions job's), never both, and credentials only ever go to the
+// configured server.
 type ConnOptions struct {
 	// Server is the control plane's base URL (--server); empty: TFSTACKPLAN_SERVER.
 	Server string
-	// Audience selects Google ID tokens minted for it (--audience); empty: TFSTACKPLAN_AUDIENCE.
+	// Audience selects ID tokens minted for it (--audience); empty: TFSTACKPLAN_AUDIENCE.
 	Audience string
+	// Auth says how those ID tokens are minted, runner.AuthGoogle or runner.AuthGitHubActions
+	// (--auth); empty: TFSTACKPLAN_AUTH, else Google's.
+	Auth string
 	// Timeout bounds each request, from connecting to the answer's last byte (--timeout).
 	Timeout time.Duration
 	// Getenv reads the environment (nil: os.Getenv).
@@ -62,7 +66,8 @@ type ConnOptions struct {
 // addConnFlags registers the connection flags of an operator command.
 func addConnFlags(f *pflag.FlagSet, c *ConnOptions) {
 	f.StringVar(&c.Server, "server", "", "control plane base `URL` (default: $TFSTACKPLAN_SERVER)")
-	f.StringVar(&c.Audience, "audience", "", "authenticate with Google ID tokens for this audience (default: $TFSTACKPLAN_AUDIENCE; the static alternative is $TFSTACKPLAN_TOKEN)")
+	f.StringVar(&c.Audience, "audience", "", "authenticate with ID tokens for this audience (default: $TFSTACKPLAN_AUDIENCE; the static alternative is $TFSTACKPLAN_TOKEN)")
+	f.StringVar(&c.Auth, "auth", "", "how the ID tokens are minted: google (Application Default Credentials) or github-actions (the job's OIDC token) (default: $TFSTACKPLAN_AUTH, else google)")
 	f.DurationVar(&c.Timeout, "timeout", DefaultOperatorTimeout, "how long each request to the server may take")
 }
 
@@ -93,21 +98,19 @@ func (c *ConnOptions) dial() (*opClient, error) {
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
-	token := strings.TrimSpace(getenv(runner.EnvToken))
-	audience := strings.TrimSpace(c.Audience)
-	if audience == "" {
-		audience = strings.TrimSpace(getenv(runner.EnvAudience))
+	a := runner.AuthFor(runner.Environment{}, getenv)
+	if v := strings.TrimSpace(c.Audience); v != "" {
+		a.Audience = v
 	}
-	var tok gauth.TokenFunc
-	switch {
-	case token != "" && audience != "":
-		return nil, &UsageError{Err: runner.ErrAmbiguousAuth}
-	case token != "":
-		tok = gauth.Static(token)
-	case audience != "":
-		if tok, err = gauth.IDTokenFunc(audience); err != nil {
-			return nil, fmt.Errorf("Google ID tokens for audience %q: %w", audience, err)
-		}
+	if v := strings.TrimSpace(c.Auth); v != "" {
+		a.Mode = v
+	}
+	if err := a.Check(); err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	tok, err := a.TokenFunc(getenv)
+	if err != nil {
+		return nil, err
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	hc := &http.Client{

@@ -26,10 +26,12 @@ func TestOperatorScripts(t *testing.T) {
 		"GCE_METADATA_HOST": "127.0.0.1:1", "NO_COLOR": "1", "GIT_CONFIG_NOSYSTEM": "1",
 	}
 	// Nothing from the environment the tests run in may point the commands elsewhere.
-	for _, k := range []string{"TFSTACKPLAN_SERVER", "TFSTACKPLAN_AUDIENCE", "TFSTACKPLAN_TOKEN", "GITHUB_ACTIONS",
+	for _, k := range []string{"TFSTACKPLAN_SERVER", "TFSTACKPLAN_AUDIENCE", "TFSTACKPLAN_AUTH", "TFSTACKPLAN_TOKEN", "GITHUB_ACTIONS",
 		"GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_EVENT_PATH", "GITHUB_SHA", "GITHUB_REF", "GITHUB_REPOSITORY", "RUNNER_TEMP"} {
 		env[k] = ""
 	}
+	// The projects' origin is a local path, which names no repository.
+	env["GITHUB_REPOSITORY"] = "acme/infra"
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/operator",
 		Setup: func(e *testscript.Env) error {

@@ -14,11 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/gauth"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 // Tokens of the control plane startOpServe starts.
@@ -51,16 +54,19 @@ func startOpServe(t *testing.T) *opServe {
 	tokens := filepath.Join(dir, "tokens.hcl")
 	src := fmt.Sprintf(`
 token "runner" {
-  secret = %q
-  roles  = ["runner"]
+  secret       = %q
+  roles        = ["runner"]
+  repositories = ["acme/infra"]
 }
 token "other-runner" {
-  secret = %q
-  roles  = ["runner"]
+  secret       = %q
+  roles        = ["runner"]
+  repositories = ["acme/infra"]
 }
 token "admin" {
-  secret = %q
-  roles  = ["admin"]
+  secret       = %q
+  roles        = ["admin"]
+  repositories = ["acme/infra"]
 }
 `, opRunnerToken, opOtherToken, opAdminToken)
 	policy := filepath.Join(dir, "policy.hcl")
@@ -222,8 +228,16 @@ func TestOperatorConnectionConfig(t *testing.T) {
 		{"bad scheme", ConnOptions{Server: "ftp://x", Timeout: time.Second, Getenv: env()}, "scheme must be http or https"},
 		{"credentials in URL", ConnOptions{Server: "http://u:p@127.0.0.1", Timeout: time.Second, Getenv: env()}, "must not carry credentials"},
 		{"both ways to authenticate", ConnOptions{Server: "http://127.0.0.1", Timeout: time.Second,
-			Getenv: env("TFSTACKPLAN_TOKEN", "t", "TFSTACKPLAN_AUDIENCE", "aud")}, "both TFSTACKPLAN_TOKEN and a Google ID-token audience"},
+			Getenv: env("TFSTACKPLAN_TOKEN", "t", "TFSTACKPLAN_AUDIENCE", "aud")}, "both TFSTACKPLAN_TOKEN and an ID-token audience"},
 		{"no timeout", ConnOptions{Server: "http://127.0.0.1", Getenv: env()}, "--timeout must be positive"},
+		{"unknown --auth", ConnOptions{Server: "http://127.0.0.1", Timeout: time.Second, Auth: "aws", Audience: "aud", Getenv: env()},
+			`auth "aws" is not a way to authenticate`},
+		{"unknown TFSTACKPLAN_AUTH", ConnOptions{Server: "http://127.0.0.1", Timeout: time.Second,
+			Getenv: env("TFSTACKPLAN_AUTH", "oidc", "TFSTACKPLAN_AUDIENCE", "aud")}, `auth "oidc" is not a way to authenticate`},
+		{"--auth without an audience", ConnOptions{Server: "http://127.0.0.1", Timeout: time.Second, Auth: "github-actions", Getenv: env()},
+			`auth "github-actions" needs an audience`},
+		{"--auth with a token", ConnOptions{Server: "http://127.0.0.1", Timeout: time.Second, Auth: "github-actions", Audience: "aud",
+			Getenv: env("TFSTACKPLAN_TOKEN", "t")}, "both TFSTACKPLAN_TOKEN and an ID-token audience"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,6 +273,51 @@ func wantNoServer(t *testing.T, name string, err error) {
 	t.Helper()
 	if !errors.Is(err, ErrNoServer) || ExitCode(err) != ExitUsage {
 		t.Errorf("%s: err %v (exit %d), want ErrNoServer and exit 2", name, err, ExitCode(err))
+	}
+}
+
+// TestOperatorGitHubActionsAuth: --auth github-actions (over TFSTACKPLAN_AUTH) sends the job's
+// OIDC token for --audience to the server, and the request token to the token endpoint only;
+// without `permissions: id-token: write` the command fails naming the missing variables.
+func TestOperatorGitHubActionsAuth(t *testing.T) {
+	e := testkit.NewActionsOIDC(t)
+	var seen []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, "[]")
+	}))
+	t.Cleanup(srv.Close)
+	conn := ConnOptions{Server: srv.URL, Audience: "tfstackplan", Auth: "github-actions", Timeout: 10 * time.Second,
+		Getenv: e.Getenv(map[string]string{"TFSTACKPLAN_AUTH": "google"})}
+	ios, _, _ := testIO()
+	if err := runClaimsList(context.Background(), &ClaimsListOptions{IO: ios, Conn: conn}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := e.Tokens()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tokens) != 1 || len(seen) != 1 || seen[0] != "Bearer "+tokens[0] {
+		t.Fatalf("the server saw %q; tokens %q", seen, tokens)
+	}
+	if r := e.Requests(); len(r) != 1 || r[0].Authorization != "Bearer "+e.RequestToken || r[0].Query.Get("audience") != "tfstackplan" {
+		t.Fatalf("the token endpoint saw %+v", r)
+	}
+
+	conn.Getenv = func(k string) string {
+		return map[string]string{"TFSTACKPLAN_AUTH": "github-actions", "TFSTACKPLAN_AUDIENCE": "tfstackplan"}[k]
+	}
+	conn.Auth, conn.Audience = "", ""
+	err := runClaimsList(context.Background(), &ClaimsListOptions{IO: ios, Conn: conn})
+	if !errors.Is(err, gauth.ErrNoGitHubToken) || ExitCode(err) != ExitFailure || !strings.Contains(err.Error(), "permissions: id-token: write") ||
+		!strings.Contains(err.Error(), "ACTIONS_ID_TOKEN_REQUEST_URL and ACTIONS_ID_TOKEN_REQUEST_TOKEN are not set") {
+		t.Fatalf("err %v (exit %d), want the missing variables named", err, ExitCode(err))
+	}
+	if len(seen) != 1 {
+		t.Fatalf("the server saw %d requests, want still 1", len(seen))
 	}
 }
 

@@ -47,7 +47,7 @@ func TestRealToolsPlanApply(t *testing.T) {
 		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com",
 		"GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com",
 		"GITHUB_ACTIONS=", "GITHUB_OUTPUT=", "GITHUB_STEP_SUMMARY=", "GITHUB_EVENT_PATH=", "GITHUB_SHA=",
-		"TFSTACKPLAN_AUDIENCE=", "GCE_METADATA_HOST=127.0.0.1:1", "NO_COLOR=1",
+		"TFSTACKPLAN_AUDIENCE=", "TFSTACKPLAN_AUTH=", "GCE_METADATA_HOST=127.0.0.1:1", "NO_COLOR=1",
 	)
 	run := func(dir string, name string, args ...string) (string, error) {
 		if _, err := os.Stat(filepath.Join(bin, name)); err == nil {
@@ -165,7 +165,8 @@ environment "prod" {
 		cancel()
 		t.Fatal(err)
 	}
-	env = append(env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret")
+	// The project's origin is a local path, which names no repository.
+	env = append(env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
 
 	readResult := func(p string) *runner.Result {
 		t.Helper()

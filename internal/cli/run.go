@@ -109,6 +109,7 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 	f.BoolVar(&r.DryRun, "dry-run", false, "print what terramate would run; run nothing, report nothing")
 	f.IntVar(&r.PR, "pr", 0, "pull request number (default: from the GitHub event)")
 	f.StringVar(&r.SHA, "sha", "", "commit the plan is for (default: the pull request's head, else GITHUB_SHA)")
+	f.StringVar(&r.Repo, "repo", "", "the repository, `OWNER/NAME` (default: GITHUB_REPOSITORY, else the git remote origin's)")
 	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
 	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")

@@ -85,6 +85,7 @@ func TestRunScripts(t *testing.T) {
 			env.Setenv("TFSTACKPLAN_LIB", lib)
 			env.Setenv("TFSTACKPLAN_SERVER", "")
 			env.Setenv("TFSTACKPLAN_AUDIENCE", "")
+			env.Setenv("TFSTACKPLAN_AUTH", "")
 			env.Setenv("TFSTACKPLAN_TOKEN", "")
 			env.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
 			env.Setenv("GIT_AUTHOR_NAME", "ci")
@@ -96,6 +97,8 @@ func TestRunScripts(t *testing.T) {
 			for _, k := range []string{"GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_EVENT_PATH", "GITHUB_SHA", "GITHUB_REF", "GITHUB_REPOSITORY", "RUNNER_TEMP"} {
 				env.Setenv(k, "")
 			}
+			// The projects' origin is a local path, which names no repository.
+			env.Setenv("GITHUB_REPOSITORY", "acme/infra")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

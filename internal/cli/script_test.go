@@ -23,6 +23,7 @@ func TestScripts(t *testing.T) {
 			// Offline by default: no server, no ambient credentials probing.
 			env.Setenv("TFSTACKPLAN_SERVER", "")
 			env.Setenv("TFSTACKPLAN_AUDIENCE", "")
+			env.Setenv("TFSTACKPLAN_AUTH", "")
 			env.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
 			return nil
 		},

@@ -206,7 +206,7 @@ func TestServeCrashKeepsAcknowledgedEvents(t *testing.T) {
 	cmd, base := startServe(t, bin, "--db", db, "--tokens", tokens, "--rate-limit", "100000")
 	client := &http.Client{Timeout: 5 * time.Second}
 	if code, err := postJSON(client, base+"/api/v1/events/init", token, map[string]any{
-		"execution_id": "crash", "environment": "prod", "op": "plan", "stacks": []string{"s0", "s1", "s2", "s3"}}); err != nil || code != 200 {
+		"execution_id": "crash", "repo": "acme/infra", "environment": "prod", "op": "plan", "stacks": []string{"s0", "s1", "s2", "s3"}}); err != nil || code != 200 {
 		t.Fatalf("init: %d %v", code, err)
 	}
 	var acked sync.Map // "stack/offset" → true

@@ -266,10 +266,13 @@ func (m minter) fileProvider(ctx context.Context, b []byte, creds *auth.Credenti
 
 // httpClient returns the client for requests to token endpoints, credential_source URLs and
 // IAM: m.client, or one with requestTimeout, refusing redirects either way.
-func (m minter) httpClient() *http.Client {
-	c := http.Client{Timeout: requestTimeout}
-	if m.client != nil {
-		c = *m.client
+func (m minter) httpClient() *http.Client { return noRedirects(m.client, requestTimeout) }
+
+// noRedirects returns a copy of client (nil: a client with timeout) that refuses redirects.
+func noRedirects(client *http.Client, timeout time.Duration) *http.Client {
+	c := http.Client{Timeout: timeout}
+	if client != nil {
+		c = *client
 	}
 	c.CheckRedirect = refuseRedirect
 	return &c
