@@ -57,13 +57,17 @@ func TestServeGitHubFlags(t *testing.T) {
 	}
 }
 
-// serveInProcess runs serve with opts until the test ends and returns its base URL.
+// serveInProcess runs serve with opts (SQLite in a temporary directory unless opts.DB says
+// otherwise) until the test ends and returns its base URL.
 func serveInProcess(t *testing.T, opts *ServeOptions) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	opts.Listen, opts.DB = "127.0.0.1:0", "sqlite:"+filepath.Join(t.TempDir(), "s.db")
+	opts.Listen = "127.0.0.1:0"
+	if opts.DB == "" {
+		opts.DB = "sqlite:" + filepath.Join(t.TempDir(), "s.db")
+	}
 	opts.RateLimit, opts.ShutdownTimeout = 1000, time.Minute
 	opts.Ready = func(a string) { addr <- a }
 	if opts.IO == nil {
