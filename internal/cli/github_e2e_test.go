@@ -199,7 +199,9 @@ func gitHubJobsEndToEnd(t *testing.T, s *e2eServer) {
 		{"the plan job", infra, `the job's ref "refs/pull/42/merge" is not among apply_from's refs`},
 		{"apply.yml edited on a PR branch", s.jobToken("acme/infra", "refs/pull/42/merge", ".github/workflows/apply.yml", "prod", "1003"), "is not among apply_from's refs"},
 		{"apply.yml of a PR branch, run on main", s.jobToken("acme/infra", "refs/heads/main", ".github/workflows/apply.yml", "prod", "1004",
-			func(c map[string]any) { c["job_workflow_ref"] = "acme/infra/.github/workflows/apply.yml@refs/pull/42/merge" }),
+			func(c map[string]any) {
+				c["job_workflow_ref"] = "acme/infra/.github/workflows/apply.yml@refs/pull/42/merge"
+			}),
 			`the job's workflow "acme/infra/.github/workflows/apply.yml@refs/pull/42/merge" is not among apply_from's workflows`},
 		{"a job outside the GitHub environment", s.jobToken("acme/infra", "refs/heads/main", ".github/workflows/apply.yml", "", "1005"),
 			`the job's GitHub environment "" is not among apply_from's environments`},

@@ -283,6 +283,11 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 		if a.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
 			return err
 		}
+		// Every workflow of the repository, a pull request's own (editable) one included, runs
+		// as such a principal: admin would let any of them approve its own plan.
+		if slices.Contains(a.repos[repo], RoleAdmin) {
+			return fmt.Errorf("tokens file %s: github %s: a GitHub Actions job may not be admin (any workflow of the repository, a pull request's included, could approve its own plan): give runner or viewer", filename, repo)
+		}
 	}
 	return nil
 }

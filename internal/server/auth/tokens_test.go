@@ -32,7 +32,7 @@ github "acme/infra" {
   roles = ["runner"]
 }
 github "Acme/Other" {
-  roles = ["admin"]
+  roles = ["viewer"]
 }
 `))
 	if err != nil {
@@ -108,6 +108,9 @@ github "ACME/Infra" {
   roles = ["runner"]
   repositories = ["acme/infra"]
 }`, "repositories"},
+		"github, admin": {`github "acme/infra" {
+  roles = ["runner", "admin"]
+}`, "github acme/infra: a GitHub Actions job may not be admin"},
 		"github, no label": {`github {
   roles = ["runner"]
 }`, "github"},

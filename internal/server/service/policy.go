@@ -71,8 +71,10 @@ type EnvPolicy struct {
 
 // ApplyFrom says which callers may check an environment's gate. A GitHub Actions job must
 // match every one of Refs, Workflows and Environments that is given (its ref, its
-// job_workflow_ref, its GitHub environment: exact strings), and at least one must be given; any
-// other principal must be named in Principals.
+// job_workflow_ref, its GitHub environment: exact strings), and Workflows must be given: a
+// job_workflow_ref names both the workflow file and the ref it was read from, so that only that
+// file as it is on that ref (reviewed, merged code) can reach the lease, never another workflow
+// of the repository or a branch's edit of it. Any other principal must be named in Principals.
 type ApplyFrom struct {
 	Refs         []string
 	Workflows    []string
@@ -182,6 +184,9 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 			a := e.ApplyFrom[0]
 			if len(a.Refs)+len(a.Workflows)+len(a.Environments)+len(a.Principals) == 0 {
 				return nil, fmt.Errorf("policy %s: environment %q apply_from names nothing: give refs, workflows and environments (GitHub Actions jobs) or principals", filename, e.Name)
+			}
+			if len(a.Refs)+len(a.Environments) > 0 && len(a.Workflows) == 0 {
+				return nil, fmt.Errorf("policy %s: environment %q apply_from gives refs or environments but no workflows: a GitHub Actions job is matched by its workflow first (job_workflow_ref, e.g. \"owner/repo/.github/workflows/apply.yml@refs/heads/main\"); give workflows", filename, e.Name)
 			}
 			ep.ApplyFrom = &ApplyFrom{Refs: a.Refs, Workflows: a.Workflows, Environments: a.Environments, Principals: a.Principals}
 		default:
@@ -428,8 +433,8 @@ func (ep EnvPolicy) MayCheckGate(env string, caller Caller) string {
 	switch {
 	case a == nil:
 		return fmt.Sprintf("environment %q has no apply_from block: no GitHub Actions job may check its gate", env)
-	case len(a.Refs)+len(a.Workflows)+len(a.Environments) == 0:
-		return fmt.Sprintf("environment %q's apply_from names no refs, workflows or environments: no GitHub Actions job may check its gate", env)
+	case len(a.Workflows) == 0:
+		return fmt.Sprintf("environment %q's apply_from names no workflows: no GitHub Actions job may check its gate", env)
 	case len(a.Refs) > 0 && !slices.Contains(a.Refs, j.Ref):
 		return fmt.Sprintf("the job's ref %q is not among apply_from's refs of environment %q", j.Ref, env)
 	case len(a.Workflows) > 0 && !slices.Contains(a.Workflows, j.JobWorkflowRef):

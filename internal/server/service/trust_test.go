@@ -195,6 +195,33 @@ environment "prod" {
 	})
 }
 
+// apply_from must name workflows for a GitHub job to pass: a ref alone would let any workflow
+// on that ref take the lease, a GitHub environment alone any branch its rules let deploy. A
+// policy giving refs or environments without workflows is refused when read; one giving only
+// principals denies every GitHub job at the gate.
+func TestGitHubJobsPassApplyFromOnlyThroughNamedWorkflows(t *testing.T) {
+	for _, block := range []string{`refs = ["refs/heads/main"]`, `environments = ["prod"]`} {
+		_, err := ParsePolicy("p.hcl", []byte("environment \"prod\" {\n  apply_from {\n    "+block+"\n  }\n}\n"))
+		if err == nil || !strings.Contains(err.Error(), "no workflows") {
+			t.Errorf("apply_from { %s }: %v, want a refusal naming the missing workflows", block, err)
+		}
+	}
+	forEachStoreWith(t, `
+environment "prod" {
+  requester = "deployer@proj.iam.gserviceaccount.com"
+  apply_from {
+    principals = ["deployer"]
+  }
+}
+`, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(prJob(7, "100"), "a1", 7, dbPlan))
+		_, err := f.checkAs(applyJob("300"), "ap1", 7, sp("stacks/prod/db", "v1:db"))
+		wantErr(t, err, store.ErrDenied, `environment "prod"'s apply_from names no workflows`)
+		_, err = f.checkAs(who("deployer"), "ap2", 7, sp("stacks/prod/db", "v1:db"))
+		f.must(err)
+	})
+}
+
 // 4: an approval names the plan the approver reviewed; a re-plan that arrived meanwhile is not
 // approved by it, and an approval of a gate the plan does not require is refused.
 func TestAnApprovalNamesThePlanItApproves(t *testing.T) {
