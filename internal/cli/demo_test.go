@@ -148,7 +148,7 @@ func TestDemoRealTools(t *testing.T) {
 		"tfstackplan apply prod: denied (http://127.0.0.1:",
 		"no active grant approved this plan's content for gate destructive",
 		"demo: prod apply refused by the gate (exit 3): not-satisfied\n",
-		"demo: approved: PR 1 in prod, class destructive",
+		"demo: approved: PR 1 in prod, gate destructive on stacks '**', reason \"demo\": the grant approves the content of the PR's latest prod plan",
 		"tfstackplan apply prod: succeeded (http://127.0.0.1:",
 		"gate: satisfied (requester demo-deployer@demo-project.iam.gserviceaccount.com)",
 		"demo: prod apply succeeded\n",

@@ -221,7 +221,7 @@ environment "prod" {
 	// Approve, then apply.
 	admin, err := runner.NewClientTokenSource(server, runner.StaticToken("real-e2e-admin-secret"))
 	must(t, err)
-	must(t, admin.AdminGatesSatisfy(context.Background(), api.GatesSatisfy{PR: 5, Environment: "prod", Class: "destructive", Target: "**", Reason: "e2e", ExecutionID: pr.Execution}))
+	must(t, admin.AdminGatesSatisfy(context.Background(), api.GatesSatisfy{Repo: "acme/infra", PR: 5, Environment: "prod", Class: "destructive", Target: "**", Reason: "e2e", ExecutionID: pr.Execution}))
 	applyRes := filepath.Join(work, "apply.json")
 	out = mustRun(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "5", "--result", applyRes)
 	t.Logf("run apply:\n%s", out)
@@ -269,7 +269,7 @@ environment "prod" {
 	mustRun(proj, "tfstackplan", "run", "plan", "-e", "prod", "--pr", "6", "--sha", sha, "--result", planRes2)
 	// v2 to v3 is an update: nothing destructive to approve, so no grant is needed (or given).
 	pr2 := readResult(planRes2)
-	if err := admin.AdminGatesSatisfy(context.Background(), api.GatesSatisfy{PR: 6, Environment: "prod", Class: "destructive", Target: "**",
+	if err := admin.AdminGatesSatisfy(context.Background(), api.GatesSatisfy{Repo: "acme/infra", PR: 6, Environment: "prod", Class: "destructive", Target: "**",
 		Reason: "e2e", ExecutionID: pr2.Execution}); err == nil || !strings.Contains(err.Error(), "requires no gate destructive") {
 		t.Fatalf("approving a plan with nothing destructive: %v", err)
 	}
