@@ -376,6 +376,11 @@ func (r *run) setup() bool {
 	def(&o.PlanJSON, block.PlanJSON)
 	def(&o.PlanOut, DefaultPlanOutFile)
 	def(&o.LockTimeout, DefaultLockTimeout)
+	// tofu would refuse it in every stack, each failing on its own: refuse it once, here.
+	if d, err := time.ParseDuration(o.LockTimeout); err != nil || d < 0 {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--lock-timeout %q is not a duration such as 0s, 30s or 5m", o.LockTimeout)))
+		return false
+	}
 	for name, v := range map[string]string{"--log-file": o.LogFile, "--plan-file": o.PlanJSON, "--plan-out": o.PlanOut} {
 		if strings.ContainsAny(v, `/\`) || v == "." || v == ".." || strings.ContainsRune(v, 0) {
 			r.fail(newResultError(KindUsage, "config", fmt.Sprintf("%s %q must be a plain file name inside each stack directory", name, v)))
@@ -1590,6 +1595,9 @@ func (r *run) finish(ctx context.Context) {
 		res.Status = "denied"
 	default:
 		res.Status = StatusFailed
+	}
+	if res.Status == StatusSucceeded && len(res.Stacks) == 0 {
+		res.Class = events.ClassNoChanges // nothing changed, so nothing to plan: not "no class"
 	}
 	r.finalize(ctx)
 	r.warnUnreported()

@@ -448,10 +448,18 @@ func TestTickReaderIncremental(t *testing.T) {
 // Offline, a tick reads only the environment and touches no network: with a server set but no
 // execution it returns at once; under the driver it only appends to the tick file.
 func TestTickOfflineAndUnderDriver(t *testing.T) {
-	if w, err := Tick(context.Background(), TickOptions{Phase: "plan", Getenv: func(string) string { return "" }}); !errors.Is(err, ErrTickUsage) || w != "" {
-		t.Errorf("no stack: %q %v", w, err)
+	if w, err := Tick(context.Background(), TickOptions{Phase: "plan", Getenv: func(string) string { return "" }}); err != nil || w != "" {
+		t.Errorf("no stack, offline: %q %v (an offline tick does nothing)", w, err)
+	}
+	if w, err := Tick(context.Background(), TickOptions{Stack: "s", Getenv: func(string) string { return "" }}); !errors.Is(err, ErrTickUsage) || w != "" {
+		t.Errorf("no phase: %q %v", w, err)
 	}
 	dir := t.TempDir()
+	for _, kv := range []map[string]string{{EnvTickDir: dir}, {EnvServer: "http://127.0.0.1:1", EnvExecution: "e"}} {
+		if w, err := Tick(context.Background(), TickOptions{Phase: "plan", Getenv: func(k string) string { return kv[k] }}); !errors.Is(err, ErrTickUsage) || w != "" {
+			t.Errorf("no stack with %v: %q %v", kv, w, err)
+		}
+	}
 	kv := map[string]string{EnvStack: "stacks/a", EnvTickDir: dir, EnvServer: "http://127.0.0.1:1", EnvExecution: "e"}
 	w, err := Tick(context.Background(), TickOptions{Phase: "plan", Status: "ok", Getenv: func(k string) string { return kv[k] }})
 	if err != nil || w != "" {
@@ -711,8 +719,8 @@ func TestDiscoverRunsItsThreeCallsAtOnce(t *testing.T) {
 				if res.Error == nil || res.Error.Step != "discover" || !strings.Contains(res.Error.Tail, "list broke") {
 					t.Fatalf("error = %+v, want the list's failure in discover", res.Error)
 				}
-			} else if res.Error != nil || len(res.Stacks) != 0 {
-				t.Fatalf("error %+v, stacks %+v; want a run with nothing to do", res.Error, res.Stacks)
+			} else if res.Error != nil || len(res.Stacks) != 0 || res.Class != events.ClassNoChanges {
+				t.Fatalf("error %+v, stacks %+v, class %q; want a run with nothing to do, of class no-changes", res.Error, res.Stacks, res.Class)
 			}
 			mu.Lock()
 			defer mu.Unlock()

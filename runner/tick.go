@@ -43,7 +43,7 @@ type TickOptions struct {
 // tickRecord is one line of the tick file.
 type tickRecord = tickline.Record
 
-// ErrTickUsage is returned when a tick has no phase or no stack.
+// ErrTickUsage is returned when a tick has no phase, or no stack where it would report one.
 var ErrTickUsage = errors.New("run tick needs --phase and a stack (--stack or TFSTACKPLAN_STACK)")
 
 // Tick reports that a stack entered a phase. It reads nothing but the environment. Under the
@@ -53,7 +53,7 @@ var ErrTickUsage = errors.New("run tick needs --phase and a stack (--stack or TF
 // and without a server it does nothing. Without the driver but with a server and an execution
 // (scripts run by hand for an execution) it sends one Phase event within the budget. Server
 // trouble never makes it fail: the returned warning (if any) says what went wrong, and only a
-// missing phase or stack is an error.
+// missing phase, or a missing stack where there is somewhere to report it, is an error.
 func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 	getenv := o.Getenv
 	if getenv == nil {
@@ -67,15 +67,19 @@ func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 	if stack == "" {
 		stack = getenv(EnvStack)
 	}
-	if strings.TrimSpace(o.Phase) == "" || strings.TrimSpace(stack) == "" {
+	if strings.TrimSpace(o.Phase) == "" {
 		return "", ErrTickUsage
 	}
-	if dir := getenv(EnvTickDir); dir != "" {
-		recordTick(dir, tickRecord{Stack: stack, Phase: o.Phase, Status: o.Status, Message: o.Message, At: now().UnixNano()})
-		return "", nil
-	}
+	dir := getenv(EnvTickDir)
 	server, exec := strings.TrimSpace(getenv(EnvServer)), getenv(EnvExecution)
-	if server == "" || exec == "" {
+	if dir == "" && (server == "" || exec == "") {
+		return "", nil // offline: nothing to report to, so nothing to name either
+	}
+	if strings.TrimSpace(stack) == "" {
+		return "", ErrTickUsage
+	}
+	if dir != "" {
+		recordTick(dir, tickRecord{Stack: stack, Phase: o.Phase, Status: o.Status, Message: o.Message, At: now().UnixNano()})
 		return "", nil
 	}
 	budget := o.Budget

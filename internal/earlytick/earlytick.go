@@ -19,13 +19,15 @@
 //	tfstackplan run tick [--phase P] [--stack S] [--status S] [--message M]
 //
 // with no other argument, each flag at most once, as `--flag value` or `--flag=value`, a
-// non-blank phase and a non-blank stack (--stack, or TFSTACKPLAN_STACK), and either
-//   - TFSTACKPLAN_TICK_DIR set (under `run plan|apply`): the tick is appended to the
-//     driver's tick file, exit 0; or
-//   - no TFSTACKPLAN_SERVER or no TFSTACKPLAN_EXECUTION (offline): nothing to do, exit 0.
+// non-blank phase, and either
+//   - TFSTACKPLAN_TICK_DIR set (under `run plan|apply`) and a non-blank stack (--stack, or
+//     TFSTACKPLAN_STACK): the tick is appended to the driver's tick file, exit 0; or
+//   - no TFSTACKPLAN_TICK_DIR, and no TFSTACKPLAN_SERVER or no TFSTACKPLAN_EXECUTION
+//     (offline): nothing to do, stack or not, exit 0.
 //
-// Every other call (help, an unknown or repeated flag, a missing value, phase or stack, a
-// tick sent straight to a server), and every call when /proc cannot be read whole or the
+// Every other call (help, an unknown or repeated flag, a missing value or phase, a missing
+// stack where there is somewhere to report, a tick sent straight to a server), and every call
+// when /proc cannot be read whole or the
 // clock fails, is left alone: init returns and the full command line runs it as it always
 // did. The outcome is the same either way (internal/cli's tests compare the two paths call by
 // call); only the cost differs.
@@ -86,19 +88,23 @@ func Handle(args []string, getenv func(string) string, now func() (int64, bool))
 	if r.Stack == "" {
 		r.Stack = getenv(envStack)
 	}
-	if blank(r.Phase) || blank(r.Stack) {
+	if blank(r.Phase) {
 		return false
 	}
-	if dir := getenv(tickline.EnvDir); dir != "" {
-		at, ok := now()
-		if !ok {
-			return false
-		}
-		r.At = at
-		appendTick(dir, r)
-		return true
+	dir := getenv(tickline.EnvDir)
+	if dir == "" {
+		return blank(getenv(envServer)) || getenv(envExecution) == ""
 	}
-	return blank(getenv(envServer)) || getenv(envExecution) == ""
+	if blank(r.Stack) {
+		return false
+	}
+	at, ok := now()
+	if !ok {
+		return false
+	}
+	r.At = at
+	appendTick(dir, r)
+	return true
 }
 
 // isTick reports whether args (without the program name) start with `run tick`.
