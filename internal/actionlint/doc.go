@@ -1,7 +1,8 @@
 // Package actionlint checks the GitHub Action (action.yml at the repository root) and the
 // example workflows (examples/github-workflows/) where actionlint cannot: actionlint lints
 // workflows only (scripts/actionlint.sh runs it), so the tests here parse action.yml and check
-// its structure, run its scripts against a fake release server and a fake tfstackplan, hold its
+// its structure, run its scripts against a fake release server, a release snapshot that
+// scripts/release.sh builds, served over loopback HTTPS, and a fake tfstackplan, hold its
 // inputs and outputs to the driver's flags and $GITHUB_OUTPUT keys, and check that every
 // third-party action is pinned by commit and that no script interpolates an expression.
 // The package has no code of its own.
