@@ -34,7 +34,9 @@ import (
 const (
 	actionFile   = "../../action.yml"
 	examplesGlob = "../../examples/github-workflows/*.yml"
-	driverFile   = "../../runner/run.go"
+	// projectWorkflowsGlob are the project's own workflows: CI and the release.
+	projectWorkflowsGlob = "../../.github/workflows/*.yml"
+	driverFile           = "../../runner/run.go"
 )
 
 // action is the part of action.yml the checks read.
@@ -834,9 +836,15 @@ type example struct {
 // readExamples reads the example workflows.
 func readExamples(t *testing.T) []example {
 	t.Helper()
-	files, err := filepath.Glob(examplesGlob)
-	if err != nil || len(files) < 3 {
-		t.Fatalf("example workflows: %q, %v", files, err)
+	return readWorkflows(t, examplesGlob, 3)
+}
+
+// readWorkflows reads the workflows a glob names, at least least of them.
+func readWorkflows(t *testing.T, glob string, least int) []example {
+	t.Helper()
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) < least {
+		t.Fatalf("workflows %s: %q, %v", glob, files, err)
 	}
 	var out []example
 	for _, f := range files {
@@ -852,15 +860,16 @@ func readExamples(t *testing.T) []example {
 	return out
 }
 
-// TestExampleWorkflows: every third-party action is pinned by commit (the same commit for one
-// action everywhere, action.yml included), no script (run:, github-script's script:)
-// interpolates an expression, and the comment scripts of plan.yml and rerun.yml are the same.
+// TestExampleWorkflows: in the examples and the project's own workflows, every third-party
+// action is pinned by commit (the same commit for one action everywhere, action.yml included),
+// no script (run:, github-script's script:) interpolates an expression, and the comment
+// scripts of plan.yml and rerun.yml are the same.
 func TestExampleWorkflows(t *testing.T) {
 	pins := map[string]map[string]bool{}
 	src, _ := readAction(t)
 	checkPinned("action.yml", src, pins)
 	scripts := map[string]string{}
-	for _, ex := range readExamples(t) {
+	for _, ex := range append(readExamples(t), readWorkflows(t, projectWorkflowsGlob, 2)...) {
 		for _, p := range checkPinned(ex.name, ex.src, pins) {
 			t.Error(p)
 		}
