@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin/tfstackplan
 
-.PHONY: build test generate check-generated bench demo fuzz
+.PHONY: build test generate check-generated bench demo fuzz release-snapshot
 
 # A static binary (no cgo: SQLite is pure Go): no libc to match, and no dynamic loader at start.
 build:
@@ -22,3 +22,8 @@ bench:
 
 demo: build
 	./scripts/demo.sh
+
+# The release archives and checksums for linux and darwin, amd64 and arm64, as the release
+# workflow builds them from a tag, in dist/v0.0.0-snapshot.REV/ (git-ignored).
+release-snapshot:
+	./scripts/release.sh --snapshot

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Lints the GitHub Action (action.yml) and the example workflows (examples/github-workflows/)
-# with actionlint, built from the module cache through go.mod's tool directive.
+# Lints the GitHub Action (action.yml), the example workflows (examples/github-workflows/) and
+# the project's own workflows (.github/workflows/: CI and the release) with actionlint, built
+# from the module cache through go.mod's tool directive.
 #
+#  0. The project's own workflows, in place.
 #  1. The example workflows as users copy them.
 #  2. A scratch project whose root holds action.yml, with the examples' `uses:
 #     tfstackplan/tfstackplan@...` turned into `uses: ./` and a workflow naming every input and
@@ -26,6 +28,9 @@ trap 'rm -rf "$tmp"' EXIT
 if ! command -v shellcheck >/dev/null 2>&1; then
   echo "note: shellcheck is not on PATH: the workflows' run: scripts are not shellchecked"
 fi
+
+own=(.github/workflows/*.yml)
+"$lint" -no-color "${own[@]}"
 
 examples=(examples/github-workflows/*.yml)
 "$lint" -no-color "${examples[@]}"
@@ -56,4 +61,4 @@ for f in internal/actionlint/testdata/broken/*.yml; do
   n=$((n + 1))
 done
 [ "$n" -gt 0 ] || fail "no broken workflows in internal/actionlint/testdata/broken"
-echo "actionlint: ${#examples[@]} example workflows and action.yml's inputs and outputs ok; $n broken workflows rejected"
+echo "actionlint: ${#own[@]} project workflows, ${#examples[@]} example workflows and action.yml's inputs and outputs ok; $n broken workflows rejected"

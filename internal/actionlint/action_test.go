@@ -34,7 +34,9 @@ import (
 const (
 	actionFile   = "../../action.yml"
 	examplesGlob = "../../examples/github-workflows/*.yml"
-	driverFile   = "../../runner/run.go"
+	// projectWorkflowsGlob are the project's own workflows: CI and the release.
+	projectWorkflowsGlob = "../../.github/workflows/*.yml"
+	driverFile           = "../../runner/run.go"
 )
 
 // action is the part of action.yml the checks read.
@@ -472,14 +474,98 @@ func tarGz(t *testing.T, files map[string]string) []byte {
 	return buf.Bytes()
 }
 
+// releaseServer is a loopback HTTPS server of release files, by URL path, and the PEM file of
+// its certificate for curl (the install step downloads over HTTPS only).
+type releaseServer struct {
+	URL, CA string
+	mu      sync.Mutex // guards files and broken, which the handler reads
+	files   map[string][]byte
+	broken  bool
+}
+
+func newReleaseServer(t *testing.T) *releaseServer {
+	t.Helper()
+	rs := &releaseServer{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rs.mu.Lock()
+		b, ok := rs.files[r.URL.Path]
+		ok = ok && !rs.broken
+		rs.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	rs.URL, rs.CA = srv.URL, filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(rs.CA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// serve replaces what the server has.
+func (rs *releaseServer) serve(files map[string][]byte) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.files, rs.broken = files, false
+}
+
+// breakAll has the server answer 404 to everything.
+func (rs *releaseServer) breakAll() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.broken = true
+}
+
+// installRun is what one run of the install step did.
+type installRun struct {
+	out, ghPath string
+	outputs     map[string]string
+	code        int
+}
+
+// runInstall runs action.yml's install step with inputs, its release-url set to rs's
+// /releases/, on a runner of runnerOS and runnerArch (Linux, X64, ...) whose RUNNER_TEMP is temp.
+func runInstall(t *testing.T, rs *releaseServer, temp string, inputs map[string]string, runnerOS, runnerArch string) installRun {
+	t.Helper()
+	_, a := readAction(t)
+	s := stepByID(t, a, "install")
+	dir := t.TempDir()
+	out, ghPath := filepath.Join(dir, "output"), filepath.Join(dir, "path")
+	for _, f := range []string{out, ghPath} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inputs["release-url"] = rs.URL + "/releases/"
+	env := stepEnv(t, a, s, inputs, nil, append(baseEnv(),
+		"RUNNER_TEMP="+temp, "RUNNER_OS="+runnerOS, "RUNNER_ARCH="+runnerArch, "GITHUB_OUTPUT="+out, "GITHUB_PATH="+ghPath,
+		"CURL_CA_BUNDLE="+rs.CA, "SSL_CERT_FILE="+rs.CA))
+	text, code := runStep(t, s, env, dir)
+	p, _ := os.ReadFile(ghPath)
+	return installRun{out: text, code: code, outputs: ghOutputs(t, out), ghPath: strings.TrimSpace(string(p))}
+}
+
+// installedNothing fails t when a failed install set outputs or PATH or left a binary.
+func installedNothing(t *testing.T, r installRun, temp string) {
+	t.Helper()
+	if r.outputs["path"] != "" || r.ghPath != "" {
+		t.Errorf("a failed install set outputs %q, PATH %q", r.outputs, r.ghPath)
+	}
+	if m, _ := filepath.Glob(filepath.Join(temp, "tfstackplan", "*", "tfstackplan")); len(m) > 0 {
+		t.Errorf("a failed install left %q", m)
+	}
+}
+
 // TestInstallStep runs the install step against a local release server: the archive for the
 // runner's OS and architecture is downloaded, checked against the checksums file, installed,
 // put on PATH and cached; a tampered archive, a missing checksum, a malformed version and an
 // OS without releases all fail without installing anything.
 func TestInstallStep(t *testing.T) {
 	need(t, "bash", "curl", "tar", "awk")
-	_, a := readAction(t)
-	s := stepByID(t, a, "install")
+	rs := newReleaseServer(t)
 
 	const version = "v1.2.3"
 	archive := tarGz(t, map[string]string{
@@ -487,57 +573,16 @@ func TestInstallStep(t *testing.T) {
 		"tfstackplan": "#!/bin/sh\necho 'tfstackplan " + version + "'\n",
 	})
 	sum := sha256.Sum256(archive)
-	var mu sync.Mutex // guards files and broken, which the server reads
-	files := map[string][]byte{}
-	broken := false
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		b, ok := files[r.URL.Path]
-		ok = ok && !broken
-		mu.Unlock()
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		w.Write(b)
-	}))
-	defer srv.Close()
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	serve := func(sums string) {
-		mu.Lock()
-		defer mu.Unlock()
-		broken = false
-		files = map[string][]byte{
+		rs.serve(map[string][]byte{
 			"/releases/" + version + "/tfstackplan_1.2.3_linux_amd64.tar.gz": archive,
 			"/releases/" + version + "/tfstackplan_1.2.3_checksums.txt":      []byte(sums),
-		}
+		})
 	}
 	goodSums := hex.EncodeToString(sum[:]) + "  tfstackplan_1.2.3_linux_amd64.tar.gz\n" +
 		strings.Repeat("0", 64) + "  tfstackplan_1.2.3_darwin_arm64.tar.gz\n"
-
-	type run struct {
-		out, path, ghPath string
-		outputs           map[string]string
-		code              int
-	}
-	install := func(t *testing.T, temp string, inputs map[string]string, runnerOS string) run {
-		dir := t.TempDir()
-		out, ghPath := filepath.Join(dir, "output"), filepath.Join(dir, "path")
-		for _, f := range []string{out, ghPath} {
-			if err := os.WriteFile(f, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		inputs["release-url"] = srv.URL + "/releases/"
-		env := stepEnv(t, a, s, inputs, nil, append(baseEnv(),
-			"RUNNER_TEMP="+temp, "RUNNER_OS="+runnerOS, "RUNNER_ARCH=X64", "GITHUB_OUTPUT="+out, "GITHUB_PATH="+ghPath,
-			"CURL_CA_BUNDLE="+ca, "SSL_CERT_FILE="+ca))
-		text, code := runStep(t, s, env, dir)
-		p, _ := os.ReadFile(ghPath)
-		return run{out: text, code: code, outputs: ghOutputs(t, out), ghPath: strings.TrimSpace(string(p))}
+	install := func(t *testing.T, temp string, inputs map[string]string, runnerOS string) installRun {
+		return runInstall(t, rs, temp, inputs, runnerOS, "X64")
 	}
 
 	t.Run("verified", func(t *testing.T) {
@@ -558,9 +603,7 @@ func TestInstallStep(t *testing.T) {
 			t.Error("the archive's other files were installed too")
 		}
 		// Installed once per job: a second use of the action downloads nothing.
-		mu.Lock()
-		broken = true
-		mu.Unlock()
+		rs.breakAll()
 		r = install(t, temp, map[string]string{"version": version}, "Linux")
 		if r.code != 0 || r.outputs["path"] != bin {
 			t.Errorf("second install: exit %d, outputs %q:\n%s", r.code, r.outputs, r.out)
@@ -583,12 +626,7 @@ func TestInstallStep(t *testing.T) {
 			if r.code == 0 || !strings.Contains(r.out, "::error title=tfstackplan action::"+tc.want) {
 				t.Errorf("exit %d, want a failure with %q:\n%s", r.code, tc.want, r.out)
 			}
-			if r.outputs["path"] != "" || r.ghPath != "" {
-				t.Errorf("a failed install set outputs %q, PATH %q", r.outputs, r.ghPath)
-			}
-			if m, _ := filepath.Glob(filepath.Join(temp, "tfstackplan", "*", "tfstackplan")); len(m) > 0 {
-				t.Errorf("a failed install left %q", m)
-			}
+			installedNothing(t, r, temp)
 		})
 	}
 }
@@ -798,9 +836,15 @@ type example struct {
 // readExamples reads the example workflows.
 func readExamples(t *testing.T) []example {
 	t.Helper()
-	files, err := filepath.Glob(examplesGlob)
-	if err != nil || len(files) < 3 {
-		t.Fatalf("example workflows: %q, %v", files, err)
+	return readWorkflows(t, examplesGlob, 3)
+}
+
+// readWorkflows reads the workflows a glob names, at least least of them.
+func readWorkflows(t *testing.T, glob string, least int) []example {
+	t.Helper()
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) < least {
+		t.Fatalf("workflows %s: %q, %v", glob, files, err)
 	}
 	var out []example
 	for _, f := range files {
@@ -816,15 +860,16 @@ func readExamples(t *testing.T) []example {
 	return out
 }
 
-// TestExampleWorkflows: every third-party action is pinned by commit (the same commit for one
-// action everywhere, action.yml included), no script (run:, github-script's script:)
-// interpolates an expression, and the comment scripts of plan.yml and rerun.yml are the same.
+// TestExampleWorkflows: in the examples and the project's own workflows, every third-party
+// action is pinned by commit (the same commit for one action everywhere, action.yml included),
+// no script (run:, github-script's script:) interpolates an expression, and the comment
+// scripts of plan.yml and rerun.yml are the same.
 func TestExampleWorkflows(t *testing.T) {
 	pins := map[string]map[string]bool{}
 	src, _ := readAction(t)
 	checkPinned("action.yml", src, pins)
 	scripts := map[string]string{}
-	for _, ex := range readExamples(t) {
+	for _, ex := range append(readExamples(t), readWorkflows(t, projectWorkflowsGlob, 2)...) {
 		for _, p := range checkPinned(ex.name, ex.src, pins) {
 			t.Error(p)
 		}

@@ -7,8 +7,16 @@ import (
 	"sync"
 )
 
-// Version is the module version, or "(devel)" plus the VCS revision when built from a tree.
+// version is stamped at link time by release builds (scripts/release.sh, the Dockerfile):
+// -ldflags "-X github.com/tfstackplan/tfstackplan/internal/buildinfo.version=vX.Y.Z".
+var version string
+
+// Version is the version a release build was stamped with; else the module version, or
+// "(devel)" plus the VCS revision when built from a tree.
 func Version() string {
+	if version != "" {
+		return version
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
