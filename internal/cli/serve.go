@@ -7,6 +7,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/web"
 	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -56,7 +57,17 @@ type ServeOptions struct {
 	// GranterSetupTimeout bounds the granter's start-up, for gcp-iam the lookup of its
 	// credentials (0: DefaultGranterSetupTimeout).
 	GranterSetupTimeout time.Duration
+	// MetricsToken, when set, is the bearer token /metrics requires (the command line takes it
+	// from --metrics-token, else from EnvMetricsToken).
+	MetricsToken string
 }
+
+// EnvMetricsToken is where `serve` reads the metrics token when --metrics-token is not given:
+// a flag's value is visible to every user of the machine in the process list.
+const EnvMetricsToken = "TFSTACKPLAN_METRICS_TOKEN"
+
+// minMetricsToken is the shortest metrics token accepted, as for the tokens file's secrets.
+const minMetricsToken = 16
 
 // DefaultGranterSetupTimeout bounds the granter's start-up: off Google Cloud a lookup of
 // Application Default Credentials probes the metadata server for a few seconds, and a
@@ -74,6 +85,9 @@ func newServeCmd(ios *IO) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if !cmd.Flags().Changed("metrics-token") {
+				opts.MetricsToken = os.Getenv(EnvMetricsToken)
+			}
 			return runServe(ctx, opts)
 		},
 	}
@@ -94,6 +108,7 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.DurationVar(&opts.AuthFailureWindow, "auth-failure-window", throttle.DefaultWindow, "how long a throttled client address or principal is refused; failures are forgotten at --auth-failure-burst per window")
 	f.DurationVar(&opts.LogRetention, "log-retention", 30*24*time.Hour, "delete logs of executions started longer ago than this (0 keeps them)")
 	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
+	f.StringVar(&opts.MetricsToken, "metrics-token", "", "bearer token /metrics requires (default: $"+EnvMetricsToken+", which keeps it out of the process list; unset: /metrics is open)")
 	return cmd
 }
 
@@ -177,6 +192,10 @@ func (o *ServeOptions) checkLimits() error {
 		return Usagef("--auth-failure-burst %d: want 0 (no throttling) or more", o.AuthFailureBurst)
 	case o.AuthFailureWindow < 0:
 		return Usagef("--auth-failure-window %s: want a positive duration", o.AuthFailureWindow)
+	case o.MetricsToken != "" && len(o.MetricsToken) < minMetricsToken:
+		return Usagef("the metrics token (--metrics-token or %s) is %d bytes: want at least %d", EnvMetricsToken, len(o.MetricsToken), minMetricsToken)
+	case strings.ContainsFunc(o.MetricsToken, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return Usagef("the metrics token (--metrics-token or %s) holds a space or a control character", EnvMetricsToken)
 	}
 	return nil
 }
@@ -246,7 +265,7 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger,
 		MaxConns: o.MaxConns, MaxStreams: o.MaxStreams, MaxStreamsPerPrincipal: o.MaxStreamsPerPrincipal,
-		SessionTTL: o.SessionTTL, FailureBurst: burst, FailureWindow: o.AuthFailureWindow})
+		SessionTTL: o.SessionTTL, FailureBurst: burst, FailureWindow: o.AuthFailureWindow, MetricsToken: o.MetricsToken})
 	if err != nil {
 		return err
 	}

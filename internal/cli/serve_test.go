@@ -60,6 +60,8 @@ func TestServeRefusesUnsafeOrBrokenConfig(t *testing.T) {
 		{"negative session TTL", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, SessionTTL: -time.Hour}, "--session-ttl"},
 		{"negative failure burst", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, AuthFailureBurst: -1}, "--auth-failure-burst"},
 		{"negative failure window", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, AuthFailureWindow: -time.Minute}, "--auth-failure-window"},
+		{"short metrics token", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, MetricsToken: "short"}, "metrics token (--metrics-token or TFSTACKPLAN_METRICS_TOKEN) is 5 bytes: want at least 16"},
+		{"metrics token with a space", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, MetricsToken: "a-long-enough-token with-a-space"}, "space or a control character"},
 		{"missing policy", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, Policy: filepath.Join(dir, "none.hcl"), DB: "sqlite:" + filepath.Join(dir, "x.db")}, "policy"},
 	}
 	for _, tc := range cases {
@@ -72,6 +74,27 @@ func TestServeRefusesUnsafeOrBrokenConfig(t *testing.T) {
 				t.Fatalf("err %v, want a usage error mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Without --metrics-token, serve takes the metrics token from TFSTACKPLAN_METRICS_TOKEN; the
+// flag, when given, wins.
+func TestServeReadsTheMetricsTokenFromTheEnvironment(t *testing.T) {
+	t.Setenv(EnvMetricsToken, "from-env")
+	for _, args := range [][]string{{}, {"--metrics-token", "from-flag"}} {
+		cmd := newServeCmd(&IO{Out: io.Discard, ErrOut: io.Discard})
+		cmd.SetArgs(append([]string{"--listen", "127.0.0.1:0", "--insecure-no-auth"}, args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		want := "from-env"
+		if len(args) > 0 {
+			want = "from-flag"
+		}
+		// Both are too short: the usage error says how long the token it used is.
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("is %d bytes", len(want))) {
+			t.Errorf("serve %q with %s set: %v, want the %s token refused", args, EnvMetricsToken, err, want)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,9 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
@@ -189,12 +185,7 @@ func TestConnectionCapKeepsHealthzAnswering(t *testing.T) {
 // gaugeValue reads one unlabelled metric of s.
 func gaugeValue(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
-	var b bytes.Buffer
-	w := bufio.NewWriter(&b)
-	s.registry.WriteTo(w)
-	_ = w.Flush()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(&b)
+	mfs, err := s.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +23,12 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"golang.org/x/time/rate"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
-	"github.com/tfstackplan/tfstackplan/internal/server/metrics"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
@@ -89,6 +93,9 @@ type Config struct {
 	FailureWindow time.Duration
 	// Now is the clock of sessions and throttles (nil: time.Now).
 	Now func() time.Time
+	// MetricsToken, when set, is the bearer token /metrics requires ("": /metrics is open).
+	// It is its own secret, not one of the tokens file's: a scraper needs no role.
+	MetricsToken string
 }
 
 // DefaultRateLimit is the per-principal request rate when Config.RateLimit is zero.
@@ -110,7 +117,7 @@ type Server struct {
 	cfg      Config
 	mux      *http.ServeMux
 	metrics  *serverMetrics
-	registry *metrics.Registry
+	registry *prometheus.Registry
 	ui       *web.UI
 	throttle *throttle.Auth
 
@@ -178,29 +185,53 @@ func Routes() map[string]auth.Role {
 }
 
 type serverMetrics struct {
-	requests *metrics.CounterVec
-	latency  *metrics.HistogramVec
-	events   *metrics.CounterVec
-	gates    *metrics.CounterVec
-	chunks   *metrics.Counter
-	logBytes *metrics.Counter
-	conns    *metrics.Gauge
-	overflow *metrics.CounterVec
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	events   *prometheus.CounterVec
+	gates    *prometheus.CounterVec
+	chunks   prometheus.Counter
+	logBytes prometheus.Counter
+	conns    prometheus.Gauge
+	overflow *prometheus.CounterVec
 }
 
-func newMetrics(reg *metrics.Registry) *serverMetrics {
-	m := &serverMetrics{
-		requests: reg.NewCounterVec("tfstackplan_http_requests_total", "API requests by operation and answer code.", "operation", "code"),
-		latency:  reg.NewHistogramVec("tfstackplan_http_request_seconds", "API request latency by operation.", metrics.ExponentialBuckets(0.0005, 2, 14), "operation"),
-		events:   reg.NewCounterVec("tfstackplan_events_total", "Runner events accepted, by kind.", "kind"),
-		gates:    reg.NewCounterVec("tfstackplan_gate_checks_total", "Gate checks by verdict code.", "code"),
-		chunks:   reg.NewCounter("tfstackplan_log_chunks_total", "Log chunks accepted."),
-		logBytes: reg.NewCounter("tfstackplan_log_bytes_total", "Log bytes accepted."),
-		conns:    reg.NewGauge("tfstackplan_http_connections", "Connections being served (under the connection cap)."),
-		overflow: reg.NewCounterVec("tfstackplan_http_overflow_connections_total", "Connections past the cap, by what they got: healthz, busy (503), lost, dropped (closed unanswered).", "outcome"),
+// newMetrics registers the server's metrics, and the Go runtime's and the process's, on reg.
+func newMetrics(reg *prometheus.Registry) *serverMetrics {
+	f := promauto.With(reg)
+	counters := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return f.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
-	reg.RegisterRuntime()
+	m := &serverMetrics{
+		requests: counters("tfstackplan_http_requests_total", "API requests by operation and answer code.", "operation", "code"),
+		latency: f.NewHistogramVec(prometheus.HistogramOpts{Name: "tfstackplan_http_request_seconds", Help: "API request latency by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"operation"}),
+		events:   counters("tfstackplan_events_total", "Runner events accepted, by kind.", "kind"),
+		gates:    counters("tfstackplan_gate_checks_total", "Gate checks by verdict code.", "code"),
+		chunks:   f.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_chunks_total", Help: "Log chunks accepted."}),
+		logBytes: f.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_bytes_total", Help: "Log bytes accepted."}),
+		conns:    f.NewGauge(prometheus.GaugeOpts{Name: "tfstackplan_http_connections", Help: "Connections being served (under the connection cap)."}),
+		overflow: counters("tfstackplan_http_overflow_connections_total", "Connections past the cap, by what they got: healthz, busy (503), lost, dropped (closed unanswered).", "outcome"),
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// metricsHandler serves reg in the Prometheus exposition formats, to requests bearing token
+// when it is set.
+func metricsHandler(reg *prometheus.Registry, token string) http.Handler {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
+			http.Error(w, "/metrics needs the metrics token (serve --metrics-token)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // New builds the server's handler tree.
@@ -222,7 +253,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.HeaderTimeout = cmp.Or(cfg.HeaderTimeout, DefaultHeaderTimeout)
 	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	em := errorMapper{log: cfg.Logger}
 	s := &Server{errorMapper: em, cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg),
 		limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
@@ -267,7 +298,7 @@ func New(cfg Config) (*Server, error) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	s.mux.Handle("GET /metrics", reg.Handler())
+	s.mux.Handle("GET /metrics", metricsHandler(reg, cfg.MetricsToken))
 	s.ui = &web.UI{Service: cfg.Service, Auth: cfg.Auth, Done: s.streamsDone, Fail: s.errorText,
 		MaxStreams: cfg.MaxStreams, MaxStreamsPerPrincipal: cfg.MaxStreamsPerPrincipal,
 		SessionTTL: cfg.SessionTTL, SignInsPerMinute: cfg.SignInsPerMinute, Throttle: s.throttle, Now: cfg.Now}

@@ -357,6 +357,40 @@ func TestHealthMetricsAndReadiness(t *testing.T) {
 	}
 }
 
+// With a metrics token, /metrics answers only requests bearing it (not a role's token); the
+// health endpoints stay open.
+func TestMetricsToken(t *testing.T) {
+	const token = "metrics-scraper-secret-0123"
+	ts := newTestServer(t, storetest.OpenSQLite(t), func(c *Config) { c.MetricsToken = token })
+	get := func(path, authorization string) (int, string) {
+		req, err := http.NewRequest("GET", ts.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, a := range []string{"", "Bearer " + token[:len(token)-1], "Bearer " + token + "x", "bearer " + token, token, "Bearer " + tokenOf["admin"]} {
+		if code, body := get("/metrics", a); code != 401 || strings.Contains(body, "tfstackplan_") {
+			t.Errorf("/metrics with Authorization %q: %d %q, want 401 and no figures", a, code, body)
+		}
+	}
+	if code, body := get("/metrics", "Bearer "+token); code != 200 || !strings.Contains(body, "tfstackplan_log_chunks_total 0") || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics with its token: %d %s", code, body)
+	}
+	if code, _ := get("/healthz", ""); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+}
+
 // googleKeys serves a JWKS on 127.0.0.1 and signs ID tokens with its key.
 type googleKeys struct {
 	key *rsa.PrivateKey
