@@ -370,13 +370,7 @@ func TestMetricsToken(t *testing.T) {
 		if authorization != "" {
 			req.Header.Set("Authorization", authorization)
 		}
-		resp, err := ts.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return ts.do(t, req)
 	}
 	for _, a := range []string{"", "Bearer " + token[:len(token)-1], "Bearer " + token + "x", "bearer " + token, token, "Bearer " + tokenOf["admin"]} {
 		if code, body := get("/metrics", a); code != 401 || strings.Contains(body, "tfstackplan_") {
