@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/cli"
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -87,6 +90,39 @@ func TestExitCodesDocumented(t *testing.T) {
 	for _, code := range []int{cli.ExitOK, cli.ExitFailure, cli.ExitUsage, cli.ExitGateDenied} {
 		if !strings.Contains(doc, "\n| "+string(rune('0'+code))+" |") {
 			t.Errorf("docs/exit-codes.md has no row for exit code %d", code)
+		}
+	}
+}
+
+// Policy and tokens files are shown in blocks no command reads (a policy with the gcp-iam
+// granter needs Google credentials to serve): an hcl block with a requester is a policy, one
+// with roles a tokens file, and each must be one the server accepts.
+var (
+	policyBlockRE = regexp.MustCompile(`(?m)^\s*requester\s*=`)
+	tokensBlockRE = regexp.MustCompile(`(?m)^\s*roles\s*=`)
+)
+
+// TestHCLExamplesParse: every policy and tokens file the documents show is read by the server
+// without error.
+func TestHCLExamplesParse(t *testing.T) {
+	for _, name := range documents(t) {
+		for _, b := range parseDoc(t, name) {
+			if b.Lang != "hcl" {
+				continue
+			}
+			isPolicy, isTokens := policyBlockRE.MatchString(b.Body), tokensBlockRE.MatchString(b.Body)
+			switch {
+			case isPolicy && isTokens:
+				t.Errorf("%s: one block shows a policy and a tokens file: show them apart", b.Where())
+			case isPolicy:
+				if _, err := service.ParsePolicy(b.Where(), []byte(b.Body)); err != nil {
+					t.Errorf("%s: the policy is refused: %v", b.Where(), err)
+				}
+			case isTokens:
+				if err := new(auth.Authenticator).ParseTokens(b.Where(), []byte(b.Body)); err != nil {
+					t.Errorf("%s: the tokens file is refused: %v", b.Where(), err)
+				}
+			}
 		}
 	}
 }
