@@ -501,7 +501,7 @@ func TestGateCheckTimeGrowsWithItsSize(t *testing.T) {
 	c := fastClient(t, srv.URL)
 	var stacks []events.StackPlan
 	for i := range 4000 {
-		stacks = append(stacks, events.StackPlan{Stack: fmt.Sprintf("stacks/platform/service-%05d", i), PlanHash: "v1:" + strings.Repeat("0", 64)})
+		stacks = append(stacks, events.StackPlan{Stack: fmt.Sprintf("stacks/platform/service-%05d", i), PlanHash: "v1:" + strings.Repeat("0", 64), Class: "mutating"})
 	}
 	if v := c.GateCheck(context.Background(), events.GateCheck{ExecutionID: "a", Environment: "prod", PR: 1, SHA: "s", Stacks: stacks}); v.Kind != VerdictSatisfied {
 		t.Fatalf("a 400 KB check to a server taking 1.2 s: %v", v)

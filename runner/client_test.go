@@ -71,7 +71,7 @@ func TestClientRoundTrip(t *testing.T) {
 	if err != nil || len(claims) != 1 || claims[0].Stack != "network" || claims[0].PR != 42 {
 		t.Fatalf("ClaimsList = %+v, %v", claims, err)
 	}
-	gc := events.GateCheck{ExecutionID: "apply-1", Environment: "prod", PR: 42, SHA: "deadbeef", Stacks: []events.StackPlan{{Stack: "network", PlanHash: "abc"}}}
+	gc := events.GateCheck{ExecutionID: "apply-1", Environment: "prod", PR: 42, SHA: "deadbeef", Stacks: []events.StackPlan{{Stack: "network", PlanHash: "abc", Class: "mutating"}}}
 	v := c.GateCheck(ctx, gc)
 	if !v.Allowed() || v.Requester != mem.requester {
 		t.Fatalf("GateCheck = %v", v)

@@ -11,6 +11,7 @@ package runner
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -1476,7 +1477,8 @@ func (r *run) apply(ctx context.Context) {
 	var stacks []events.StackPlan
 	for _, e := range r.res.Stacks {
 		if e.Class != events.ClassNoChanges {
-			stacks = append(stacks, events.StackPlan{Stack: e.Path, PlanHash: e.PlanHash})
+			// The class too: the server holds it to the plan's, which decided the gates.
+			stacks = append(stacks, events.StackPlan{Stack: e.Path, PlanHash: e.PlanHash, Class: cmp.Or(e.Class, events.ClassUnclassified)})
 		}
 	}
 	if len(stacks) == 0 {

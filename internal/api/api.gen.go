@@ -549,6 +549,9 @@ type PhaseEvents struct {
 
 // StackPlan defines model for StackPlan.
 type StackPlan struct {
+	// Class no-changes < additive < mutating < destructive; unclassified when the plan could not be read.
+	Class Class `json:"class"`
+
 	// PlanHash The content hash of the plan the apply would use (see Update.plan_hash).
 	PlanHash string `json:"plan_hash"`
 	Stack    string `json:"stack"`

@@ -193,7 +193,7 @@ func gitHubJobsEndToEnd(t *testing.T, s *e2eServer) {
 	// Only the apply workflow on main, in the GitHub environment prod, passes the gate.
 	check := func(token, id string) (int, string) {
 		return s.call(token, "POST", "/gates/check", map[string]any{"execution_id": id, "environment": "prod", "pr": 42, "sha": "s",
-			"stacks": []map[string]any{{"stack": "stacks/prod/db", "plan_hash": "v1:infra"}}})
+			"stacks": []map[string]any{{"stack": "stacks/prod/db", "plan_hash": "v1:infra", "class": "destructive"}}})
 	}
 	for _, c := range []struct{ what, token, why string }{
 		{"the plan job", infra, `the job's ref "refs/pull/42/merge" is not among apply_from's refs`},

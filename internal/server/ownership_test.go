@@ -56,7 +56,7 @@ func TestRunnersReleaseOnlyTheirOwnExecutionsClaims(t *testing.T) {
 	}
 	// A lease granted to the runner may be ended by an admin, not by a stranger's made-up id.
 	check := map[string]any{"execution_id": "ap", "environment": "prod", "pr": 1, "sha": "merged",
-		"stacks": []map[string]any{{"stack": "a", "plan_hash": "v1:a"}}}
+		"stacks": []map[string]any{{"stack": "a", "plan_hash": "v1:a", "class": "mutating"}}}
 	if code, body, _ := ts.call(t, "runner", "POST", "/gates/check", check); code != 200 {
 		t.Fatalf("gate check: %d %v", code, body)
 	}

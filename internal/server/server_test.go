@@ -290,7 +290,7 @@ func TestGateVerdictCodesOverHTTP(t *testing.T) {
 	client := ts.client(t, "runner")
 	ctx := context.Background()
 	check := api.GateCheck{ExecutionID: "apply-1", Environment: "prod", PR: 1, SHA: "s1",
-		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h"}}}
+		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h", Class: "destructive"}}}
 	verdict := func(want int, code string) {
 		t.Helper()
 		resp, err := client.GateCheckWithResponse(ctx, check)

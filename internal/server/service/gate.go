@@ -57,6 +57,9 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		if err := checkText("plan_hash", sp.PlanHash, MaxShortLen); err != nil {
 			return api.GateLease{}, err
 		}
+		if !sp.Class.Valid() {
+			return api.GateLease{}, invalid(fmt.Sprintf("stack %q: class %q is not one of no-changes, additive, mutating, destructive, unclassified: the apply sends the class it gives each plan", sp.Stack, sp.Class))
+		}
 	}
 	now := s.Now()
 	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
@@ -279,7 +282,7 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 			planned[st.Stack] = st
 		}
 	}
-	var missing, extra, differ []string
+	var missing, extra, differ, reclassified []string
 	requested := map[string]bool{}
 	for _, sp := range in.Stacks {
 		requested[sp.Stack] = true
@@ -289,6 +292,11 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 			extra = append(extra, sp.Stack)
 		case st.PlanHash != sp.PlanHash:
 			differ = append(differ, sp.Stack)
+		case st.Class != sp.Class:
+			// The same content classified otherwise: the plan job under-reported (or the two
+			// ran different tfstackplan versions). Gates follow from the plan's classes, so
+			// they cannot be trusted: re-plan.
+			reclassified = append(reclassified, fmt.Sprintf("%q (the plan reported it %s, the apply classifies it %s)", sp.Stack, st.Class, sp.Class))
 		}
 	}
 	for name := range planned {
@@ -305,6 +313,10 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 			sort.Strings(p.names)
 			problems = append(problems, fmt.Sprintf("stacks %s: %s", p.what, strings.Join(quoteAll(p.names), ", ")))
 		}
+	}
+	if len(reclassified) > 0 {
+		sort.Strings(reclassified)
+		problems = append(problems, "stacks whose plan the apply classifies otherwise (re-plan): "+strings.Join(reclassified, ", "))
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: the apply does not match plan %s: %s", store.ErrDenied, plan.ExecutionID, strings.Join(problems, "; "))

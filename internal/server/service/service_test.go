@@ -1,9 +1,11 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +38,41 @@ type fixture struct {
 	*Service
 	t   *testing.T
 	now time.Time
+}
+
+// GateCheck is the service's GateCheck with the class of each named stack the test left
+// unset filled in as an apply that agrees with the plan would send it: the class the PR's latest
+// plan reported for that stack (unclassified when the plan has no such stack). Tests of an apply
+// that classifies otherwise set the class themselves.
+func (f *fixture) GateCheck(ctx context.Context, c Caller, in *api.GateCheck) (api.GateLease, error) {
+	f.t.Helper()
+	filled := *in
+	filled.Stacks = slices.Clone(in.Stacks)
+	repo := cmp.Or(strings.ToLower(in.Repo), testRepo)
+	if len(c.Repositories) == 1 && in.Repo == "" {
+		repo = c.Repositories[0]
+	}
+	if c.GitHub != nil && in.Repo == "" {
+		repo = c.GitHub.Repository
+	}
+	classes := map[string]events.Class{}
+	_ = f.Store.Read(ctx, func(tx store.Tx) error {
+		p, err := tx.LatestPlan(store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR})
+		if err != nil {
+			return nil
+		}
+		stacks, err := tx.Stacks(p.ExecutionID)
+		for _, st := range stacks {
+			classes[st.Stack] = st.Class
+		}
+		return err
+	})
+	for i, sp := range filled.Stacks {
+		if sp.Class == "" {
+			filled.Stacks[i].Class = cmp.Or(classes[sp.Stack], events.ClassUnclassified)
+		}
+	}
+	return f.Service.GateCheck(ctx, c, &filled)
 }
 
 // everyRow is the page of a list of gates, grants or checks with every row of env and pr a test
@@ -585,7 +622,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	svc := New(s, nil)
 	_ = s.Close()
 	_, err := svc.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "x", Environment: "prod", PR: 1, SHA: "s",
-		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h"}}})
+		Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h", Class: "mutating"}}})
 	wantErr(t, err, store.ErrUnavailable, "")
 }
 

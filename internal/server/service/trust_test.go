@@ -222,6 +222,29 @@ environment "prod" {
 	})
 }
 
+// A plan job reports the classes that decide the gates, and a pull request may edit its own
+// plan workflow: one reporting a destructive stack as additive, with the true plan hash, must not
+// get the apply past the gate. The apply sends its own classification of the same content, and
+// a difference denies (re-plan). A class that is none is refused.
+func TestAnUnderReportedClassDoesNotPassTheGate(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(prJob(7, "100"), "a1", 7, map[string][2]string{"stacks/prod/db": {"additive", "v1:db"}}))
+		honest := sp("stacks/prod/db", "v1:db")
+		honest.Class = "destructive"
+		_, err := f.checkAs(applyJob("300"), "ap1", 7, honest)
+		wantErr(t, err, store.ErrDenied, `stacks whose plan the apply classifies otherwise (re-plan): "stacks/prod/db" (the plan reported it additive, the apply classifies it destructive)`)
+		bogus := sp("stacks/prod/db", "v1:db")
+		bogus.Class = "harmless"
+		_, err = f.checkAs(applyJob("301"), "ap2", 7, bogus)
+		wantErr(t, err, store.ErrInvalid, `class "harmless" is not one of`)
+		// The same plan, classified alike by the apply: nothing destructive, no gate, a lease.
+		agreed := sp("stacks/prod/db", "v1:db")
+		agreed.Class = "additive"
+		_, err = f.checkAs(applyJob("302"), "ap3", 7, agreed)
+		f.must(err)
+	})
+}
+
 // 4: an approval names the plan the approver reviewed; a re-plan that arrived meanwhile is not
 // approved by it, and an approval of a gate the plan does not require is refused.
 func TestAnApprovalNamesThePlanItApproves(t *testing.T) {
