@@ -1,0 +1,65 @@
+package service
+
+import (
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// Regression tests of a review of the trust model: each attack here once succeeded.
+
+// A lease is ended only by who holds it: not by another token of the same principal's name
+// limited to another repository, not by another job of the run that took it (jobs of one run
+// share a principal) unless that job too may check the gate, and a lease that records no
+// principal only by an admin.
+func TestOnlyTheHolderEndsALease(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(prJob(7, "100"), "a1", 7, dbPlan))
+		f.must(f.approveAs("a1", 7, "stacks/prod/**"))
+		hashes := sp("stacks/prod/db", "v1:db")
+		active := func(id string) bool {
+			t.Helper()
+			return f.lease(id).RevokedAt.IsZero()
+		}
+
+		_, err := f.checkAs(who("deployer"), "ap1", 7, hashes)
+		f.must(err)
+		// A second token named deployer, limited to another repository.
+		otherDeployer := Caller{Name: "deployer", Repositories: []string{"acme/other"}}
+		_, err = f.GateRevoke(ctx, otherDeployer, &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		f.must(err) // as for an execution without a lease: nothing is learned, nothing ends
+		if !active("ap1") {
+			t.Fatal("a token of another repository ended deployer's lease")
+		}
+		_, err = f.GateRevoke(ctx, who("deployer"), &api.GateRevoke{ExecutionID: "ap1", Outcome: "failed"})
+		f.must(err)
+		if active("ap1") {
+			t.Fatal("the holder's revoke left its lease active")
+		}
+
+		f.must(f.approveAs("a1", 7, "stacks/prod/**"))
+		_, err = f.checkAs(applyJob("300"), "ap2", 7, hashes)
+		f.must(err)
+		lint := job(testRepo, "refs/heads/main", ".github/workflows/lint.yml", "", "300")
+		_, err = f.GateRevoke(ctx, lint, &api.GateRevoke{ExecutionID: "ap2", Outcome: "failed"})
+		wantErr(t, err, store.ErrDenied, "granted to another job of the run")
+		if !active("ap2") {
+			t.Fatal("another job of the run ended the apply job's lease")
+		}
+		_, err = f.GateRevoke(ctx, applyJob("300"), &api.GateRevoke{ExecutionID: "ap2", Outcome: "failed"})
+		f.must(err)
+
+		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
+			return tx.PutLease(store.Lease{Repo: testRepo, ExecutionID: "old", Environment: "prod", PR: 7, Requester: "r",
+				GrantedAt: f.now, ExpiresAt: f.now.Add(DefaultLeaseTTL)})
+		}))
+		_, err = f.GateRevoke(ctx, who("anyone"), &api.GateRevoke{ExecutionID: "old", Outcome: "failed"})
+		wantErr(t, err, store.ErrDenied, "records no principal")
+		_, err = f.GateRevoke(ctx, adminOf("root"), &api.GateRevoke{ExecutionID: "old", Outcome: "failed"})
+		f.must(err)
+		if active("old") {
+			t.Fatal("an admin's revoke left the lease active")
+		}
+	})
+}
