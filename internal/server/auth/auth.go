@@ -78,7 +78,8 @@ const maxDescribeValue = 128
 // log, e.g. "repository=acme/infra ref=refs/pull/7/merge event=pull_request
 // workflow=acme/infra/.github/workflows/plan.yml@refs/pull/7/merge environment= run=123/1
 // sha=abc actor=alice" (job_workflow= follows workflow= when the job's workflow differs). Each
-// value is cut to 128 bytes, with white space, control characters and invalid UTF-8 replaced.
+// value is cut to 128 bytes, with white space, control and format characters (U+202E and the
+// other bidirectional overrides among them) and invalid UTF-8 replaced by "?".
 // It is "" for any other principal.
 func (p Principal) Describe() string {
 	g := p.GitHub
@@ -116,7 +117,7 @@ func (p Principal) Describe() string {
 // bytes plus "…". strings.Map hands each invalid byte over as utf8.RuneError.
 func describeValue(v string) string {
 	v = strings.Map(func(r rune) rune {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError {
 			return '?'
 		}
 		return r

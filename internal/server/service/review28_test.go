@@ -1,6 +1,7 @@
 package service
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -60,6 +61,47 @@ func TestOnlyTheHolderEndsALease(t *testing.T) {
 		f.must(err)
 		if active("old") {
 			t.Fatal("an admin's revoke left the lease active")
+		}
+	})
+}
+
+// What reaches the audit log from requests and tokens (a sha, a reason, a job's claims, a
+// principal's name) cannot forge an entry with a newline nor reorder one with bidirectional
+// overrides: it is stored written out. Names (environments, execution ids, stacks) with such
+// characters are refused outright.
+func TestAuditTextsAreInert(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(prJob(7, "100"), "a1", 7, dbPlan))
+		forged := "abc\n2026-03-01T12:00:00Z root gates.satisfy granted \u202eevil\u2066x\u2069\u2028"
+		j := prJob(7, "100")
+		j.GitHub.Claims = "ref=refs/pull/7/merge actor=\u202emallory\nforged"
+		_, err := f.GateCheck(ctx, j, &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 7, SHA: forged,
+			Stacks: []api.StackPlan{sp("stacks/prod/db", "v1:db")}})
+		wantErr(t, err, store.ErrDenied, "apply_from")
+		_, err = f.SatisfyGate(ctx, adminOf("alice\u202e"), &api.GatesSatisfy{PR: 7, Environment: "prod", Class: "destructive",
+			Target: "stacks/prod/**", Reason: forged, ExecutionID: "a1"})
+		f.must(err)
+		entries, err := f.Audit(ctx, reader, "", 10, 0)
+		f.must(err)
+		if len(entries) != 2 {
+			t.Fatalf("audit %+v, want the check and the approval", entries)
+		}
+		for _, e := range entries {
+			for _, v := range []string{e.Principal, e.Target, e.Reason, e.Outcome, e.Detail} {
+				if strings.ContainsAny(v, "\n\r\u202e\u2066\u2069\u2028") {
+					t.Fatalf("audit entry %+v holds a raw control or bidirectional character in %q", e, v)
+				}
+			}
+		}
+		if !strings.Contains(entries[1].Detail, `sha abc\n2026-03-01T12:00:00Z root gates.satisfy granted \u{202E}evil`) ||
+			!strings.Contains(entries[1].Detail, `actor=\u{202E}mallory\nforged`) || entries[0].Principal != `alice\u{202E}` {
+			t.Fatalf("audit %+v: the texts are not written out", entries)
+		}
+		for _, name := range []string{"prod\u202e", "a\u2066b", "x\u2028y"} {
+			_, err = f.Init(ctx, runner, &api.Init{ExecutionID: name, Environment: "prod", Op: "plan", PR: 1})
+			wantErr(t, err, store.ErrInvalid, "bidirectional formatting or line-separating character")
+			_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "e", Environment: name, Op: "plan", PR: 1})
+			wantErr(t, err, store.ErrInvalid, "bidirectional formatting or line-separating character")
 		}
 	})
 }

@@ -169,15 +169,22 @@ func cancelAck(cancelled bool, reason string) api.Ack {
 }
 
 // audit records an action of caller in repo. A GitHub Actions job's verified claims go with
-// the detail, so that the log says which job of the repository acted.
+// the detail, so that the log says which job of the repository acted. Its texts carry what
+// requests and tokens said (a reason, a sha, a claim): each is made inert (textfit.Inert), so
+// that no newline, control or bidirectional formatting character in them can forge an entry or
+// reorder one where the log is shown.
 func audit(tx store.Tx, at time.Time, caller Caller, repo, action, target, reason, outcome, detail string) error {
 	if caller.GitHub != nil && caller.GitHub.Claims != "" {
 		detail = strings.TrimSpace(detail + " [" + caller.GitHub.Claims + "]")
 	}
-	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: caller.Name, Repo: repo, Action: action, Target: target,
-		Reason: clip(reason, MaxTextLen), Outcome: outcome, Detail: clip(detail, MaxTextLen)})
+	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: inert(caller.Name, MaxTextLen), Repo: repo, Action: action,
+		Target: inert(target, MaxTextLen), Reason: inert(reason, MaxTextLen), Outcome: inert(outcome, MaxShortLen),
+		Detail: inert(detail, MaxTextLen)})
 	return err
 }
+
+// inert is clip of textfit.Inert of s: free text fit to be shown on a line of its own.
+func inert(s string, n int) string { return clip(textfit.Inert(s), n) }
 
 func checkInit(in *api.Init) error {
 	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {

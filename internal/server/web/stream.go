@@ -92,7 +92,7 @@ func event(name string, v any) ([]byte, error) {
 // htmlEvent renders template tmpl of data as the event name carrying {"html": …}.
 func htmlEvent(name, tmpl string, data any) ([]byte, error) {
 	var buf bytes.Buffer
-	if err := pages().ExecuteTemplate(&buf, tmpl, data); err != nil {
+	if err := execute(&buf, tmpl, data); err != nil {
 		return nil, err
 	}
 	return event(name, map[string]string{"html": buf.String()})
