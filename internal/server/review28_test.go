@@ -1,8 +1,11 @@
 package server
 
 import (
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
@@ -34,5 +37,89 @@ func TestPagesShowNoBidirectionalOverrides(t *testing.T) {
 		if !strings.Contains(body, "abc\ufffd") {
 			t.Fatalf("%s does not show the sha with the character replaced", path)
 		}
+	}
+}
+
+// A session opened with a Google ID token ends when that token does, however long sessions
+// last otherwise; a token already expired by the sessions' clock opens none.
+func TestASessionEndsWithItsIDToken(t *testing.T) {
+	keys, v := googleValidator(t)
+	const aud = "https://tfstackplan.example.com"
+	clk := newTestClock()
+	ts := newTestServer(t, storetest.OpenSQLite(t), withClock(clk, func(c *Config) {
+		c.SessionTTL = 12 * time.Hour
+		c.Auth.Audience, c.Auth.Validator = aud, v
+		if err := c.Auth.ParseTokens("tokens.hcl", []byte(testTokens+`
+identity "viewer@proj.iam.gserviceaccount.com" {
+  roles = ["viewer"]
+}`)); err != nil {
+			t.Fatal(err)
+		}
+	}))
+	exp := time.Now().Add(10 * time.Minute).Unix()
+	idToken := keys.sign(t, map[string]any{"iss": "https://accounts.google.com", "aud": aud, "iat": time.Now().Unix(), "exp": exp,
+		"sub": "1", "email": "viewer@proj.iam.gserviceaccount.com", "email_verified": true})
+	c := ts.signInAs(t, idToken)
+	if c.MaxAge <= 0 || c.MaxAge > int(time.Until(time.Unix(exp, 0)).Seconds())+1 {
+		t.Fatalf("cookie Max-Age %d, want at most the ID token's remaining %s", c.MaxAge, time.Until(time.Unix(exp, 0)))
+	}
+	if resp, _ := ts.pageWith(t, "/ui/claims", c); resp.StatusCode != 200 {
+		t.Fatalf("before the token's exp: %d", resp.StatusCode)
+	}
+	clk.add(time.Until(time.Unix(exp, 0)) + time.Second)
+	if resp, body := ts.pageWith(t, "/ui/claims", c); resp.StatusCode != 401 || !strings.Contains(body, "session ended") {
+		t.Fatalf("after the ID token's exp: %d", resp.StatusCode)
+	}
+	csrf, cookie := ts.signInForm(t)
+	resp := ts.signIn(t, url.Values{"token": {idToken}, "next": {"/"}, "csrf": {csrf}}, cookie, nil)
+	if resp.StatusCode != 401 || sessionCookie(resp) != nil {
+		t.Fatalf("a sign-in with a token expired by the sessions' clock: %d", resp.StatusCode)
+	}
+}
+
+// A session follows its token in the tokens file: removed, or given another secret, the token's
+// sessions end; its roles and repositories changed, the session has the new ones. A signed-out
+// session's cookie, replayed, opens nothing.
+func TestSessionsFollowTheTokensFile(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	reload := func(tokens string) {
+		t.Helper()
+		if err := ts.srv.cfg.Auth.ParseTokens("tokens.hcl", []byte(tokens)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viewer := ts.signInAs(t, tokenOf["viewer"])
+	admin := ts.signInAs(t, tokenOf["admin"])
+	reload(strings.Replace(testTokens, `token "viewer" {
+  secret = "viewer-secret-0123456789"
+  roles  = ["viewer"]
+}`, "", 1))
+	if resp, body := ts.pageWith(t, "/", viewer); resp.StatusCode != 401 || !strings.Contains(body, "session ended") {
+		t.Fatalf("the session of a removed token: %d", resp.StatusCode)
+	}
+	reload(strings.Replace(testTokens, "viewer-secret-0123456789", "viewer-secret-rotated-0123", 1))
+	if resp, body := ts.pageWith(t, "/", viewer); resp.StatusCode != 401 || !strings.Contains(body, "session ended") {
+		t.Fatalf("the session of a token given another secret: %d", resp.StatusCode)
+	}
+	reload(strings.Replace(testTokens, `repositories = ["acme/infra"]
+  roles     = ["admin"]`, `repositories = ["acme/other"]
+  roles     = ["viewer"]`, 1))
+	if resp, _ := ts.pageWith(t, "/ui/audit?repo=acme/infra", admin); resp.StatusCode != 403 {
+		t.Fatalf("a session of a token now limited to acme/other read acme/infra: %d", resp.StatusCode)
+	}
+	reload(strings.Replace(testTokens, `principal = "alice"`, `principal = "mallory"`, 1))
+	if resp, _ := ts.pageWith(t, "/", admin); resp.StatusCode != 401 {
+		t.Fatalf("a session of a token whose principal was renamed: %d", resp.StatusCode)
+	}
+	reload(testTokens)
+	resp, body := ts.pageWith(t, "/", admin)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the token restored: %d", resp.StatusCode)
+	}
+	if resp := ts.logout(t, signOutToken(t, body), admin, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	if resp, _ := ts.pageWith(t, "/", admin); resp.StatusCode != 401 {
+		t.Fatalf("a signed-out session's cookie replayed: %d", resp.StatusCode)
 	}
 }

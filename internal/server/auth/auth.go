@@ -6,6 +6,7 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -49,6 +51,8 @@ type Principal struct {
 	Repositories []string
 	// GitHub is set for a GitHub Actions job: its verified claims.
 	GitHub *GitHubClaims
+	// Expires is when the credentials end: an ID token's exp; zero for a static token.
+	Expires time.Time `json:",omitzero"`
 }
 
 // Has reports whether p holds role r or a stronger one.
@@ -379,7 +383,72 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 	if !ok {
 		return Principal{Name: email}, fmt.Errorf("%w: %s is not listed in the tokens file", ErrNoRoles, email)
 	}
-	return Principal{Name: email, Roles: slices.Clone(id.Roles), Repositories: slices.Clone(id.Repositories)}, nil
+	return Principal{Name: email, Roles: slices.Clone(id.Roles), Repositories: slices.Clone(id.Repositories), Expires: claims.Expires}, nil
+}
+
+// TokenMAC binds a session to the static token that opened it: a MAC of the token's hash keyed
+// by key (the session's id, which the store does not keep), so that what is stored with the
+// session tells nothing of the token without the id. It is "" for a token that is not a static
+// token of the tokens file.
+func (a *Authenticator) TokenMAC(token, key string) string {
+	h := sha256.Sum256([]byte(token))
+	if _, ok := a.tokens[h]; !ok {
+		return ""
+	}
+	return tokenMAC(h, key)
+}
+
+func tokenMAC(h [32]byte, key string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write(h[:])
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// ErrRevoked: the credentials that opened a session no longer give its principal: the token
+// left the tokens file (or its secret changed), the identity or repository is no longer
+// listed, the principal's name changed, or the ID token expired.
+var ErrRevoked = fmt.Errorf("%w: the credentials that signed in are no longer accepted", ErrUnauthenticated)
+
+// Current returns principal p of a session as the tokens file now has it, with its roles and
+// repositories as they are now: the static token that tokenMAC (TokenMAC of it keyed by key)
+// names, the Google identity of p's email, or the github block of p's repository. A principal
+// whose credentials the file no longer holds, or whose ID token expired at now, is ErrRevoked.
+// Under Insecure, everyone is Anonymous.
+func (a *Authenticator) Current(p Principal, key, mac string, now time.Time) (Principal, error) {
+	if a.Insecure {
+		return Anonymous, nil
+	}
+	if !p.Expires.IsZero() && !now.Before(p.Expires) {
+		return Principal{}, ErrRevoked
+	}
+	switch {
+	case p.GitHub != nil:
+		repo, err := events.CanonicalRepo(p.GitHub.Repository)
+		roles := a.repos[repo]
+		if err != nil || len(roles) == 0 {
+			return Principal{}, ErrRevoked
+		}
+		p.Roles, p.Repositories = slices.Clone(roles), []string{repo}
+		return p, nil
+	case mac != "":
+		for h, cur := range a.tokens {
+			if hmac.Equal([]byte(tokenMAC(h, key)), []byte(mac)) {
+				if cur.Name != p.Name {
+					return Principal{}, ErrRevoked
+				}
+				p.Roles, p.Repositories = slices.Clone(cur.Roles), slices.Clone(cur.Repositories)
+				return p, nil
+			}
+		}
+		return Principal{}, ErrRevoked
+	}
+	id, ok := a.identities[strings.ToLower(p.Name)]
+	if !ok || p.Expires.IsZero() {
+		// A session of a static token opened before sessions named their token ends too.
+		return Principal{}, ErrRevoked
+	}
+	p.Roles, p.Repositories = slices.Clone(id.Roles), slices.Clone(id.Repositories)
+	return p, nil
 }
 
 // verifyGitHub returns the principal of a GitHub Actions ID token: named after the repository
@@ -400,7 +469,7 @@ func (a *Authenticator) verifyGitHub(ctx context.Context, token string) (Princip
 	if len(roles) == 0 {
 		return Principal{Name: name}, fmt.Errorf("%w: repository %s is not listed in the tokens file", ErrNoRoles, repo)
 	}
-	return Principal{Name: name, Roles: slices.Clone(roles), Repositories: []string{repo}, GitHub: claims}, nil
+	return Principal{Name: name, Roles: slices.Clone(roles), Repositories: []string{repo}, GitHub: claims, Expires: claims.Expires}, nil
 }
 
 // refused logs why an ID token was refused and returns the error the client gets: the reason

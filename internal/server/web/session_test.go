@@ -31,12 +31,22 @@ func (s *flakyStore) Read(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.Read(ctx, fn)
 }
 
+// viewerSecret is the token of sessionUI's viewer "v".
+const viewerSecret = "viewer-secret-0123456789"
+
 // sessionUI serves the pages of a UI whose guard takes sessions only, on a settable clock.
 func sessionUI(t *testing.T) (*UI, *httptest.Server, func(time.Duration)) {
 	t.Helper()
 	var mu sync.Mutex
 	now := time.Now()
-	u := &UI{Service: service.New(&flakyStore{Store: storetest.OpenSQLite(t)}, nil), Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	a := &auth.Authenticator{}
+	if err := a.ParseTokens("tokens.hcl", []byte(`token "v" {
+  secret = "`+viewerSecret+`"
+  roles  = ["viewer"]
+}`)); err != nil {
+		t.Fatal(err)
+	}
+	u := &UI{Service: service.New(&flakyStore{Store: storetest.OpenSQLite(t)}, nil), Auth: a, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
 	mux := http.NewServeMux()
 	u.Register(mux, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +73,7 @@ func TestStreamEndsWithItsSession(t *testing.T) {
 	u, srv, advance := sessionUI(t)
 	viewer := auth.Principal{Name: "v", Roles: []auth.Role{auth.RoleViewer}}
 	open := func() (*bufio.Scanner, string) {
-		id, _, err := u.newSession(context.Background(), viewer)
+		id, _, err := u.newSession(context.Background(), viewer, viewerSecret)
 		if err != nil {
 			t.Fatal(err)
 		}
