@@ -1,11 +1,16 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
@@ -121,5 +126,35 @@ func TestSessionsFollowTheTokensFile(t *testing.T) {
 	}
 	if resp, _ := ts.pageWith(t, "/", admin); resp.StatusCode != 401 {
 		t.Fatalf("a signed-out session's cookie replayed: %d", resp.StatusCode)
+	}
+}
+
+// The audit page's Older link keeps the repository filter: the next page is of the same
+// repository.
+func TestAuditOlderLinkKeepsTheRepository(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	root := service.Caller{Name: "root", Admin: true}
+	for i := range 150 { // 113 in acme/infra: a full page and 13 older
+		repo := "acme/infra"
+		if i%4 == 3 {
+			repo = "acme/other"
+		}
+		if _, err := ts.svc.OverrideCheck(context.Background(), root, &api.ChecksOverride{Repo: repo, Environment: "prod", PR: i + 1,
+			Check: "c", Conclusion: "success", Reason: "r"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status, body := ts.page(t, "/ui/audit?repo=acme/infra", tokenOf["viewer"])
+	m := regexp.MustCompile(`<a href="([^"]*)">Older…</a>`).FindStringSubmatch(body)
+	if status != 200 || m == nil {
+		t.Fatalf("audit page: %d, Older link %v", status, m)
+	}
+	href, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+	if err != nil || href.Query().Get("repo") != "acme/infra" || href.Query().Get("before") == "" {
+		t.Fatalf("Older link %q lost the filter", m[1])
+	}
+	status, body = ts.page(t, "/ui/audit"+href.String(), tokenOf["viewer"])
+	if status != 200 || !strings.Contains(body, "acme/infra prod PR #1 c") || strings.Contains(body, "acme/other") {
+		t.Fatalf("older page: %d %s", status, body)
 	}
 }

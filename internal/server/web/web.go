@@ -195,9 +195,9 @@ type page struct {
 	Checks     []api.Check
 	Audit      []api.AuditEntry
 	Next       string
-	// Older links the executions list's next (older) page, and OlderGates, OlderGrants and
-	// OlderChecks that of each list of the gates page, when there may be one: URLs so that a
-	// link keeps its separators instead of having them escaped.
+	// Older links the executions list's or the audit log's next (older) page, and OlderGates,
+	// OlderGrants and OlderChecks that of each list of the gates page, when there may be one:
+	// URLs so that a link keeps its separators instead of having them escaped.
 	Older, OlderGates, OlderGrants, OlderChecks template.URL
 	// Error is why the sign-in page is shown again.
 	Error string
@@ -396,7 +396,15 @@ func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	p := page{Title: "Audit", Audit: entries}
 	if len(entries) == 100 {
-		p.Next = strconv.FormatInt(entries[len(entries)-1].ID, 10)
+		// The Older link keeps the repository filter: without it, a caller of several
+		// repositories would be refused the next page, and an unlimited one shown every
+		// repository's.
+		keep := url.Values{}
+		if repo := r.URL.Query().Get("repo"); repo != "" {
+			keep.Set("repo", repo)
+		}
+		keep.Set("before", strconv.FormatInt(entries[len(entries)-1].ID, 10))
+		p.Older = template.URL("?" + keep.Encode()) // Encode escapes every value
 	}
 	render(w, r, "audit", p)
 }
