@@ -641,7 +641,9 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 				return err
 			}
 			if erepo != repo {
-				return fmt.Errorf("%w: execution %s is not of repository %s", store.ErrInvalid, in.ExecutionID, repo)
+				// Answered as for an unknown execution: the answer must not tell a caller of
+				// one repository which ids another repository's executions have.
+				return fmt.Errorf("%w: execution %q", store.ErrNotFound, in.ExecutionID)
 			}
 			if !caller.Admin && (owner == "" || owner != caller.Name) {
 				return fmt.Errorf("%w: execution %s was not announced by %s; releasing its claims is an admin action", store.ErrDenied, in.ExecutionID, caller.Name)

@@ -105,3 +105,22 @@ func TestAuditTextsAreInert(t *testing.T) {
 		}
 	})
 }
+
+// Releasing the claims of an execution of another repository is answered as for an unknown
+// execution: the answer does not tell which ids another repository's executions have.
+func TestReleaseClaimsDoesNotRevealAnotherRepositorysExecutions(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(who("ci"), "i1", 7, dbPlan))
+		other := Caller{Name: "ci", Repositories: []string{"acme/other"}}
+		_, errKnown := f.ReleaseClaims(ctx, other, &api.ClaimsRelease{Environment: "prod", PR: 7, ExecutionID: "i1"})
+		_, errUnknown := f.ReleaseClaims(ctx, other, &api.ClaimsRelease{Environment: "prod", PR: 7, ExecutionID: "nope"})
+		wantErr(t, errKnown, store.ErrNotFound, `execution "i1"`)
+		wantErr(t, errUnknown, store.ErrNotFound, `execution "nope"`)
+		if strings.Replace(errKnown.Error(), "i1", "nope", 1) != errUnknown.Error() {
+			t.Fatalf("another repository's execution: %v; an unknown one: %v", errKnown, errUnknown)
+		}
+		if claims, _ := f.Claims(ctx, reader, "", "prod"); len(claims) != 1 {
+			t.Fatalf("claims %+v", claims)
+		}
+	})
+}
