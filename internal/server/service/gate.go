@@ -122,7 +122,7 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 			}
 		}
 		ep := s.Policy.Environments[in.Environment]
-		if why := ep.MayCheckGate(in.Environment, caller); why != "" {
+		if why := ep.MayCheckGate(in.Environment, repo, caller); why != "" {
 			return deny(fmt.Errorf("%w: %s", store.ErrDenied, why))
 		}
 		if ep.Requester == "" {
@@ -486,7 +486,7 @@ func (s *Service) mayEnd(caller Caller, l *store.Lease) string {
 	case l.Principal != caller.Name:
 		return fmt.Sprintf("the lease of execution %s was granted to another principal", l.ExecutionID)
 	case caller.GitHub != nil:
-		if why := s.Policy.Environments[l.Environment].MayCheckGate(l.Environment, caller); why != "" {
+		if why := s.Policy.Environments[l.Environment].MayCheckGate(l.Environment, l.Repo, caller); why != "" {
 			return fmt.Sprintf("the lease of execution %s was granted to another job of the run: %s", l.ExecutionID, why)
 		}
 	}

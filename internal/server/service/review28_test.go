@@ -124,3 +124,47 @@ func TestReleaseClaimsDoesNotRevealAnotherRepositorysExecutions(t *testing.T) {
 		}
 	})
 }
+
+// Environments are shared by the server's repositories. A job of another repository that calls
+// acme/infra's apply workflow as a reusable workflow has acme/infra's job_workflow_ref, on main,
+// in a GitHub environment it names itself: it does not pass apply_from (nor take prod's lease for
+// its own repository's PR) unless apply_from's repositories name its repository.
+func TestAJobOfAnotherRepositoryDoesNotPassThroughItsWorkflow(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		const evil = "evil/repo"
+		ci := Caller{Name: "ci-evil", Repositories: []string{evil}}
+		f.must(f.planBy(ci, "e1", 7, dbPlan))
+		caller := job(evil, "refs/heads/main", "", "prod", "500").withWorkflow("acme/infra/.github/workflows/apply.yml@refs/heads/main")
+		_, err := f.Init(ctx, caller, &api.Init{Repo: evil, ExecutionID: "ap-evil", Environment: "prod", Op: "apply", PR: 7})
+		wantErr(t, err, store.ErrDenied, "reports PR #7 only when it matches")
+		_, err = f.GateCheck(ctx, caller, &api.GateCheck{Repo: evil, ExecutionID: "ap-evil2", Environment: "prod", PR: 7, SHA: "x",
+			Stacks: []api.StackPlan{sp("stacks/prod/db", "v1:db")}})
+		wantErr(t, err, store.ErrDenied, `the job's workflow "acme/infra/.github/workflows/apply.yml@refs/heads/main" is not of its repository evil/repo`)
+		// acme/infra's own apply job still passes, and an apply_from naming repositories
+		// decides by them alone.
+		f.must(f.planBy(prJob(7, "100"), "a1", 7, dbPlan))
+		f.must(f.approveAs("a1", 7, "stacks/prod/**"))
+		_, err = f.checkAs(applyJob("300"), "ap1", 7, sp("stacks/prod/db", "v1:db"))
+		f.must(err)
+		p, err := ParsePolicy("p.hcl", []byte(`environment "prod" {
+  requester = "d@p.iam.gserviceaccount.com"
+  apply_from {
+    repositories = ["ACME/Infra"]
+    workflows    = ["acme/shared/.github/workflows/apply.yml@refs/heads/main"]
+    principals   = ["deployer"]
+  }
+}`))
+		f.must(err)
+		ep := p.Environments["prod"]
+		shared := applyJob("301").withWorkflow("acme/shared/.github/workflows/apply.yml@refs/heads/main")
+		if why := ep.MayCheckGate("prod", testRepo, shared); why != "" {
+			t.Fatalf("acme/infra's job through the shared workflow named with its repository: %s", why)
+		}
+		if why := ep.MayCheckGate("prod", evil, job(evil, "refs/heads/main", "", "", "501").withWorkflow("acme/shared/.github/workflows/apply.yml@refs/heads/main")); !strings.Contains(why, "repository evil/repo is not among") {
+			t.Fatalf("another repository's job through the shared workflow: %q", why)
+		}
+		if why := ep.MayCheckGate("prod", evil, Caller{Name: "deployer"}); why == "" {
+			t.Fatal("a principal of apply_from passed in a repository apply_from does not name")
+		}
+	})
+}
