@@ -110,7 +110,11 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		}
 		if prev != nil {
 			switch {
-			case prev.Repo != repo || prev.Environment != in.Environment || prev.PR != in.PR:
+			case prev.Repo != repo:
+				// Denied without naming what the other repository's lease is for.
+				decision = fmt.Errorf("%w: execution %s already holds a lease of another repository; choose another execution id", store.ErrDenied, in.ExecutionID)
+				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
+			case prev.Environment != in.Environment || prev.PR != in.PR:
 				decision = fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
 					target(store.PRKey{Repo: prev.Repo, Environment: prev.Environment, PR: prev.PR}), where)
 				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())

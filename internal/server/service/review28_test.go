@@ -168,3 +168,23 @@ func TestAJobOfAnotherRepositoryDoesNotPassThroughItsWorkflow(t *testing.T) {
 		}
 	})
 }
+
+// A check naming the execution id of another repository's lease is denied without learning
+// that lease's environment or PR.
+func TestAGateCheckDoesNotTellAnotherRepositorysLease(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(who("ci"), "i1", 42, map[string][2]string{"stacks/prod/app": {"mutating", "v1:app"}}))
+		_, err := f.checkAs(who("deployer"), "ap1", 42, sp("stacks/prod/app", "v1:app"))
+		f.must(err)
+		other := Caller{Name: "deployer", Repositories: []string{"acme/other"}}
+		_, err = f.GateCheck(ctx, other, &api.GateCheck{Repo: "acme/other", ExecutionID: "ap1", Environment: "prod", PR: 1, SHA: "x",
+			Stacks: []api.StackPlan{sp("stacks/prod/app", "v1:app")}})
+		wantErr(t, err, store.ErrDenied, "already holds a lease of another repository")
+		if strings.Contains(err.Error(), "42") || strings.Contains(err.Error(), "acme/infra") {
+			t.Fatalf("the denial tells the other repository's lease: %v", err)
+		}
+		if l := f.lease("ap1"); !l.RevokedAt.IsZero() || l.Repo != testRepo {
+			t.Fatalf("the other repository's lease after the check %+v", l)
+		}
+	})
+}
