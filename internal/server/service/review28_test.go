@@ -3,6 +3,7 @@ package service
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -185,6 +186,25 @@ func TestAGateCheckDoesNotTellAnotherRepositorysLease(t *testing.T) {
 		}
 		if l := f.lease("ap1"); !l.RevokedAt.IsZero() || l.Repo != testRepo {
 			t.Fatalf("the other repository's lease after the check %+v", l)
+		}
+	})
+}
+
+// Times a runner sends that the store cannot hold (its nanoseconds end in 2262; before 1678 they
+// do not start) are taken as the server's clock, not stored wrapped around.
+func TestEventTimesOutOfTheStoresRangeAreNotStored(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 1, At: far})
+		f.must(err)
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: "failed", FinishedAt: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)})
+		f.must(err)
+		x, err := f.Execution(ctx, reader, "e1")
+		f.must(err)
+		if !x.FinishedAt.Equal(f.now) {
+			t.Fatalf("finished_at %s, want the server's clock %s", x.FinishedAt, f.now)
 		}
 	})
 }

@@ -156,6 +156,19 @@ func (s *Service) ttl(env string, lease bool) time.Duration {
 	return DefaultClaimTTL
 }
 
+// minTime is the earliest time storable takes: the stores keep Unix nanoseconds, which start
+// in 1678; no runner reports a time before 1970.
+var minTime = time.Unix(0, 0).UTC()
+
+// storable is t, a time a runner reports, in UTC; now when t is zero or outside minTime to
+// MaxTime, where the stores' nanoseconds would wrap around.
+func storable(t, now time.Time) time.Time {
+	if t.IsZero() || t.Before(minTime) || t.After(MaxTime) {
+		return now
+	}
+	return t.UTC()
+}
+
 func ackOf(e *store.Execution) api.Ack { return cancelAck(e.Cancelled, e.CancelReason) }
 
 func cancelAck(cancelled bool, reason string) api.Ack {
@@ -394,10 +407,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if e.Cancelled {
 			e.Status = events.ExecutionCancelled // a cancelled execution never concludes as a success
 		}
-		e.FinishedAt = in.FinishedAt.UTC()
-		if in.FinishedAt.IsZero() {
-			e.FinishedAt = now
-		}
+		e.FinishedAt = storable(in.FinishedAt, now)
 		// The execution row is locked (tx.Execution), so no event changes its stacks meanwhile:
 		// they are read once, and only those the finalize changes are written.
 		stacks, err := tx.Stacks(e.ExecutionID)
