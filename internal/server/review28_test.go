@@ -158,3 +158,94 @@ func TestAuditOlderLinkKeepsTheRepository(t *testing.T) {
 		t.Fatalf("older page: %d %s", status, body)
 	}
 }
+
+// A principal limited to acme/infra reaches nothing of acme/other through any endpoint, API or
+// page, whatever spelling of the repository it tries; odd spellings are refused.
+func TestALimitedPrincipalReachesNoOtherRepository(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	root := service.Caller{Name: "root", Admin: true}
+	ctx := context.Background()
+	for _, repo := range []string{"acme/other", "acme/infra"} {
+		id := "x-" + strings.ReplaceAll(repo, "/", "-")
+		if _, err := ts.svc.Init(ctx, root, &api.Init{Repo: repo, ExecutionID: id, Environment: "prod", Op: "plan", PR: 5, Stacks: []string{"app"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.svc.Finalize(ctx, root, &api.Finalize{ExecutionID: id, Status: "succeeded",
+			Stacks: []api.StackResult{{Stack: "app", Status: "succeeded", Class: "destructive", PlanHash: "h"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	otherGates, err := ts.svc.Gates(ctx, root, service.Page{Repo: "acme/other", Limit: 10}, "")
+	if err != nil || len(otherGates) != 1 {
+		t.Fatalf("acme/other's gates %v %v", otherGates, err)
+	}
+	long := "acme/" + strings.Repeat("x", 300)
+	for _, c := range []struct {
+		method, path string
+		body         any
+		want         int
+	}{
+		{"GET", "/executions?repo=ACME/Infra", nil, 200},
+		{"GET", "/executions?repo=acme/other", nil, 403},
+		{"GET", "/executions?repo=ACME/Other", nil, 403},
+		{"GET", "/executions?repo=acme/infra%00", nil, 400},
+		{"GET", "/executions?repo=acme/infra/../other", nil, 400},
+		{"GET", "/executions?repo=" + long, nil, 400},
+		{"GET", "/executions?repo=%D0%B0cme/infra", nil, 400}, // a Cyrillic а
+		{"GET", "/executions/x-acme-other", nil, 404},
+		{"GET", "/executions/x-acme-other/log?stack=app", nil, 404},
+		{"GET", "/audit?repo=acme/other", nil, 403},
+		{"GET", "/claims?repo=acme/other", nil, 403},
+		{"GET", "/gates?repo=acme/other", nil, 403},
+		{"GET", "/gates?before=" + otherGates[0].Cursor, nil, 400},
+		{"GET", "/grants?repo=acme/other", nil, 403},
+		{"GET", "/checks?repo=acme/other", nil, 403},
+		{"POST", "/events/init", map[string]any{"repo": "Acme/Other", "execution_id": "n1", "environment": "prod", "op": "plan", "pr": 5}, 403},
+		{"POST", "/events/update", map[string]any{"execution_id": "x-acme-other", "stack": "app", "seq": 9, "status": "failed"}, 404},
+		{"POST", "/events/finalize", map[string]any{"execution_id": "x-acme-other", "status": "failed"}, 404},
+		{"POST", "/gates/check", map[string]any{"repo": "acme/other", "execution_id": "n2", "environment": "prod", "pr": 5, "sha": "s",
+			"stacks": []map[string]string{{"stack": "app", "plan_hash": "h"}}}, 403},
+		{"POST", "/claims/release", map[string]any{"repo": "acme/other", "environment": "prod", "pr": 5, "execution_id": "x-acme-other"}, 403},
+		{"POST", "/claims/release", map[string]any{"environment": "prod", "pr": 5, "execution_id": "x-acme-other"}, 404},
+	} {
+		if status, out, _ := ts.call(t, "runner", c.method, c.path, c.body); status != c.want {
+			t.Errorf("runner %s %s: %d %v, want %d", c.method, c.path, status, out, c.want)
+		}
+	}
+	for _, c := range []struct {
+		path string
+		body any
+	}{
+		{"/admin/gates/satisfy", map[string]any{"repo": "acme/other", "environment": "prod", "pr": 5, "class": "destructive", "target": "**",
+			"reason": "r", "execution_id": "x-acme-other"}},
+		{"/admin/grants/release", map[string]any{"repo": "acme/other", "environment": "prod", "pr": 5, "class": "destructive", "target": "**", "reason": "r"}},
+		{"/admin/checks/override", map[string]any{"repo": "acme/other", "environment": "prod", "pr": 5, "check": "c", "conclusion": "success", "reason": "r"}},
+	} {
+		if status, out, _ := ts.call(t, "admin", "POST", c.path, c.body); status != 403 {
+			t.Errorf("admin of acme/infra POST %s: %d %v, want 403", c.path, status, out)
+		}
+	}
+	if status, out, _ := ts.call(t, "admin", "POST", "/admin/executions/cancel", map[string]any{"execution_id": "x-acme-other", "reason": "r"}); status != 404 {
+		t.Errorf("admin of acme/infra cancels acme/other's execution: %d %v", status, out)
+	}
+	for path, want := range map[string]int{
+		"/?repo=acme/other":                              403,
+		"/ui/executions/x-acme-other":                    404,
+		"/ui/claims?repo=acme/other":                     403,
+		"/ui/gates?repo=acme/other":                      403,
+		"/ui/audit?repo=acme/other":                      403,
+		"/ui/stream/executions?repo=acme/other":          403,
+		"/ui/stream/executions/x-acme-other":             404,
+		"/ui/gates?gates_before=" + otherGates[0].Cursor: 400,
+	} {
+		if status, body := ts.page(t, path, tokenOf["runner"]); status != want {
+			t.Errorf("runner's page %s: %d, want %d: %.200s", path, status, want, body)
+		}
+	}
+	if _, body := ts.page(t, "/", tokenOf["runner"]); strings.Contains(body, "x-acme-other") {
+		t.Error("the runner's executions list shows acme/other's execution")
+	}
+	if _, body := ts.page(t, "/ui/gates", tokenOf["runner"]); strings.Contains(body, "acme/other") {
+		t.Error("the runner's gates page shows acme/other's gate")
+	}
+}
