@@ -20,6 +20,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -174,9 +175,24 @@ type Authenticator struct {
 	// Log, when set, records why an ID token was refused: the client is told only that it was.
 	Log *slog.Logger
 
+	// file is the tokens file last parsed, replaced whole by ParseTokens, so that sessions and
+	// streams checking their principal meanwhile read one file or the other.
+	file atomic.Pointer[tokenSet]
+}
+
+// tokenSet is what a tokens file says.
+type tokenSet struct {
 	tokens     map[[32]byte]Principal
 	identities map[string]Principal // by lowercased email, without Name
 	repos      map[string][]Role    // the roles of GitHub Actions jobs, by canonical repository
+}
+
+// set is the tokens file in force (an empty one before any was parsed).
+func (a *Authenticator) set() *tokenSet {
+	if ts := a.file.Load(); ts != nil {
+		return ts
+	}
+	return &tokenSet{}
 }
 
 type tokensFile struct {
@@ -236,9 +252,7 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 	if diags := gohcl.DecodeBody(f.Body, nil, &tf); diags.HasErrors() {
 		return fmt.Errorf("tokens file: %s", hcl.Diagnostics(diags).Error())
 	}
-	a.tokens = map[[32]byte]Principal{}
-	a.identities = map[string]Principal{}
-	a.repos = map[string][]Role{}
+	a2 := &tokenSet{tokens: map[[32]byte]Principal{}, identities: map[string]Principal{}, repos: map[string][]Role{}}
 	for _, t := range tf.Tokens {
 		if len(t.Secret) < 16 {
 			return fmt.Errorf("tokens file %s: token %q: secret must be at least 16 characters", filename, t.Name)
@@ -261,10 +275,10 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 			return fmt.Errorf("tokens file %s: token %q: principal %q starts with %q, which names GitHub Actions jobs", filename, t.Name, name, GitHubPrincipalPrefix)
 		}
 		h := sha256.Sum256([]byte(t.Secret))
-		if _, dup := a.tokens[h]; dup {
+		if _, dup := a2.tokens[h]; dup {
 			return fmt.Errorf("tokens file %s: token %q reuses another token's secret", filename, t.Name)
 		}
-		a.tokens[h] = Principal{Name: name, Roles: roles, Repositories: repos}
+		a2.tokens[h] = Principal{Name: name, Roles: roles, Repositories: repos}
 	}
 	for _, id := range tf.Identities {
 		roles, err := parseRoles(filename, "identity "+id.Email, id.Roles)
@@ -275,31 +289,32 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 		if err != nil {
 			return err
 		}
-		a.identities[strings.ToLower(id.Email)] = Principal{Roles: roles, Repositories: repos}
+		a2.identities[strings.ToLower(id.Email)] = Principal{Roles: roles, Repositories: repos}
 	}
 	for _, g := range tf.GitHub {
 		repo, err := events.CanonicalRepo(g.Repository)
 		if err != nil {
 			return fmt.Errorf("tokens file %s: github: %w", filename, err)
 		}
-		if _, dup := a.repos[repo]; dup {
+		if _, dup := a2.repos[repo]; dup {
 			return fmt.Errorf("tokens file %s: github %q is defined twice", filename, repo)
 		}
-		if a.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
+		if a2.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
 			return err
 		}
 		// Every workflow of the repository, a pull request's own (editable) one included, runs
 		// as such a principal: admin would let any of them approve its own plan.
-		if slices.Contains(a.repos[repo], RoleAdmin) {
+		if slices.Contains(a2.repos[repo], RoleAdmin) {
 			return fmt.Errorf("tokens file %s: github %s: a GitHub Actions job may not be admin (any workflow of the repository, a pull request's included, could approve its own plan): give runner or viewer", filename, repo)
 		}
 	}
+	a.file.Store(a2)
 	return nil
 }
 
 // GitHubRepositories returns the repositories of the tokens file's github blocks, sorted.
 func (a *Authenticator) GitHubRepositories() []string {
-	return slices.Sorted(maps.Keys(a.repos))
+	return slices.Sorted(maps.Keys(a.set().repos))
 }
 
 // parseRepos returns the canonical names of a repositories attribute: nil when it is absent
@@ -354,7 +369,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 // Actions job's when its iss is the GitHub validator's issuer, else a Google identity's.
 func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, error) {
 	h := sha256.Sum256([]byte(token))
-	for k, p := range a.tokens {
+	for k, p := range a.set().tokens {
 		if subtle.ConstantTimeCompare(k[:], h[:]) == 1 {
 			return p, nil
 		}
@@ -379,7 +394,7 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 	if email == "" || !verified {
 		return Principal{}, fmt.Errorf("%w: ID token has no verified email", ErrUnauthenticated)
 	}
-	id, ok := a.identities[strings.ToLower(email)]
+	id, ok := a.set().identities[strings.ToLower(email)]
 	if !ok {
 		return Principal{Name: email}, fmt.Errorf("%w: %s is not listed in the tokens file", ErrNoRoles, email)
 	}
@@ -392,7 +407,7 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 // token of the tokens file.
 func (a *Authenticator) TokenMAC(token, key string) string {
 	h := sha256.Sum256([]byte(token))
-	if _, ok := a.tokens[h]; !ok {
+	if _, ok := a.set().tokens[h]; !ok {
 		return ""
 	}
 	return tokenMAC(h, key)
@@ -418,20 +433,21 @@ func (a *Authenticator) Current(p Principal, key, mac string, now time.Time) (Pr
 	if a.Insecure {
 		return Anonymous, nil
 	}
+	f := a.set()
 	if !p.Expires.IsZero() && !now.Before(p.Expires) {
 		return Principal{}, ErrRevoked
 	}
 	switch {
 	case p.GitHub != nil:
 		repo, err := events.CanonicalRepo(p.GitHub.Repository)
-		roles := a.repos[repo]
+		roles := f.repos[repo]
 		if err != nil || len(roles) == 0 {
 			return Principal{}, ErrRevoked
 		}
 		p.Roles, p.Repositories = slices.Clone(roles), []string{repo}
 		return p, nil
 	case mac != "":
-		for h, cur := range a.tokens {
+		for h, cur := range f.tokens {
 			if hmac.Equal([]byte(tokenMAC(h, key)), []byte(mac)) {
 				if cur.Name != p.Name {
 					return Principal{}, ErrRevoked
@@ -442,7 +458,7 @@ func (a *Authenticator) Current(p Principal, key, mac string, now time.Time) (Pr
 		}
 		return Principal{}, ErrRevoked
 	}
-	id, ok := a.identities[strings.ToLower(p.Name)]
+	id, ok := f.identities[strings.ToLower(p.Name)]
 	if !ok || p.Expires.IsZero() {
 		// A session of a static token opened before sessions named their token ends too.
 		return Principal{}, ErrRevoked
@@ -465,7 +481,7 @@ func (a *Authenticator) verifyGitHub(ctx context.Context, token string) (Princip
 		return Principal{}, a.refused(err)
 	}
 	name := GitHubPrincipalPrefix + repo + ":run:" + claims.RunID
-	roles := a.repos[repo]
+	roles := a.set().repos[repo]
 	if len(roles) == 0 {
 		return Principal{Name: name}, fmt.Errorf("%w: repository %s is not listed in the tokens file", ErrNoRoles, repo)
 	}

@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
@@ -194,10 +195,15 @@ func (u *UI) live(ctx context.Context, idHash string) (*store.Session, error) {
 }
 
 // sessionEnded reports whether s expired, was signed out or lost its credentials since it
-// authenticated a request. A store that fails says nothing: the session is taken to live on.
+// authenticated a request, or whether the tokens file now gives its principal other roles or
+// repositories (what a stream opened by it was allowed to show was decided under the old
+// ones). A store that fails says nothing: the session is taken to live on.
 func (u *UI) sessionEnded(ctx context.Context, s *Session) bool {
-	_, err := u.session(ctx, s.id)
-	return errors.Is(err, auth.ErrUnauthenticated)
+	cur, err := u.session(ctx, s.id)
+	if err != nil {
+		return errors.Is(err, auth.ErrUnauthenticated)
+	}
+	return !slices.Equal(cur.Principal.Roles, s.Principal.Roles) || !slices.Equal(cur.Principal.Repositories, s.Principal.Repositories)
 }
 
 // PageSession returns the session of a page request's cookie, or nil without one. A cookie of

@@ -126,4 +126,20 @@ func TestStreamEndsWithItsSession(t *testing.T) {
 	if n := keepalives(kept, 100); n > 1 {
 		t.Fatalf("the stream of an expired session sent %d more keep-alives", n)
 	}
+	// The tokens file now limits the token to one repository: the stream opened under no limit
+	// ends.
+	limited, _ := open()
+	if keepalives(limited, 2) != 2 {
+		t.Fatal("a live session's stream ended")
+	}
+	if err := u.Auth.ParseTokens("tokens.hcl", []byte(`token "v" {
+  secret       = "`+viewerSecret+`"
+  roles        = ["viewer"]
+  repositories = ["acme/infra"]
+}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := keepalives(limited, 100); n > 1 {
+		t.Fatalf("the stream of a session whose token was limited sent %d more keep-alives", n)
+	}
 }
