@@ -143,3 +143,47 @@ func TestStreamEndsWithItsSession(t *testing.T) {
 		t.Fatalf("the stream of a session whose token was limited sent %d more keep-alives", n)
 	}
 }
+
+// A stream opened with an ID token (a bearer token, no session) ends once the token expires.
+func TestStreamEndsWithItsIDToken(t *testing.T) {
+	old := keepalive
+	keepalive = 20 * time.Millisecond
+	t.Cleanup(func() { keepalive = old })
+	var mu sync.Mutex
+	now := time.Now()
+	u := &UI{Service: service.New(storetest.OpenSQLite(t), nil), Auth: &auth.Authenticator{}, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	p := auth.Principal{Name: "github:acme/infra:run:1", Roles: []auth.Role{auth.RoleViewer}, Expires: now.Add(time.Minute)}
+	mux := http.NewServeMux()
+	u.Register(mux, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r.WithContext(auth.With(r.Context(), p))) })
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/stream/executions", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	keepalives := func(max int) int {
+		n := 0
+		for n < max && sc.Scan() {
+			if strings.HasPrefix(sc.Text(), ": keepalive") {
+				n++
+			}
+		}
+		return n
+	}
+	if keepalives(2) != 2 {
+		t.Fatal("the stream of a live token ended")
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if n := keepalives(100); n > 1 {
+		t.Fatalf("the stream of an expired token sent %d more keep-alives", n)
+	}
+}

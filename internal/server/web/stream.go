@@ -372,6 +372,9 @@ func (u *UI) stream(w http.ResponseWriter, r *http.Request, key string, newView 
 			if sess := SessionFrom(r.Context()); sess != nil && u.sessionEnded(r.Context(), sess) {
 				return // the browser reconnects, and is asked to sign in again
 			}
+			if !p.Expires.IsZero() && !u.now().Before(p.Expires) {
+				return // the ID token that opened it expired: reconnecting needs a live one
+			}
 			if !send(ping) {
 				return
 			}
