@@ -235,6 +235,10 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 	return p, nil
 }
 
+// maxTTL bounds a policy's durations: a lease or claim ending past MaxTime would not fit the
+// stores' nanoseconds, and wrap around to an end in the past.
+const maxTTL = 10 * 365 * 24 * time.Hour
+
 func parseTTL(filename, what, s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
@@ -242,6 +246,9 @@ func parseTTL(filename, what, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return 0, fmt.Errorf("policy %s: %s %q is not a positive duration like \"2h\"", filename, what, s)
+	}
+	if d > maxTTL {
+		return 0, fmt.Errorf("policy %s: %s %q is longer than ten years (%s)", filename, what, s, maxTTL)
 	}
 	return d, nil
 }

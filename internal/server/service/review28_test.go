@@ -208,3 +208,16 @@ func TestEventTimesOutOfTheStoresRangeAreNotStored(t *testing.T) {
 		}
 	})
 }
+
+// A policy duration past what the stores hold is refused when read: a lease of "2500000h"
+// would end in 2311, past the stores' nanoseconds, and wrap around to an end in the past.
+func TestPolicyDurationsAreBounded(t *testing.T) {
+	for _, src := range []string{`claim_ttl = "2500000h"`, "environment \"prod\" {\n  lease_ttl = \"2500000h\"\n}"} {
+		if _, err := ParsePolicy("p.hcl", []byte(src)); err == nil || !strings.Contains(err.Error(), "longer than ten years") {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
+	if _, err := ParsePolicy("p.hcl", []byte(`claim_ttl = "8760h"`)); err != nil {
+		t.Error(err)
+	}
+}
