@@ -43,6 +43,8 @@ func TestOnlyTheHolderEndsALease(t *testing.T) {
 		f.must(f.approveAs("a1", 7, "stacks/prod/**"))
 		_, err = f.checkAs(applyJob("300"), "ap2", 7, hashes)
 		f.must(err)
+		_, err = f.GateRevoke(ctx, applyJob("301"), &api.GateRevoke{ExecutionID: "ap2", Outcome: "failed"})
+		wantErr(t, err, store.ErrDenied, "granted to another principal")
 		lint := job(testRepo, "refs/heads/main", ".github/workflows/lint.yml", "", "300")
 		_, err = f.GateRevoke(ctx, lint, &api.GateRevoke{ExecutionID: "ap2", Outcome: "failed"})
 		wantErr(t, err, store.ErrDenied, "granted to another job of the run")
