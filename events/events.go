@@ -121,7 +121,9 @@ const MaxNameLen = 1024
 
 // NameProblem says why the control plane refuses v as a name (an execution id, an
 // environment, a stack's path, an edge's end): "is required", "is longer than 1024 bytes",
-// "is not valid UTF-8" or "contains a control character"; "" when it takes v. The server
+// "is not valid UTF-8", "contains a control character" or "contains a bidirectional formatting
+// or line-separating character" (U+202E, U+2066..U+2069, U+2028, ...: shown, such a name would
+// reorder or split the text around it); "" when it takes v. The server
 // refuses a request naming such a name; the driver leaves the stacks whose paths it refuses
 // out of what it reports.
 func NameProblem(v string) string {
@@ -136,6 +138,9 @@ func NameProblem(v string) string {
 	for _, r := range v {
 		if unicode.IsControl(r) {
 			return "contains a control character"
+		}
+		if unicode.In(r, unicode.Bidi_Control, unicode.Zl, unicode.Zp) {
+			return "contains a bidirectional formatting or line-separating character"
 		}
 	}
 	return ""

@@ -88,6 +88,9 @@ func TestNameProblem(t *testing.T) {
 		{"nul\x00", "contains a control character"},
 		{"c1\u0085", "contains a control character"},
 		{"del\x7f", "contains a control character"},
+		{"prod\u202e", "contains a bidirectional formatting or line-separating character"},
+		{"a\u2066b\u2069", "contains a bidirectional formatting or line-separating character"},
+		{"line\u2028sep", "contains a bidirectional formatting or line-separating character"},
 	} {
 		if got := NameProblem(c.name); got != c.want {
 			t.Errorf("NameProblem(%q) = %q, want %q", c.name, got, c.want)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"os"
@@ -348,11 +349,25 @@ func (e bodyTimeoutError) Is(target error) bool {
 	return target == errBodyTimeout || target == os.ErrDeadlineExceeded
 }
 
+// maxLimiters bounds the per-principal rate limiters kept. Every GitHub Actions run is a
+// principal of its own, so over a server's life their number has no bound.
+const maxLimiters = 10_000
+
+// limiter returns the rate limiter of principal name. When maxLimiters are kept, the idle ones
+// (their bucket full again: forgetting them loses nothing) are dropped first, and all of them
+// if none is idle.
 func (s *Server) limiter(name string) *rate.Limiter {
 	s.limMu.Lock()
 	defer s.limMu.Unlock()
 	l, ok := s.limiters[name]
 	if !ok {
+		if len(s.limiters) >= maxLimiters {
+			now := time.Now()
+			maps.DeleteFunc(s.limiters, func(_ string, l *rate.Limiter) bool { return l.TokensAt(now) >= float64(l.Burst()) })
+			if len(s.limiters) >= maxLimiters {
+				clear(s.limiters)
+			}
+		}
 		l = rate.NewLimiter(rate.Limit(s.cfg.RateLimit), s.cfg.Burst)
 		s.limiters[name] = l
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 	"github.com/tfstackplan/tfstackplan/internal/server/web"
@@ -236,5 +238,27 @@ func TestThrottleTracksBoundedAddresses(t *testing.T) {
 	}
 	if w := ts.from("192.0.2.1", "GET", BasePath+"/claims", tokenOf["viewer"], nil); w.Code != 429 {
 		t.Fatalf("the throttled address after the flood: %d", w.Code)
+	}
+}
+
+// The per-principal rate limiters are bounded: every GitHub Actions run is a principal of its
+// own. A flood of new principals drops the idle limiters, never one that is spent.
+func TestRateLimitersAreBounded(t *testing.T) {
+	srv, err := New(Config{Service: service.New(storetest.Backends()[0].Open(t), nil), Auth: &auth.Authenticator{}, RateLimit: 1e-6, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := srv.limiter("github:acme/infra:run:1")
+	if !spent.Allow() {
+		t.Fatal("a new limiter refused its first request")
+	}
+	for i := range maxLimiters + 5000 {
+		srv.limiter(fmt.Sprintf("github:acme/infra:run:%d", 1000+i))
+		if n := len(srv.limiters); n > maxLimiters {
+			t.Fatalf("%d limiters kept, more than %d", n, maxLimiters)
+		}
+	}
+	if l := srv.limiter("github:acme/infra:run:1"); l != spent || l.Allow() {
+		t.Fatal("the flood dropped a spent limiter: its principal got a fresh burst")
 	}
 }

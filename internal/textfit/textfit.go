@@ -5,7 +5,9 @@
 package textfit
 
 import (
+	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -16,6 +18,37 @@ func Sanitize(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// Inert returns s with each character that could forge or reorder the lines it is shown in
+// written out instead: \n, \r and \t for those, \u{XXXX} for the other control characters,
+// the format characters (the bidirectional overrides and isolates U+202A..U+202E and
+// U+2066..U+2069 among them) and the line and paragraph separators. It is s itself when s has
+// none.
+func Inert(s string) string {
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case unsafeRune(r):
+			fmt.Fprintf(&b, `\u{%04X}`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 // Prefix returns the longest prefix of s of at most n bytes that does not end inside a

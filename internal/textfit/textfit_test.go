@@ -77,3 +77,19 @@ func TestWrap(t *testing.T) {
 		t.Fatalf("Wrap = %q, unwraps to the cause: %v", err, errors.Is(err, cause))
 	}
 }
+
+func TestInert(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"plain é 日本", "plain é 日本"},
+		{"a\nb\r\tc", `a\nb\r\tc`},
+		{"sha\u202eevil", `sha\u{202E}evil`},
+		{"\u2066x\u2069", `\u{2066}x\u{2069}`},
+		{"a\u2028b\x1b[31m", `a\u{2028}b\u{001B}[31m`},
+		{"zero\u200bwidth", `zero\u{200B}width`},
+	} {
+		if got := Inert(tc.in); got != tc.want {
+			t.Errorf("Inert(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -19,6 +20,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -49,6 +52,8 @@ type Principal struct {
 	Repositories []string
 	// GitHub is set for a GitHub Actions job: its verified claims.
 	GitHub *GitHubClaims
+	// Expires is when the credentials end: an ID token's exp; zero for a static token.
+	Expires time.Time `json:",omitzero"`
 }
 
 // Has reports whether p holds role r or a stronger one.
@@ -78,7 +83,8 @@ const maxDescribeValue = 128
 // log, e.g. "repository=acme/infra ref=refs/pull/7/merge event=pull_request
 // workflow=acme/infra/.github/workflows/plan.yml@refs/pull/7/merge environment= run=123/1
 // sha=abc actor=alice" (job_workflow= follows workflow= when the job's workflow differs). Each
-// value is cut to 128 bytes, with white space, control characters and invalid UTF-8 replaced.
+// value is cut to 128 bytes, with white space, control and format characters (U+202E and the
+// other bidirectional overrides among them) and invalid UTF-8 replaced by "?".
 // It is "" for any other principal.
 func (p Principal) Describe() string {
 	g := p.GitHub
@@ -116,7 +122,7 @@ func (p Principal) Describe() string {
 // bytes plus "…". strings.Map hands each invalid byte over as utf8.RuneError.
 func describeValue(v string) string {
 	v = strings.Map(func(r rune) rune {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError {
 			return '?'
 		}
 		return r
@@ -169,9 +175,24 @@ type Authenticator struct {
 	// Log, when set, records why an ID token was refused: the client is told only that it was.
 	Log *slog.Logger
 
+	// file is the tokens file last parsed, replaced whole by ParseTokens, so that sessions and
+	// streams checking their principal meanwhile read one file or the other.
+	file atomic.Pointer[tokenSet]
+}
+
+// tokenSet is what a tokens file says.
+type tokenSet struct {
 	tokens     map[[32]byte]Principal
 	identities map[string]Principal // by lowercased email, without Name
 	repos      map[string][]Role    // the roles of GitHub Actions jobs, by canonical repository
+}
+
+// set is the tokens file in force (an empty one before any was parsed).
+func (a *Authenticator) set() *tokenSet {
+	if ts := a.file.Load(); ts != nil {
+		return ts
+	}
+	return &tokenSet{}
 }
 
 type tokensFile struct {
@@ -231,9 +252,7 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 	if diags := gohcl.DecodeBody(f.Body, nil, &tf); diags.HasErrors() {
 		return fmt.Errorf("tokens file: %s", hcl.Diagnostics(diags).Error())
 	}
-	a.tokens = map[[32]byte]Principal{}
-	a.identities = map[string]Principal{}
-	a.repos = map[string][]Role{}
+	a2 := &tokenSet{tokens: map[[32]byte]Principal{}, identities: map[string]Principal{}, repos: map[string][]Role{}}
 	for _, t := range tf.Tokens {
 		if len(t.Secret) < 16 {
 			return fmt.Errorf("tokens file %s: token %q: secret must be at least 16 characters", filename, t.Name)
@@ -256,10 +275,10 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 			return fmt.Errorf("tokens file %s: token %q: principal %q starts with %q, which names GitHub Actions jobs", filename, t.Name, name, GitHubPrincipalPrefix)
 		}
 		h := sha256.Sum256([]byte(t.Secret))
-		if _, dup := a.tokens[h]; dup {
+		if _, dup := a2.tokens[h]; dup {
 			return fmt.Errorf("tokens file %s: token %q reuses another token's secret", filename, t.Name)
 		}
-		a.tokens[h] = Principal{Name: name, Roles: roles, Repositories: repos}
+		a2.tokens[h] = Principal{Name: name, Roles: roles, Repositories: repos}
 	}
 	for _, id := range tf.Identities {
 		roles, err := parseRoles(filename, "identity "+id.Email, id.Roles)
@@ -270,31 +289,32 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 		if err != nil {
 			return err
 		}
-		a.identities[strings.ToLower(id.Email)] = Principal{Roles: roles, Repositories: repos}
+		a2.identities[strings.ToLower(id.Email)] = Principal{Roles: roles, Repositories: repos}
 	}
 	for _, g := range tf.GitHub {
 		repo, err := events.CanonicalRepo(g.Repository)
 		if err != nil {
 			return fmt.Errorf("tokens file %s: github: %w", filename, err)
 		}
-		if _, dup := a.repos[repo]; dup {
+		if _, dup := a2.repos[repo]; dup {
 			return fmt.Errorf("tokens file %s: github %q is defined twice", filename, repo)
 		}
-		if a.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
+		if a2.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
 			return err
 		}
 		// Every workflow of the repository, a pull request's own (editable) one included, runs
 		// as such a principal: admin would let any of them approve its own plan.
-		if slices.Contains(a.repos[repo], RoleAdmin) {
+		if slices.Contains(a2.repos[repo], RoleAdmin) {
 			return fmt.Errorf("tokens file %s: github %s: a GitHub Actions job may not be admin (any workflow of the repository, a pull request's included, could approve its own plan): give runner or viewer", filename, repo)
 		}
 	}
+	a.file.Store(a2)
 	return nil
 }
 
 // GitHubRepositories returns the repositories of the tokens file's github blocks, sorted.
 func (a *Authenticator) GitHubRepositories() []string {
-	return slices.Sorted(maps.Keys(a.repos))
+	return slices.Sorted(maps.Keys(a.set().repos))
 }
 
 // parseRepos returns the canonical names of a repositories attribute: nil when it is absent
@@ -349,7 +369,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 // Actions job's when its iss is the GitHub validator's issuer, else a Google identity's.
 func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, error) {
 	h := sha256.Sum256([]byte(token))
-	for k, p := range a.tokens {
+	for k, p := range a.set().tokens {
 		if subtle.ConstantTimeCompare(k[:], h[:]) == 1 {
 			return p, nil
 		}
@@ -374,11 +394,77 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Principal, er
 	if email == "" || !verified {
 		return Principal{}, fmt.Errorf("%w: ID token has no verified email", ErrUnauthenticated)
 	}
-	id, ok := a.identities[strings.ToLower(email)]
+	id, ok := a.set().identities[strings.ToLower(email)]
 	if !ok {
 		return Principal{Name: email}, fmt.Errorf("%w: %s is not listed in the tokens file", ErrNoRoles, email)
 	}
-	return Principal{Name: email, Roles: slices.Clone(id.Roles), Repositories: slices.Clone(id.Repositories)}, nil
+	return Principal{Name: email, Roles: slices.Clone(id.Roles), Repositories: slices.Clone(id.Repositories), Expires: claims.Expires}, nil
+}
+
+// TokenMAC binds a session to the static token that opened it: a MAC of the token's hash keyed
+// by key (the session's id, which the store does not keep), so that what is stored with the
+// session tells nothing of the token without the id. It is "" for a token that is not a static
+// token of the tokens file.
+func (a *Authenticator) TokenMAC(token, key string) string {
+	h := sha256.Sum256([]byte(token))
+	if _, ok := a.set().tokens[h]; !ok {
+		return ""
+	}
+	return tokenMAC(h, key)
+}
+
+func tokenMAC(h [32]byte, key string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write(h[:])
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// ErrRevoked: the credentials that opened a session no longer give its principal: the token
+// left the tokens file (or its secret changed), the identity or repository is no longer
+// listed, the principal's name changed, or the ID token expired.
+var ErrRevoked = fmt.Errorf("%w: the credentials that signed in are no longer accepted", ErrUnauthenticated)
+
+// Current returns principal p of a session as the tokens file now has it, with its roles and
+// repositories as they are now: the static token that tokenMAC (TokenMAC of it keyed by key)
+// names, the Google identity of p's email, or the github block of p's repository. A principal
+// whose credentials the file no longer holds, or whose ID token expired at now, is ErrRevoked.
+// Under Insecure, everyone is Anonymous.
+func (a *Authenticator) Current(p Principal, key, mac string, now time.Time) (Principal, error) {
+	if a.Insecure {
+		return Anonymous, nil
+	}
+	f := a.set()
+	if !p.Expires.IsZero() && !now.Before(p.Expires) {
+		return Principal{}, ErrRevoked
+	}
+	switch {
+	case p.GitHub != nil:
+		repo, err := events.CanonicalRepo(p.GitHub.Repository)
+		roles := f.repos[repo]
+		if err != nil || len(roles) == 0 {
+			return Principal{}, ErrRevoked
+		}
+		p.Roles, p.Repositories = slices.Clone(roles), []string{repo}
+		return p, nil
+	case mac != "":
+		for h, cur := range f.tokens {
+			if hmac.Equal([]byte(tokenMAC(h, key)), []byte(mac)) {
+				if cur.Name != p.Name {
+					return Principal{}, ErrRevoked
+				}
+				p.Roles, p.Repositories = slices.Clone(cur.Roles), slices.Clone(cur.Repositories)
+				return p, nil
+			}
+		}
+		return Principal{}, ErrRevoked
+	}
+	id, ok := f.identities[strings.ToLower(p.Name)]
+	if !ok || p.Expires.IsZero() {
+		// A session of a static token opened before sessions named their token ends too.
+		return Principal{}, ErrRevoked
+	}
+	p.Roles, p.Repositories = slices.Clone(id.Roles), slices.Clone(id.Repositories)
+	return p, nil
 }
 
 // verifyGitHub returns the principal of a GitHub Actions ID token: named after the repository
@@ -395,11 +481,11 @@ func (a *Authenticator) verifyGitHub(ctx context.Context, token string) (Princip
 		return Principal{}, a.refused(err)
 	}
 	name := GitHubPrincipalPrefix + repo + ":run:" + claims.RunID
-	roles := a.repos[repo]
+	roles := a.set().repos[repo]
 	if len(roles) == 0 {
 		return Principal{Name: name}, fmt.Errorf("%w: repository %s is not listed in the tokens file", ErrNoRoles, repo)
 	}
-	return Principal{Name: name, Roles: slices.Clone(roles), Repositories: []string{repo}, GitHub: claims}, nil
+	return Principal{Name: name, Roles: slices.Clone(roles), Repositories: []string{repo}, GitHub: claims, Expires: claims.Expires}, nil
 }
 
 // refused logs why an ID token was refused and returns the error the client gets: the reason

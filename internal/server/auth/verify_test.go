@@ -147,7 +147,11 @@ func TestPrincipalDescribe(t *testing.T) {
 	p.GitHub.JobWorkflowRef = "acme/shared/.github/workflows/tf.yml@v1"
 	p.GitHub.Actor = "mallory\n2024-01-01 audit forged=yes\x00\x1b[31m\xff"
 	p.GitHub.Environment = strings.Repeat("é", 1000)
+	p.GitHub.SHA = "abc\u202eevil\u2066x\u2069"
 	got := p.Describe()
+	if !strings.Contains(got, " sha=abc?evil?x? ") {
+		t.Fatalf("bidirectional overrides in the sha not replaced: %q", got)
+	}
 	if !strings.Contains(got, " job_workflow=acme/shared/.github/workflows/tf.yml@v1 ") {
 		t.Fatalf("Describe lacks the job's workflow: %s", got)
 	}

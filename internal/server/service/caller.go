@@ -106,12 +106,12 @@ func prOfRef(ref string) int {
 	return n
 }
 
-// mayAnnounce says why caller may not announce an execution of PR pr in environment env (""
+// mayAnnounce says why caller may not announce an execution of PR pr of repo in environment env (""
 // when it may). A GitHub Actions job of a pull request reports only that pull request; a job on
 // another ref reports executions of no PR, or of any PR of its repository when it matches the
 // environment's apply_from (an apply after the merge, a re-run). Other principals are limited by
 // their repositories alone.
-func (s *Service) mayAnnounce(caller Caller, env string, pr int) string {
+func (s *Service) mayAnnounce(caller Caller, repo, env string, pr int) string {
 	j := caller.GitHub
 	if j == nil {
 		return ""
@@ -122,7 +122,7 @@ func (s *Service) mayAnnounce(caller Caller, env string, pr int) string {
 		}
 		return ""
 	}
-	if pr == 0 || s.Policy.Environments[env].MayCheckGate(env, caller) == "" {
+	if pr == 0 || s.Policy.Environments[env].MayCheckGate(env, repo, caller) == "" {
 		return ""
 	}
 	return fmt.Sprintf("a job on %q (not a pull request's ref) reports PR #%d only when it matches environment %q's apply_from", j.Ref, pr, env)

@@ -56,10 +56,7 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 	ps, shown := make([]store.Phase, len(phases)), make([]string, len(phases))
 	for i := range phases {
 		in := &phases[i]
-		at := in.At.UTC()
-		if in.At.IsZero() {
-			at = now
-		}
+		at := storable(in.At, now)
 		shown[i] = in.Phase
 		if in.Status != "" {
 			shown[i] = in.Phase + ": " + clip(in.Status, 64)

@@ -113,7 +113,11 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		}
 		if prev != nil {
 			switch {
-			case prev.Repo != repo || prev.Environment != in.Environment || prev.PR != in.PR:
+			case prev.Repo != repo:
+				// Denied without naming what the other repository's lease is for.
+				decision = fmt.Errorf("%w: execution %s already holds a lease of another repository; choose another execution id", store.ErrDenied, in.ExecutionID)
+				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
+			case prev.Environment != in.Environment || prev.PR != in.PR:
 				decision = fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
 					target(store.PRKey{Repo: prev.Repo, Environment: prev.Environment, PR: prev.PR}), where)
 				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
@@ -125,7 +129,7 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 			}
 		}
 		ep := s.Policy.Environments[in.Environment]
-		if why := ep.MayCheckGate(in.Environment, caller); why != "" {
+		if why := ep.MayCheckGate(in.Environment, repo, caller); why != "" {
 			return deny(fmt.Errorf("%w: %s", store.ErrDenied, why))
 		}
 		if ep.Requester == "" {
@@ -423,8 +427,9 @@ func quoteAll(names []string) []string {
 }
 
 // GateRevoke ends the lease of an apply execution: the lease, the grants its decision used
-// and, when the apply succeeded, the PR's claims. Only the principal the lease was granted to,
-// or an admin, may revoke it; an execution without a lease changes nothing, whatever
+// and, when the apply succeeded, the PR's claims. Only the principal (and job, mayEnd) the lease
+// was granted to, or an admin of its repository, may revoke it; an execution without a lease,
+// or with one of a repository the caller may not act in, changes nothing, whatever
 // environment and PR the request names. The granter's binding is removed after the commit;
 // a failure is audited and left to the sweeper.
 func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRevoke) (api.Ack, error) {
@@ -443,8 +448,12 @@ func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRev
 		if err != nil {
 			return err
 		}
-		if l.Principal != "" && l.Principal != caller.Name && !(caller.Admin && caller.allows(l.Repo)) {
-			return fmt.Errorf("%w: the lease of execution %s was granted to another principal; ending it is an admin action", store.ErrDenied, in.ExecutionID)
+		if !caller.allows(l.Repo) {
+			// Another repository's lease is none of the caller's, not even to learn of.
+			return nil
+		}
+		if why := s.mayEnd(caller, l); why != "" {
+			return fmt.Errorf("%w: %s; ending it is an admin action", store.ErrDenied, why)
 		}
 		if !l.RevokedAt.IsZero() {
 			return nil
@@ -476,6 +485,28 @@ func (s *Service) GateRevoke(ctx context.Context, caller Caller, in *api.GateRev
 	}
 	s.unbind(context.WithoutCancel(ctx), caller, *revoked)
 	return api.Ack{}, nil
+}
+
+// mayEnd says why caller, which may act in l's repository, may not end lease l ("" when it
+// may): an admin may; anyone else only when the lease was granted to it by name and, for a
+// GitHub Actions job, when it is a job that may check the gate of the lease's environment. The
+// jobs of one run share a principal, so the name alone would let a job of that run that never
+// passed apply_from (a plan job, a job outside the GitHub environment) end the apply job's lease.
+// A lease without a recorded principal is an admin's alone.
+func (s *Service) mayEnd(caller Caller, l *store.Lease) string {
+	switch {
+	case caller.Admin:
+		return ""
+	case l.Principal == "":
+		return fmt.Sprintf("the lease of execution %s records no principal", l.ExecutionID)
+	case l.Principal != caller.Name:
+		return fmt.Sprintf("the lease of execution %s was granted to another principal", l.ExecutionID)
+	case caller.GitHub != nil:
+		if why := s.Policy.Environments[l.Environment].MayCheckGate(l.Environment, l.Repo, caller); why != "" {
+			return fmt.Sprintf("the lease of execution %s was granted to another job of the run: %s", l.ExecutionID, why)
+		}
+	}
+	return ""
 }
 
 // unbind removes a revoked or expired lease's granter binding and records the outcome: done,
@@ -626,7 +657,9 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 				return err
 			}
 			if erepo != repo {
-				return fmt.Errorf("%w: execution %s is not of repository %s", store.ErrInvalid, in.ExecutionID, repo)
+				// Answered as for an unknown execution: the answer must not tell a caller of
+				// one repository which ids another repository's executions have.
+				return fmt.Errorf("%w: execution %q", store.ErrNotFound, in.ExecutionID)
 			}
 			if !caller.Admin && (owner == "" || owner != caller.Name) {
 				return fmt.Errorf("%w: execution %s was not announced by %s; releasing its claims is an admin action", store.ErrDenied, in.ExecutionID, caller.Name)

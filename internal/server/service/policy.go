@@ -30,6 +30,7 @@ import (
 //	  runner_member = "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/gh/attribute.run_id/{run_id}"
 //	  lease_ttl     = "2h"
 //	  apply_from {
+//	    repositories = ["acme/infra"] # optional: the repositories whose gates this may check
 //	    refs         = ["refs/heads/main"]
 //	    workflows    = ["acme/infra/.github/workflows/apply.yml@refs/heads/main"]
 //	    environments = ["prod"]
@@ -75,7 +76,15 @@ type EnvPolicy struct {
 // job_workflow_ref names both the workflow file and the ref it was read from, so that only that
 // file as it is on that ref (reviewed, merged code) can reach the lease, never another workflow
 // of the repository or a branch's edit of it. Any other principal must be named in Principals.
+//
+// Environments are shared by every repository of the server. Repositories, when given, limits
+// every caller to checks of these repositories' gates (canonical owner/name). Without it a
+// GitHub Actions job passes only through a workflow of its own repository: job_workflow_ref
+// names a reusable workflow's repository, and any repository may call acme/infra's apply.yml as
+// a reusable workflow, which would otherwise pass its jobs through an entry meant for
+// acme/infra's own.
 type ApplyFrom struct {
+	Repositories []string
 	Refs         []string
 	Workflows    []string
 	Environments []string
@@ -116,6 +125,7 @@ type policyEnvHCL struct {
 }
 
 type policyApplyFromHCL struct {
+	Repositories []string `hcl:"repositories,optional"`
 	Refs         []string `hcl:"refs,optional"`
 	Workflows    []string `hcl:"workflows,optional"`
 	Environments []string `hcl:"environments,optional"`
@@ -189,6 +199,13 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 				return nil, fmt.Errorf("policy %s: environment %q apply_from gives refs or environments but no workflows: a GitHub Actions job is matched by its workflow first (job_workflow_ref, e.g. \"owner/repo/.github/workflows/apply.yml@refs/heads/main\"); give workflows", filename, e.Name)
 			}
 			ep.ApplyFrom = &ApplyFrom{Refs: a.Refs, Workflows: a.Workflows, Environments: a.Environments, Principals: a.Principals}
+			for _, r := range a.Repositories {
+				canon, err := events.CanonicalRepo(r)
+				if err != nil {
+					return nil, fmt.Errorf("policy %s: environment %q apply_from repositories: %w", filename, e.Name, err)
+				}
+				ep.ApplyFrom.Repositories = append(ep.ApplyFrom.Repositories, canon)
+			}
 		default:
 			return nil, fmt.Errorf("policy %s: environment %q has %d apply_from blocks; give at most one", filename, e.Name, len(e.ApplyFrom))
 		}
@@ -218,6 +235,10 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 	return p, nil
 }
 
+// maxTTL bounds a policy's durations: a lease or claim ending past MaxTime would not fit the
+// stores' nanoseconds, and wrap around to an end in the past.
+const maxTTL = 10 * 365 * 24 * time.Hour
+
 func parseTTL(filename, what, s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
@@ -225,6 +246,9 @@ func parseTTL(filename, what, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return 0, fmt.Errorf("policy %s: %s %q is not a positive duration like \"2h\"", filename, what, s)
+	}
+	if d > maxTTL {
+		return 0, fmt.Errorf("policy %s: %s %q is longer than ten years (%s)", filename, what, s, maxTTL)
 	}
 	return d, nil
 }
@@ -418,11 +442,17 @@ func (ep EnvPolicy) MemberFor(caller Caller) (string, error) {
 	return b.String(), nil
 }
 
-// MayCheckGate says why caller may not check the gate of an environment with policy ep ("" when
-// it may): a GitHub Actions job must match apply_from, which the environment must have; another
-// principal must be named in apply_from's principals when the environment has apply_from.
-func (ep EnvPolicy) MayCheckGate(env string, caller Caller) string {
+// MayCheckGate says why caller may not check the gate of an environment with policy ep in
+// repository repo ("" when it may): a GitHub Actions job must match apply_from, which the
+// environment must have, through a workflow of its own repository unless apply_from's
+// repositories name it; another principal must be named in apply_from's principals when the
+// environment has apply_from. Either must act in one of apply_from's repositories when it names
+// some.
+func (ep EnvPolicy) MayCheckGate(env, repo string, caller Caller) string {
 	a := ep.ApplyFrom
+	if a != nil && len(a.Repositories) > 0 && !slices.Contains(a.Repositories, repo) {
+		return fmt.Sprintf("repository %s is not among the repositories of environment %q's apply_from", repo, env)
+	}
 	if caller.GitHub == nil {
 		if a == nil || slices.Contains(a.Principals, caller.Name) {
 			return ""
@@ -441,6 +471,9 @@ func (ep EnvPolicy) MayCheckGate(env string, caller Caller) string {
 		return fmt.Sprintf("the job's workflow %q is not among apply_from's workflows of environment %q", j.JobWorkflowRef, env)
 	case len(a.Environments) > 0 && !slices.Contains(a.Environments, j.Environment):
 		return fmt.Sprintf("the job's GitHub environment %q is not among apply_from's environments of environment %q", j.Environment, env)
+	case len(a.Repositories) == 0 && !strings.HasPrefix(strings.ToLower(j.JobWorkflowRef), j.Repository+"/"):
+		return fmt.Sprintf("the job's workflow %q is not of its repository %s: a job of one repository passes through another's workflow only when environment %q's apply_from names its repository in repositories",
+			j.JobWorkflowRef, j.Repository, env)
 	}
 	return ""
 }

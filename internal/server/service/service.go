@@ -156,6 +156,19 @@ func (s *Service) ttl(env string, lease bool) time.Duration {
 	return DefaultClaimTTL
 }
 
+// minTime is the earliest time storable takes: the stores keep Unix nanoseconds, which start
+// in 1678; no runner reports a time before 1970.
+var minTime = time.Unix(0, 0).UTC()
+
+// storable is t, a time a runner reports, in UTC; now when t is zero or outside minTime to
+// MaxTime, where the stores' nanoseconds would wrap around.
+func storable(t, now time.Time) time.Time {
+	if t.IsZero() || t.Before(minTime) || t.After(MaxTime) {
+		return now
+	}
+	return t.UTC()
+}
+
 func ackOf(e *store.Execution) api.Ack { return cancelAck(e.Cancelled, e.CancelReason) }
 
 func cancelAck(cancelled bool, reason string) api.Ack {
@@ -169,15 +182,22 @@ func cancelAck(cancelled bool, reason string) api.Ack {
 }
 
 // audit records an action of caller in repo. A GitHub Actions job's verified claims go with
-// the detail, so that the log says which job of the repository acted.
+// the detail, so that the log says which job of the repository acted. Its texts carry what
+// requests and tokens said (a reason, a sha, a claim): each is made inert (textfit.Inert), so
+// that no newline, control or bidirectional formatting character in them can forge an entry or
+// reorder one where the log is shown.
 func audit(tx store.Tx, at time.Time, caller Caller, repo, action, target, reason, outcome, detail string) error {
 	if caller.GitHub != nil && caller.GitHub.Claims != "" {
 		detail = strings.TrimSpace(detail + " [" + caller.GitHub.Claims + "]")
 	}
-	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: caller.Name, Repo: repo, Action: action, Target: target,
-		Reason: clip(reason, MaxTextLen), Outcome: outcome, Detail: clip(detail, MaxTextLen)})
+	_, err := tx.AddAudit(api.AuditEntry{At: at, Principal: inert(caller.Name, MaxTextLen), Repo: repo, Action: action,
+		Target: inert(target, MaxTextLen), Reason: inert(reason, MaxTextLen), Outcome: inert(outcome, MaxShortLen),
+		Detail: inert(detail, MaxTextLen)})
 	return err
 }
+
+// inert is clip of textfit.Inert of s: free text fit to be shown on a line of its own.
+func inert(s string, n int) string { return clip(textfit.Inert(s), n) }
 
 func checkInit(in *api.Init) error {
 	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
@@ -270,7 +290,7 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 	if err != nil {
 		return api.Ack{}, err
 	}
-	if why := s.mayAnnounce(caller, in.Environment, in.PR); why != "" {
+	if why := s.mayAnnounce(caller, repo, in.Environment, in.PR); why != "" {
 		return api.Ack{}, fmt.Errorf("%w: %s", store.ErrDenied, why)
 	}
 	principal := caller.Name
@@ -387,10 +407,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if e.Cancelled {
 			e.Status = events.ExecutionCancelled // a cancelled execution never concludes as a success
 		}
-		e.FinishedAt = in.FinishedAt.UTC()
-		if in.FinishedAt.IsZero() {
-			e.FinishedAt = now
-		}
+		e.FinishedAt = storable(in.FinishedAt, now)
 		// The execution row is locked (tx.Execution), so no event changes its stacks meanwhile:
 		// they are read once, and only those the finalize changes are written.
 		stacks, err := tx.Stacks(e.ExecutionID)

@@ -147,8 +147,11 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		throttled(w, r, err, next)
 		return
 	}
-	id, ttl, err := u.newSession(r.Context(), p)
+	id, ttl, err := u.newSession(r.Context(), p, r.PostForm.Get("token"))
 	switch {
+	case errors.Is(err, ErrSessionEnded):
+		loginForm(w, r, http.StatusUnauthorized, "That token has expired.", next)
+		return
 	case errors.Is(err, errTooManySignIns):
 		w.Header().Set("Retry-After", "60")
 		loginForm(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many sign-ins as %s in the last minute: try again in a minute.", p.Name), next)

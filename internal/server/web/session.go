@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
@@ -54,7 +55,8 @@ var (
 
 // Session is a signed-in browser's session.
 type Session struct {
-	// Principal is who signed in, as they were then.
+	// Principal is who signed in, with the roles and repositories the tokens file gives it now
+	// (auth.Authenticator.Current).
 	Principal auth.Principal
 	// CSRF is the session's anti-forgery token: the session's forms post it in their csrf
 	// field (SessionPost checks it).
@@ -62,7 +64,15 @@ type Session struct {
 	// ExpiresAt is when the session ends.
 	ExpiresAt time.Time
 
-	idHash string
+	id, idHash string
+}
+
+// storedPrincipal is what the store keeps of a session's principal (store.Session's
+// PrincipalJSON): the principal as it signed in and, for a static token, the token's MAC keyed
+// by the session id (auth.Authenticator.TokenMAC), which ends the session with the token.
+type storedPrincipal struct {
+	auth.Principal
+	TokenMAC string `json:",omitempty"`
 }
 
 type sessionKey struct{}
@@ -109,18 +119,27 @@ func validSessionID(v string) bool {
 	return err == nil
 }
 
-// newSession stores a session for p (pruning expired ones) and returns its id and lifetime. It
-// refuses with errTooManySignIns past SignInsPerMinute sessions of p in the last minute.
-func (u *UI) newSession(ctx context.Context, p auth.Principal) (string, time.Duration, error) {
+// newSession stores a session for p, who signed in with token (pruning expired ones), and
+// returns its id and lifetime: SessionTTL, or less when p's ID token expires sooner. It refuses
+// with errTooManySignIns past SignInsPerMinute sessions of p in the last minute.
+func (u *UI) newSession(ctx context.Context, p auth.Principal, token string) (string, time.Duration, error) {
 	b := make([]byte, sessionIDBytes)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails: it crashes the program instead
 	id := base64.RawURLEncoding.EncodeToString(b)
-	pj, err := json.Marshal(p)
+	pj, err := json.Marshal(storedPrincipal{Principal: p, TokenMAC: u.Auth.TokenMAC(token, id)})
 	if err != nil {
 		return "", 0, err
 	}
 	now := u.now()
-	s := store.Session{IDHash: hashID(id), Principal: p.Name, PrincipalJSON: string(pj), CreatedAt: now, ExpiresAt: now.Add(u.SessionTTL)}
+	ttl := u.SessionTTL
+	if !p.Expires.IsZero() {
+		// A session is no more than the credentials it was opened with.
+		ttl = min(ttl, p.Expires.Sub(now))
+	}
+	if ttl <= 0 {
+		return "", 0, ErrSessionEnded
+	}
+	s := store.Session{IDHash: hashID(id), Principal: p.Name, PrincipalJSON: string(pj), CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err = u.Service.Store.Write(ctx, func(tx store.Tx) error {
 		n, err := tx.SessionsSince(p.Name, now.Add(-time.Minute))
 		if err != nil {
@@ -134,10 +153,12 @@ func (u *UI) newSession(ctx context.Context, p auth.Principal) (string, time.Dur
 		}
 		return tx.CreateSession(s)
 	})
-	return id, u.SessionTTL, err
+	return id, ttl, err
 }
 
-// session returns the live session of id, ErrUnknownSession or ErrSessionEnded.
+// session returns the live session of id, ErrUnknownSession or ErrSessionEnded. A session whose
+// credentials the tokens file no longer accepts (auth.Authenticator.Current: a token removed
+// or given another secret, an identity or repository no longer listed) has ended too.
 func (u *UI) session(ctx context.Context, id string) (*Session, error) {
 	if !validSessionID(id) {
 		return nil, ErrUnknownSession
@@ -146,11 +167,15 @@ func (u *UI) session(ctx context.Context, id string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{CSRF: csrfOf(id), ExpiresAt: row.ExpiresAt, idHash: row.IDHash}
-	if err := json.Unmarshal([]byte(row.PrincipalJSON), &s.Principal); err != nil {
+	var sp storedPrincipal
+	if err := json.Unmarshal([]byte(row.PrincipalJSON), &sp); err != nil {
 		return nil, fmt.Errorf("session of %s: %w", row.Principal, err)
 	}
-	return s, nil
+	p, err := u.Auth.Current(sp.Principal, id, sp.TokenMAC, u.now())
+	if err != nil {
+		return nil, ErrSessionEnded
+	}
+	return &Session{Principal: p, CSRF: csrfOf(id), ExpiresAt: row.ExpiresAt, id: id, idHash: row.IDHash}, nil
 }
 
 // live returns the stored session of idHash unless it ended: ErrUnknownSession,
@@ -169,11 +194,16 @@ func (u *UI) live(ctx context.Context, idHash string) (*store.Session, error) {
 	return row, nil
 }
 
-// sessionEnded reports whether s expired or was signed out since it authenticated a request. A
-// store that fails says nothing: the session is taken to live on.
+// sessionEnded reports whether s expired, was signed out or lost its credentials since it
+// authenticated a request, or whether the tokens file now gives its principal other roles or
+// repositories (what a stream opened by it was allowed to show was decided under the old
+// ones). A store that fails says nothing: the session is taken to live on.
 func (u *UI) sessionEnded(ctx context.Context, s *Session) bool {
-	_, err := u.live(ctx, s.idHash)
-	return errors.Is(err, auth.ErrUnauthenticated)
+	cur, err := u.session(ctx, s.id)
+	if err != nil {
+		return errors.Is(err, auth.ErrUnauthenticated)
+	}
+	return !slices.Equal(cur.Principal.Roles, s.Principal.Roles) || !slices.Equal(cur.Principal.Repositories, s.Principal.Repositories)
 }
 
 // PageSession returns the session of a page request's cookie, or nil without one. A cookie of

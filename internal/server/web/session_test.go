@@ -31,12 +31,22 @@ func (s *flakyStore) Read(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.Read(ctx, fn)
 }
 
+// viewerSecret is the token of sessionUI's viewer "v".
+const viewerSecret = "viewer-secret-0123456789"
+
 // sessionUI serves the pages of a UI whose guard takes sessions only, on a settable clock.
 func sessionUI(t *testing.T) (*UI, *httptest.Server, func(time.Duration)) {
 	t.Helper()
 	var mu sync.Mutex
 	now := time.Now()
-	u := &UI{Service: service.New(&flakyStore{Store: storetest.OpenSQLite(t)}, nil), Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	a := &auth.Authenticator{}
+	if err := a.ParseTokens("tokens.hcl", []byte(`token "v" {
+  secret = "`+viewerSecret+`"
+  roles  = ["viewer"]
+}`)); err != nil {
+		t.Fatal(err)
+	}
+	u := &UI{Service: service.New(&flakyStore{Store: storetest.OpenSQLite(t)}, nil), Auth: a, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
 	mux := http.NewServeMux()
 	u.Register(mux, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +73,7 @@ func TestStreamEndsWithItsSession(t *testing.T) {
 	u, srv, advance := sessionUI(t)
 	viewer := auth.Principal{Name: "v", Roles: []auth.Role{auth.RoleViewer}}
 	open := func() (*bufio.Scanner, string) {
-		id, _, err := u.newSession(context.Background(), viewer)
+		id, _, err := u.newSession(context.Background(), viewer, viewerSecret)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,5 +125,65 @@ func TestStreamEndsWithItsSession(t *testing.T) {
 	advance(DefaultSessionTTL)
 	if n := keepalives(kept, 100); n > 1 {
 		t.Fatalf("the stream of an expired session sent %d more keep-alives", n)
+	}
+	// The tokens file now limits the token to one repository: the stream opened under no limit
+	// ends.
+	limited, _ := open()
+	if keepalives(limited, 2) != 2 {
+		t.Fatal("a live session's stream ended")
+	}
+	if err := u.Auth.ParseTokens("tokens.hcl", []byte(`token "v" {
+  secret       = "`+viewerSecret+`"
+  roles        = ["viewer"]
+  repositories = ["acme/infra"]
+}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := keepalives(limited, 100); n > 1 {
+		t.Fatalf("the stream of a session whose token was limited sent %d more keep-alives", n)
+	}
+}
+
+// A stream opened with an ID token (a bearer token, no session) ends once the token expires.
+func TestStreamEndsWithItsIDToken(t *testing.T) {
+	old := keepalive
+	keepalive = 20 * time.Millisecond
+	t.Cleanup(func() { keepalive = old })
+	var mu sync.Mutex
+	now := time.Now()
+	u := &UI{Service: service.New(storetest.OpenSQLite(t), nil), Auth: &auth.Authenticator{}, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	p := auth.Principal{Name: "github:acme/infra:run:1", Roles: []auth.Role{auth.RoleViewer}, Expires: now.Add(time.Minute)}
+	mux := http.NewServeMux()
+	u.Register(mux, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r.WithContext(auth.With(r.Context(), p))) })
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/stream/executions", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	keepalives := func(max int) int {
+		n := 0
+		for n < max && sc.Scan() {
+			if strings.HasPrefix(sc.Text(), ": keepalive") {
+				n++
+			}
+		}
+		return n
+	}
+	if keepalives(2) != 2 {
+		t.Fatal("the stream of a live token ended")
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if n := keepalives(100); n > 1 {
+		t.Fatalf("the stream of an expired token sent %d more keep-alives", n)
 	}
 }

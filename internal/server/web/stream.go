@@ -92,7 +92,7 @@ func event(name string, v any) ([]byte, error) {
 // htmlEvent renders template tmpl of data as the event name carrying {"html": …}.
 func htmlEvent(name, tmpl string, data any) ([]byte, error) {
 	var buf bytes.Buffer
-	if err := pages().ExecuteTemplate(&buf, tmpl, data); err != nil {
+	if err := execute(&buf, tmpl, data); err != nil {
 		return nil, err
 	}
 	return event(name, map[string]string{"html": buf.String()})
@@ -371,6 +371,9 @@ func (u *UI) stream(w http.ResponseWriter, r *http.Request, key string, newView 
 		case <-ka.C:
 			if sess := SessionFrom(r.Context()); sess != nil && u.sessionEnded(r.Context(), sess) {
 				return // the browser reconnects, and is asked to sign in again
+			}
+			if !p.Expires.IsZero() && !u.now().Before(p.Expires) {
+				return // the ID token that opened it expired: reconnecting needs a live one
 			}
 			if !send(ping) {
 				return

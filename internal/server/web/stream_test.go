@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
 )
 
 // scriptedView renders the events queued in it.
@@ -69,5 +71,16 @@ func TestFeedKeepsOnlyWhatReadersNeed(t *testing.T) {
 	push([]byte("e"))
 	if len(f.events) != 0 {
 		t.Fatalf("a feed without readers kept %d events", len(f.events))
+	}
+}
+
+// A live update carries no bidirectional formatting character either.
+func TestLiveUpdatesCarryNoBidirectionalOverrides(t *testing.T) {
+	ev, err := htmlEvent("rows", "execrows", []api.Execution{{ExecutionID: "x", Repo: "acme/infra", SHA: "abc\u202edef", Actor: "\u2066m\u2069"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsFunc(ev, isBidi) || !bytes.Contains(ev, []byte("abc\ufffd")) {
+		t.Fatalf("event %s", ev)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -22,6 +24,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
+	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 //go:embed templates/*.html
@@ -39,7 +42,7 @@ func parsePages() *template.Template {
 			if len(s) <= n {
 				return s
 			}
-			return s[:n] + "…"
+			return textfit.Prefix(s, n) + "…" // never half a character
 		},
 		"when": func(t time.Time) string {
 			if t.IsZero() {
@@ -122,7 +125,7 @@ func render(w http.ResponseWriter, r *http.Request, name string, p page) {
 
 func renderStatus(w http.ResponseWriter, status int, name string, data any) {
 	var buf bytes.Buffer
-	if err := pages().ExecuteTemplate(&buf, name, data); err != nil {
+	if err := execute(&buf, name, data); err != nil {
 		http.Error(w, "rendering failed", http.StatusInternalServerError)
 		return
 	}
@@ -133,6 +136,29 @@ func renderStatus(w http.ResponseWriter, status int, name string, data any) {
 	w.WriteHeader(status)
 	_, _ = buf.WriteTo(w)
 }
+
+// execute renders template name of data into buf with each bidirectional formatting character
+// (U+202A..U+202E, U+2066..U+2069, U+200E, U+200F, U+061C) replaced by U+FFFD: what runners
+// report (a sha, an actor, an error, a stack's change reasons) is shown as it came, and html/template
+// escapes markup but not these, which would reorder what the page shows around them.
+func execute(buf *bytes.Buffer, name string, data any) error {
+	if err := pages().ExecuteTemplate(buf, name, data); err != nil {
+		return err
+	}
+	if bytes.ContainsFunc(buf.Bytes(), isBidi) {
+		b := bytes.Map(func(r rune) rune {
+			if isBidi(r) {
+				return utf8.RuneError
+			}
+			return r
+		}, buf.Bytes())
+		buf.Reset()
+		buf.Write(b)
+	}
+	return nil
+}
+
+func isBidi(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }
 
 // caller is who asks for the page r.
 func (u *UI) caller(r *http.Request) service.Caller {
@@ -169,9 +195,9 @@ type page struct {
 	Checks     []api.Check
 	Audit      []api.AuditEntry
 	Next       string
-	// Older links the executions list's next (older) page, and OlderGates, OlderGrants and
-	// OlderChecks that of each list of the gates page, when there may be one: URLs so that a
-	// link keeps its separators instead of having them escaped.
+	// Older links the executions list's or the audit log's next (older) page, and OlderGates,
+	// OlderGrants and OlderChecks that of each list of the gates page, when there may be one:
+	// URLs so that a link keeps its separators instead of having them escaped.
 	Older, OlderGates, OlderGrants, OlderChecks template.URL
 	// Error is why the sign-in page is shown again.
 	Error string
@@ -370,7 +396,15 @@ func (u *UI) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	p := page{Title: "Audit", Audit: entries}
 	if len(entries) == 100 {
-		p.Next = strconv.FormatInt(entries[len(entries)-1].ID, 10)
+		// The Older link keeps the repository filter: without it, a caller of several
+		// repositories would be refused the next page, and an unlimited one shown every
+		// repository's.
+		keep := url.Values{}
+		if repo := r.URL.Query().Get("repo"); repo != "" {
+			keep.Set("repo", repo)
+		}
+		keep.Set("before", strconv.FormatInt(entries[len(entries)-1].ID, 10))
+		p.Older = template.URL("?" + keep.Encode()) // Encode escapes every value
 	}
 	render(w, r, "audit", p)
 }
