@@ -12,7 +12,7 @@ test:
 	./scripts/test.sh
 
 generate:
-	$(GO) generate ./internal/api
+	$(GO) generate ./internal/api ./internal/cli
 
 check-generated:
 	./scripts/check-generated.sh

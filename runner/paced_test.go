@@ -55,7 +55,7 @@ func (c *countingWriter) snapshot() (string, int) {
 func TestPacedOutputBatchesReadsAndEndsWithTheProcess(t *testing.T) {
 	var out, errOut countingWriter
 	script := `for i in $(seq 1 200); do echo "out $i"; echo "err $i" >&2; done`
-	err := tmRealExec(context.Background(), nil, "sh", []string{"-c", script}, t.TempDir(), nil,
+	err := tmRealExec(context.Background(), nil, DefaultInterruptGrace, "sh", []string{"-c", script}, t.TempDir(), nil,
 		&pacedOutput{Writer: &out, every: time.Hour}, &pacedOutput{Writer: &errOut, every: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestPacedOutputBatchesReadsAndEndsWithTheProcess(t *testing.T) {
 func TestPacedOutputOnlyWherePaced(t *testing.T) {
 	var out bytes.Buffer
 	var errOut countingWriter
-	err := tmRealExec(context.Background(), nil, "sh", []string{"-c", `echo out; echo err >&2; exit 3`}, t.TempDir(), nil,
+	err := tmRealExec(context.Background(), nil, DefaultInterruptGrace, "sh", []string{"-c", `echo out; echo err >&2; exit 3`}, t.TempDir(), nil,
 		&out, &pacedOutput{Writer: &errOut, every: time.Hour})
 	var ee interface{ ExitCode() int }
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
@@ -108,7 +108,7 @@ func runLeavingGrandchild(t *testing.T, script string) (string, int64) {
 	done := make(chan error, 1)
 	paced := &pacedOutput{Writer: &out, every: time.Hour}
 	go func() {
-		done <- tmRealExec(context.Background(), nil, "sh", []string{"-c", script}, dir, nil, paced, paced)
+		done <- tmRealExec(context.Background(), nil, DefaultInterruptGrace, "sh", []string{"-c", script}, dir, nil, paced, paced)
 	}()
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
@@ -198,7 +198,7 @@ func TestPacedCopyWaitsOnAQuietPipe(t *testing.T) {
 func TestPacedOutputWriteError(t *testing.T) {
 	broken := errors.New("disk full")
 	out := &countingWriter{fail: broken}
-	err := tmRealExec(context.Background(), nil, "sh", []string{"-c", `head -c 4000000 /dev/zero`}, t.TempDir(), nil,
+	err := tmRealExec(context.Background(), nil, DefaultInterruptGrace, "sh", []string{"-c", `head -c 4000000 /dev/zero`}, t.TempDir(), nil,
 		&pacedOutput{Writer: out, every: time.Millisecond}, &pacedOutput{Writer: &countingWriter{}, every: time.Millisecond})
 	if !errors.Is(err, broken) {
 		t.Fatalf("err = %v, want %v", err, broken)
@@ -225,7 +225,7 @@ func TestPacedOutputOneDestinationKeepsOrder(t *testing.T) {
 	var out countingWriter
 	paced := &pacedOutput{Writer: &out, every: time.Hour}
 	script := `for i in $(seq 1 100); do echo "cmd $i" >&2; echo "out $i"; done`
-	if err := tmRealExec(context.Background(), nil, "sh", []string{"-c", script}, t.TempDir(), nil, paced, paced); err != nil {
+	if err := tmRealExec(context.Background(), nil, DefaultInterruptGrace, "sh", []string{"-c", script}, t.TempDir(), nil, paced, paced); err != nil {
 		t.Fatal(err)
 	}
 	var want strings.Builder

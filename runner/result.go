@@ -94,6 +94,9 @@ type StackEntry struct {
 	Destructive []string `json:"destructive"`
 	Why         []string `json:"why,omitempty"`
 	Error       string   `json:"error,omitempty"`
+	// Lock is set on a stack the run's interrupt caught in the middle of its script: the
+	// state lock it may still hold.
+	Lock *StateLock `json:"lock,omitempty"`
 }
 
 // GateResult is the apply-time gate check's outcome.

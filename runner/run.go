@@ -635,7 +635,33 @@ func (r *run) failTerramate(step string, err error, ctx context.Context) {
 	r.fail(newResultError(KindTerramate, step, err.Error()))
 }
 
-func (r *run) failCancelled(ctx context.Context) {
+// interruptedLocks marks every stack the interrupt caught in the middle of its script with the
+// state lock it may still hold (killed: terramate's processes were killed after the interrupt
+// grace), and says so in a sentence per stack ("" when none holds one).
+func (r *run) interruptedLocks(out scriptOutcome, killed bool) string {
+	var b strings.Builder
+	for i := range r.res.Stacks {
+		e := &r.res.Stacks[i]
+		if cmp.Or(e.Status, out.status(e.Path, false)) != StatusCancelled {
+			continue
+		}
+		if e.Lock = r.stateLock(e.Path, killed); e.Lock == nil {
+			continue
+		}
+		if e.Lock.ID != "" {
+			fmt.Fprintf(&b, "\nstack %s may hold state lock %s; release it with: %s", e.Path, e.Lock.ID, e.Lock.Command)
+		} else {
+			fmt.Fprintf(&b, "\nstack %s was interrupted and may hold its state lock; its next plan names the lock ID, then re-run with --force-unlock ID", e.Path)
+		}
+	}
+	return b.String()
+}
+
+func (r *run) failCancelled(ctx context.Context) { r.failCancelledIn(ctx, r.step, "") }
+
+// failCancelledIn records that the run was cancelled during step; detail is added to the
+// message.
+func (r *run) failCancelledIn(ctx context.Context, step, detail string) {
 	cause := context.Cause(ctx)
 	var sc SignalCause
 	if errors.As(cause, &sc) {
@@ -645,7 +671,7 @@ func (r *run) failCancelled(ctx context.Context) {
 	if cause != nil && !errors.Is(cause, context.Canceled) {
 		msg += ": " + cause.Error()
 	}
-	r.fail(newResultError(KindCancelled, r.step, msg))
+	r.fail(newResultError(KindCancelled, step, msg+detail))
 }
 
 func (r *run) dryRun(ctx context.Context) {
@@ -1170,6 +1196,8 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		defer stopRelay() // on a panic too
 	}
 	w := newScriptWatcher(r.out)
+	stopWatch := context.AfterFunc(ctx, w.interrupt)
+	defer stopWatch()
 	runErr := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
 		Script: script, Changed: !r.o.All, Base: r.o.Base, Parallel: r.o.Parallel,
 		ContinueOnError: r.o.ContinueOnError, Env: r.scriptEnv(tickDir, extraEnv),
@@ -1188,6 +1216,9 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		}
 	}
 	out := scriptOutcome{started: started, failed: failed, exitOK: runErr == nil, cancelled: ctx.Err() != nil}
+	if out.cancelled {
+		out.failedBefore = w.failedBefore()
+	}
 	if ticks != nil {
 		out.ticks = ticks.stacks
 	}
@@ -1292,7 +1323,8 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 // stop here.
 func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx context.Context) bool {
 	if ctx.Err() != nil {
-		r.failCancelled(ctx)
+		// Named after the step interrupted, not the classification that followed it.
+		r.failCancelledIn(ctx, step, r.interruptedLocks(out, errors.Is(runErr, ErrKilledAfterGrace)))
 		return true
 	}
 	var failedStacks []string

@@ -20,6 +20,8 @@ type scriptWatcher struct {
 	partial []byte
 	started map[string]bool
 	failed  map[string]bool
+	// failedAtInterrupt is failed as it was when the run was interrupted (nil: it was not).
+	failedAtInterrupt map[string]bool
 }
 
 var failedLine = regexp.MustCompile(`execution failed: running .* \(in /(.*)\): `)
@@ -116,6 +118,24 @@ func cutDigits(s string) (string, bool) {
 	return s[n:], n > 0
 }
 
+// interrupt notes which stacks had failed when the run was interrupted: a stack that fails
+// after it was stopped by the interrupt (tofu exits 1 on "execution halted"), not by itself.
+func (s *scriptWatcher) interrupt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failedAtInterrupt = map[string]bool{}
+	for k := range s.failed {
+		s.failedAtInterrupt[k] = true
+	}
+}
+
+// failedBefore returns the stacks that had failed when the run was interrupted (nil: it was not).
+func (s *scriptWatcher) failedBefore() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failedAtInterrupt
+}
+
 // snapshot returns the stacks started and failed so far.
 func (s *scriptWatcher) snapshot() (started, failed map[string]bool) {
 	s.mu.Lock()
@@ -140,16 +160,23 @@ type scriptOutcome struct {
 	ticks           map[string]tickSummary
 	exitOK          bool // terramate exited 0
 	cancelled       bool // the run was interrupted (signal or server cancel)
+	// failedBefore, set when the run was interrupted, holds the stacks that had failed by then;
+	// a stack that failed afterwards was stopped by the interrupt.
+	failedBefore map[string]bool
 }
 
 // status decides one stack's status (path is root-relative) from terramate's output and the
-// stack's ticks: a stack terramate named as failed, or that ticked a failed status, failed; one
-// terramate never started did not run; one that ticked done (or that ran in a run terramate
+// stack's ticks: a stack terramate named as failed, or that ticked a failed status, failed
+// (unless it failed only after the run was interrupted: it was cancelled); one terramate never
+// started did not run; one that ticked done (or that ran in a run terramate
 // ended successfully) succeeded; one started and then stopped (terramate stopped after another
 // stack failed, or the run was interrupted) was cancelled. fresh reports whether the stack's
 // output file (its plan JSON) was written by this run, which counts as done for a plan.
 func (o scriptOutcome) status(path string, fresh bool) string {
 	if o.failed[path] {
+		if o.cancelled && o.failedBefore != nil && !o.failedBefore[path] {
+			return StatusCancelled
+		}
 		return StatusFailed
 	}
 	ticked := o.ticks[path]

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +23,17 @@ import (
 // exponential on dense graphs: 150 densely linked stacks take about 2 s, 200 take 16 s.
 const DefaultRunGraphBudget = 5 * time.Second
 
-// terramateInterruptGrace is how long a cancelled terramate gets between SIGINT (which it
-// forwards to the running scripts) and SIGKILL.
-const terramateInterruptGrace = 10 * time.Second
+// DefaultInterruptGrace is how long a cancelled terramate gets between the interrupt (which it
+// forwards to the running scripts, so tofu can stop and release its state lock) and SIGKILL,
+// unless the run says otherwise (--interrupt-grace). GitHub Actions cancels a job with SIGINT,
+// SIGTERM 7.5 s later and SIGKILL 2.5 s after that: 6 s leaves the driver about 4 s to drain
+// the logs, finalize the execution, revoke the lease and write its result.
+const DefaultInterruptGrace = 6 * time.Second
+
+// ErrKilledAfterGrace is in the error of an invocation whose process group was killed because
+// it had not stopped within the interrupt grace: what it ran could not clean up (a tofu killed
+// so keeps its state lock).
+var ErrKilledAfterGrace = errors.New("killed: it had not stopped within the interrupt grace")
 
 // ExecFunc runs one process: name with args in dir, with env as its complete environment (nil:
 // inherit), streaming to stdout and stderr. It returns nil on exit status 0, otherwise an error
@@ -48,6 +57,9 @@ type Terramate struct {
 	// Procs, when set, tracks the process groups of running invocations (see
 	// ProcessGroups.Kill).
 	Procs *ProcessGroups
+	// InterruptGrace is how long a cancelled invocation gets to stop before its process group
+	// is killed (0: DefaultInterruptGrace).
+	InterruptGrace time.Duration
 }
 
 // ScriptRunOptions controls `terramate script run`.
@@ -77,7 +89,7 @@ func (t *Terramate) exec() ExecFunc {
 		return t.Exec
 	}
 	return func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
-		return tmRealExec(ctx, t.Procs, name, args, dir, env, stdout, stderr)
+		return tmRealExec(ctx, t.Procs, cmp.Or(t.InterruptGrace, DefaultInterruptGrace), name, args, dir, env, stdout, stderr)
 	}
 }
 
@@ -85,8 +97,8 @@ func (t *Terramate) exec() ExecFunc {
 // starts can be signalled together, and a terminal's Ctrl-C reaches them only through the
 // driver). Cancellation sends the group the signal the context was cancelled with (SIGINT
 // unless a SignalCause says otherwise: terramate forwards it to the running scripts and lets
-// them clean up), then SIGKILL after a grace period.
-func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+// them clean up), then SIGKILL once grace has passed.
+func tmRealExec(ctx context.Context, procs *ProcessGroups, grace time.Duration, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -126,6 +138,7 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 	defer procs.remove(pgid)
 	done := make(chan struct{})
 	stopped := make(chan struct{})
+	killed := false // written by the goroutine before it closes stopped
 	go func() {
 		defer close(stopped)
 		select {
@@ -140,8 +153,9 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 		_ = syscall.Kill(-pgid, signalOf(ctx))
 		select {
 		case <-done:
-		case <-time.After(terramateInterruptGrace):
+		case <-time.After(grace):
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			killed = true
 		}
 	}()
 	err := cmd.Wait()
@@ -150,6 +164,12 @@ func tmRealExec(ctx context.Context, procs *ProcessGroups, name string, args []s
 	}
 	close(done)
 	<-stopped
+	if killed {
+		if err == nil {
+			err = ctx.Err()
+		}
+		err = fmt.Errorf("%w after %s: %w", ErrKilledAfterGrace, grace, err)
+	}
 	if err == nil && ctx.Err() != nil {
 		return ctx.Err()
 	}

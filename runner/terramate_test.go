@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,11 +406,66 @@ func TestTerramateScriptRunCancel(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
+	if err := <-done; !errors.Is(err, context.Canceled) || errors.Is(err, ErrKilledAfterGrace) {
+		t.Fatalf("err = %v, want context.Canceled, and not killed (the script stops at the interrupt)", err)
 	}
 	if _, err := os.Stat(filepath.Join(proj, "stacks/nonprod/cluster/a/started")); err == nil {
 		t.Error("a stack started after the cancel")
+	}
+}
+
+// A script that ignores the interrupt (a tofu still finishing a slow provider call) is killed
+// with terramate's whole group once the interrupt grace ends, so the run can finalize before
+// GitHub's SIGKILL.
+func TestTerramateInterruptGraceKills(t *testing.T) {
+	t.Parallel()
+	_, proj := tmFixture(t, "15-script-run-changed", func(sc *tmScenario) {
+		sc.Scripts = append(sc.Scripts, json.RawMessage(`{"name": "stubborn", "definedAt": "/stubborn.tm.hcl:1,1-5,2",
+		  "jobs": [{"commands": [["bash", "-c", "trap '' INT TERM; echo $$ > started.tmp; mv started.tmp started; sleep 60; echo survived > survived"]]}]}`))
+	})
+	tm := &Terramate{Bin: fakeTerramate(t), Dir: proj, InterruptGrace: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tm.ScriptRun(ctx, io.Discard, ScriptRunOptions{Script: "stubborn", Changed: true}) }()
+	started := filepath.Join(proj, "stacks/prod/network/started")
+	var pid []byte
+	for i := 0; i < 500 && pid == nil; i++ {
+		pid, _ = os.ReadFile(started)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pid == nil {
+		t.Fatal("the script never started")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrKilledAfterGrace) {
+			t.Fatalf("err = %v, want context.Canceled and ErrKilledAfterGrace", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a script ignoring the interrupt was not killed") // a guard against hanging, not a speed check
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Killed, the process is gone or a zombie nobody reaped yet (its parent was killed too).
+	alive := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n))
+		if err != nil {
+			return syscall.Kill(n, 0) == nil // no /proc: as the kernel answers
+		}
+		_, after, _ := strings.Cut(string(stat), ") ")
+		return !strings.HasPrefix(after, "Z") && !strings.HasPrefix(after, "X")
+	}
+	for i := 0; i < 250 && alive(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive() {
+		t.Errorf("the script (pid %d) still runs after the interrupt grace", n)
+	}
+	if _, err := os.Stat(filepath.Join(proj, "stacks/prod/network/survived")); err == nil {
+		t.Error("the script ran to its end")
 	}
 }
 

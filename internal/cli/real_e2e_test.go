@@ -26,99 +26,22 @@ import (
 // real `serve`: classes, content hashes, the applied state, and a plan that changed between
 // plan and apply refused at the gate.
 func TestRealToolsPlanApply(t *testing.T) {
-	tmBin, tofuBin := os.Getenv("TFSTACKPLAN_TERRAMATE"), os.Getenv("TFSTACKPLAN_TOFU")
-	if tmBin == "" || tofuBin == "" {
-		t.Skip("set TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU to the real terramate 0.17.2 and OpenTofu 1.12.6")
-	}
-	work := t.TempDir()
-	bin := filepath.Join(work, "bin")
-	must(t, os.MkdirAll(bin, 0o755))
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "tfstackplan"), "../../cmd/tfstackplan").CombinedOutput(); err != nil {
-		t.Fatalf("building tfstackplan: %v\n%s", err, out)
-	}
-	for name, target := range map[string]string{"terramate": tmBin, "tofu": tofuBin} {
-		abs, err := filepath.Abs(target)
-		must(t, err)
-		must(t, os.Symlink(abs, filepath.Join(bin, name)))
-	}
-	env := append(os.Environ(),
-		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"HOME="+work, "CHECKPOINT_DISABLE=1", "TF_CLI_CONFIG_FILE=", "TF_IN_AUTOMATION=1",
-		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com",
-		"GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com",
-		"GITHUB_ACTIONS=", "GITHUB_OUTPUT=", "GITHUB_STEP_SUMMARY=", "GITHUB_EVENT_PATH=", "GITHUB_SHA=",
-		"TFSTACKPLAN_AUDIENCE=", "TFSTACKPLAN_AUTH=", "GCE_METADATA_HOST=127.0.0.1:1", "NO_COLOR=1",
-	)
-	run := func(dir string, name string, args ...string) (string, error) {
-		if _, err := os.Stat(filepath.Join(bin, name)); err == nil {
-			name = filepath.Join(bin, name) // exec.Command looks names up in this process's PATH
-		}
-		cmd := exec.Command(name, args...)
-		cmd.Dir = dir
-		cmd.Env = env
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		return out.String(), err
-	}
-	mustRun := func(dir, name string, args ...string) string {
-		t.Helper()
-		out, err := run(dir, name, args...)
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	rt := newRealTools(t)
+	work, bin := rt.work, rt.bin
+	run, mustRun := rt.run, rt.mustRun
 
 	// The project: main has v1 of every stack, applied; the branch changes three of them.
-	proj := filepath.Join(work, "proj")
-	write := func(rel, content string) {
-		t.Helper()
-		p := filepath.Join(proj, rel)
-		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		must(t, os.WriteFile(p, []byte(content), 0o644))
-	}
-	lib, err := filepath.Abs("../../scripts/terramate")
-	must(t, err)
-	entries, err := os.ReadDir(lib)
-	must(t, err)
-	gitignore := "terraform.tfstate\nterraform.tfstate.backup\n.terraform.tfstate.lock.info\n"
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(lib, e.Name()))
-		must(t, err)
-		switch {
-		case strings.HasSuffix(e.Name(), ".tm.hcl"):
-			write(e.Name(), string(b))
-		case e.Name() == "gitignore":
-			gitignore += string(b)
-		}
-	}
-	write(".gitignore", gitignore)
-	write("terramate.tm.hcl", "terramate {\n  config {\n    git {\n      default_remote = \"origin\"\n      default_branch = \"main\"\n    }\n  }\n}\n")
-	write("tfstackplan.hcl", "environment \"prod\" {\n  dir = \"stacks/prod\"\n}\n")
-	stacks := map[string]string{
+	proj, write := rt.project(map[string]string{
 		"stacks/prod/network": "name = \"network\"\n  id   = \"network\"",
 		"stacks/prod/app":     "name  = \"app\"\n  id    = \"app\"\n  after = [\"/stacks/prod/network\"]",
 		"stacks/prod/data/db": "name  = \"db\"\n  id    = \"db\"\n  after = [\"/stacks/prod/network\"]",
 		"stacks/prod/monitor": "name = \"monitor\"\n  id   = \"monitor\"",
-	}
-	for dir, attrs := range stacks {
-		write(dir+"/stack.tm.hcl", "stack {\n  "+attrs+"\n}\n")
-	}
-	write("stacks/prod/network/main.tf", `resource "terraform_data" "net" { input = "v1" }`+"\n")
-	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v1" }`+"\n"+`resource "terraform_data" "old" { input = "gone soon" }`+"\n")
-	write("stacks/prod/data/db/main.tf", `resource "terraform_data" "db" { input = "v1" }`+"\n")
-	write("stacks/prod/monitor/main.tf", `resource "terraform_data" "mon" { input = "v1" }`+"\n")
-	mustRun(work, "git", "init", "-q", "--bare", "-b", "main", "origin.git")
-	mustRun(proj, "git", "init", "-q", "-b", "main")
-	mustRun(proj, "git", "add", "-A")
-	mustRun(proj, "git", "commit", "-qm", "v1")
-	mustRun(proj, "git", "remote", "add", "origin", "../origin.git")
-	mustRun(proj, "git", "push", "-q", "origin", "main")
-	for dir := range stacks {
-		mustRun(filepath.Join(proj, dir), "tofu", "init", "-input=false", "-no-color")
-		mustRun(filepath.Join(proj, dir), "tofu", "apply", "-input=false", "-no-color", "-auto-approve")
-	}
+	}, map[string]string{
+		"stacks/prod/network": `resource "terraform_data" "net" { input = "v1" }` + "\n",
+		"stacks/prod/app":     `resource "terraform_data" "app" { input = "v1" }` + "\n" + `resource "terraform_data" "old" { input = "gone soon" }` + "\n",
+		"stacks/prod/data/db": `resource "terraform_data" "db" { input = "v1" }` + "\n",
+		"stacks/prod/monitor": `resource "terraform_data" "mon" { input = "v1" }` + "\n",
+	})
 	mustRun(proj, "git", "checkout", "-qb", "feature")
 	write("stacks/prod/network/main.tf", `resource "terraform_data" "net" { input = "v1" }`+"\n"+`resource "terraform_data" "extra" { input = "new" }`+"\n") // create
 	write("stacks/prod/app/main.tf", `resource "terraform_data" "app" { input = "v2" }`+"\n")                                                                // update + delete
@@ -166,7 +89,7 @@ environment "prod" {
 		t.Fatal(err)
 	}
 	// The project's origin is a local path, which names no repository.
-	env = append(env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
+	rt.env = append(rt.env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
 
 	readResult := func(p string) *runner.Result {
 		t.Helper()
@@ -210,7 +133,7 @@ environment "prod" {
 
 	// Apply without the approval: denied, nothing applied.
 	denied := filepath.Join(work, "denied.json")
-	out, err = run(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "5", "--result", denied)
+	out, err := run(proj, "tfstackplan", "run", "apply", "-e", "prod", "--pr", "5", "--result", denied)
 	if code := exitCodeOf(err); code != ExitGateDenied {
 		t.Fatalf("apply before approval exited %d, want 3\n%s", code, out)
 	}
@@ -247,7 +170,7 @@ environment "prod" {
 	logOf := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "tfstackplan"), append([]string{"logs", ar.Execution, "stacks/prod/app"}, args...)...)
-		cmd.Env = append(slices.Clone(env), "TFSTACKPLAN_TOKEN=real-e2e-admin-secret")
+		cmd.Env = append(slices.Clone(rt.env), "TFSTACKPLAN_TOKEN=real-e2e-admin-secret")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("tfstackplan logs %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -286,6 +209,123 @@ environment "prod" {
 	if state := mustRun(filepath.Join(proj, "stacks/prod/app"), "tofu", "state", "list"); strings.Contains(state, "terraform_data.x") {
 		t.Errorf("the refused apply changed the state: %q", state)
 	}
+}
+
+// realTools is a working directory with tfstackplan built and the real terramate and tofu
+// beside it, and an environment that keeps them to it.
+type realTools struct {
+	t         *testing.T
+	work, bin string
+	env       []string
+}
+
+// newRealTools skips the test unless TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU name the real
+// binaries, and builds tfstackplan.
+func newRealTools(t *testing.T) *realTools {
+	t.Helper()
+	tmBin, tofuBin := os.Getenv("TFSTACKPLAN_TERRAMATE"), os.Getenv("TFSTACKPLAN_TOFU")
+	if tmBin == "" || tofuBin == "" {
+		t.Skip("set TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU to the real terramate 0.17.2 and OpenTofu 1.12.6")
+	}
+	work := t.TempDir()
+	bin := filepath.Join(work, "bin")
+	must(t, os.MkdirAll(bin, 0o755))
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "tfstackplan"), "../../cmd/tfstackplan").CombinedOutput(); err != nil {
+		t.Fatalf("building tfstackplan: %v\n%s", err, out)
+	}
+	for name, target := range map[string]string{"terramate": tmBin, "tofu": tofuBin} {
+		abs, err := filepath.Abs(target)
+		must(t, err)
+		must(t, os.Symlink(abs, filepath.Join(bin, name)))
+	}
+	env := append(os.Environ(),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HOME="+work, "CHECKPOINT_DISABLE=1", "TF_CLI_CONFIG_FILE=", "TF_IN_AUTOMATION=1",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com",
+		"GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com",
+		"GITHUB_ACTIONS=", "GITHUB_OUTPUT=", "GITHUB_STEP_SUMMARY=", "GITHUB_EVENT_PATH=", "GITHUB_SHA=",
+		"TFSTACKPLAN_AUDIENCE=", "TFSTACKPLAN_AUTH=", "GCE_METADATA_HOST=127.0.0.1:1", "NO_COLOR=1",
+	)
+	return &realTools{t: t, work: work, bin: bin, env: env}
+}
+
+// command is name (one of bin's, else looked up on PATH) with args in dir, in the tools'
+// environment, its stdout and stderr both to out.
+func (rt *realTools) command(out io.Writer, dir, name string, args ...string) *exec.Cmd {
+	if _, err := os.Stat(filepath.Join(rt.bin, name)); err == nil {
+		name = filepath.Join(rt.bin, name) // exec.Command looks names up in this process's PATH
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = rt.env
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd
+}
+
+// run runs a command to its end and returns its output.
+func (rt *realTools) run(dir string, name string, args ...string) (string, error) {
+	var out bytes.Buffer
+	err := rt.command(&out, dir, name, args...).Run()
+	return out.String(), err
+}
+
+// mustRun is run, failing the test when the command fails.
+func (rt *realTools) mustRun(dir, name string, args ...string) string {
+	rt.t.Helper()
+	out, err := rt.run(dir, name, args...)
+	if err != nil {
+		rt.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// project makes a terramate project in work/proj with the script library installed as a user
+// would and environment prod at stacks/prod: one stack per key of stacks (its stack block's
+// attributes) with main.tf v1, committed on main, pushed to a local origin and applied. It
+// returns the project and a function that writes a file in it.
+func (rt *realTools) project(stacks, v1 map[string]string) (string, func(rel, content string)) {
+	t := rt.t
+	t.Helper()
+	proj := filepath.Join(rt.work, "proj")
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(proj, rel)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	lib, err := filepath.Abs("../../scripts/terramate")
+	must(t, err)
+	entries, err := os.ReadDir(lib)
+	must(t, err)
+	gitignore := "terraform.tfstate\nterraform.tfstate.backup\n.terraform.tfstate.lock.info\n"
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(lib, e.Name()))
+		must(t, err)
+		switch {
+		case strings.HasSuffix(e.Name(), ".tm.hcl"):
+			write(e.Name(), string(b))
+		case e.Name() == "gitignore":
+			gitignore += string(b)
+		}
+	}
+	write(".gitignore", gitignore)
+	write("terramate.tm.hcl", "terramate {\n  config {\n    git {\n      default_remote = \"origin\"\n      default_branch = \"main\"\n    }\n  }\n}\n")
+	write("tfstackplan.hcl", "environment \"prod\" {\n  dir = \"stacks/prod\"\n}\n")
+	for dir, attrs := range stacks {
+		write(dir+"/stack.tm.hcl", "stack {\n  "+attrs+"\n}\n")
+		write(dir+"/main.tf", v1[dir])
+	}
+	rt.mustRun(rt.work, "git", "init", "-q", "--bare", "-b", "main", "origin.git")
+	rt.mustRun(proj, "git", "init", "-q", "-b", "main")
+	rt.mustRun(proj, "git", "add", "-A")
+	rt.mustRun(proj, "git", "commit", "-qm", "v1")
+	rt.mustRun(proj, "git", "remote", "add", "origin", "../origin.git")
+	rt.mustRun(proj, "git", "push", "-q", "origin", "main")
+	for dir := range stacks {
+		rt.mustRun(filepath.Join(proj, dir), "tofu", "init", "-input=false", "-no-color")
+		rt.mustRun(filepath.Join(proj, dir), "tofu", "apply", "-input=false", "-no-color", "-auto-approve")
+	}
+	return proj, write
 }
 
 func exitCodeOf(err error) int {

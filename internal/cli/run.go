@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,8 +30,11 @@ type RunOptions struct {
 	TerramateBin string
 	// Signals delivers SIGINT/SIGTERM (nil: the process's, through signal.Notify).
 	Signals <-chan os.Signal
-	// Exit ends the process at once on a second signal (os.Exit when nil).
+	// Exit ends the process at once on a third signal (os.Exit when nil).
 	Exit func(code int)
+	// InterruptGrace is how long terramate's group gets to stop after the first signal before
+	// it is killed (--interrupt-grace; 0: runner.DefaultInterruptGrace).
+	InterruptGrace time.Duration
 }
 
 func newRunCmd(ios *IO) *cobra.Command {
@@ -79,6 +83,9 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 			if opts.Changed && opts.All {
 				return writeUsageResult(ios, op, errors.New("--changed and --all exclude each other"))
 			}
+			if opts.InterruptGrace <= 0 || opts.InterruptGrace > maxInterruptGrace {
+				return writeUsageResult(ios, op, fmt.Errorf("--interrupt-grace %s: must be more than 0s and at most %s", opts.InterruptGrace, maxInterruptGrace))
+			}
 			if n, ok := driverMaxProcs(os.Getenv); ok {
 				runtime.GOMAXPROCS(n)
 			}
@@ -113,8 +120,13 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
 	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
+	f.DurationVar(&opts.InterruptGrace, "interrupt-grace", runner.DefaultInterruptGrace,
+		"after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed (sized for GitHub's cancel: SIGINT, SIGTERM 7.5s later, SIGKILL 2.5s after that)")
 	return cmd
 }
+
+// maxInterruptGrace bounds --interrupt-grace: a cancelled job must end.
+const maxInterruptGrace = 10 * time.Minute
 
 // driverMaxProcs is how many threads may run the driver's own Go code at once (GOMAXPROCS)
 // during `run plan|apply`, and whether to set it: one, unless the GOMAXPROCS environment
@@ -181,8 +193,10 @@ func resultFlag(args []string) string {
 	return ""
 }
 
-// runRun runs the job, forwarding the first SIGINT/SIGTERM to terramate (the run then drains,
-// finalizes, revokes and writes its result) and killing everything at once on a second.
+// runRun runs the job, forwarding the first SIGINT/SIGTERM to terramate's process group (the
+// run then drains, finalizes, revokes and writes its result). terramate's group is killed when
+// the interrupt grace ends; a second signal changes nothing (GitHub follows its SIGINT with a
+// SIGTERM 7.5 s later as a matter of course), and a third kills everything and exits at once.
 func runRun(ctx context.Context, opts *RunOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -197,6 +211,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 		t.Procs = procs
 		tm = &t
 	}
+	tm.InterruptGrace = cmp.Or(opts.InterruptGrace, runner.DefaultInterruptGrace)
 	r.Terramate = tm
 	r.Color = isTerminal(opts.IO.Out) && os.Getenv("NO_COLOR") == ""
 
@@ -216,16 +231,20 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
-		first := true
+		received := 0
 		for {
 			select {
 			case <-done:
 				return
 			case s := <-sigs:
-				if first {
-					first = false
-					fmt.Fprintf(opts.IO.ErrOut, "tfstackplan: %s: stopping terramate, then finalizing (again to kill at once)\n", s)
+				received++
+				switch received {
+				case 1:
+					fmt.Fprintf(opts.IO.ErrOut, "tfstackplan: %s: stopping terramate (killed after %s), then finalizing (a third signal kills at once)\n", s, tm.InterruptGrace)
 					cancel(runner.SignalCause{Signal: s})
+					continue
+				case 2:
+					fmt.Fprintf(opts.IO.ErrOut, "tfstackplan: %s: still stopping terramate (a third signal kills at once)\n", s)
 					continue
 				}
 				procs.Kill()

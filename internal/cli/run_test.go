@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,9 +19,11 @@ import (
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
-// The first signal is forwarded (the run's context ends with it); a second one exits at once
-// with 128+signal, without waiting for terramate.
-func TestRunSecondSignalExitsAtOnce(t *testing.T) {
+// signalRun starts a run whose terramate blocks in its script until released, and returns
+// the run's signal channel, what Exit was called with, the run's end and what terramate's
+// context ended with.
+func signalRun(t *testing.T) (sigs chan os.Signal, exited chan int, release func(), done chan error, cause func() error) {
+	t.Helper()
 	root := t.TempDir()
 	if out, err := exec.Command("git", "init", "-q", root).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v\n%s", err, out)
@@ -28,7 +32,7 @@ func TestRunSecondSignalExitsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	scriptStarted := make(chan struct{})
-	release := make(chan struct{})
+	released := make(chan struct{})
 	var sawCause error
 	tm := &runner.Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 		switch {
@@ -40,41 +44,85 @@ func TestRunSecondSignalExitsAtOnce(t *testing.T) {
 			close(scriptStarted)
 			<-ctx.Done()
 			sawCause = context.Cause(ctx)
-			<-release // a terramate that does not stop
+			<-released // a terramate that does not stop until released
 			return ctx.Err()
 		}
 		return nil
 	}}
-	sigs := make(chan os.Signal, 2)
-	exited := make(chan int, 1)
-	var errOut bytes.Buffer
+	sigs = make(chan os.Signal, 3)
+	exited = make(chan int, 1)
 	opts := &RunOptions{
-		IO: &IO{Out: io.Discard, ErrOut: &errOut}, Signals: sigs, Exit: func(code int) { exited <- code },
+		IO: &IO{Out: io.Discard, ErrOut: io.Discard}, Signals: sigs, Exit: func(code int) { exited <- code },
 		Run: runner.RunOptions{Op: runner.OpPlan, Environment: "prod", WorkDir: root, Dir: root, Terramate: tm,
 			ResultPath: filepath.Join(t.TempDir(), "r.json"), Getenv: func(string) string { return "" }},
 	}
-	done := make(chan error, 1)
+	done = make(chan error, 1)
 	go func() { done <- runRun(context.Background(), opts) }()
 	<-scriptStarted
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	t.Cleanup(release)
+	return sigs, exited, release, done, func() error { return sawCause }
+}
+
+// GitHub cancels with SIGINT and, 7.5 s later, SIGTERM: the first is forwarded (the run's
+// context ends with it), the second changes nothing, and the run ends as the first signal's.
+func TestRunSecondSignalDoesNotKill(t *testing.T) {
+	sigs, exited, release, done, cause := signalRun(t)
+	sigs <- syscall.SIGINT
+	sigs <- syscall.SIGTERM
+	// The second signal is handled before the run can end: the loop reads the channel in
+	// order, and the run waits for terramate, which waits for release.
+	for len(sigs) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	err := <-done
+	select {
+	case code := <-exited:
+		t.Fatalf("two signals exited the process with %d", code)
+	default:
+	}
+	var se *SignalError
+	if !errors.As(err, &se) || ExitCode(err) != 130 {
+		t.Errorf("runRun = %v (exit %d), want the first signal's (SIGINT) SignalError", err, ExitCode(err))
+	}
+	var sc runner.SignalCause
+	if !errors.As(cause(), &sc) || sc.Signal != syscall.SIGINT {
+		t.Errorf("terramate's context ended with %v, want SIGINT", cause())
+	}
+}
+
+// A third signal kills terramate's group and exits at once with 128+signal, without waiting.
+func TestRunThirdSignalExitsAtOnce(t *testing.T) {
+	sigs, exited, release, done, _ := signalRun(t)
+	sigs <- syscall.SIGINT
 	sigs <- syscall.SIGTERM
 	sigs <- syscall.SIGTERM
 	select {
 	case code := <-exited:
 		if code != 143 {
-			t.Errorf("second SIGTERM exited %d, want 143", code)
+			t.Errorf("third signal (SIGTERM) exited %d, want 143", code)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("a second signal did not exit") // a guard against hanging, not a speed check
+		t.Fatal("a third signal did not exit") // a guard against hanging, not a speed check
 	}
-	close(release)
-	err := <-done
-	var se *SignalError
-	if !errors.As(err, &se) || ExitCode(err) != 143 {
-		t.Errorf("runRun = %v (exit %d), want a SIGTERM SignalError", err, ExitCode(err))
-	}
-	var sc runner.SignalCause
-	if !errors.As(sawCause, &sc) || sc.Signal != syscall.SIGTERM {
-		t.Errorf("terramate's context ended with %v, want the signal", sawCause)
+	release()
+	<-done
+}
+
+// --interrupt-grace must be positive and bounded; a bad one is a usage error before anything
+// runs.
+func TestRunInterruptGraceChecked(t *testing.T) {
+	t.Chdir(t.TempDir()) // a flag error writes its result document to the default path
+	for _, v := range []string{"0s", "-1s", "11m", "banana"} {
+		var out, errOut bytes.Buffer
+		root := NewRootCmd(&IO{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+		root.SetArgs([]string{"run", "plan", "-e", "prod", "--result", filepath.Join(t.TempDir(), "r.json"), "--interrupt-grace", v})
+		err := root.Execute()
+		if ExitCode(err) != 2 || !strings.Contains(err.Error()+errOut.String(), "interrupt-grace") {
+			t.Errorf("--interrupt-grace %s: exit %d, %v %s; want a usage error naming the flag", v, ExitCode(err), err, errOut.String())
+		}
 	}
 }
 
