@@ -38,6 +38,10 @@ type ServeOptions struct {
 	// MaxConns, MaxStreams and MaxStreamsPerPrincipal cap connections and live streams (0:
 	// the server's defaults).
 	MaxConns, MaxStreams, MaxStreamsPerPrincipal int
+	// MaxConnsPerAddr, UnauthIdleTimeout and MaxRequestsPerPrincipal keep idle and slow
+	// callers from holding the connections (0: the server's defaults).
+	MaxConnsPerAddr, MaxRequestsPerPrincipal int
+	UnauthIdleTimeout                        time.Duration
 	// SessionTTL is how long a web sign-in lasts (0: the server's default).
 	SessionTTL time.Duration
 	// AuthFailureBurst failed authentications from one client address, or of one principal,
@@ -101,6 +105,9 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "accept every request as an administrator (only on a loopback --listen)")
 	f.Float64Var(&opts.RateLimit, "rate-limit", server.DefaultRateLimit, "requests per second allowed per principal")
 	f.IntVar(&opts.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once (lowered to fit the open-file limit); /healthz still answers past it")
+	f.IntVar(&opts.MaxConnsPerAddr, "max-conns-per-address", server.DefaultMaxConnsPerAddr, "unauthenticated connections one client address may hold; past it a new one replaces the address's oldest idle one")
+	f.DurationVar(&opts.UnauthIdleTimeout, "unauthenticated-idle-timeout", server.DefaultUnauthIdleTimeout, "how long a connection that has carried no authenticated request may stay idle")
+	f.IntVar(&opts.MaxRequestsPerPrincipal, "max-requests-per-principal", server.DefaultMaxRequestsPerPrincipal, "API requests of one principal in progress at once; more are answered 429")
 	f.IntVar(&opts.MaxStreams, "max-streams", web.DefaultMaxStreams, "live page streams open at once, in all")
 	f.IntVar(&opts.MaxStreamsPerPrincipal, "max-streams-per-principal", web.DefaultMaxStreamsPerPrincipal, "live page streams open at once per principal")
 	f.DurationVar(&opts.SessionTTL, "session-ttl", web.DefaultSessionTTL, "how long a sign-in to the web pages lasts")
@@ -183,7 +190,7 @@ func (o *ServeOptions) authenticator(ctx context.Context) (*auth.Authenticator, 
 	return a, nil
 }
 
-// checkLimits refuses session and throttle settings that cannot be meant.
+// checkLimits refuses session, throttle and connection settings that cannot be meant.
 func (o *ServeOptions) checkLimits() error {
 	switch {
 	case o.SessionTTL < 0:
@@ -192,6 +199,12 @@ func (o *ServeOptions) checkLimits() error {
 		return Usagef("--auth-failure-burst %d: want 0 (no throttling) or more", o.AuthFailureBurst)
 	case o.AuthFailureWindow < 0:
 		return Usagef("--auth-failure-window %s: want a positive duration", o.AuthFailureWindow)
+	case o.MaxConnsPerAddr < 0:
+		return Usagef("--max-conns-per-address %d: want 1 or more", o.MaxConnsPerAddr)
+	case o.UnauthIdleTimeout < 0:
+		return Usagef("--unauthenticated-idle-timeout %s: want a positive duration", o.UnauthIdleTimeout)
+	case o.MaxRequestsPerPrincipal < 0:
+		return Usagef("--max-requests-per-principal %d: want 1 or more", o.MaxRequestsPerPrincipal)
 	case o.MetricsToken != "" && len(o.MetricsToken) < minMetricsToken:
 		return Usagef("the metrics token (--metrics-token or %s) is %d bytes: want at least %d", EnvMetricsToken, len(o.MetricsToken), minMetricsToken)
 	case strings.ContainsFunc(o.MetricsToken, func(r rune) bool { return r <= ' ' || r == 0x7f }):
@@ -265,6 +278,7 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	srv, err := server.New(server.Config{Service: svc, Auth: a, RateLimit: o.RateLimit, Logger: logger,
 		MaxConns: o.MaxConns, MaxStreams: o.MaxStreams, MaxStreamsPerPrincipal: o.MaxStreamsPerPrincipal,
+		MaxConnsPerAddr: o.MaxConnsPerAddr, UnauthIdleTimeout: o.UnauthIdleTimeout, MaxRequestsPerPrincipal: o.MaxRequestsPerPrincipal,
 		SessionTTL: o.SessionTTL, FailureBurst: burst, FailureWindow: o.AuthFailureWindow, MetricsToken: o.MetricsToken})
 	if err != nil {
 		return err

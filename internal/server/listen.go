@@ -44,17 +44,21 @@ func (s *Server) HTTPServer() *http.Server {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+		ConnState:         s.conns.state,
+		ConnContext:       withConn,
 	}
 	hs.RegisterOnShutdown(s.CloseStreams)
 	return hs
 }
 
-// Listener wraps ln so that at most Config.MaxConns connections reach the server at once. Past
-// that, Config.ConnHeadroom more are accepted and answered without the handler, each within
-// about a second: GET /healthz with ok (the process is alive), anything else with 503 and
-// Retry-After. Connections past both are closed as soon as they are accepted, so they neither
-// queue in the kernel nor hold file descriptors. Both numbers are lowered to fit the process's
-// open-file limit (which the Go runtime raises to the hard limit at start on Unix).
+// Listener wraps ln so that at most Config.MaxConns connections reach the server at once. A new
+// connection past a client address's share of unauthenticated connections, or past the cap,
+// takes the place of an idle one (see connTable). When there is none, Config.ConnHeadroom more
+// are accepted and answered without the handler, each within about a second: GET /healthz
+// with ok (the process is alive), anything else with 503 and Retry-After. Connections past both
+// are closed as soon as they are accepted, so they neither queue in the kernel nor hold file
+// descriptors. Both numbers are lowered to fit the process's open-file limit (which the Go
+// runtime raises to the hard limit at start on Unix).
 func (s *Server) Listener(ln net.Listener) net.Listener {
 	served, headroom := s.cfg.MaxConns, s.cfg.ConnHeadroom
 	if limit := openFileLimit(); limit > 0 && served+headroom > limit-reservedFiles {
@@ -64,7 +68,7 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 		s.cfg.Logger.Warn("connection limits lowered to fit the open-file limit", "open_file_limit", limit,
 			"max_conns", served, "headroom", headroom)
 	}
-	return &capListener{Listener: ln, m: s.metrics,
+	return &capListener{Listener: ln, m: s.metrics, table: s.conns,
 		served: make(chan struct{}, served), headroom: make(chan struct{}, headroom)}
 }
 
@@ -72,6 +76,7 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 type capListener struct {
 	net.Listener
 	m                *serverMetrics
+	table            *connTable
 	served, headroom chan struct{} // semaphores
 }
 
@@ -82,11 +87,15 @@ func (l *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.served <- struct{}{}:
+		key := connKey(c)
+		// A closed connection gives its slot back before Close returns, so one eviction makes
+		// room for one connection.
+		admit := !l.table.full(key) || l.evicted(key)
+		if admit && (l.take() || (l.evicted("") && l.take())) {
+			cc := &capConn{Conn: c, key: key, table: l.table, release: func() { l.m.conns.Dec(); <-l.served }}
 			l.m.conns.Inc()
-			return &capConn{Conn: c, release: func() { l.m.conns.Dec(); <-l.served }}, nil
-		default:
+			l.table.add(cc)
+			return cc, nil
 		}
 		select {
 		case l.headroom <- struct{}{}:
@@ -99,6 +108,30 @@ func (l *capListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 		}
 	}
+}
+
+// take takes a served slot if one is free.
+func (l *capListener) take() bool {
+	select {
+	case l.served <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// evicted closes the oldest idle connection (of key's unauthenticated ones, when key is not
+// empty) and counts it; false when there is none.
+func (l *capListener) evicted(key string) bool {
+	if !l.table.evict(key) {
+		return false
+	}
+	reason := "cap"
+	if key != "" {
+		reason = "address"
+	}
+	l.m.evicted.WithLabelValues(reason).Inc()
+	return true
 }
 
 // answerOverflow answers one connection past the cap and closes it; it returns what it did.
@@ -131,12 +164,21 @@ type capConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	key     string // the client address it counts against
+	table   *connTable
+
+	// Guarded by table.mu.
+	authed    bool      // a request of it carried valid credentials
+	idleSince time.Time // zero while a request is in progress
 }
 
 // Close closes the connection and frees its slot.
 func (c *capConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		c.table.remove(c)
+		c.release()
+	})
 	return err
 }
 

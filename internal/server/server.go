@@ -70,6 +70,13 @@ type Config struct {
 	// both to fit the process's open-file limit.
 	MaxConns     int
 	ConnHeadroom int
+	// MaxConnsPerAddr caps one client address's unauthenticated connections (0:
+	// DefaultMaxConnsPerAddr), UnauthIdleTimeout how long one of them may stay idle (0:
+	// DefaultUnauthIdleTimeout), and MaxRequestsPerPrincipal a principal's API requests in
+	// progress at once (0: DefaultMaxRequestsPerPrincipal); see connTable.
+	MaxConnsPerAddr         int
+	UnauthIdleTimeout       time.Duration
+	MaxRequestsPerPrincipal int
 	// HeaderTimeout bounds reading a request's headers (0: DefaultHeaderTimeout), BodyTimeout its
 	// body (0: DefaultBodyTimeout) and IdleTimeout a keep-alive connection's wait for its next
 	// request (0: DefaultIdleTimeout).
@@ -108,6 +115,14 @@ const (
 	DefaultHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout   = 30 * time.Second
 	DefaultIdleTimeout   = 2 * time.Minute
+	// An unauthenticated connection has no business idling: browsers and the runner send
+	// their credentials with their first request.
+	DefaultUnauthIdleTimeout = 5 * time.Second
+	// Enough for a NAT or a proxy in front of many callers, who authenticate at once.
+	DefaultMaxConnsPerAddr = 64
+	// A runner posts a few requests at once; a static token shared by many concurrent jobs
+	// needs more, and each request's body has its deadline anyway.
+	DefaultMaxRequestsPerPrincipal = 256
 	// MaxHeaderBytes bounds a request's line and headers (a Google ID token is about 1 KiB).
 	MaxHeaderBytes = 64 << 10
 )
@@ -124,6 +139,9 @@ type Server struct {
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter
+
+	conns    *connTable
+	inFlight *inFlight
 
 	direct      map[string]directFunc
 	streamsDone chan struct{}
@@ -194,6 +212,7 @@ type serverMetrics struct {
 	logBytes prometheus.Counter
 	conns    prometheus.Gauge
 	overflow *prometheus.CounterVec
+	evicted  *prometheus.CounterVec
 }
 
 // newMetrics registers the server's metrics, and the Go runtime's and the process's, on reg.
@@ -212,6 +231,7 @@ func newMetrics(reg *prometheus.Registry) *serverMetrics {
 		logBytes: f.NewCounter(prometheus.CounterOpts{Name: "tfstackplan_log_bytes_total", Help: "Log bytes accepted."}),
 		conns:    f.NewGauge(prometheus.GaugeOpts{Name: "tfstackplan_http_connections", Help: "Connections being served (under the connection cap)."}),
 		overflow: counters("tfstackplan_http_overflow_connections_total", "Connections past the cap, by what they got: healthz, busy (503), lost, dropped (closed unanswered).", "outcome"),
+		evicted:  counters("tfstackplan_http_evicted_connections_total", "Idle connections closed to admit a new one, by why: cap (every slot taken), address (the client address's share of unauthenticated connections).", "reason"),
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -254,10 +274,18 @@ func New(cfg Config) (*Server, error) {
 	cfg.HeaderTimeout = cmp.Or(cfg.HeaderTimeout, DefaultHeaderTimeout)
 	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
+	cfg.MaxConnsPerAddr = cmp.Or(cfg.MaxConnsPerAddr, DefaultMaxConnsPerAddr)
+	cfg.UnauthIdleTimeout = cmp.Or(cfg.UnauthIdleTimeout, DefaultUnauthIdleTimeout)
+	cfg.MaxRequestsPerPrincipal = cmp.Or(cfg.MaxRequestsPerPrincipal, DefaultMaxRequestsPerPrincipal)
 	reg := prometheus.NewRegistry()
 	em := errorMapper{log: cfg.Logger}
 	s := &Server{errorMapper: em, cfg: cfg, mux: http.NewServeMux(), registry: reg, metrics: newMetrics(reg),
-		limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{})}
+		limiters: map[string]*rate.Limiter{}, streamsDone: make(chan struct{}),
+		conns:    newConnTable(cfg.MaxConnsPerAddr, cfg.UnauthIdleTimeout),
+		inFlight: &inFlight{n: map[string]int{}, max: cfg.MaxRequestsPerPrincipal}}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tfstackplan_http_waiting_connections",
+		Help: "Connections served that wait for a request (new or idle): the ones a new connection may replace."},
+		func() float64 { return float64(s.conns.waiting()) }))
 	if cfg.FailureBurst >= 0 {
 		s.throttle = throttle.NewAuth(cfg.FailureBurst, cfg.FailureWindow, 0, cfg.Now)
 	}
@@ -397,6 +425,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, role auth.Rol
 	if err := s.throttle.CheckPrincipal(p.Name); err != nil {
 		return nil, err
 	}
+	markAuthenticated(r)
 	if !p.Has(role) {
 		return nil, fmt.Errorf("%w: %s lacks the %s role", auth.ErrNoRoles, p.Name, role)
 	}
@@ -464,6 +493,16 @@ func (s *Server) guard(rt route, next http.Handler) http.Handler {
 		r2, err := s.authorize(rec, r, rt.role, false)
 		if err == nil && rt.body != nil {
 			err = checkBodyHeaders(r, rt)
+		}
+		if err == nil {
+			if p, ok := auth.From(r2.Context()); ok {
+				release, free := s.inFlight.acquire(p.Name)
+				if !free {
+					err = fmt.Errorf("%w: %d requests of %s are in progress", errRateLimited, s.cfg.MaxRequestsPerPrincipal, p.Name)
+				} else {
+					defer release()
+				}
+			}
 		}
 		if err != nil {
 			s.refuse(rec, r, err)

@@ -161,10 +161,13 @@ func (t *Throttle) Len() int {
 
 // Addr is the throttle key of a request's client: the IP of the connection's peer (never a
 // header a client can set), an IPv6 address's /64, where one client usually holds them all.
-func Addr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+func Addr(r *http.Request) string { return AddrKey(r.RemoteAddr) }
+
+// AddrKey is Addr of a peer's address (host:port).
+func AddrKey(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
-		host = r.RemoteAddr
+		host = remote
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {
