@@ -119,6 +119,9 @@ type RunOptions struct {
 	Stdout, Stderr io.Writer
 	// Color paints the terminal summary.
 	Color bool
+	// Terminal says Stdout is a terminal: the run prints a line per stack under a live status
+	// line, and terramate's own output goes to a file (see jobLog).
+	Terminal bool
 	// ExecutionID names the execution ("" : a random id).
 	ExecutionID string
 	// Now is the clock (time.Now when nil).
@@ -188,6 +191,9 @@ type run struct {
 	// draining is the pump's drain under way (startDrain; one pump at a time), which drain
 	// waits for.
 	draining *pendingDrain
+	// jl prints the job's own log of the script run under way (nil: terramate's stream is
+	// printed as it comes).
+	jl *jobLog
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -1180,9 +1186,18 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		defer os.RemoveAll(tickDir)
 	}
 	actions := r.gh.Actions
+	rawTitle := fmt.Sprintf("terramate script run %s (%s, %d stacks)", script, r.o.Environment, len(r.paths))
+	raw, jl := r.startJobLog(step, pump)
+	defer func() { r.jl = nil }()
+	if raw != nil {
+		if actions {
+			defer os.Remove(raw.Name()) // it is printed, at the end
+		}
+		defer raw.Close()
+	}
 	resume := ""
-	if actions {
-		fmt.Fprintf(r.out, "::group::terramate script run %s (%s, %d stacks)\n", script, r.o.Environment, len(r.paths))
+	if actions && jl == nil {
+		fmt.Fprintf(r.out, "::group::%s\n", rawTitle)
 		// The scripts' output is not ours to trust: a line in it must not become a workflow
 		// command (::add-mask::, ::error::, ::endgroup:: ...) until the run is over.
 		resume = randomDelimiter()
@@ -1195,7 +1210,14 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.o.Op == OpPlan)
 		defer stopRelay() // on a panic too
 	}
-	w := newScriptWatcher(r.out)
+	var w *scriptWatcher
+	if jl != nil {
+		w = newScriptWatcher(raw)
+		w.onStart = jl.start
+		w.onFail = func(stack string) { jl.end(stack, StatusFailed, "") }
+	} else {
+		w = newScriptWatcher(r.out)
+	}
 	stopWatch := context.AfterFunc(ctx, w.interrupt)
 	defer stopWatch()
 	runErr := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
@@ -1205,7 +1227,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	})
 	r.startDrain(ctx, pump)
 	stopRelay()
-	if actions {
+	if resume != "" {
 		fmt.Fprintf(r.out, "\n::%s::\n::endgroup::\n", resume)
 	}
 	started, failed := w.snapshot()
@@ -1221,6 +1243,24 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	}
 	if ticks != nil {
 		out.ticks = ticks.stacks
+	}
+	if jl != nil {
+		jl.finish(func(stack string) (string, events.Class) {
+			var class events.Class
+			if s := r.early[stack]; s != nil {
+				class = s.Class
+			}
+			return out.status(stack, false), class
+		})
+		if actions {
+			fmt.Fprintf(r.out, "::group::%s: terramate's own output\n", rawTitle)
+			b, skipped := maskedTail(jl.masker, raw.Name(), maxRawGroup)
+			if skipped > 0 {
+				fmt.Fprintf(r.out, "(the first %d bytes are left out)\n", skipped)
+			}
+			writeUncommanded(r.out, b)
+			fmt.Fprintln(r.out, "::endgroup::")
+		}
 	}
 	return out, runErr
 }
@@ -1240,7 +1280,8 @@ const TickRelayInterval = 500 * time.Millisecond
 // left, posts it, and waits. Without a server a plan still classifies early (the run's end then
 // has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses.
 func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
-	if !r.client.Enabled() && !live {
+	jl := r.jl
+	if !r.client.Enabled() && !live && jl == nil {
 		var once sync.Once
 		return func() { once.Do(func() { t.next() }) }
 	}
@@ -1249,7 +1290,8 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 		reporting := r.reporting()
 		r.sayInit()
 		var batch []events.PhaseEvent
-		var done []string
+		var done, ended []string
+		endStatus := map[string]string{}
 		for _, rec := range recs {
 			if _, ok := r.byPath[rec.Stack]; !ok {
 				continue // not a stack of this run: never reported
@@ -1262,6 +1304,15 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			}
 			if live && rec.Phase == "done" && strings.EqualFold(rec.Status, StatusSucceeded) {
 				done = append(done, rec.Stack)
+			}
+			if jl != nil && rec.Phase == "done" {
+				var s tickSummary
+				s.add(rec)
+				ended = append(ended, rec.Stack)
+				endStatus[rec.Stack] = StatusSucceeded
+				if s.failed {
+					endStatus[rec.Stack] = StatusFailed
+				}
 			}
 		}
 		pctx := context.WithoutCancel(ctx)
@@ -1276,6 +1327,13 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop fu
 			if u, ok := r.classifyEarly(stack); ok && r.named(stack) {
 				updates = append(updates, u)
 			}
+		}
+		for _, stack := range ended {
+			var class events.Class
+			if s := r.early[stack]; s != nil {
+				class = s.Class
+			}
+			jl.end(stack, endStatus[stack], class)
 		}
 		if reporting {
 			_, err := phases.wait()

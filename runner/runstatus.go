@@ -22,6 +22,8 @@ type scriptWatcher struct {
 	failed  map[string]bool
 	// failedAtInterrupt is failed as it was when the run was interrupted (nil: it was not).
 	failedAtInterrupt map[string]bool
+	// onStart and onFail, when set, hear of a stack's first command and of its failure.
+	onStart, onFail func(stack string)
 }
 
 var failedLine = regexp.MustCompile(`execution failed: running .* \(in /(.*)\): `)
@@ -62,12 +64,18 @@ func (s *scriptWatcher) Write(p []byte) (int, error) {
 
 func (s *scriptWatcher) examine(line string) {
 	if stack, ok := startedStack(line); ok {
+		if !s.started[stack] && s.onStart != nil {
+			s.onStart(stack)
+		}
 		s.started[stack] = true
 		return
 	}
 	// The substring test only spares most lines the regular expression, which needs it.
 	if strings.Contains(line, "execution failed: running ") {
 		if m := failedLine.FindStringSubmatch(line); m != nil {
+			if !s.failed[m[1]] && s.onFail != nil {
+				s.onFail(m[1])
+			}
 			s.failed[m[1]] = true
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"strings"
 )
@@ -66,25 +64,6 @@ func lockIDInFile(b []byte) string {
 	return info.ID
 }
 
-// readTail returns at most n bytes from the end of the file at path (nil when it cannot be
-// read).
-func readTail(path string, n int64) []byte {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil
-	} else if fi.Size() > n {
-		if _, err := f.Seek(fi.Size()-n, io.SeekStart); err != nil {
-			return nil
-		}
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return b
-}
-
 // stateLock tells what lock the interrupted stack at path (repository-relative) may hold, nil
 // for none. A stack whose processes stopped by themselves (killed is false) released its lock,
 // unless its log says tofu failed to; one killed after the interrupt grace holds it, with the
@@ -92,11 +71,13 @@ func readTail(path string, n int64) []byte {
 func (r *run) stateLock(path string, killed bool) *StateLock {
 	id := ""
 	if file, err := r.root.stackFile(path, r.o.LogFile); err == nil {
-		id = lockIDInLog(readTail(file, lockScanBytes))
+		b, _ := tailOfFile(file, lockScanBytes)
+		id = lockIDInLog(b)
 	}
 	if id == "" && killed {
 		if file, err := r.root.stackFile(path, localLockFile); err == nil {
-			id = lockIDInFile(readTail(file, 4<<10))
+			b, _ := tailOfFile(file, 4<<10)
+			id = lockIDInFile(b)
 		}
 	}
 	switch {

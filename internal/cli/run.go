@@ -213,7 +213,8 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	}
 	tm.InterruptGrace = cmp.Or(opts.InterruptGrace, runner.DefaultInterruptGrace)
 	r.Terramate = tm
-	r.Color = isTerminal(opts.IO.Out) && os.Getenv("NO_COLOR") == ""
+	r.Terminal = isTerminal(opts.IO.Out)
+	r.Color = r.Terminal && os.Getenv("NO_COLOR") == ""
 
 	sigs := opts.Signals
 	if sigs == nil {
