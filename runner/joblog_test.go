@@ -8,28 +8,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the run's writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // In GitHub Actions the job's log has a line per stack as it starts and as it ends (status,
 // class, seconds), each stack's own log, masked, as its own collapsed group that no line of it
@@ -39,7 +22,7 @@ func TestJobLogInActions(t *testing.T) {
 	stacks := []string{"a", "b", "c"}
 	root := runRepo(t, stacks)
 	plan := recordedPlan(t, "create")
-	var out lockedBuffer
+	var out testkit.SyncBuffer
 	env := map[string]string{"GITHUB_ACTIONS": "true", "RUNNER_TEMP": t.TempDir()}
 	res := runScriptedWith(t, nil, root, stacks, OpPlan, "", func(o *RunOptions) {
 		o.Stdout, o.TickRelay = &out, 10*time.Millisecond
@@ -102,7 +85,7 @@ func TestJobLogInActions(t *testing.T) {
 func TestJobLogOnTerminal(t *testing.T) {
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
-	var out lockedBuffer
+	var out testkit.SyncBuffer
 	runScriptedWith(t, nil, root, stacks, OpPlan, "", func(o *RunOptions) {
 		o.Stdout, o.Terminal = &out, true
 	}, func(_, tickDir string, stdout io.Writer) error {
