@@ -80,12 +80,16 @@ func (r *run) needsOf(x *api.ExecutionGates) *GatesNeeded {
 			continue
 		}
 		n := GateNeeded{Class: gate.Class, Target: gate.Target, Stacks: gate.Stacks, Satisfied: gate.Satisfied,
-			GrantID: gate.GrantID, GrantedBy: gate.GrantedBy, GrantedAt: gate.GrantedAt, ApproveURL: r.res.ExecutionURL}
+			GrantID: gate.GrantID, GrantedBy: gate.GrantedBy, GrantedAt: gate.GrantedAt}
 		if n.Stacks == nil {
 			n.Stacks = []string{}
 		}
-		if x.PR > 0 {
-			n.Command = satisfyCommand(x.Repo, env, x.PR, x.ExecutionID, gate.Class, gate.Target)
+		// A plan that cannot be approved gets no way to approve it; grants are per PR.
+		if !n.Satisfied && x.Blocked == "" {
+			n.ApproveURL = r.res.ExecutionURL
+			if x.PR > 0 {
+				n.Command = satisfyCommand(x.Repo, env, x.PR, x.ExecutionID, gate.Class, gate.Target)
+			}
 		}
 		g.Required = append(g.Required, n)
 	}
