@@ -97,9 +97,9 @@ func (r *run) needsOf(x *api.ExecutionGates) *GatesNeeded {
 	case len(g.Required) == 0:
 		g.Message = fmt.Sprintf("The server's policy for %q requires no gate for this plan.", env)
 	case open == 0:
-		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; every one is satisfied.", env, plural(len(g.Required), "gate", "gates"))
+		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; every one is satisfied.", env, countNoun(len(g.Required), "gate", "gates"))
 	default:
-		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; %d not satisfied yet.", env, plural(len(g.Required), "gate", "gates"), open)
+		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; %d not satisfied yet.", env, countNoun(len(g.Required), "gate", "gates"), open)
 	}
 	return g
 }
@@ -149,15 +149,15 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func plural(n int, one, many string) string {
+func countNoun(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// names is up to maxNamesShown of names, each through quote, and how many more there are.
-func names(list []string, quote func(string) string) string {
+// someNames is up to maxNamesShown of names, each through quote, and how many more there are.
+func someNames(list []string, quote func(string) string) string {
 	shown := make([]string, 0, min(len(list), maxNamesShown))
 	for _, n := range list[:min(len(list), maxNamesShown)] {
 		shown = append(shown, quote(n))
@@ -255,7 +255,7 @@ func (r *run) notes() []string {
 				fmt.Fprintf(&b, "- … and %d more (see the execution page)\n", len(g.Required)-i)
 				break
 			}
-			fmt.Fprintf(&b, "- %s **%s** on %s, for %s: ", gateMark(gate.Satisfied), plan.Cell(gate.Class), plan.CodeSpan(gate.Target), names(gate.Stacks, plan.CodeSpan))
+			fmt.Fprintf(&b, "- %s **%s** on %s, for %s: ", gateMark(gate.Satisfied), plan.Cell(gate.Class), plan.CodeSpan(gate.Target), someNames(gate.Stacks, plan.CodeSpan))
 			if gate.Satisfied {
 				fmt.Fprintf(&b, "satisfied by grant %d of %s", gate.GrantID, plan.Cell(gate.GrantedBy))
 				if !gate.GrantedAt.IsZero() {
@@ -275,7 +275,7 @@ func (r *run) notes() []string {
 			}
 			b.WriteString("\n")
 			if gate.Command != "" {
-				b.WriteString(indent(plan.Fence(plan.PrintableText(gate.Command), "sh"), "  "))
+				b.WriteString(indentLines(plan.Fence(plan.PrintableText(gate.Command), "sh"), "  "))
 			}
 		}
 		out = append(out, b.String())
@@ -292,7 +292,7 @@ func (r *run) notes() []string {
 			if c.Execution != "" {
 				fmt.Fprintf(&b, " (plan %s)", plan.CodeSpan(c.Execution))
 			}
-			fmt.Fprintf(&b, " claims %s\n", names(c.Stacks, plan.CodeSpan))
+			fmt.Fprintf(&b, " claims %s\n", someNames(c.Stacks, plan.CodeSpan))
 		}
 		out = append(out, b.String())
 	}
@@ -333,8 +333,8 @@ func stackEnded(status string) string {
 	return "failed"
 }
 
-// indent prefixes every non-empty line of s with prefix.
-func indent(s, prefix string) string {
+// indentLines prefixes every non-empty line of s with prefix.
+func indentLines(s, prefix string) string {
 	lines := strings.SplitAfter(s, "\n")
 	for i, l := range lines {
 		if strings.TrimSpace(l) != "" {
@@ -351,7 +351,7 @@ func (r *run) annotateNeeds(w io.Writer) {
 	for _, c := range res.Conflicts {
 		annotate(w, "warning", "tfstackplan "+res.Op+": claimed by PR #"+fmt.Sprint(c.PR),
 			fmt.Sprintf("PR #%d claims %s in %s: this plan's apply is denied until PR #%d is applied or releases its claims.",
-				c.PR, names(c.Stacks, func(s string) string { return s }), res.Environment, c.PR))
+				c.PR, someNames(c.Stacks, func(s string) string { return s }), res.Environment, c.PR))
 	}
 	for _, e := range res.Stacks {
 		if e.Status != StatusFailed && e.Status != StatusCancelled {
@@ -394,7 +394,7 @@ func (r *run) needsSummary(w io.Writer) {
 	}
 	for _, e := range res.Stacks {
 		if (e.Status == StatusFailed || e.Status == StatusCancelled) && e.LogTail != "" {
-			fmt.Fprintf(w, "the last lines of %s's log:\n%s\n", plan.PrintableText(e.Path), indent(e.LogTail+"\n", "  | "))
+			fmt.Fprintf(w, "the last lines of %s's log:\n%s\n", plan.PrintableText(e.Path), indentLines(e.LogTail+"\n", "  | "))
 		}
 	}
 }
