@@ -202,13 +202,21 @@ func logTail(path string, m *Masker) string {
 	if _, err := f.Seek(start, io.SeekStart); err != nil {
 		return ""
 	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), MaxSecretLength+1024)
+	// Line by line; a line longer than the buffer (no value that long could be masked) is
+	// skipped whole, and the lines after it are still read.
+	br := bufio.NewReaderSize(f, 64<<10)
 	var values []string
-	for sc.Scan() {
-		if v, ok := parseAddMask(bytes.TrimLeft(sc.Bytes(), " \t")); ok {
-			values = append(values, v)
+	for long := false; ; {
+		line, more, err := br.ReadLine()
+		if err != nil {
+			break
 		}
+		if !long && !more {
+			if v, ok := parseAddMask(line); ok {
+				values = append(values, v)
+			}
+		}
+		long = more
 	}
 	_ = m.add(values) // a value too long to mask is cut from the tail below as far as possible
 	// The tail: the last lines of the last few KiB. The first line of the window may be cut,

@@ -245,3 +245,45 @@ func TestNeedsOfDistrustsTheAnswer(t *testing.T) {
 		t.Fatalf("required %+v, want the destructive gate alone", g.Required)
 	}
 }
+
+// A log's tail is its last lines, at most MaxLogTailLines and MaxLogTailBytes, masked with the
+// run's masks and every value an `::add-mask::` line announced, however early in the log and
+// after however long a line; a missing or empty log has none.
+func TestLogTail(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var log strings.Builder
+	log.WriteString("  ::add-mask::early-secret\n")
+	log.WriteString(strings.Repeat("x", 200<<10) + "\n") // longer than the reader's buffer
+	log.WriteString("::add-mask::late%0Asecret\n")
+	for i := range 100 {
+		fmt.Fprintf(&log, "line %03d early-secret late secret run-secret\n", i)
+	}
+	m := NewMasker("run-secret")
+	got := logTail(write("long.log", log.String()), m)
+	lines := strings.Split(got, "\n")
+	if len(lines) != MaxLogTailLines || lines[len(lines)-1] != "line 099 *** *** *** ***" || lines[0] != "line 070 *** *** *** ***" {
+		t.Fatalf("tail:\n%s", got)
+	}
+	wide := strings.Repeat("y", 300)
+	var w strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&w, "%02d %s\n", i, wide)
+	}
+	got = logTail(write("wide.log", w.String()), NewMasker())
+	if len(got) > MaxLogTailBytes || !strings.HasSuffix(got, "39 "+wide) || !strings.HasPrefix(got, fmt.Sprint(40-strings.Count(got, "\n")-1)+" ") {
+		t.Fatalf("a tail of %d bytes, want whole lines within %d:\n%.200s", len(got), MaxLogTailBytes, got)
+	}
+	if got := logTail(filepath.Join(dir, "missing.log"), NewMasker()); got != "" {
+		t.Errorf("a missing log has the tail %q", got)
+	}
+	if got := logTail(write("empty.log", ""), NewMasker()); got != "" {
+		t.Errorf("an empty log has the tail %q", got)
+	}
+}
