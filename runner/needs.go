@@ -24,12 +24,15 @@ const (
 	MaxLogTailLines = 30
 	MaxLogTailBytes = 4096
 	// maxTailsShown is how many failed stacks' tails the comment and the summary show.
-	maxTailsShown = 5
+	maxTailsShown = 3
 	// maxGatesShown and maxConflictsShown bound the gates and conflicts they list.
-	maxGatesShown     = 20
-	maxConflictsShown = 20
-	// maxNamesShown bounds the stacks named for one gate or conflict.
+	maxGatesShown     = 10
+	maxConflictsShown = 10
+	// maxNamesShown and maxNamesBytes bound the stacks named for one gate or conflict. With the
+	// bounds above, the notes stay under 56 KiB whatever the server answers, and the comment
+	// (65,536 characters) keeps them whole with the totals.
 	maxNamesShown = 20
+	maxNamesBytes = 512
 	// tailScanLimit bounds how much of a stack's log is read for its `::add-mask::` lines.
 	tailScanLimit = 64 << 20
 )
@@ -156,11 +159,17 @@ func countNoun(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// someNames is up to maxNamesShown of names, each through quote, and how many more there are.
+// someNames is up to maxNamesShown of names (at least one, and no more than maxNamesBytes of
+// them, each cut at half of that), each through quote, and how many more there are.
 func someNames(list []string, quote func(string) string) string {
 	shown := make([]string, 0, min(len(list), maxNamesShown))
+	size := 0
 	for _, n := range list[:min(len(list), maxNamesShown)] {
-		shown = append(shown, quote(n))
+		q := quote(truncate(n, maxNamesBytes/2))
+		if size += len(q) + 2; len(shown) > 0 && size > maxNamesBytes {
+			break
+		}
+		shown = append(shown, q)
 	}
 	out := strings.Join(shown, ", ")
 	if more := len(list) - len(shown); more > 0 {
@@ -361,12 +370,14 @@ func (r *run) annotateNeeds(w io.Writer) {
 			fmt.Sprintf("PR #%d claims %s in %s: this plan's apply is denied until PR #%d is applied or releases its claims.",
 				c.PR, someNames(c.Stacks, func(s string) string { return s }), res.Environment, c.PR))
 	}
+	tails := 0
 	for _, e := range res.Stacks {
 		if e.Status != StatusFailed && e.Status != StatusCancelled {
 			continue
 		}
 		msg := "stack " + e.Path + " " + stackEnded(e.Status) + ": " + e.Error
-		if e.LogTail != "" {
+		if e.LogTail != "" && tails < maxTailsShown {
+			tails++
 			msg += "\nThe last lines of its log:\n" + e.LogTail
 		}
 		annotateError(w, "tfstackplan "+res.Op+": "+e.Path, msg)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/plan"
 )
 
 var updateGoldens = flag.Bool("update", false, "rewrite the golden files in testdata/needs/")
@@ -285,5 +286,51 @@ func TestLogTail(t *testing.T) {
 	}
 	if got := logTail(write("empty.log", ""), NewMasker()); got != "" {
 		t.Errorf("an empty log has the tail %q", got)
+	}
+}
+
+// Whatever the server answers and however many stacks fail, the notes fit in the comment with
+// its heading and totals, whole, and say how much they left out.
+func TestNotesFitTheComment(t *testing.T) {
+	long := strings.Repeat("n", 1000)
+	x := &api.ExecutionGates{ExecutionID: goldenExec, Repo: "acme/infra", Environment: "prod", PR: 7, Policy: true}
+	var stacks []string
+	for i := range 500 {
+		stacks = append(stacks, fmt.Sprintf("stacks/prod/%s/%03d", long, i))
+	}
+	for i := range 100 {
+		x.Gates = append(x.Gates, api.Gate{Class: "destructive", Target: fmt.Sprintf("%s/%03d/**", long, i), Stacks: stacks})
+		x.Conflicts = append(x.Conflicts, api.ClaimConflict{PR: 100 + i, ExecutionID: goldenExec, Stacks: stacks})
+	}
+	r := &run{res: &Result{Environment: "prod", Op: OpPlan, ExecutionURL: "https://tfstackplan.example.com/ui/executions/" + goldenExec}}
+	r.res.Gates, r.res.Conflicts = r.needsOf(x), conflictsOf(x)
+	report := &plan.Report{Environment: "prod", Dir: "stacks/prod"}
+	for i := range 50 {
+		e := StackEntry{Stack: fmt.Sprint(i), Path: fmt.Sprintf("stacks/prod/%s/%03d", long, i), Status: StatusFailed,
+			Error: "the script failed", LogTail: strings.Repeat(strings.Repeat("t", 135)+"\n", 31)[:MaxLogTailBytes]}
+		r.res.Stacks = append(r.res.Stacks, e)
+		report.Stacks = append(report.Stacks, &plan.Stack{Name: e.Path, Class: "unclassified", Error: e.Error})
+	}
+	report.Notes = r.notes()
+	size := 0
+	for _, n := range report.Notes {
+		size += len(n) + 2
+	}
+	if size > 56<<10 {
+		t.Errorf("the notes are %d bytes, more than 56 KiB", size)
+	}
+	comment := plan.Comment(report)
+	if len(comment) > plan.MaxCommentChars {
+		t.Fatalf("the comment is %d bytes", len(comment))
+	}
+	for _, n := range report.Notes {
+		if !strings.Contains(comment, strings.TrimRight(n, "\n")) {
+			t.Fatalf("the comment lost a note:\n%.300s", n)
+		}
+	}
+	for _, want := range []string{"- … and 90 more (see the execution page)", "> - … and 90 more pull requests", "_More stacks failed;", " and 499 more"} {
+		if !strings.Contains(comment, want) {
+			t.Errorf("the comment does not say %q", want)
+		}
 	}
 }
