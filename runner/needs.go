@@ -49,6 +49,11 @@ func (r *run) askNeeds(ctx context.Context) {
 		res.Gates = &GatesNeeded{Status: GatesOffline, Required: []GateNeeded{},
 			Message: "No tfstackplan server is configured, so nothing here says which gates this plan needs: the server's policy decides that when the apply asks."}
 		return
+	case res.Status == StatusCancelled:
+		// A cancelled run ends as soon as it can; its plan is not applicable anyway.
+		res.Gates = &GatesNeeded{Status: GatesUnavailable, Required: []GateNeeded{},
+			Message: "The run was cancelled, so the server was not asked which gates this plan needs."}
+		return
 	case !r.finalized || r.refusal() != nil || r.initPanic != nil:
 		res.Gates = &GatesNeeded{Status: GatesUnavailable, Required: []GateNeeded{},
 			Message: "The server has no record of this plan, so it was not asked which gates the plan needs."}
