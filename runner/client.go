@@ -533,6 +533,26 @@ func (c *Client) ClaimsList(ctx context.Context, repo, env string) ([]events.Cla
 	return claims, nil
 }
 
+// ExecutionGates asks what plan execution id needs before its apply: the gates it requires
+// under the server's policy, satisfied or not, and the other PRs' claims on its stacks; nil,
+// nil when disabled.
+func (c *Client) ExecutionGates(ctx context.Context, id string) (*api.ExecutionGates, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
+	body, err := c.call(ctx, "ExecutionGates", true, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ExecutionGates(ctx, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out api.ExecutionGates
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("ExecutionGates: malformed answer: %w", err)
+	}
+	return &out, nil
+}
+
 // ClaimsRelease releases claims as body says: the claims of the runner's own execution.
 func (c *Client) ClaimsRelease(ctx context.Context, body api.ClaimsRelease) error {
 	return c.event(ctx, "ClaimsRelease", func(ctx context.Context) (*http.Response, error) { return c.api.ClaimsRelease(ctx, body) })

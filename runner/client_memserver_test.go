@@ -38,6 +38,9 @@ type memServer struct {
 	releases     []api.GrantsRelease
 	requester    string
 	auth         []string // Authorization headers seen
+	// execGates, when it has the execution, is ExecutionGates' answer; without it the answer
+	// is that of a server whose policy has no such environment.
+	execGates map[string]api.ExecutionGates
 
 	// updateBatches counts Updates requests.
 	updateBatches int
@@ -277,6 +280,20 @@ func (m *memServer) ExecutionGet(_ context.Context, r api.ExecutionGetRequestObj
 		ex.Stacks = append(ex.Stacks, api.StackState{Stack: s, Status: events.StackPending})
 	}
 	return api.ExecutionGet200JSONResponse(ex), nil
+}
+
+func (m *memServer) ExecutionGates(_ context.Context, r api.ExecutionGatesRequestObject) (api.ExecutionGatesResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if x, ok := m.execGates[r.Id]; ok {
+		return api.ExecutionGates200JSONResponse(x), nil
+	}
+	in, ok := m.inits[r.Id]
+	if !ok {
+		return api.ExecutionGatesdefaultJSONResponse{StatusCode: 404, Body: api.Error{Code: "NOT_FOUND", Message: "no execution " + r.Id}}, nil
+	}
+	return api.ExecutionGates200JSONResponse{ExecutionID: in.ExecutionID, Repo: in.Repo, Environment: in.Environment, PR: in.PR,
+		Gates: []api.Gate{}, Conflicts: []api.ClaimConflict{}}, nil
 }
 
 func (m *memServer) LogRead(_ context.Context, r api.LogReadRequestObject) (api.LogReadResponseObject, error) {

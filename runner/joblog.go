@@ -35,7 +35,7 @@ const (
 // returns the file terramate's stream goes to instead of the job's output, and the jobLog the
 // script watcher and the tick relay tell of each stack (nil, nil elsewhere, or when the file
 // cannot be made: the stream is then printed as it comes).
-func (r *run) startJobLog(step string, pump *LogPump) (*os.File, *jobLog) {
+func (r *run) startJobLog(step string) (*os.File, *jobLog) {
 	if !r.gh.Actions && !r.o.Terminal {
 		return nil, nil
 	}
@@ -44,10 +44,7 @@ func (r *run) startJobLog(step string, pump *LogPump) (*os.File, *jobLog) {
 		r.warn("terramate's output goes to the job's log as it comes: %v", err)
 		return nil, nil
 	}
-	masker := NewMasker()
-	if pump != nil {
-		masker = pump.Masker()
-	}
+	masker := r.masker // shared with the log pump: what its logs announce is masked here too
 	r.jl = &jobLog{
 		w: r.out, step: step, total: len(r.paths), actions: r.gh.Actions, terminal: r.o.Terminal && !r.gh.Actions, now: r.now,
 		started: map[string]time.Time{}, ended: map[string]bool{}, masker: masker,

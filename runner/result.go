@@ -70,8 +70,14 @@ type Result struct {
 	// EdgesApproximate: run-graph was too slow and the edges come from stack metadata.
 	EdgesApproximate bool `json:"edges_approximate,omitempty"`
 
-	Gate  *GateResult  `json:"gate,omitempty"`
-	Error *ResultError `json:"error"`
+	Gate *GateResult `json:"gate,omitempty"`
+	// Gates is what the plan needs before its apply, as the server's policy says (run plan
+	// only).
+	Gates *GatesNeeded `json:"gates,omitempty"`
+	// Conflicts are the other open pull requests that claim stacks this plan changes: its
+	// apply is denied until they are applied or release them (run plan, with a server).
+	Conflicts []Conflict   `json:"conflicts,omitempty"`
+	Error     *ResultError `json:"error"`
 	// Warnings are problems that did not fail the run (the server could not be reached, logs
 	// were lost, ...).
 	Warnings []string `json:"warnings,omitempty"`
@@ -97,6 +103,56 @@ type StackEntry struct {
 	// Lock is set on a stack the run's interrupt caught in the middle of its script: the
 	// state lock it may still hold.
 	Lock *StateLock `json:"lock,omitempty"`
+	// LogTail is the end of the log of a failed or cancelled stack (masked; at most
+	// MaxLogTailLines lines and MaxLogTailBytes bytes).
+	LogTail string `json:"log_tail,omitempty"`
+}
+
+// What GatesNeeded.Status says of where the gates come from.
+const (
+	GatesKnown       = "known"       // the server answered: Required is every gate the plan needs
+	GatesOffline     = "offline"     // no server: nothing says which gates the plan needs
+	GatesUnavailable = "unavailable" // the server did not answer
+	GatesNoPolicy    = "no-policy"   // the server's policy has no such environment: nothing is gated
+)
+
+// GatesNeeded is what a plan needs before its apply, as the server said after its Finalize.
+type GatesNeeded struct {
+	// Status is GatesKnown, GatesOffline, GatesUnavailable or GatesNoPolicy.
+	Status string `json:"status"`
+	// Message says the same in a sentence (and why the server did not answer).
+	Message string `json:"message"`
+	// Blocked is why the server would approve or apply no part of this plan as it is.
+	Blocked string `json:"blocked,omitempty"`
+	// Required are the gates the plan requires (known only).
+	Required []GateNeeded `json:"required"`
+}
+
+// GateNeeded is one gate a plan requires: a class of change on the stacks matching a glob.
+type GateNeeded struct {
+	Class string `json:"class"`
+	// Target is the policy's stack glob.
+	Target string `json:"target"`
+	// Stacks are the plan's stacks (repository paths) the gate covers.
+	Stacks    []string `json:"stacks"`
+	Satisfied bool     `json:"satisfied"`
+	// GrantID, GrantedBy and GrantedAt name the grant that satisfies the gate.
+	GrantID   int64     `json:"grant_id,omitempty"`
+	GrantedBy string    `json:"granted_by,omitempty"`
+	GrantedAt time.Time `json:"granted_at,omitzero"`
+	// ApproveURL is the execution's page, where an admin approves it.
+	ApproveURL string `json:"approve_url,omitempty"`
+	// Command is the CLI command that approves it (the reason left to the approver).
+	Command string `json:"command,omitempty"`
+}
+
+// Conflict is another open pull request's claim on stacks a plan changes.
+type Conflict struct {
+	PR int `json:"pr"`
+	// Execution is the plan of that PR that took the claims.
+	Execution string `json:"execution,omitempty"`
+	// Stacks are the claimed stacks (repository paths).
+	Stacks []string `json:"stacks"`
 }
 
 // GateResult is the apply-time gate check's outcome.

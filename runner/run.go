@@ -194,6 +194,9 @@ type run struct {
 	// jl prints the job's own log of the script run under way (nil: terramate's stream is
 	// printed as it comes).
 	jl *jobLog
+	// masker is the run's masks, shared with the log pump: the failed stacks' log tails are
+	// masked with it.
+	masker *Masker
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -264,6 +267,10 @@ func newRun(o RunOptions) *run {
 		r.errOut = io.Discard
 	}
 	r.gh = GitHubFromEnv(r.getenv)
+	if r.o.Pump.Masker == nil {
+		r.o.Pump.Masker = NewMasker()
+	}
+	r.masker = r.o.Pump.Masker
 	start := r.now()
 	r.res = &Result{
 		Version: ResultVersion, Op: o.Op, Environment: o.Environment, Status: StatusSucceeded,
@@ -1187,7 +1194,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	}
 	actions := r.gh.Actions
 	rawTitle := fmt.Sprintf("terramate script run %s (%s, %d stacks)", script, r.o.Environment, len(r.paths))
-	raw, jl := r.startJobLog(step, pump)
+	raw, jl := r.startJobLog(step)
 	defer func() { r.jl = nil }()
 	if raw != nil {
 		if actions {
@@ -1445,7 +1452,7 @@ func (r *run) classify(out scriptOutcome, report bool) {
 		e.Class, e.Counts, e.PlanHash, e.Error = s.Class, s.Counts, s.PlanHash, s.Error
 		e.Destructive = s.DestructiveAddresses()
 		if e.Status == StatusFailed && e.Error == "" {
-			e.Error = "the stack's script failed"
+			e.Error = stackError(StatusFailed)
 		}
 	}
 	if report && r.reporting() {
@@ -1465,20 +1472,21 @@ func (r *run) planFile(path string) (file string, fresh bool, err error) {
 // missing, unreadable or stale, is unclassified with the reason.
 func (r *run) classifyStack(e *StackEntry, status, file string, fresh bool, ferr error) *plan.Stack {
 	unclassified := func(why string) *plan.Stack {
-		return &plan.Stack{Name: e.Stack, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{}, Error: why}
+		return &plan.Stack{Name: e.Path, Class: events.ClassUnclassified, Destructive: []plan.Change{}, Changes: []plan.Change{}, Error: why}
 	}
 	var s *plan.Stack
 	switch {
 	case status != StatusSucceeded:
-		s = unclassified("the stack's script " + status)
+		s = unclassified(stackError(status))
 	case ferr != nil:
 		s = unclassified(ferr.Error())
 	case !fresh:
 		s = unclassified(fmt.Sprintf("plan file %s was not written by this run (the script must write `show -json` of its saved plan there)", filepath.Join(e.Path, r.o.PlanJSON)))
 	default:
-		s, _ = plan.ClassifyFile(e.Stack, file)
+		s, _ = plan.ClassifyFile(e.Path, file)
 	}
-	s.Name = e.Stack
+	// By its repository path, as the policy's gates and the claims name it.
+	s.Name = e.Path
 	s.Why = e.Why
 	return s
 }
@@ -1691,7 +1699,9 @@ func (r *run) finish(ctx context.Context) {
 	if res.Status == StatusSucceeded && len(res.Stacks) == 0 {
 		res.Class = events.ClassNoChanges // nothing changed, so nothing to plan: not "no class"
 	}
+	r.fillLogTails()
 	r.finalize(ctx)
+	r.askNeeds(ctx)
 	r.warnUnreported()
 	res.FinishedAt = r.now().UTC()
 	res.DurationMS = res.FinishedAt.Sub(res.StartedAt).Milliseconds()
@@ -1749,6 +1759,9 @@ func (r *run) writeOutputs() {
 	// A line per stack and per destroyed resource, the plans and the annotations: one write to
 	// stdout, not one each.
 	out := bufio.NewWriterSize(r.out, 64<<10)
+	if r.report != nil {
+		r.report.Environment, r.report.Dir, r.report.Notes = res.Environment, r.tierRel, r.notes()
+	}
 	if r.report != nil && !r.o.DryRun {
 		fmt.Fprintln(out)
 		if err := plan.Text(out, r.report, r.o.Color); err != nil {
@@ -1757,11 +1770,7 @@ func (r *run) writeOutputs() {
 	}
 	r.terminalSummary(out)
 	if r.gh.Actions {
-		for _, e := range res.Stacks {
-			if e.Status == StatusFailed {
-				annotateError(out, "tfstackplan "+res.Op+": "+e.Stack, "stack "+e.Stack+" failed: "+e.Error)
-			}
-		}
+		r.annotateNeeds(out)
 		if res.Error != nil && res.Error.Kind != KindScript {
 			annotateError(out, "tfstackplan "+res.Op, res.Error.Kind+" error in "+res.Error.Step+": "+tailOf(res.Error.Tail, 1024))
 		}
@@ -1836,7 +1845,7 @@ func (r *run) terminalSummary(w io.Writer) {
 		if cls == "" {
 			cls = "-"
 		}
-		fmt.Fprintf(w, "  %-10s %-13s %s\n", e.Status, cls, plan.Printable(e.Stack))
+		fmt.Fprintf(w, "  %-10s %-13s %s\n", e.Status, cls, plan.Printable(e.Path))
 		if s := r.classed[e.Path]; s != nil {
 			for _, c := range s.Destructive {
 				fmt.Fprintf(w, "      %s %s (%s)\n", c.Action.Symbol(), plan.Printable(c.Address), c.Action)
@@ -1853,6 +1862,7 @@ func (r *run) terminalSummary(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	r.needsSummary(w)
 	if res.Error != nil {
 		fmt.Fprintf(w, "error (%s, %s): %s\n", res.Error.Kind, res.Error.Step, plan.PrintableText(tailOf(res.Error.Tail, 2048)))
 	}

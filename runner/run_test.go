@@ -222,6 +222,10 @@ func TestRunStopsWhenTheServerCancels(t *testing.T) {
 	if len(m.finals) != 1 || m.finals[0].Status != events.ExecutionCancelled {
 		t.Fatalf("finals = %+v, want one cancelled Finalize", m.finals)
 	}
+	// A cancelled run does not stay to ask what its plan needs, and says so.
+	if m.requests["/executions/"+id+"/gates"] != 0 || res.Gates == nil || res.Gates.Status != GatesUnavailable || !strings.Contains(res.Gates.Message, "cancelled") {
+		t.Fatalf("asked %d times, gates %+v", m.requests["/executions/"+id+"/gates"], res.Gates)
+	}
 }
 
 // Each stack's status comes from terramate's output and the ticks.

@@ -247,6 +247,16 @@ type Claim struct {
 	Stack       string    `json:"stack"`
 }
 
+// ClaimConflict defines model for ClaimConflict.
+type ClaimConflict struct {
+	// ExecutionID The plan whose finalize took the claims.
+	ExecutionID string `json:"execution_id,omitempty,omitzero"`
+	PR          int    `json:"pr"`
+
+	// Stacks The stacks (repository paths) this plan changes that the PR claims.
+	Stacks []string `json:"stacks"`
+}
+
 // ClaimsRelease defines model for ClaimsRelease.
 type ClaimsRelease struct {
 	Environment string `json:"environment"`
@@ -326,6 +336,25 @@ type Execution struct {
 // ExecutionOp defines model for Execution.Op.
 type ExecutionOp string
 
+// ExecutionGates defines model for ExecutionGates.
+type ExecutionGates struct {
+	// Blocked Why the plan cannot be approved or applied as it is (not finalized, failed, a stack unclassified, ...); empty when it can.
+	Blocked string `json:"blocked,omitempty,omitzero"`
+
+	// Conflicts The other PRs that claim stacks this plan changes, by PR.
+	Conflicts   []ClaimConflict `json:"conflicts"`
+	Environment string          `json:"environment"`
+	ExecutionID string          `json:"execution_id"`
+
+	// Gates The gates the plan requires (empty - none), by class then target.
+	Gates []Gate `json:"gates"`
+
+	// Policy Whether the server's policy has the environment (false - nothing is gated there).
+	Policy bool   `json:"policy"`
+	PR     int    `json:"pr"`
+	Repo   string `json:"repo"`
+}
+
 // ExecutionStatus defines model for ExecutionStatus.
 type ExecutionStatus string
 
@@ -359,8 +388,17 @@ type Gate struct {
 	Cursor      string `json:"cursor,omitempty,omitzero"`
 	Environment string `json:"environment"`
 	ExecutionID string `json:"execution_id,omitempty,omitzero"`
-	PR          int    `json:"pr"`
-	Repo        string `json:"repo"`
+
+	// GrantID The active grant that approved the plan's content on the gate's stacks (satisfied only).
+	GrantID int64 `json:"grant_id,omitempty,omitzero"`
+
+	// GrantedAt When that grant was made.
+	GrantedAt time.Time `json:"granted_at,omitempty,omitzero"`
+
+	// GrantedBy Who made that grant.
+	GrantedBy string `json:"granted_by,omitempty,omitzero"`
+	PR        int    `json:"pr"`
+	Repo      string `json:"repo"`
 
 	// RequiredAt When the server recorded the gate: the finalize of the plan that required it (gates recorded before servers kept this carry the time their plan arrived).
 	RequiredAt time.Time `json:"required_at,omitempty,omitzero"`
@@ -1143,6 +1181,19 @@ type ClientInterface interface {
 	// Corresponds with GET /executions/{id} (the `ExecutionGet` operationId).
 	ExecutionGet(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExecutionGates What a plan needs before its apply - the gates it requires, and the stacks other PRs claim.
+	//
+	// For one plan execution, under the environment's policy as the server has it now: each
+	// gate the plan requires (class, target glob, the plan's stacks it covers, whether an
+	// active grant approved exactly this plan's content on them, and that grant: its id, who
+	// and when), and each other open PR that claims stacks this plan changes. A runner asks it
+	// after its Finalize; viewers may too. Read like the execution itself: an execution of a
+	// repository the caller may not read is `404 NOT_FOUND`. `policy` false means the
+	// server's policy names no such environment: nothing is gated there.
+	//
+	// Corresponds with GET /executions/{id}/gates (the `ExecutionGates` operationId).
+	ExecutionGates(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// LogRead Read one stack's log from an offset.
 	//
 	// Corresponds with GET /executions/{id}/log (the `LogRead` operationId).
@@ -1819,6 +1870,29 @@ func (c *Client) ExecutionsList(ctx context.Context, params *ExecutionsListParam
 // Corresponds with GET /executions/{id} (the `ExecutionGet` operationId).
 func (c *Client) ExecutionGet(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecutionGetRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecutionGates What a plan needs before its apply - the gates it requires, and the stacks other PRs claim.
+//
+// For one plan execution, under the environment's policy as the server has it now: each
+// gate the plan requires (class, target glob, the plan's stacks it covers, whether an
+// active grant approved exactly this plan's content on them, and that grant: its id, who
+// and when), and each other open PR that claims stacks this plan changes. A runner asks it
+// after its Finalize; viewers may too. Read like the execution itself: an execution of a
+// repository the caller may not read is `404 NOT_FOUND`. `policy` false means the
+// server's policy names no such environment: nothing is gated there.
+//
+// Corresponds with GET /executions/{id}/gates (the `ExecutionGates` operationId).
+func (c *Client) ExecutionGates(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecutionGatesRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2861,6 +2935,40 @@ func NewExecutionGetRequest(server string, id ExecutionPath) (*http.Request, err
 	return req, nil
 }
 
+// NewExecutionGatesRequest constructs an http.Request for the ExecutionGates method
+func NewExecutionGatesRequest(server string, id ExecutionPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/executions/%s/gates", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewLogReadRequest constructs an http.Request for the LogRead method
 func NewLogReadRequest(server string, id ExecutionPath, params *LogReadParams) (*http.Request, error) {
 	var err error
@@ -3571,6 +3679,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /executions/{id} (the `ExecutionGet` operationId).
 	ExecutionGetWithResponse(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*ExecutionGetResponse, error)
+
+	// ExecutionGatesWithResponse What a plan needs before its apply - the gates it requires, and the stacks other PRs claim.
+	//
+	// For one plan execution, under the environment's policy as the server has it now: each
+	// gate the plan requires (class, target glob, the plan's stacks it covers, whether an
+	// active grant approved exactly this plan's content on them, and that grant: its id, who
+	// and when), and each other open PR that claims stacks this plan changes. A runner asks it
+	// after its Finalize; viewers may too. Read like the execution itself: an execution of a
+	// repository the caller may not read is `404 NOT_FOUND`. `policy` false means the
+	// server's policy names no such environment: nothing is gated there.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /executions/{id}/gates (the `ExecutionGates` operationId).
+	ExecutionGatesWithResponse(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*ExecutionGatesResponse, error)
 
 	// LogReadWithResponse Read one stack's log from an offset.
 	//
@@ -4527,6 +4650,54 @@ func (r ExecutionGetResponse) ContentType() string {
 	return ""
 }
 
+type ExecutionGatesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExecutionGates
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecutionGatesResponse) GetJSON200() *ExecutionGates {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ExecutionGatesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecutionGatesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecutionGatesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecutionGatesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecutionGatesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type LogReadResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5304,6 +5475,27 @@ func (c *ClientWithResponses) ExecutionGetWithResponse(ctx context.Context, id E
 	return ParseExecutionGetResponse(rsp)
 }
 
+// ExecutionGatesWithResponse What a plan needs before its apply - the gates it requires, and the stacks other PRs claim.
+//
+// For one plan execution, under the environment's policy as the server has it now: each
+// gate the plan requires (class, target glob, the plan's stacks it covers, whether an
+// active grant approved exactly this plan's content on them, and that grant: its id, who
+// and when), and each other open PR that claims stacks this plan changes. A runner asks it
+// after its Finalize; viewers may too. Read like the execution itself: an execution of a
+// repository the caller may not read is `404 NOT_FOUND`. `policy` false means the
+// server's policy names no such environment: nothing is gated there.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /executions/{id}/gates (the `ExecutionGates` operationId).
+func (c *ClientWithResponses) ExecutionGatesWithResponse(ctx context.Context, id ExecutionPath, reqEditors ...RequestEditorFn) (*ExecutionGatesResponse, error) {
+	rsp, err := c.ExecutionGates(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecutionGatesResponse(rsp)
+}
+
 // LogReadWithResponse Read one stack's log from an offset.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6036,6 +6228,39 @@ func ParseExecutionGetResponse(rsp *http.Response) (*ExecutionGetResponse, error
 	return response, nil
 }
 
+// ParseExecutionGatesResponse parses an HTTP response from a ExecutionGatesWithResponse call
+func ParseExecutionGatesResponse(rsp *http.Response) (*ExecutionGatesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecutionGatesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExecutionGates
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseLogReadResponse parses an HTTP response from a LogReadWithResponse call
 func ParseLogReadResponse(rsp *http.Response) (*LogReadResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6290,6 +6515,9 @@ type ServerInterface interface {
 	// ExecutionGet One execution with its stacks and edges.
 	// (GET /executions/{id})
 	ExecutionGet(w http.ResponseWriter, r *http.Request, id ExecutionPath)
+	// ExecutionGates What a plan needs before its apply - the gates it requires, and the stacks other PRs claim.
+	// (GET /executions/{id}/gates)
+	ExecutionGates(w http.ResponseWriter, r *http.Request, id ExecutionPath)
 	// LogRead Read one stack's log from an offset.
 	// (GET /executions/{id}/log)
 	LogRead(w http.ResponseWriter, r *http.Request, id ExecutionPath, params LogReadParams)
@@ -6815,6 +7043,32 @@ func (siw *ServerInterfaceWrapper) ExecutionGet(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ExecutionGates operation middleware
+func (siw *ServerInterfaceWrapper) ExecutionGates(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecutionGates(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // LogRead operation middleware
 func (siw *ServerInterfaceWrapper) LogRead(w http.ResponseWriter, r *http.Request) {
 
@@ -7249,6 +7503,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/admin/grants/release", wrapper.AdminGrantsRelease)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions", wrapper.ExecutionsList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}", wrapper.ExecutionGet)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/gates", wrapper.ExecutionGates)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/log", wrapper.LogRead)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/audit", wrapper.AuditList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/health", wrapper.Health)
@@ -7962,6 +8217,45 @@ func (response ExecutionGetdefaultJSONResponse) VisitExecutionGetResponse(w http
 	return err
 }
 
+type ExecutionGatesRequestObject struct {
+	Id ExecutionPath `json:"id"`
+}
+
+type ExecutionGatesResponseObject interface {
+	VisitExecutionGatesResponse(w http.ResponseWriter) error
+}
+
+type ExecutionGates200JSONResponse ExecutionGates
+
+func (response ExecutionGates200JSONResponse) VisitExecutionGatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExecutionGatesdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response ExecutionGatesdefaultJSONResponse) VisitExecutionGatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type LogReadRequestObject struct {
 	Id     ExecutionPath `json:"id"`
 	Params LogReadParams
@@ -8252,6 +8546,9 @@ type StrictServerInterface interface {
 	// ExecutionGet One execution with its stacks and edges.
 	// (GET /executions/{id})
 	ExecutionGet(ctx context.Context, request ExecutionGetRequestObject) (ExecutionGetResponseObject, error)
+	// ExecutionGates What a plan needs before its apply - the gates it requires, and the stacks other PRs claim.
+	// (GET /executions/{id}/gates)
+	ExecutionGates(ctx context.Context, request ExecutionGatesRequestObject) (ExecutionGatesResponseObject, error)
 	// LogRead Read one stack's log from an offset.
 	// (GET /executions/{id}/log)
 	LogRead(ctx context.Context, request LogReadRequestObject) (LogReadResponseObject, error)
@@ -8837,6 +9134,32 @@ func (sh *strictHandler) ExecutionGet(w http.ResponseWriter, r *http.Request, id
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ExecutionGetResponseObject); ok {
 		if err := validResponse.VisitExecutionGetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ExecutionGates operation middleware
+func (sh *strictHandler) ExecutionGates(w http.ResponseWriter, r *http.Request, id ExecutionPath) {
+	var request ExecutionGatesRequestObject
+
+	request.Id = id
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ExecutionGates(ctx, request.(ExecutionGatesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ExecutionGates")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ExecutionGatesResponseObject); ok {
+		if err := validResponse.VisitExecutionGatesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

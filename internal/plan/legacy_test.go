@@ -349,11 +349,9 @@ func legacyFitMarkdown(r *Report, limit int) string {
 // markdown renders r at level; keepDestructive < 0 keeps the whole destructive list.
 func legacyMarkdown(r *Report, level mdLevel, keepDestructive int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### tfstackplan: %s\n\n", classBadge(r.Class()))
+	b.WriteString(mdHeading(r))
 	fmt.Fprintf(&b, "**Totals:** %s\n\n", totalsLine(r, " · "))
-	if g := gateNames(r); g != "" {
-		fmt.Fprintf(&b, "**Gate needed for:** %s\n\n", g)
-	}
+	b.WriteString(mdNotes(r))
 
 	list, omitted := legacyDestructiveList(r)
 	if len(list) > 0 || omitted > 0 {
@@ -454,9 +452,6 @@ func legacyText(w io.Writer, r *Report, color bool) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s\n", p.paint(ansiBold, "tfstackplan:"), p.paint(classStyle(r.Class()), string(r.Class())))
 	fmt.Fprintf(&b, "Totals: %s\n", totalsLine(r, ", "))
-	if g := gateNames(r); g != "" {
-		fmt.Fprintf(&b, "Gate needed for: %s\n", g)
-	}
 	if list, omitted := legacyDestructiveList(r); len(list)+omitted > 0 {
 		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
 			plural(len(list)+omitted, "destructive change", "destructive changes"))))
@@ -492,19 +487,15 @@ func legacyText(w io.Writer, r *Report, color bool) error {
 	return err
 }
 
-// JSON renders r as an indented JSON document: the execution's class, totals and gate
-// classes, and every stack with its class and counts (all seven actions always present, and
+// JSON renders r as an indented JSON document: the execution's class and totals, and every stack with its class and counts (all seven actions always present, and
 // move when there are moves).
 func legacyJSON(w io.Writer, r *Report) error {
 	sec := legacyUnion(r)
 	r = legacyRedacted(r, sec)
 	doc := jsonReport{
-		Class: r.Class(), Totals: r.Totals(), GateClasses: r.GateClasses(),
+		Class: r.Class(), Totals: r.Totals(),
 		OutputsChanged: r.OutputsChanged(), Drift: r.DriftCount(), ExecutionURL: r.ExecutionURL,
 		Stacks: r.Stacks,
-	}
-	if doc.GateClasses == nil {
-		doc.GateClasses = []events.Class{}
 	}
 	if doc.Stacks == nil {
 		doc.Stacks = []*Stack{}

@@ -109,11 +109,9 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	r := v.r
 	var b strings.Builder
 	over := func() bool { return b.Len() > budget }
-	fmt.Fprintf(&b, "### tfstackplan: %s\n\n", classBadge(r.Class()))
+	b.WriteString(mdHeading(r))
 	fmt.Fprintf(&b, "**Totals:** %s\n\n", totalsLine(r, " · "))
-	if g := gateNames(r); g != "" {
-		fmt.Fprintf(&b, "**Gate needed for:** %s\n\n", g)
-	}
+	b.WriteString(mdNotes(r))
 
 	listed, omitted := destructiveCount(r)
 	if listed > 0 || omitted > 0 {

@@ -78,3 +78,29 @@ func TestCommentCostBoundedByItsSize(t *testing.T) {
 		t.Errorf("the comment of 40 stacks allocated %d bytes, of 10 stacks %d: its cost grows with the stacks, not its size", largeAlloc, smallAlloc)
 	}
 }
+
+// The headings name the environment and its directory, and the caller's notes stay whole at
+// every level of detail, right after the totals, scrubbed of the plan's secrets.
+func TestHeadingsAndNotes(t *testing.T) {
+	s := &Stack{Name: "stacks/prod/db", Class: events.ClassMutating, Counts: Counts{Update: 1}}
+	for i := range 3000 {
+		s.Changes = append(s.Changes, Change{Address: fmt.Sprintf("terraform_data.r%04d", i), Action: ActionUpdate})
+	}
+	r := &Report{Stacks: []*Stack{s}, Environment: "prod", Dir: "stacks/prod", Notes: []string{"**Gates:** one note", "second note\n"}}
+	for name, out := range map[string]string{"summary": Markdown(r), "comment": fitMarkdown(r, 2000)} {
+		if !strings.HasPrefix(out, "### tfstackplan: `prod` in `stacks/prod` — 🟡 mutating\n\n**Totals:** ") {
+			t.Errorf("%s heading:\n%.200s", name, out)
+		}
+		if !strings.Contains(out, "\n\n**Gates:** one note\n\nsecond note\n\n") {
+			t.Errorf("%s lost its notes:\n%.400s", name, out)
+		}
+	}
+	r.Dir = ""
+	if out := Markdown(r); !strings.HasPrefix(out, "### tfstackplan: `prod` in the repository's root — ") {
+		t.Errorf("root heading:\n%.200s", out)
+	}
+	var b strings.Builder
+	if err := Text(&b, r, false); err != nil || !strings.HasPrefix(b.String(), "tfstackplan: prod in the repository's root: mutating\n") {
+		t.Errorf("text heading (%v):\n%.200s", err, b.String())
+	}
+}

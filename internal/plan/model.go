@@ -312,6 +312,14 @@ type Report struct {
 	Stacks []*Stack
 	// ExecutionURL links to the server's execution page; empty when there is none.
 	ExecutionURL string
+	// Environment and Dir name what the report is of in its headings: the environment and its
+	// directory relative to the repository's root ("" : the root). Without Environment the
+	// headings name neither.
+	Environment, Dir string
+	// Notes are markdown sections the caller adds after the totals (what the plan needs before
+	// its apply, why stacks failed, ...): every markdown render keeps them whole, so the caller
+	// bounds their size. They are scrubbed of the report's secrets like the rest.
+	Notes []string
 
 	// union is the last union of the stacks' secrets a render made, with its matcher: the
 	// runner renders a report three times (Text, Comment, Markdown).
@@ -362,27 +370,6 @@ func (r *Report) DriftCount() int {
 		n += s.DriftCount
 	}
 	return n
-}
-
-// NeedsGate reports whether a stack of class c needs a gate before apply: changes to existing
-// infrastructure (mutating, destructive) do, and so does a plan that could not be read
-// (unclassified: fail closed). No-changes and additive plans do not. The server's policy
-// decides which of these classes actually require a grant on which stacks.
-func NeedsGate(c events.Class) bool {
-	return events.ClassRank(c) >= events.ClassRank(events.ClassMutating)
-}
-
-// GateClasses is the set of classes present in the report that need a gate (see NeedsGate),
-// riskiest first.
-func (r *Report) GateClasses() []events.Class {
-	var out []events.Class
-	for _, s := range r.Stacks {
-		if NeedsGate(s.Class) && !slices.Contains(out, s.Class) {
-			out = append(out, s.Class)
-		}
-	}
-	slices.SortFunc(out, func(a, b events.Class) int { return events.ClassRank(b) - events.ClassRank(a) })
-	return out
 }
 
 // secrets is the union of every stack's sensitive values, with its matcher built. It is made

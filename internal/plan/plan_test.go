@@ -410,8 +410,8 @@ func TestPlanBadInput(t *testing.T) {
 				t.Fatalf("stack %+v: want unclassified carrying the error", s)
 			}
 			r := &Report{Stacks: []*Stack{s}}
-			if r.Class() != events.ClassUnclassified || len(r.GateClasses()) != 1 {
-				t.Errorf("report class %s gates %v: an unreadable plan must never look harmless", r.Class(), r.GateClasses())
+			if r.Class() != events.ClassUnclassified {
+				t.Errorf("report class %s: an unreadable plan must never look harmless", r.Class())
 			}
 		})
 	}
@@ -546,9 +546,6 @@ func TestPlanReportAndEvent(t *testing.T) {
 	}
 	if r.Totals() != want || r.Totals().Total() != 4+1+4 {
 		t.Errorf("totals %+v, want %+v with 9 changes", r.Totals(), want)
-	}
-	if got := r.GateClasses(); len(got) != 2 || got[0] != events.ClassDestructive || got[1] != events.ClassMutating {
-		t.Errorf("gate classes %v, want [destructive mutating]", got)
 	}
 	ev := stacks[2].Event()
 	if ev.Stack != "mixed" || ev.Class != events.ClassDestructive || ev.Counts.Replace != 1 || ev.Counts.Delete != 1 ||

@@ -218,11 +218,44 @@ func destructiveList(r *Report) (list []destructiveEntry, omitted int) {
 	return list, omitted
 }
 
-// gateNames is the comma-separated gate classes of r, "" when none.
-func gateNames(r *Report) string {
-	var names []string
-	for _, c := range r.GateClasses() {
-		names = append(names, string(c))
+// subject names what r is of for a heading, "" without an environment: "prod (stacks/prod)",
+// each part through quote (a code span in markdown).
+func subject(r *Report, quote func(string) string) string {
+	if r.Environment == "" {
+		return ""
 	}
-	return strings.Join(names, ", ")
+	dir := "the repository's root"
+	if r.Dir != "" && r.Dir != "." {
+		dir = quote(r.Dir)
+	}
+	return quote(r.Environment) + " in " + dir
 }
+
+// mdHeading is the markdown render's first lines: the heading, naming the environment and its
+// directory when r has them, and the caller's notes follow the totals.
+func mdHeading(r *Report) string {
+	head := "### tfstackplan: "
+	if s := subject(r, code); s != "" {
+		head += s + " — "
+	}
+	return head + classBadge(r.Class()) + "\n\n"
+}
+
+// mdNotes is the caller's notes, each as its own paragraph.
+func mdNotes(r *Report) string {
+	var b strings.Builder
+	for _, n := range r.Notes {
+		b.WriteString(strings.TrimRight(n, "\n"))
+		b.WriteString("\n\n")
+	}
+	return b.String()
+}
+
+// CodeSpan is s as a markdown code span, whatever it holds (for a caller's Notes).
+func CodeSpan(s string) string { return code(s) }
+
+// Cell is s made safe inside a markdown table cell or a single markdown line.
+func Cell(s string) string { return cell(s) }
+
+// Fence is content in a fenced code block of language lang that no line of content can end.
+func Fence(content, lang string) string { return fence(content, lang) }

@@ -59,13 +59,14 @@ func actionStyle(line string) string {
 func Text(w io.Writer, r *Report, color bool) error {
 	p := painter(color)
 	sec := r.secrets()
+	about := subject(r, Printable)
 	r = r.redacted(sec)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s\n", p.paint(ansiBold, "tfstackplan:"), p.paint(classStyle(r.Class()), string(r.Class())))
-	fmt.Fprintf(&b, "Totals: %s\n", totalsLine(r, ", "))
-	if g := gateNames(r); g != "" {
-		fmt.Fprintf(&b, "Gate needed for: %s\n", g)
+	if about != "" {
+		about += ":"
 	}
+	fmt.Fprintf(&b, "%s %s\n", p.paint(ansiBold, strings.TrimSpace("tfstackplan: "+about)), p.paint(classStyle(r.Class()), string(r.Class())))
+	fmt.Fprintf(&b, "Totals: %s\n", totalsLine(r, ", "))
 	if list, omitted := destructiveList(r); len(list)+omitted > 0 {
 		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
 			plural(len(list)+omitted, "destructive change", "destructive changes"))))
@@ -103,28 +104,23 @@ func Text(w io.Writer, r *Report, color bool) error {
 
 // jsonReport is the JSON render's document.
 type jsonReport struct {
-	Class          events.Class   `json:"class"`
-	Totals         Counts         `json:"totals"`
-	GateClasses    []events.Class `json:"gate_classes"`
-	OutputsChanged int            `json:"outputs_changed"`
-	Drift          int            `json:"drift"`
-	ExecutionURL   string         `json:"execution_url,omitempty"`
-	Stacks         []*Stack       `json:"stacks"`
+	Class          events.Class `json:"class"`
+	Totals         Counts       `json:"totals"`
+	OutputsChanged int          `json:"outputs_changed"`
+	Drift          int          `json:"drift"`
+	ExecutionURL   string       `json:"execution_url,omitempty"`
+	Stacks         []*Stack     `json:"stacks"`
 }
 
-// JSON renders r as an indented JSON document: the execution's class, totals and gate
-// classes, and every stack with its class and counts (all seven actions always present, and
+// JSON renders r as an indented JSON document: the execution's class and totals, and every stack with its class and counts (all seven actions always present, and
 // move when there are moves).
 func JSON(w io.Writer, r *Report) error {
 	sec := r.secrets()
 	r = r.redacted(sec)
 	doc := jsonReport{
-		Class: r.Class(), Totals: r.Totals(), GateClasses: r.GateClasses(),
+		Class: r.Class(), Totals: r.Totals(),
 		OutputsChanged: r.OutputsChanged(), Drift: r.DriftCount(), ExecutionURL: r.ExecutionURL,
 		Stacks: r.Stacks,
-	}
-	if doc.GateClasses == nil {
-		doc.GateClasses = []events.Class{}
 	}
 	if doc.Stacks == nil {
 		doc.Stacks = []*Stack{}

@@ -279,6 +279,14 @@ func (h *handlers) ExecutionGet(ctx context.Context, r api.ExecutionGetRequestOb
 	return api.ExecutionGet200JSONResponse(*out), nil
 }
 
+func (h *handlers) ExecutionGates(ctx context.Context, r api.ExecutionGatesRequestObject) (api.ExecutionGatesResponseObject, error) {
+	out, err := h.svc.ExecutionGates(ctx, caller(ctx), r.Id)
+	if err != nil {
+		return api.ExecutionGatesdefaultJSONResponse(h.errResp(err)), nil
+	}
+	return api.ExecutionGates200JSONResponse(*out), nil
+}
+
 func (h *handlers) LogRead(ctx context.Context, r api.LogReadRequestObject) (api.LogReadResponseObject, error) {
 	latest := !queryOf(ctx).Has("generation")
 	limit, err := service.Limit(r.Params.Limit, service.DefaultLogReadMax, service.MaxLogReadLimit)

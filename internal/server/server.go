@@ -189,6 +189,7 @@ var routes = map[string]route{
 	"GET /executions":               {"ExecutionsList", auth.RoleViewer, nil, 0},
 	"GET /executions/{id}":          {"ExecutionGet", auth.RoleViewer, nil, 0},
 	"GET /executions/{id}/log":      {"LogRead", auth.RoleViewer, nil, 0},
+	"GET /executions/{id}/gates":    {"ExecutionGates", auth.RoleViewer, nil, 0},
 	"GET /audit":                    {"AuditList", auth.RoleViewer, nil, 0},
 	"GET /health":                   {"Health", "", nil, 0},
 }

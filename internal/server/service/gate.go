@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -325,38 +326,31 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: the apply does not match plan %s: %s", store.ErrDenied, plan.ExecutionID, strings.Join(problems, "; "))
 	}
-	classes := map[string]events.Class{}
 	names := make([]string, 0, len(planned))
-	for name, st := range planned {
-		classes[name] = st.Class
+	for name := range planned {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	claims, err := tx.ClaimsOn(store.PRKey{Repo: key.Repo, Environment: key.Environment}, names, now)
+	conflicts, err := conflictsOf(tx, key, names, now)
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range claims {
-		if c.PR != in.PR {
-			return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stack, c.PR, c.ExecutionID, in.Environment)
-		}
+	if len(conflicts) > 0 {
+		c := conflicts[0]
+		return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stacks[0], c.PR, c.ExecutionID, in.Environment)
 	}
 	var grantIDs []int64
 	var unmet []string
-	required := s.Policy.RequiredGates(in.Environment, classes)
-	var active map[gateKey][]api.Grant
-	if len(required) > 0 {
-		if active, err = activeGrants(tx, key, now); err != nil {
-			return nil, err
-		}
+	required, whys, err := s.requiredGates(tx, plan, stacks, now)
+	if err != nil {
+		return nil, err
 	}
-	for _, g := range required {
-		id, why := approving(active[gateKey{key, g.Class, g.Target}], g, planned)
-		if id == 0 {
-			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), why))
+	for i, g := range required {
+		if !g.Satisfied {
+			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), whys[i]))
 			continue
 		}
-		grantIDs = append(grantIDs, id)
+		grantIDs = append(grantIDs, g.GrantID)
 	}
 	if len(unmet) > 0 {
 		return nil, fmt.Errorf("%w: no active grant approved this plan's content for gate %s", store.ErrDenied, strings.Join(unmet, "; "))
@@ -389,18 +383,120 @@ func activeGrants(tx store.Tx, k store.PRKey, now time.Time) (map[gateKey][]api.
 	return out, nil
 }
 
-// approving returns the newest of gate g's active grants (newest first) that approved exactly
-// the content the plan has on g's stacks, or 0 and why none did.
-func approving(grants []api.Grant, g api.Gate, planned map[string]store.Stack) (int64, string) {
+// approve marks gate g satisfied by the newest of its active grants (newest first) that
+// approved exactly the content hashOf gives on g's stacks, naming that grant, who made it and
+// when; when none did, it returns why (for a message: "" when g has no active grant).
+func approve(g *api.Gate, grants []api.Grant, hashOf func(stack string) string) string {
 	why := ""
 	for _, gr := range grants {
-		if stack, ok := covers(gr, g.Stacks, func(name string) string { return planned[name].PlanHash }); !ok {
+		if stack, ok := covers(gr, g.Stacks, hashOf); !ok {
 			why = fmt.Sprintf(": grant %d approved plan %s, whose content differs on stack %q", gr.ID, gr.ExecutionID, stack)
 			continue
 		}
-		return gr.ID, ""
+		g.Satisfied, g.GrantID, g.GrantedBy, g.GrantedAt = true, gr.ID, gr.Principal, gr.GrantedAt
+		return ""
 	}
-	return 0, why
+	return why
+}
+
+// requiredGates returns the gates plan (with its stacks) requires now under the policy, each
+// satisfied, with its grant, when an active grant approved the plan's content on its stacks;
+// whys says, for each gate not satisfied, why (see approve). GateCheck decides over it, and
+// ExecutionGates reports it.
+func (s *Service) requiredGates(tx store.Tx, plan *store.Execution, stacks []store.Stack, now time.Time) (gates []api.Gate, whys []string, err error) {
+	gates = s.gatesOf(plan, stacks)
+	if len(gates) == 0 {
+		return gates, nil, nil
+	}
+	active, err := activeGrants(tx, store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	hashes := make(map[string]string, len(stacks))
+	for _, st := range stacks {
+		hashes[st.Stack] = st.PlanHash
+	}
+	whys = make([]string, len(gates))
+	for i := range gates {
+		whys[i] = approve(&gates[i], active[keyOf(gates[i])], func(n string) string { return hashes[n] })
+	}
+	return gates, whys, nil
+}
+
+// conflictsOf returns, by PR, the claims of PRs other than k's on the named stacks of k's
+// repository and environment, active at now.
+func conflictsOf(tx store.Tx, k store.PRKey, stacks []string, now time.Time) ([]api.ClaimConflict, error) {
+	if len(stacks) == 0 {
+		return []api.ClaimConflict{}, nil
+	}
+	claims, err := tx.ClaimsOn(store.PRKey{Repo: k.Repo, Environment: k.Environment}, stacks, now)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.ClaimConflict{}
+	at := map[int]int{}
+	for _, c := range claims {
+		if c.PR == k.PR {
+			continue
+		}
+		i, ok := at[c.PR]
+		if !ok {
+			i = len(out)
+			at[c.PR] = i
+			out = append(out, api.ClaimConflict{PR: c.PR, ExecutionID: c.ExecutionID})
+		}
+		out[i].Stacks = append(out[i].Stacks, c.Stack)
+	}
+	slices.SortFunc(out, func(a, b api.ClaimConflict) int { return a.PR - b.PR })
+	for i := range out {
+		sort.Strings(out[i].Stacks)
+	}
+	return out, nil
+}
+
+// ExecutionGates says what plan execution id needs before its apply: the gates it requires now
+// under the environment's policy, each satisfied or not (with the grant that satisfies it), and
+// the other PRs' claims on the stacks it changes. It is read like the execution: one of a
+// repository the caller may not read is not found.
+func (s *Service) ExecutionGates(ctx context.Context, caller Caller, id string) (*api.ExecutionGates, error) {
+	if err := checkName("execution_id", id); err != nil {
+		return nil, err
+	}
+	var out *api.ExecutionGates
+	now := s.Now()
+	err := s.Store.Read(ctx, func(tx store.Tx) error {
+		e, err := readExecution(tx, caller, id)
+		if err != nil {
+			return err
+		}
+		if e.Op != api.ExecutionOp(events.OpPlan) {
+			return fmt.Errorf("%w: execution %s is an %s, not a plan: only a plan requires gates", store.ErrPrecondition, id, e.Op)
+		}
+		stacks, err := tx.Stacks(id)
+		if err != nil {
+			return err
+		}
+		_, hasPolicy := s.Policy.Environments[e.Environment]
+		x := &api.ExecutionGates{ExecutionID: id, Repo: e.Repo, Environment: e.Environment, PR: e.PR, Policy: hasPolicy}
+		if _, err := applicable(tx, e); err != nil {
+			x.Blocked = strings.TrimPrefix(err.Error(), store.ErrPrecondition.Error()+": ")
+		}
+		if x.Gates, _, err = s.requiredGates(tx, e, stacks, now); err != nil {
+			return err
+		}
+		var names []string
+		for _, st := range stacks {
+			if changed(st.Class) {
+				names = append(names, st.Stack)
+			}
+		}
+		if x.Conflicts, err = conflictsOf(tx, store.PRKey{Repo: e.Repo, Environment: e.Environment, PR: e.PR}, names, now); err != nil {
+			return err
+		}
+		out = x
+		return nil
+	})
+	return out, err
 }
 
 // covers reports whether a grant approved every one of stacks at the hash hashOf gives; when
@@ -887,12 +983,7 @@ func (s *Service) Gates(ctx context.Context, caller Caller, p Page, before strin
 		}
 		for _, g := range gates {
 			h := hashes[g.ExecutionID]
-			for _, gr := range active[keyOf(g)] {
-				if _, ok := covers(gr, g.Stacks, func(n string) string { return h[n] }); ok {
-					g.Satisfied = true
-					break
-				}
-			}
+			approve(&g, active[keyOf(g)], func(n string) string { return h[n] })
 			g.Cursor = cursorOf(store.RowKey{At: g.RequiredAt, Repo: g.Repo, Environment: g.Environment, PR: g.PR, Names: []string{g.Class, g.Target}})
 			out = append(out, g)
 		}

@@ -727,12 +727,9 @@ func (s *Service) Executions(ctx context.Context, caller Caller, f store.Executi
 func (s *Service) Execution(ctx context.Context, caller Caller, id string) (*api.Execution, error) {
 	var out *api.Execution
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		e, err := tx.Execution(id)
+		e, err := readExecution(tx, caller, id)
 		if err != nil {
 			return err
-		}
-		if !caller.allows(e.Repo) {
-			return fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 		}
 		if e.Edges, err = tx.ExecutionEdges(id); err != nil {
 			return err
@@ -761,6 +758,19 @@ func (s *Service) Execution(ctx context.Context, caller Caller, id string) (*api
 		return nil
 	})
 	return out, err
+}
+
+// readExecution reads execution id for caller: one of a repository the caller may not read is
+// not found, as an unknown one is.
+func readExecution(tx store.Tx, caller Caller, id string) (*store.Execution, error) {
+	e, err := tx.Execution(id)
+	if err != nil {
+		return nil, err
+	}
+	if !caller.allows(e.Repo) {
+		return nil, fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
+	}
+	return e, nil
 }
 
 // Audit lists audit entries newest first, of one repository (repo, or the caller's one) or,
