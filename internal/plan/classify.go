@@ -25,7 +25,9 @@ const (
 	MaxChanges = 1000
 	// MaxDetailed is the number of changes per stack that get attribute-level diffs.
 	MaxDetailed = 100
-	// MaxDestructive is the number of destructive addresses kept per stack.
+	// MaxDestructive is the number of destructive changes per stack the text and markdown
+	// renders and the server event list; Stack.Destructive, the JSON render and the result
+	// document keep every one.
 	MaxDestructive = 1000
 	// maxDetailBytes: a change whose before, after and after_unknown JSON is larger gets no
 	// attribute diff (every path of after_unknown is a path of the diff).
@@ -529,7 +531,7 @@ func (c *classifier) resourceChange(drift bool) error {
 		}
 		s.DriftCount++
 		if len(s.Drift) < MaxChanges {
-			s.Drift = append(s.Drift, Change{Address: rc.Address, Action: action, Order: order, Reason: rc.ActionReason})
+			s.Drift = append(s.Drift, Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason})
 		}
 		return nil
 	}
@@ -545,16 +547,12 @@ func (c *classifier) resourceChange(drift bool) error {
 		s.Counts.Import++
 		s.importsAlso++
 	}
-	out := Change{Address: rc.Address, Action: action, Order: order, Reason: rc.ActionReason, Importing: importing}
+	out := Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason, Importing: importing}
 	if moved {
 		out.PreviousAddress = rc.PreviousAddress
 	}
 	if action.Destructive() {
-		if len(s.Destructive) < MaxDestructive {
-			s.Destructive = append(s.Destructive, out)
-		} else {
-			s.DestructiveOmitted++
-		}
+		s.Destructive = append(s.Destructive, out)
 	}
 	if len(s.Changes) >= MaxChanges {
 		s.ChangesOmitted++

@@ -178,13 +178,18 @@ type AttrDiff struct {
 	Before string `json:"before"`
 	After  string `json:"after"`
 
-	// beforeRaw/afterRaw are the leaf values before quoting, kept to compare with secrets.
-	beforeRaw, afterRaw string
+	// beforeRaw/afterRaw are the leaf values before quoting, kept to compare with secrets;
+	// beforeParts/afterParts the scalars (and keys) of a whole collection shown as one value.
+	beforeRaw, afterRaw     string
+	beforeParts, afterParts []string
 }
 
 // Change is one resource instance change (or drift) as listed in renders.
 type Change struct {
 	Address string `json:"address"`
+	// Deposed is the deposed key when the change is to a deposed object of Address (one a
+	// create_before_destroy replace left behind), not to its current object.
+	Deposed string `json:"deposed,omitempty"`
 	Action  Action `json:"action"`
 	// Order is "delete-then-create", "create-then-delete" or "create-then-forget" for a replace.
 	Order string `json:"order,omitempty"`
@@ -226,8 +231,9 @@ type Stack struct {
 	FormatVersion    string `json:"format_version,omitempty"`
 	TerraformVersion string `json:"terraform_version,omitempty"`
 
-	// Destructive lists the deleted, replaced and forgotten resources (without attribute
-	// detail), at most MaxDestructive; DestructiveOmitted counts the rest.
+	// Destructive lists every deleted, replaced and forgotten resource (without attribute
+	// detail): Classify leaves none out, however many. DestructiveOmitted counts those a
+	// report assembled elsewhere left out (the renders say "and N more").
 	Destructive        []Change `json:"destructive"`
 	DestructiveOmitted int      `json:"destructive_omitted,omitempty"`
 
@@ -254,7 +260,8 @@ type Stack struct {
 }
 
 // Event returns the classification fields of the runner's per-stack update: stack, class,
-// counts, plan hash, destructive addresses, outputs changed, drift and error. The caller sets
+// counts, plan hash, the first MaxDestructive destructive addresses (the server keeps fewer;
+// the result document has them all), outputs changed, drift and error. The caller sets
 // the execution id, status and sequence number.
 func (s *Stack) Event() events.Update {
 	return events.Update{
@@ -262,18 +269,22 @@ func (s *Stack) Event() events.Update {
 		Class:          s.Class,
 		Counts:         s.Counts.Events(),
 		PlanHash:       s.PlanHash,
-		Destructive:    s.DestructiveAddresses(),
+		Destructive:    s.DestructiveAddresses()[:min(len(s.Destructive), MaxDestructive)],
 		OutputsChanged: s.OutputsChanged,
 		Drift:          s.DriftCount,
 		Error:          s.Error,
 	}
 }
 
-// DestructiveAddresses lists the addresses of Destructive.
+// DestructiveAddresses lists the addresses of Destructive, a deposed object's as tofu names
+// it: "terraform_data.a (deposed object 1a2b3c4d)".
 func (s *Stack) DestructiveAddresses() []string {
 	out := make([]string, len(s.Destructive))
 	for i, c := range s.Destructive {
 		out[i] = c.Address
+		if c.Deposed != "" {
+			out[i] += " (deposed object " + c.Deposed + ")"
+		}
 	}
 	return out
 }

@@ -37,7 +37,7 @@ type planScenario struct {
 
 var (
 	planLineRE   = regexp.MustCompile(`(?m)^Plan: (?:(\d+) to import, )?(\d+) to add, (\d+) to change, (\d+) to destroy(?:, (\d+) to forget)?\.$`)
-	planHeaderRE = regexp.MustCompile(`^  # (\S+) (will be created|will be updated in-place|will be destroyed|must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply|will be imported|has moved to \S+)`)
+	planHeaderRE = regexp.MustCompile(`^  # (\S+)(?: \(deposed object [0-9a-f]+\))? (will be created|will be updated in-place|will be destroyed|must be replaced|is tainted, so it must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply|will be imported|has moved to \S+)`)
 	// planImportRE is the line under the header of every change that imports.
 	planImportRE = regexp.MustCompile(`^  # \(imported from `)
 	// planOutputDeleteRE is a deleted output under "Changes to Outputs:".
@@ -120,7 +120,7 @@ func headerCounts(t *testing.T, txt []byte) Counts {
 			c.Update++
 		case "will be destroyed":
 			c.Delete++
-		case "must be replaced":
+		case "must be replaced", "is tainted, so it must be replaced":
 			c.Replace++
 		case "will be read during apply":
 			c.Read++
