@@ -106,7 +106,11 @@ func classify(stack, file string, r io.Reader, bufSize int) (*Stack, error) {
 		return failed(stack, file, err, c.secrets)
 	}
 	c.s.PlanHash = c.hash.sum()
+	forgotten := len(c.s.Destructive)
+	c.recordDrift()
+	forgotten = len(c.s.Destructive) - forgotten
 	c.s.Class = ClassOfOutputs(c.s.Counts, c.s.OutputsChanged, c.s.OutputsDeleted)
+	c.s.Class = events.MaxClass(c.s.Class, classOfRecordedDrift(forgotten, c.s.DriftRecorded))
 	c.s.redact()
 	c.secrets.release()
 	return c.s, nil
@@ -136,6 +140,14 @@ type classifier struct {
 	sawPlanned    bool
 	sawState      bool
 	errored       bool
+
+	// Drift that no resource change covers (see recordDrift): the keys (driftKey) of the
+	// drifted objects in plan order, their drift, and the keys of the resource changes read
+	// before resource_drift (tofu writes it first).
+	sawDrift     bool
+	driftOrder   []string
+	uncovered    map[string]Change
+	changedFirst map[string]bool
 
 	rc  rawResourceChange // reused for every resource change
 	res rawResource       // reused for every state resource
@@ -452,6 +464,7 @@ func (c *classifier) topLevel(key string) error {
 	case "resource_changes":
 		return c.array("resource_changes", func() error { return c.resourceChange(false) })
 	case "resource_drift":
+		c.sawDrift = true
 		return c.array("resource_drift", func() error { return c.resourceChange(true) })
 	case "output_changes":
 		return c.outputChanges()
@@ -522,6 +535,7 @@ func (c *classifier) resourceChange(drift bool) error {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
 	s := c.s
+	key := rc.Address + "\x00" + rc.DeposedKey
 	if drift {
 		if action == ActionNoOp {
 			return nil
@@ -530,10 +544,32 @@ func (c *classifier) resourceChange(drift bool) error {
 			return fmt.Errorf("resource %s: %w", rc.Address, err)
 		}
 		s.DriftCount++
-		if len(s.Drift) < MaxChanges {
-			s.Drift = append(s.Drift, Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason})
+		out := Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason, Outside: true}
+		if !c.changedFirst[key] {
+			if c.uncovered == nil {
+				c.uncovered = map[string]Change{}
+			}
+			if _, dup := c.uncovered[key]; !dup {
+				c.driftOrder = append(c.driftOrder, key)
+			}
+			c.uncovered[key] = out
 		}
+		if len(s.Drift) >= MaxChanges {
+			return nil
+		}
+		if err := c.detail(&out, ch); err != nil {
+			return fmt.Errorf("resource %s: %w", rc.Address, err)
+		}
+		s.Drift = append(s.Drift, out)
 		return nil
+	}
+	// A change to a drifted object covers its drift: the apply acts on the object as planned.
+	delete(c.uncovered, key)
+	if !c.sawDrift {
+		if c.changedFirst == nil {
+			c.changedFirst = map[string]bool{}
+		}
+		c.changedFirst[key] = true
 	}
 	if action == ActionNoOp {
 		return nil
@@ -558,15 +594,42 @@ func (c *classifier) resourceChange(drift bool) error {
 		s.ChangesOmitted++
 		return nil
 	}
-	if c.detailed < MaxDetailed && ch.detailBytes() <= maxDetailBytes {
-		c.detailed++
-		out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
-		if err != nil {
-			return fmt.Errorf("resource %s: %w", rc.Address, err)
-		}
+	if err := c.detail(&out, ch); err != nil {
+		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
 	s.Changes = append(s.Changes, out)
 	return nil
+}
+
+// detail sets the attribute differences of out, the change ch, while fewer than MaxDetailed
+// changes (and drift entries) have them and ch is small enough.
+func (c *classifier) detail(out *Change, ch *rawChange) error {
+	if c.detailed >= MaxDetailed || ch.detailBytes() > maxDetailBytes {
+		return nil
+	}
+	c.detailed++
+	var err error
+	out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
+	return err
+}
+
+// recordDrift counts the drift that no resource change covers: the apply records it in the
+// state as it is (a refresh-only plan has no resource changes at all; a normal plan has none for
+// an object gone from both the configuration and, refreshed, the state). An object deleted
+// outside is then forgotten, and listed as destructive; one changed outside is rewritten.
+func (c *classifier) recordDrift() {
+	s := c.s
+	for _, key := range c.driftOrder {
+		d, ok := c.uncovered[key]
+		if !ok {
+			continue
+		}
+		s.DriftRecorded++
+		if d.Action == ActionDelete {
+			s.Destructive = append(s.Destructive, Change{Address: d.Address, Deposed: d.Deposed, Action: ActionForget, Outside: true})
+		}
+	}
+	c.driftOrder, c.uncovered, c.changedFirst = nil, nil, nil
 }
 
 func (c *classifier) outputChanges() error {

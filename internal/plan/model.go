@@ -171,6 +171,21 @@ func ClassOfOutputs(c Counts, outputsChanged, outputsDeleted int) events.Class {
 	return events.ClassNoChanges
 }
 
+// classOfRecordedDrift is the class of the drift an apply records in the state (see
+// Stack.DriftRecorded), forgotten of it objects deleted outside: destructive when it forgets
+// objects (as a forget: the state no longer manages them, and a wrong read, say of the wrong
+// account, would orphan live ones), mutating when it only rewrites objects in the state (what
+// reads them, such as terraform_remote_state, sees other values), else no-changes.
+func classOfRecordedDrift(forgotten, recorded int) events.Class {
+	switch {
+	case forgotten > 0:
+		return events.ClassDestructive
+	case recorded > 0:
+		return events.ClassMutating
+	}
+	return events.ClassNoChanges
+}
+
 // AttrDiff is one changed attribute (or output), with display values. Before or After is
 // "(sensitive value)" when masked, "(known after apply)" when unknown, and "null" when absent.
 type AttrDiff struct {
@@ -196,6 +211,9 @@ type Change struct {
 	// Reason is the plan's action_reason, e.g. replace_because_cannot_update.
 	Reason    string `json:"reason,omitempty"`
 	Importing bool   `json:"importing,omitempty"`
+	// Outside: the change was made outside tofu/terraform (a drift entry; or, in Destructive, a
+	// forget of an object deleted outside, which the apply drops from the state).
+	Outside bool `json:"outside,omitempty"`
 	// PreviousAddress is the address the object had in state before a `moved` block moved
 	// it, when it differs from Address.
 	PreviousAddress string `json:"previous_address,omitempty"`
@@ -247,9 +265,13 @@ type Stack struct {
 	Outputs        []OutputChange `json:"outputs,omitempty"`
 
 	// DriftCount is the number of resource_drift entries; Drift lists at most MaxChanges.
-	// Drift is reported, never classified.
 	DriftCount int      `json:"drift"`
 	Drift      []Change `json:"drift_changes,omitempty"`
+	// DriftRecorded is how many of them no resource change covers: applying the plan (a
+	// refresh-only plan above all) records those in the state as they are, and they count in
+	// the class (see classOfRecordedDrift); the objects deleted outside are in Destructive, as
+	// forgets. Drift a resource change covers is reported, not classified.
+	DriftRecorded int `json:"drift_recorded,omitempty"`
 
 	// Error says why the plan could not be classified (Class is then unclassified).
 	Error string `json:"error,omitempty"`

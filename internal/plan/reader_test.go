@@ -8,8 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/events"
 )
 
 // What a reader of a plan sees: the recordings of real OpenTofu 1.12.6 in testdata/tofu that
@@ -237,5 +240,67 @@ func TestBase64FormsAtEveryAlignment(t *testing.T) {
 	}
 	if f := Base64Forms("abcd"); len(f) != 0 {
 		t.Errorf("a 4-byte secret has forms %q: too short, they would mask unrelated text", f)
+	}
+}
+
+// TestPlanRefreshOnlyDrift: a refresh-only plan (recorded with OpenTofu's test provider, whose
+// objects were deleted and changed outside) forgets one object and rewrites another in the
+// state when applied: destructive, with the forget listed and the drift shown in detail.
+func TestPlanRefreshOnlyDrift(t *testing.T) {
+	s := recordedStack(t, "refresh-drift")
+	if s.Class != events.ClassDestructive || s.DriftCount != 2 || s.DriftRecorded != 2 || s.Counts.Total() != 0 {
+		t.Fatalf("class %s drift %d recorded %d counts %+v", s.Class, s.DriftCount, s.DriftRecorded, s.Counts)
+	}
+	if len(s.Destructive) != 1 || !reflect.DeepEqual(s.Destructive[0], Change{Address: "simple_resource.deleted", Action: ActionForget, Outside: true}) {
+		t.Errorf("destructive %+v, want the forget of simple_resource.deleted", s.Destructive)
+	}
+	if got := s.Event(); got.Class != events.ClassDestructive || len(got.Destructive) != 1 {
+		t.Errorf("event %+v", got)
+	}
+	var text bytes.Buffer
+	if err := Text(&text, &Report{Stacks: []*Stack{s}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"~ simple_resource.changed (changed outside)", `value: "changed-outside" -> "changed-by-hand"`,
+		"- simple_resource.deleted (deleted outside)", "the apply records 2 in the state",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the text render does not show %q:\n%s", want, text.String())
+		}
+	}
+}
+
+// TestDriftCoveredByAChange: drift that a resource change of the same object covers is the
+// change's business (the apply acts on the object as planned), whichever of resource_drift and
+// resource_changes comes first; only uncovered drift counts in the class.
+func TestDriftCoveredByAChange(t *testing.T) {
+	const drift = `"resource_drift":[{"address":"x.a","change":{"actions":["delete"],"before":{"v":"1"},"after":null}},` +
+		`{"address":"x.b","change":{"actions":["update"],"before":{"v":"1"},"after":{"v":"2"}}}]`
+	for name, c := range map[string]struct {
+		changes string
+		class   events.Class
+		record  int
+	}{
+		"recreated and no-op": {`{"address":"x.a","change":{"actions":["create"],"before":null,"after":{"v":"1"}}},` +
+			`{"address":"x.b","change":{"actions":["no-op"],"before":{"v":"2"},"after":{"v":"2"}}}`, events.ClassAdditive, 0},
+		"only b covered": {`{"address":"x.b","change":{"actions":["no-op"],"before":{"v":"2"},"after":{"v":"2"}}}`, events.ClassDestructive, 1},
+		"only a covered": {`{"address":"x.a","change":{"actions":["create"],"before":null,"after":{"v":"1"}}}`, events.ClassMutating, 1},
+		"none":           {``, events.ClassDestructive, 2},
+	} {
+		for _, order := range []string{"drift first", "changes first"} {
+			parts := []string{drift, `"resource_changes":[` + c.changes + `]`}
+			if order == "changes first" {
+				parts[0], parts[1] = parts[1], parts[0]
+			}
+			doc := `{"format_version":"1.2","planned_values":{},` + parts[0] + "," + parts[1] + `}`
+			s, err := Classify("s", "p.json", strings.NewReader(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Class != c.class || s.DriftRecorded != c.record || s.DriftCount != 2 {
+				t.Errorf("%s, %s: class %s, %d drift recorded of %d; want %s, %d", name, order, s.Class, s.DriftRecorded, s.DriftCount, c.class, c.record)
+			}
+		}
 	}
 }

@@ -112,6 +112,18 @@ func printableKeeping(s, keep string) string {
 // "deposed object 1a2b3c4d, delete" for a deposed object.
 func actionDetail(c Change) string {
 	detail := string(c.Action)
+	if c.Outside {
+		switch c.Action {
+		case ActionForget:
+			detail = "forget: deleted outside, the apply drops it from the state"
+		case ActionDelete:
+			detail = "deleted outside"
+		case ActionUpdate:
+			detail = "changed outside"
+		default:
+			detail += " outside"
+		}
+	}
 	if c.Deposed != "" {
 		detail = "deposed object " + Printable(c.Deposed) + ", " + detail
 	}
@@ -190,9 +202,17 @@ func detailLines(s *Stack, attrs bool) []string {
 		}
 	}
 	if s.DriftCount > 0 {
-		out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform, not classified): %d", s.DriftCount))
+		if s.DriftRecorded > 0 {
+			out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform): %d, of which the apply records %d in the state",
+				s.DriftCount, s.DriftRecorded))
+		} else {
+			out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform, not classified): %d", s.DriftCount))
+		}
 		for _, d := range s.Drift {
 			out = append(out, changeHead(d))
+			if attrs {
+				out = append(out, attrLines(d.Action, d.Attributes, d.AttributesOmitted, "    ")...)
+			}
 		}
 	}
 	return out
