@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 	"reflect"
@@ -141,13 +142,15 @@ type classifier struct {
 	sawState      bool
 	errored       bool
 
-	// Drift that no resource change covers (see recordDrift): the keys (driftKey) of the
-	// drifted objects in plan order, their drift, and the keys of the resource changes read
-	// before resource_drift (tofu writes it first).
+	// Drift that no resource change covers (see recordDrift): the objects' keys (objectKey) in
+	// plan order and their drift; and the hashes of the keys of the resource changes read before
+	// resource_drift (tofu and terraform write it first; `jq -S` does not), a hash per change
+	// rather than a string, since most plans have no drift at all.
 	sawDrift     bool
 	driftOrder   []string
 	uncovered    map[string]Change
-	changedFirst map[string]bool
+	changedFirst map[uint64]struct{}
+	seed         maphash.Seed
 
 	rc  rawResourceChange // reused for every resource change
 	res rawResource       // reused for every state resource
@@ -535,7 +538,6 @@ func (c *classifier) resourceChange(drift bool) error {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
 	s := c.s
-	key := rc.Address + "\x00" + rc.DeposedKey
 	if drift {
 		if action == ActionNoOp {
 			return nil
@@ -545,7 +547,8 @@ func (c *classifier) resourceChange(drift bool) error {
 		}
 		s.DriftCount++
 		out := Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason, Outside: true}
-		if !c.changedFirst[key] {
+		if _, covered := c.changedFirst[c.keyHash(rc)]; !covered {
+			key := objectKey(rc)
 			if c.uncovered == nil {
 				c.uncovered = map[string]Change{}
 			}
@@ -564,12 +567,14 @@ func (c *classifier) resourceChange(drift bool) error {
 		return nil
 	}
 	// A change to a drifted object covers its drift: the apply acts on the object as planned.
-	delete(c.uncovered, key)
+	if len(c.uncovered) > 0 {
+		delete(c.uncovered, objectKey(rc))
+	}
 	if !c.sawDrift {
 		if c.changedFirst == nil {
-			c.changedFirst = map[string]bool{}
+			c.changedFirst, c.seed = map[uint64]struct{}{}, maphash.MakeSeed()
 		}
-		c.changedFirst[key] = true
+		c.changedFirst[c.keyHash(rc)] = struct{}{}
 	}
 	if action == ActionNoOp {
 		return nil
@@ -611,6 +616,24 @@ func (c *classifier) detail(out *Change, ch *rawChange) error {
 	var err error
 	out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
 	return err
+}
+
+// objectKey names the object a resource change or drift entry is about: its address and
+// deposed key.
+func objectKey(rc *rawResourceChange) string { return rc.Address + "\x00" + rc.DeposedKey }
+
+// keyHash is the hash of objectKey(rc), without making the string; 0 before any change was
+// hashed (changedFirst is then empty).
+func (c *classifier) keyHash(rc *rawResourceChange) uint64 {
+	if c.changedFirst == nil {
+		return 0
+	}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(rc.Address)
+	h.WriteByte(0)
+	h.WriteString(rc.DeposedKey)
+	return h.Sum64()
 }
 
 // recordDrift counts the drift that no resource change covers: the apply records it in the
