@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tfstackplan/tfstackplan/internal/plan"
 )
 
 // MaskReplacement is what a secret value is replaced with before log bytes leave the machine.
@@ -33,6 +36,7 @@ type Masker struct {
 type secretSet struct {
 	values [][]byte
 	size   int64 // the values' bytes
+	forms  int   // how many of values are base64 forms of the others
 
 	// For sets of more than naiveSecrets values: an automaton over values[:auto.covered], carried
 	// over from the previous snapshot; the values after those are searched one at a time until
@@ -60,7 +64,9 @@ func NewMasker(values ...string) *Masker {
 // Add registers value as a secret. A multi-line value is registered line by line (a trailing
 // carriage return is dropped from each line), because logs break it the same way; empty and
 // all-whitespace lines are ignored since masking them would destroy the log, not protect it. A
-// line longer than MaxSecretLength is refused with an error and not masked.
+// line longer than MaxSecretLength is refused with an error and not masked. The base64 forms
+// of the value and of each line (plan.Base64Forms: at each byte alignment, at least
+// plan.MinBase64Form characters) are masked too.
 func (m *Masker) Add(value string) error { return m.add([]string{value}) }
 
 // add is Add for several values at once: one new snapshot for all of them.
@@ -69,11 +75,32 @@ func (m *Masker) add(values []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur := m.set.Load()
-	next := &secretSet{values: cur.values, size: cur.size, builds: cur.builds}
+	next := &secretSet{values: cur.values, size: cur.size, forms: cur.forms, builds: cur.builds}
 	next.auto.Store(cur.auto.Load())
 	next.naive.Store(cur.naive.Load())
 	changed := false
 	for _, value := range values {
+		// The base64 forms (of the whole value and of each line) as GitHub Actions' masker
+		// adds them: a secret base64-encoded with what precedes it shows in none of its own
+		// bytes. A form longer than MaxSecretLength is left out (the value itself still counts).
+		var forms []string
+		if strings.TrimSpace(value) != "" {
+			forms = plan.Base64Forms(value)
+		}
+		for _, line := range strings.Split(value, "\n") {
+			if line = strings.TrimSuffix(line, "\r"); line != value && strings.TrimSpace(line) != "" {
+				forms = append(forms, plan.Base64Forms(line)...)
+			}
+		}
+		for _, f := range forms {
+			if len(f) <= MaxSecretLength && !m.known[f] {
+				m.known[f] = true
+				next.values = append(next.values, []byte(f))
+				next.size += int64(len(f))
+				next.forms++
+				changed = true
+			}
+		}
 		for _, line := range bytes.Split([]byte(value), []byte("\n")) {
 			line = bytes.TrimSuffix(line, []byte("\r"))
 			if len(bytes.TrimSpace(line)) == 0 {
@@ -101,8 +128,11 @@ func (m *Masker) add(values []string) error {
 	return nil
 }
 
-// Len returns how many distinct values are masked.
-func (m *Masker) Len() int { return len(m.set.Load().values) }
+// Len returns how many distinct values are masked, not counting their base64 forms.
+func (m *Masker) Len() int {
+	s := m.set.Load()
+	return len(s.values) - s.forms
+}
 
 // Mask returns b with every secret (including values announced by `::add-mask::` lines in b)
 // replaced, treating b as a whole stream.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 	"reflect"
@@ -25,7 +26,9 @@ const (
 	MaxChanges = 1000
 	// MaxDetailed is the number of changes per stack that get attribute-level diffs.
 	MaxDetailed = 100
-	// MaxDestructive is the number of destructive addresses kept per stack.
+	// MaxDestructive is the number of destructive changes per stack the text and markdown
+	// renders and the server event list; Stack.Destructive, the JSON render and the result
+	// document keep every one.
 	MaxDestructive = 1000
 	// maxDetailBytes: a change whose before, after and after_unknown JSON is larger gets no
 	// attribute diff (every path of after_unknown is a path of the diff).
@@ -104,7 +107,11 @@ func classify(stack, file string, r io.Reader, bufSize int) (*Stack, error) {
 		return failed(stack, file, err, c.secrets)
 	}
 	c.s.PlanHash = c.hash.sum()
+	forgotten := len(c.s.Destructive)
+	c.recordDrift()
+	forgotten = len(c.s.Destructive) - forgotten
 	c.s.Class = ClassOfOutputs(c.s.Counts, c.s.OutputsChanged, c.s.OutputsDeleted)
+	c.s.Class = events.MaxClass(c.s.Class, classOfRecordedDrift(forgotten, c.s.DriftRecorded))
 	c.s.redact()
 	c.secrets.release()
 	return c.s, nil
@@ -134,6 +141,16 @@ type classifier struct {
 	sawPlanned    bool
 	sawState      bool
 	errored       bool
+
+	// Drift that no resource change covers (see recordDrift): the objects' keys (objectKey) in
+	// plan order and their drift; and the hashes of the keys of the resource changes read before
+	// resource_drift (tofu and terraform write it first; `jq -S` does not), a hash per change
+	// rather than a string, since most plans have no drift at all.
+	sawDrift     bool
+	driftOrder   []string
+	uncovered    map[string]Change
+	changedFirst map[uint64]struct{}
+	seed         maphash.Seed
 
 	rc  rawResourceChange // reused for every resource change
 	res rawResource       // reused for every state resource
@@ -450,6 +467,7 @@ func (c *classifier) topLevel(key string) error {
 	case "resource_changes":
 		return c.array("resource_changes", func() error { return c.resourceChange(false) })
 	case "resource_drift":
+		c.sawDrift = true
 		return c.array("resource_drift", func() error { return c.resourceChange(true) })
 	case "output_changes":
 		return c.outputChanges()
@@ -528,10 +546,35 @@ func (c *classifier) resourceChange(drift bool) error {
 			return fmt.Errorf("resource %s: %w", rc.Address, err)
 		}
 		s.DriftCount++
-		if len(s.Drift) < MaxChanges {
-			s.Drift = append(s.Drift, Change{Address: rc.Address, Action: action, Order: order, Reason: rc.ActionReason})
+		out := Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason, Outside: true}
+		if _, covered := c.changedFirst[c.keyHash(rc)]; !covered {
+			key := objectKey(rc)
+			if c.uncovered == nil {
+				c.uncovered = map[string]Change{}
+			}
+			if _, dup := c.uncovered[key]; !dup {
+				c.driftOrder = append(c.driftOrder, key)
+			}
+			c.uncovered[key] = out
 		}
+		if len(s.Drift) >= MaxChanges {
+			return nil
+		}
+		if err := c.detail(&out, ch); err != nil {
+			return fmt.Errorf("resource %s: %w", rc.Address, err)
+		}
+		s.Drift = append(s.Drift, out)
 		return nil
+	}
+	// A change to a drifted object covers its drift: the apply acts on the object as planned.
+	if len(c.uncovered) > 0 {
+		delete(c.uncovered, objectKey(rc))
+	}
+	if !c.sawDrift {
+		if c.changedFirst == nil {
+			c.changedFirst, c.seed = map[uint64]struct{}{}, maphash.MakeSeed()
+		}
+		c.changedFirst[c.keyHash(rc)] = struct{}{}
 	}
 	if action == ActionNoOp {
 		return nil
@@ -545,30 +588,71 @@ func (c *classifier) resourceChange(drift bool) error {
 		s.Counts.Import++
 		s.importsAlso++
 	}
-	out := Change{Address: rc.Address, Action: action, Order: order, Reason: rc.ActionReason, Importing: importing}
+	out := Change{Address: rc.Address, Deposed: rc.DeposedKey, Action: action, Order: order, Reason: rc.ActionReason, Importing: importing}
 	if moved {
 		out.PreviousAddress = rc.PreviousAddress
 	}
 	if action.Destructive() {
-		if len(s.Destructive) < MaxDestructive {
-			s.Destructive = append(s.Destructive, out)
-		} else {
-			s.DestructiveOmitted++
-		}
+		s.Destructive = append(s.Destructive, out)
 	}
 	if len(s.Changes) >= MaxChanges {
 		s.ChangesOmitted++
 		return nil
 	}
-	if c.detailed < MaxDetailed && ch.detailBytes() <= maxDetailBytes {
-		c.detailed++
-		out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
-		if err != nil {
-			return fmt.Errorf("resource %s: %w", rc.Address, err)
-		}
+	if err := c.detail(&out, ch); err != nil {
+		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
 	s.Changes = append(s.Changes, out)
 	return nil
+}
+
+// detail sets the attribute differences of out, the change ch, while fewer than MaxDetailed
+// changes (and drift entries) have them and ch is small enough.
+func (c *classifier) detail(out *Change, ch *rawChange) error {
+	if c.detailed >= MaxDetailed || ch.detailBytes() > maxDetailBytes {
+		return nil
+	}
+	c.detailed++
+	var err error
+	out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
+	return err
+}
+
+// objectKey names the object a resource change or drift entry is about: its address and
+// deposed key.
+func objectKey(rc *rawResourceChange) string { return rc.Address + "\x00" + rc.DeposedKey }
+
+// keyHash is the hash of objectKey(rc), without making the string; 0 before any change was
+// hashed (changedFirst is then empty).
+func (c *classifier) keyHash(rc *rawResourceChange) uint64 {
+	if c.changedFirst == nil {
+		return 0
+	}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(rc.Address)
+	h.WriteByte(0)
+	h.WriteString(rc.DeposedKey)
+	return h.Sum64()
+}
+
+// recordDrift counts the drift that no resource change covers: the apply records it in the
+// state as it is (a refresh-only plan has no resource changes at all; a normal plan has none for
+// an object gone from both the configuration and, refreshed, the state). An object deleted
+// outside is then forgotten, and listed as destructive; one changed outside is rewritten.
+func (c *classifier) recordDrift() {
+	s := c.s
+	for _, key := range c.driftOrder {
+		d, ok := c.uncovered[key]
+		if !ok {
+			continue
+		}
+		s.DriftRecorded++
+		if d.Action == ActionDelete {
+			s.Destructive = append(s.Destructive, Change{Address: d.Address, Deposed: d.Deposed, Action: ActionForget, Outside: true})
+		}
+	}
+	c.driftOrder, c.uncovered, c.changedFirst = nil, nil, nil
 }
 
 func (c *classifier) outputChanges() error {

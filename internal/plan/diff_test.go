@@ -131,9 +131,6 @@ func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, af
 			}
 		}
 	}
-	bl, al := map[string]leaf{}, map[string]leaf{}
-	flatten(b, bs, root, bl)
-	flatten(a, as, root, al)
 	var unknown []string
 	truePaths(unk, root, &unknown)
 	underAny := func(p string) bool {
@@ -144,6 +141,7 @@ func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, af
 		}
 		return false
 	}
+	bl, al := flattenBoth(b, a, bs, as, root, underAny)
 	hasLeafUnder := func(leaves map[string]leaf, prefix string) bool {
 		for p := range leaves {
 			if under(p, prefix) {
@@ -178,11 +176,11 @@ func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, af
 		}
 		d := AttrDiff{Path: p, Before: Null, After: Null}
 		if hasB {
-			d.Before, d.beforeRaw = bv.text, bv.raw
+			d.Before, d.beforeRaw, d.beforeParts = bv.text, bv.raw, bv.parts
 		}
 		switch {
 		case hasA:
-			d.After, d.afterRaw = av.text, av.raw
+			d.After, d.afterRaw, d.afterParts = av.text, av.raw, av.parts
 		case isUnk:
 			d.After = Unknown
 		}

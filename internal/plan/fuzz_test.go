@@ -43,8 +43,12 @@ func FuzzClassify(f *testing.F) {
 		if !planHashRE.MatchString(s.PlanHash) {
 			t.Fatalf("plan hash %q", s.PlanHash)
 		}
-		if s.Class != ClassOfOutputs(s.Counts, s.OutputsChanged, s.OutputsDeleted) {
-			t.Fatalf("class %s for counts %+v, %d outputs deleted", s.Class, s.Counts, s.OutputsDeleted)
+		forgotten := outsideForgets(s)
+		if want := events.MaxClass(ClassOfOutputs(s.Counts, s.OutputsChanged, s.OutputsDeleted), classOfRecordedDrift(forgotten, s.DriftRecorded)); s.Class != want {
+			t.Fatalf("class %s for counts %+v, %d outputs deleted, %d drift recorded (%d forgotten)", s.Class, s.Counts, s.OutputsDeleted, s.DriftRecorded, forgotten)
+		}
+		if len(s.Destructive) != s.Counts.Destructive()+forgotten || forgotten > s.DriftRecorded || s.DriftRecorded > s.DriftCount {
+			t.Fatalf("%d destructive for counts %+v and %d forgotten of %d drift recorded of %d", len(s.Destructive), s.Counts, forgotten, s.DriftRecorded, s.DriftCount)
 		}
 		if s.OutputsDeleted > s.OutputsChanged {
 			t.Fatalf("%d outputs deleted of %d changed", s.OutputsDeleted, s.OutputsChanged)
@@ -86,4 +90,15 @@ func fuzzNoSecret(t *testing.T, sec *secretSet, renders map[string]string) {
 			}
 		}
 	}
+}
+
+// outsideForgets counts the forgets of objects deleted outside in s's destructive list.
+func outsideForgets(s *Stack) int {
+	n := 0
+	for _, c := range s.Destructive {
+		if c.Outside {
+			n++
+		}
+	}
+	return n
 }

@@ -29,13 +29,15 @@ func legacyUnion(r *Report) *legacySecrets {
 	return all
 }
 
-// legacyDestructiveList is destructiveList as it was.
+// legacyDestructiveList is destructiveList as it was (listing at most MaxDestructive per
+// stack, as Classify kept then).
 func legacyDestructiveList(r *Report) (list []destructiveEntry, omitted int) {
 	for _, s := range r.Stacks {
-		for _, c := range s.Destructive {
+		n := min(len(s.Destructive), MaxDestructive)
+		for _, c := range s.Destructive[:n] {
 			list = append(list, destructiveEntry{s.Name, c})
 		}
-		omitted += s.DestructiveOmitted
+		omitted += len(s.Destructive) - n + s.DestructiveOmitted
 	}
 	return list, omitted
 }
@@ -530,6 +532,9 @@ func legacyCompactDestructive(b *strings.Builder, list []destructiveEntry) {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(b, "%s %s", e.change.Action.Symbol(), code(e.change.Address))
+		if e.change.Deposed != "" {
+			fmt.Fprintf(b, " (deposed object %s)", cell(e.change.Deposed))
+		}
 	}
 	if len(list) > 0 {
 		b.WriteString("\n")

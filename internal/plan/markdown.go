@@ -128,7 +128,8 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 				break
 			}
 			s := v.stack(i, viewDestructive)
-			for _, c := range s.Destructive[:min(len(s.Destructive), keep-n)] {
+			shown, _ := s.shownDestructive()
+			for _, c := range shown[:min(len(shown), keep-n)] {
 				switch {
 				case level < mdNoTable:
 					fmt.Fprintf(&b, "> - %s: %s\n", code(s.Name), mdChange(c))
@@ -142,6 +143,9 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 				if level >= mdNoTable {
 					// One line per stack, addresses only.
 					fmt.Fprintf(&b, "%s %s", c.Action.Symbol(), code(c.Address))
+					if c.Deposed != "" {
+						fmt.Fprintf(&b, " (deposed object %s)", cell(c.Deposed))
+					}
 				}
 				n, prev = n+1, s.Name
 				if over() {
@@ -204,7 +208,7 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 				move = fmt.Sprintf(" %d |", c.Move)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d |%s %d | %s |\n",
-				code(s.Name), classBadge(s.Class), c.Create, c.Update, c.Replace, c.Delete, c.Forget, c.Import, c.Read, move,
+				cellCode(s.Name), classBadge(s.Class), c.Create, c.Update, c.Replace, c.Delete, c.Forget, c.Import, c.Read, move,
 				s.OutputsChanged, cell(strings.Join(s.Why, "; ")))
 			if over() {
 				return b.String(), false
@@ -245,12 +249,13 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	return b.String(), true
 }
 
-// destructiveCount is how many destructive changes the stacks of r list, and how many more
-// they leave out (DestructiveOmitted).
+// destructiveCount is how many destructive changes the markdown of r lists, and how many more
+// it counts (see shownDestructive).
 func destructiveCount(r *Report) (listed, omitted int) {
 	for _, s := range r.Stacks {
-		listed += len(s.Destructive)
-		omitted += s.DestructiveOmitted
+		shown, more := s.shownDestructive()
+		listed += len(shown)
+		omitted += more
 	}
 	return listed, omitted
 }
@@ -259,7 +264,8 @@ func mdChange(c Change) string {
 	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), code(c.Address), cell(actionDetail(c)))
 }
 
-// code is s as a markdown code span, whatever backticks it holds.
+// code is s as a markdown code span, whatever backticks it holds. Outside a table a `|` needs
+// no escape (and a backslash inside a code span would show): cellCode is for table cells.
 func code(s string) string {
 	// A lone CR ends a markdown line too: without it no address can start a block.
 	s = Printable(lineBreaks.Replace(s))
@@ -268,8 +274,12 @@ func code(s string) string {
 	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		pad = " "
 	}
-	return ticks + pad + strings.ReplaceAll(s, "|", "\\|") + pad + ticks
+	return ticks + pad + s + pad + ticks
 }
+
+// cellCode is code(s) for a table cell, where GitHub splits the row on every unescaped `|`,
+// even inside a code span, and shows `\|` there as `|`.
+func cellCode(s string) string { return strings.ReplaceAll(code(s), "|", "\\|") }
 
 // htmlCode is s as an HTML code element (markdown is not parsed inside <summary>).
 func htmlCode(s string) string {

@@ -171,6 +171,21 @@ func ClassOfOutputs(c Counts, outputsChanged, outputsDeleted int) events.Class {
 	return events.ClassNoChanges
 }
 
+// classOfRecordedDrift is the class of the drift an apply records in the state (see
+// Stack.DriftRecorded), forgotten of it objects deleted outside: destructive when it forgets
+// objects (as a forget: the state no longer manages them, and a wrong read, say of the wrong
+// account, would orphan live ones), mutating when it only rewrites objects in the state (what
+// reads them, such as terraform_remote_state, sees other values), else no-changes.
+func classOfRecordedDrift(forgotten, recorded int) events.Class {
+	switch {
+	case forgotten > 0:
+		return events.ClassDestructive
+	case recorded > 0:
+		return events.ClassMutating
+	}
+	return events.ClassNoChanges
+}
+
 // AttrDiff is one changed attribute (or output), with display values. Before or After is
 // "(sensitive value)" when masked, "(known after apply)" when unknown, and "null" when absent.
 type AttrDiff struct {
@@ -178,19 +193,27 @@ type AttrDiff struct {
 	Before string `json:"before"`
 	After  string `json:"after"`
 
-	// beforeRaw/afterRaw are the leaf values before quoting, kept to compare with secrets.
-	beforeRaw, afterRaw string
+	// beforeRaw/afterRaw are the leaf values before quoting, kept to compare with secrets;
+	// beforeParts/afterParts the scalars (and keys) of a whole collection shown as one value.
+	beforeRaw, afterRaw     string
+	beforeParts, afterParts []string
 }
 
 // Change is one resource instance change (or drift) as listed in renders.
 type Change struct {
 	Address string `json:"address"`
+	// Deposed is the deposed key when the change is to a deposed object of Address (one a
+	// create_before_destroy replace left behind), not to its current object.
+	Deposed string `json:"deposed,omitempty"`
 	Action  Action `json:"action"`
 	// Order is "delete-then-create", "create-then-delete" or "create-then-forget" for a replace.
 	Order string `json:"order,omitempty"`
 	// Reason is the plan's action_reason, e.g. replace_because_cannot_update.
 	Reason    string `json:"reason,omitempty"`
 	Importing bool   `json:"importing,omitempty"`
+	// Outside: the change was made outside tofu/terraform (a drift entry; or, in Destructive, a
+	// forget of an object deleted outside, which the apply drops from the state).
+	Outside bool `json:"outside,omitempty"`
 	// PreviousAddress is the address the object had in state before a `moved` block moved
 	// it, when it differs from Address.
 	PreviousAddress string `json:"previous_address,omitempty"`
@@ -226,8 +249,9 @@ type Stack struct {
 	FormatVersion    string `json:"format_version,omitempty"`
 	TerraformVersion string `json:"terraform_version,omitempty"`
 
-	// Destructive lists the deleted, replaced and forgotten resources (without attribute
-	// detail), at most MaxDestructive; DestructiveOmitted counts the rest.
+	// Destructive lists every deleted, replaced and forgotten resource (without attribute
+	// detail): Classify leaves none out, however many. DestructiveOmitted counts those a
+	// report assembled elsewhere left out (the renders say "and N more").
 	Destructive        []Change `json:"destructive"`
 	DestructiveOmitted int      `json:"destructive_omitted,omitempty"`
 
@@ -241,9 +265,13 @@ type Stack struct {
 	Outputs        []OutputChange `json:"outputs,omitempty"`
 
 	// DriftCount is the number of resource_drift entries; Drift lists at most MaxChanges.
-	// Drift is reported, never classified.
 	DriftCount int      `json:"drift"`
 	Drift      []Change `json:"drift_changes,omitempty"`
+	// DriftRecorded is how many of them no resource change covers: applying the plan (a
+	// refresh-only plan above all) records those in the state as they are, and they count in
+	// the class (see classOfRecordedDrift); the objects deleted outside are in Destructive, as
+	// forgets. Drift a resource change covers is reported, not classified.
+	DriftRecorded int `json:"drift_recorded,omitempty"`
 
 	// Error says why the plan could not be classified (Class is then unclassified).
 	Error string `json:"error,omitempty"`
@@ -254,7 +282,8 @@ type Stack struct {
 }
 
 // Event returns the classification fields of the runner's per-stack update: stack, class,
-// counts, plan hash, destructive addresses, outputs changed, drift and error. The caller sets
+// counts, plan hash, the first MaxDestructive destructive addresses (the server keeps fewer;
+// the result document has them all), outputs changed, drift and error. The caller sets
 // the execution id, status and sequence number.
 func (s *Stack) Event() events.Update {
 	return events.Update{
@@ -262,18 +291,22 @@ func (s *Stack) Event() events.Update {
 		Class:          s.Class,
 		Counts:         s.Counts.Events(),
 		PlanHash:       s.PlanHash,
-		Destructive:    s.DestructiveAddresses(),
+		Destructive:    s.DestructiveAddresses()[:min(len(s.Destructive), MaxDestructive)],
 		OutputsChanged: s.OutputsChanged,
 		Drift:          s.DriftCount,
 		Error:          s.Error,
 	}
 }
 
-// DestructiveAddresses lists the addresses of Destructive.
+// DestructiveAddresses lists the addresses of Destructive, a deposed object's as tofu names
+// it: "terraform_data.a (deposed object 1a2b3c4d)".
 func (s *Stack) DestructiveAddresses() []string {
 	out := make([]string, len(s.Destructive))
 	for i, c := range s.Destructive {
 		out[i] = c.Address
+		if c.Deposed != "" {
+			out[i] += " (deposed object " + c.Deposed + ")"
+		}
 	}
 	return out
 }

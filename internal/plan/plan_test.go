@@ -33,15 +33,20 @@ type planScenario struct {
 	outputDeleted                         bool
 	noChanges                             bool
 	perAction                             Counts
+	// a refresh-only plan, and the objects its drift note says were deleted or changed
+	refreshOnly                bool
+	driftDeleted, driftChanged int
 }
 
 var (
 	planLineRE   = regexp.MustCompile(`(?m)^Plan: (?:(\d+) to import, )?(\d+) to add, (\d+) to change, (\d+) to destroy(?:, (\d+) to forget)?\.$`)
-	planHeaderRE = regexp.MustCompile(`^  # (\S+) (will be created|will be updated in-place|will be destroyed|must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply|will be imported|has moved to \S+)`)
+	planHeaderRE = regexp.MustCompile(`^  # (\S+)(?: \(deposed object [0-9a-f]+\))? (will be created|will be updated in-place|will be destroyed|must be replaced|is tainted, so it must be replaced|will be removed from the OpenTofu state but will not be destroyed|will be read during apply|will be imported|has moved to \S+)`)
 	// planImportRE is the line under the header of every change that imports.
 	planImportRE = regexp.MustCompile(`^  # \(imported from `)
 	// planOutputDeleteRE is a deleted output under "Changes to Outputs:".
 	planOutputDeleteRE = regexp.MustCompile(`(?m)^  - \S+ += `)
+	// planDriftRE is a drift header under "Objects have changed outside of OpenTofu".
+	planDriftRE = regexp.MustCompile(`(?m)^  # \S+ has (been deleted|changed)$`)
 )
 
 // planScenarios parses every recorded scenario's plan.txt and plan.rc.
@@ -89,6 +94,14 @@ func planScenarios(t *testing.T) []planScenario {
 		sc.outputs = ok
 		sc.outputDeleted = ok && planOutputDeleteRE.MatchString(outs)
 		sc.perAction = headerCounts(t, txt)
+		sc.refreshOnly = strings.Contains(string(txt), "\nThis is a refresh-only plan,")
+		for _, m := range planDriftRE.FindAllStringSubmatch(string(txt), -1) {
+			if m[1] == "been deleted" {
+				sc.driftDeleted++
+			} else {
+				sc.driftChanged++
+			}
+		}
 		out = append(out, sc)
 	}
 	if len(out) < 17 {
@@ -120,7 +133,7 @@ func headerCounts(t *testing.T, txt []byte) Counts {
 			c.Update++
 		case "will be destroyed":
 			c.Delete++
-		case "must be replaced":
+		case "must be replaced", "is tainted, so it must be replaced":
 			c.Replace++
 		case "will be read during apply":
 			c.Read++
@@ -141,9 +154,9 @@ func (sc planScenario) expectedClass() events.Class {
 	switch {
 	case sc.rc != 0:
 		return events.ClassUnclassified
-	case sc.destroy > 0 || sc.forget > 0 || sc.perAction.Replace > 0:
+	case sc.destroy > 0 || sc.forget > 0 || sc.perAction.Replace > 0 || (sc.refreshOnly && sc.driftDeleted > 0):
 		return events.ClassDestructive
-	case sc.change > 0 || sc.perAction.Move > 0 || sc.outputDeleted:
+	case sc.change > 0 || sc.perAction.Move > 0 || sc.outputDeleted || (sc.refreshOnly && sc.driftChanged > 0):
 		return events.ClassMutating
 	case sc.add > 0 || sc.imports > 0 || sc.outputs:
 		return events.ClassAdditive
@@ -205,7 +218,7 @@ func TestPlanScenariosMatchHumanPlan(t *testing.T) {
 			if c != sc.perAction {
 				t.Errorf("counts %+v, plan.txt resource headers give %+v", c, sc.perAction)
 			}
-			if sc.noChanges != (c.Total() == 0 && s.OutputsChanged == 0) {
+			if sc.noChanges != (c.Total() == 0 && s.OutputsChanged == 0 && s.DriftRecorded == 0) {
 				t.Errorf("plan.txt no-changes %v, counts %+v outputs %d", sc.noChanges, c, s.OutputsChanged)
 			}
 			if sc.outputs != (s.OutputsChanged > 0) {
@@ -214,8 +227,12 @@ func TestPlanScenariosMatchHumanPlan(t *testing.T) {
 			if want := sc.expectedClass(); s.Class != want {
 				t.Errorf("class %s, want %s", s.Class, want)
 			}
-			if len(s.Destructive) != c.Destructive() {
+			if len(s.Destructive) != c.Destructive()+outsideForgets(s) {
 				t.Errorf("%d destructive addresses for %d destructive changes", len(s.Destructive), c.Destructive())
+			}
+			if sc.refreshOnly && (outsideForgets(s) != sc.driftDeleted || s.DriftRecorded != sc.driftDeleted+sc.driftChanged) {
+				t.Errorf("refresh-only: %d forgotten and %d drift recorded, plan.txt says %d deleted and %d changed outside",
+					outsideForgets(s), s.DriftRecorded, sc.driftDeleted, sc.driftChanged)
 			}
 			if !planHashRE.MatchString(s.PlanHash) {
 				t.Errorf("plan hash %q, want %s: and 64 hex digits", s.PlanHash, PlanHashVersion)

@@ -118,7 +118,7 @@ func TestPlanPropertyCommentBound(t *testing.T) {
 				}
 				kept := 0
 				for _, s := range r.Stacks {
-					kept += len(s.Destructive)
+					kept += min(len(s.Destructive), MaxDestructive)
 				}
 				if len(comment) < MaxCommentChars-2000 && shown != kept {
 					t.Errorf("comment has room but shows %d of %d destructive addresses", shown, kept)

@@ -108,9 +108,25 @@ func printableKeeping(s, keep string) string {
 }
 
 // actionDetail is "replace, delete-then-create: replace_because_cannot_update", "move from
-// x.old" for a move, "update, moved from x.old" for a moved object that also changes.
+// x.old" for a move, "update, moved from x.old" for a moved object that also changes,
+// "deposed object 1a2b3c4d, delete" for a deposed object.
 func actionDetail(c Change) string {
 	detail := string(c.Action)
+	if c.Outside {
+		switch c.Action {
+		case ActionForget:
+			detail = "forget: deleted outside, the apply drops it from the state"
+		case ActionDelete:
+			detail = "deleted outside"
+		case ActionUpdate:
+			detail = "changed outside"
+		default:
+			detail += " outside"
+		}
+	}
+	if c.Deposed != "" {
+		detail = "deposed object " + Printable(c.Deposed) + ", " + detail
+	}
 	if c.Order != "" {
 		detail += ", " + c.Order
 	}
@@ -186,9 +202,17 @@ func detailLines(s *Stack, attrs bool) []string {
 		}
 	}
 	if s.DriftCount > 0 {
-		out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform, not classified): %d", s.DriftCount))
+		if s.DriftRecorded > 0 {
+			out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform): %d, of which the apply records %d in the state",
+				s.DriftCount, s.DriftRecorded))
+		} else {
+			out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform, not classified): %d", s.DriftCount))
+		}
 		for _, d := range s.Drift {
 			out = append(out, changeHead(d))
+			if attrs {
+				out = append(out, attrLines(d.Action, d.Attributes, d.AttributesOmitted, "    ")...)
+			}
 		}
 	}
 	return out
@@ -208,12 +232,21 @@ type destructiveEntry struct {
 	change Change
 }
 
+// shownDestructive is what the text and markdown renders list of s's destructive changes (at
+// most MaxDestructive: the JSON render and the execution page have them all), and how many
+// more they count.
+func (s *Stack) shownDestructive() (shown []Change, more int) {
+	n := min(len(s.Destructive), MaxDestructive)
+	return s.Destructive[:n], len(s.Destructive) - n + s.DestructiveOmitted
+}
+
 func destructiveList(r *Report) (list []destructiveEntry, omitted int) {
 	for _, s := range r.Stacks {
-		for _, c := range s.Destructive {
+		shown, more := s.shownDestructive()
+		for _, c := range shown {
 			list = append(list, destructiveEntry{s.Name, c})
 		}
-		omitted += s.DestructiveOmitted
+		omitted += more
 	}
 	return list, omitted
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -80,6 +81,7 @@ func (s *secretSet) matcher(scrub bool) *secretMatcher {
 		} else if !scrub {
 			forms, plain := secretForms(v)
 			pats = appendLongPatterns(pats, forms, plain)
+			pats = appendBase64Patterns(pats, v, -1)
 		}
 	}
 	if scrub {
@@ -102,6 +104,8 @@ func (s *secretSet) matcher(scrub bool) *secretMatcher {
 					rank++
 				}
 			}
+			pats = appendBase64Patterns(pats, sec, rank)
+			rank += 3
 		}
 	}
 	s.match, s.scrubbing = newSecretMatcher(pats), scrub
@@ -123,6 +127,48 @@ func appendLongPatterns(pats []secretPattern, forms []string, plain bool) []secr
 		}
 	}
 	return pats
+}
+
+// appendBase64Patterns appends the patterns of Base64Forms(sec): a value holding one is
+// sensitive (and masked inside text); with rank >= 0 they are scrubbed too, ranked from rank.
+func appendBase64Patterns(pats []secretPattern, sec string, rank int32) []secretPattern {
+	kinds := kindInner | kindText
+	if rank >= 0 {
+		kinds |= kindScrub
+	}
+	for i, f := range Base64Forms(sec) {
+		r := int32(-1)
+		if rank >= 0 {
+			r = rank + int32(i)
+		}
+		pats = append(pats, secretPattern{text: f, kinds: kinds, rank: r})
+	}
+	return pats
+}
+
+// MinBase64Form is the shortest text Base64Forms returns: shorter ones would be found in
+// unrelated base64 and words (a secret of 5 bytes or more has all three).
+const MinBase64Form = 6
+
+// Base64Forms are the texts that stand for secret in the standard base64 encoding (as
+// base64encode writes it) of any data holding it, at each of the three byte alignments: as
+// GitHub Actions' masker does, for the secret starting 0, 1 or 2 bytes into a 3-byte group,
+// the characters of base64(k unknown bytes + secret) that depend on the secret's bytes only
+// (not those that also encode the k bytes before it, nor the last one, which also encodes what
+// follows). Forms shorter than MinBase64Form are left out.
+func Base64Forms(secret string) []string {
+	var out []string
+	for k := range 3 {
+		n := k + len(secret)
+		data := make([]byte, n)
+		copy(data[k:], secret)
+		enc := base64.RawStdEncoding.EncodeToString(data)
+		start, end := (8*k+5)/6, 8*n/6 // the first character of the secret's bits alone; past the last whole one
+		if end-start >= MinBase64Form {
+			out = append(out, enc[start:end])
+		}
+	}
+	return out
 }
 
 func sortLongestFirst(v []string) {
@@ -409,13 +455,13 @@ func (s *secretSet) collectChange(ch *rawChange) error {
 func (s *secretSet) maskDiffs(diffs []AttrDiff) {
 	for i := range diffs {
 		d := &diffs[i]
-		if s.sensitive(d.beforeRaw) {
+		if s.sensitive(d.beforeRaw) || slices.ContainsFunc(d.beforeParts, s.sensitive) {
 			d.Before = Masked
 		}
-		if s.sensitive(d.afterRaw) {
+		if s.sensitive(d.afterRaw) || slices.ContainsFunc(d.afterParts, s.sensitive) {
 			d.After = Masked
 		}
-		d.beforeRaw, d.afterRaw = "", ""
+		d.beforeRaw, d.afterRaw, d.beforeParts, d.afterParts = "", "", nil, nil
 		d.Path = s.redactPath(d.Path, true)
 		d.Before, d.After = s.redactText(d.Before), s.redactText(d.After)
 	}

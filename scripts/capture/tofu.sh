@@ -32,6 +32,24 @@
 # plan.txt its stdout up to the "Saved the plan" rule (trailing blank lines dropped), plan.json
 # the show-json stdout.
 #
+# Staged cases: a case directory may also hold
+#   v1b.tf        applied after v1 and expected to FAIL (e.g. a create_before_destroy replace
+#                 whose provisioner fails, which leaves the old object deposed)
+#   outside.json  copied into the working directory before v2 is planned: the test provider's
+#                 objects change outside OpenTofu (see below)
+#   plan.args     more plan arguments, on one line (e.g. -refresh-only)
+# and its configuration may use the provider tfstackplan.test/test/simple: OpenTofu's own test
+# provider (internal/provider-simple of OpenTofu v1.12.6) with a refresh that applies
+# outside.json (scripts/capture/driftprovider/main.go.txt: an object whose value is a key of it
+# gets the value it maps to, null: deleted outside). The script builds it from the OpenTofu
+# source ($TFSTACKPLAN_OPENTOFU_GIT: a git directory of opentofu/opentofu with the tag v1.12.6),
+# with GOPROXY=off (the modules are in the Go module cache once the real tofu was built from the
+# same source), into a filesystem mirror that a CLI configuration file of its own names: init
+# installs it from there and nothing reaches the network. A staged case is recorded as plan.rc,
+# plan.txt and plan.json (always rewritten), and plan-out.stderr; not as the plan-out, show-json
+# and apply recordings faketofu replays (it replays only v1 -> v2 cases of the built-in
+# provider).
+#
 # Once, in _cli/:
 #   version, version-json            version / version -json
 #   init                             init -input=false -no-color; the script checks every case's
@@ -180,12 +198,81 @@ rec "$cli" init "$w" init -input=false -no-color
 [ -z "$(ls -A "$w" | grep -vx main.tf)" ] || echo "note: init created $(ls -A "$w" | grep -vx main.tf | tr '\n' ' ')" >&2
 fi
 
+# staged DIR: whether the case in DIR is a staged case (see the header).
+staged() {
+  [ -f "$1/v1b.tf" ] || [ -f "$1/outside.json" ] || [ -f "$1/plan.args" ] || grep -q 'tfstackplan.test/' "$1/v1.tf"
+}
+
+# providers: builds the test provider into a filesystem mirror once, and writes the CLI
+# configuration that installs it from there ($tmp/cli.tfrc).
+providers() {
+  [ -f "$tmp/cli.tfrc" ] && return
+  local git=${TFSTACKPLAN_OPENTOFU_GIT:-} src=$tmp/opentofu target
+  [ -n "$git" ] || die "a case uses the test provider: set TFSTACKPLAN_OPENTOFU_GIT to a git directory of opentofu/opentofu"
+  target=$(go env GOOS)_$(go env GOARCH)
+  mkdir -p "$src/internal/provider-drift" "$tmp/mirror/tfstackplan.test/test/simple/0.0.1/$target"
+  git --git-dir="$git" archive v1.12.6 go.mod go.sum internal version | tar -x -C "$src" ||
+    die "cannot extract v1.12.6 from $git"
+  cp "$root/scripts/capture/driftprovider/main.go.txt" "$src/internal/provider-drift/main.go"
+  echo "building the test provider (a few minutes the first time) ..." >&2
+  (cd "$src" && GOFLAGS=-mod=mod GOTOOLCHAIN=local GOPROXY=off go build \
+    -o "$tmp/mirror/tfstackplan.test/test/simple/0.0.1/$target/terraform-provider-simple_v0.0.1" ./internal/provider-drift) ||
+    die "building the test provider failed (are OpenTofu v1.12.6's modules in the Go module cache?)"
+  cat >"$tmp/cli.tfrc" <<EOF
+provider_installation {
+  filesystem_mirror {
+    path    = "$tmp/mirror"
+    include = ["tfstackplan.test/*/*"]
+  }
+}
+EOF
+}
+
+# record_staged CASE DIR: records a staged case (see the header).
+record_staged() {
+  local c=$1 d=$2 w args=()
+  w=$(newdir)
+  if grep -q 'tfstackplan.test/' "$d/v1.tf"; then
+    providers
+    export TF_CLI_CONFIG_FILE=$tmp/cli.tfrc
+  fi
+  cp "$d/v1.tf" "$w/main.tf"
+  q "$w" init -input=false -no-color
+  q "$w" apply -auto-approve -input=false -no-color
+  if [ -f "$d/v1b.tf" ]; then
+    cp "$d/v1b.tf" "$w/main.tf"
+    if (cd "$w" && exec "$tofu" apply -auto-approve -input=false -no-color) >"$tmp/q.out" 2>&1 </dev/null; then
+      die "$c: the apply of v1b.tf succeeded; it must fail"
+    fi
+  fi
+  if [ -f "$d/outside.json" ]; then cp "$d/outside.json" "$w/outside.json"; fi
+  cp "$d/v2.tf" "$w/main.tf"
+  q "$w" init -input=false -no-color
+  if [ -f "$d/plan.args" ]; then read -r -a args <"$d/plan.args"; fi
+  rc=0
+  (cd "$w" && exec "$tofu" plan -input=false -no-color -lock-timeout=0s "${args[@]}" -out=tfstackplan.tfplan) \
+    >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
+  echo "$rc" >"$d/plan.rc"
+  sed "s|$w|<tmp>|g" "$tmp/err" >"$d/plan-out.stderr"
+  printf '%s\n' "$(sed -e "s|$w|<tmp>|g" -e '/^──*$/,$d' "$tmp/out")" >"$d/plan.txt"
+  if [ "$rc" = 0 ]; then
+    (cd "$w" && exec "$tofu" show -json tfstackplan.tfplan) </dev/null >"$tmp/out" || die "$c: show -json failed"
+    sed "s|$w|<tmp>|g" "$tmp/out" >"$d/plan.json"
+  fi
+  unset TF_CLI_CONFIG_FILE
+  echo "$c: staged, recorded plan.rc ($rc), plan.txt and plan.json" >&2
+}
+
 # --- the cases -------------------------------------------------------------------------------
 for d in "$fx"/*/; do
   c=$(basename "$d")
   [ -f "$d/v1.tf" ] && [ -f "$d/v2.tf" ] || continue
   if [ ${#only[@]} -gt 0 ]; then
     case " ${only[*]} " in *" $c "*) ;; *) continue ;; esac
+  fi
+  if staged "$d"; then
+    record_staged "$c" "$d"
+    continue
   fi
   w=$(newdir)
   cp "$d/v1.tf" "$w/main.tf"

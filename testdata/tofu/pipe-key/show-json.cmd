@@ -1,0 +1,1 @@
+tofu show -json tfstackplan.tfplan

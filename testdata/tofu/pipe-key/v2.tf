@@ -1,0 +1,4 @@
+resource "terraform_data" "p" {
+  for_each = toset(["c"])
+  input    = each.key
+}
