@@ -1847,11 +1847,16 @@ func (r *run) terminalSummary(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-10s %-13s %s\n", e.Status, cls, plan.Printable(e.Path))
 		if s := r.classed[e.Path]; s != nil {
-			for _, c := range s.Destructive {
-				fmt.Fprintf(w, "      %s %s (%s)\n", c.Action.Symbol(), plan.Printable(c.Address), c.Action)
+			// The result document names them all; a terminal gets the first MaxDestructive.
+			list, more := s.Destructive, s.DestructiveOmitted
+			if len(list) > plan.MaxDestructive {
+				list, more = list[:plan.MaxDestructive], more+len(list)-plan.MaxDestructive
 			}
-			if s.DestructiveOmitted > 0 {
-				fmt.Fprintf(w, "      … and %d more destructive changes\n", s.DestructiveOmitted)
+			for _, c := range list {
+				fmt.Fprintf(w, "      %s\n", c.Head())
+			}
+			if more > 0 {
+				fmt.Fprintf(w, "      … and %d more destructive changes (the result document names them all)\n", more)
 			}
 		}
 	}

@@ -458,7 +458,7 @@ func legacyText(w io.Writer, r *Report, color bool) error {
 		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
 			plural(len(list)+omitted, "destructive change", "destructive changes"))))
 		for _, e := range list {
-			fmt.Fprintf(&b, "  %s: %s\n", Printable(e.stack), p.paint(ansiRed, changeHead(e.change)))
+			fmt.Fprintf(&b, "  %s: %s\n", Printable(e.stack), p.paint(ansiRed, e.change.Head()))
 		}
 		if omitted > 0 {
 			fmt.Fprintf(&b, "  … and %d more\n", omitted)

@@ -86,8 +86,9 @@ func totalsLine(r *Report, sep string) string {
 	}, sep)
 }
 
-// changeHead is "± aws_x.y (replace, delete-then-create: replace_because_cannot_update)".
-func changeHead(c Change) string {
+// Head is the change's one-line head as the renders print it: "± aws_x.y (replace,
+// delete-then-create: replace_because_cannot_update)", the address made printable.
+func (c Change) Head() string {
 	return fmt.Sprintf("%s %s (%s)", c.Action.Symbol(), Printable(c.Address), actionDetail(c))
 }
 
@@ -175,7 +176,7 @@ func attrLines(a Action, diffs []AttrDiff, omitted int, indent string) []string 
 func detailLines(s *Stack, attrs bool) []string {
 	var out []string
 	for _, c := range s.Changes {
-		out = append(out, changeHead(c))
+		out = append(out, c.Head())
 		if attrs {
 			out = append(out, attrLines(c.Action, c.Attributes, c.AttributesOmitted, "    ")...)
 		}
@@ -209,7 +210,7 @@ func detailLines(s *Stack, attrs bool) []string {
 			out = append(section(out), fmt.Sprintf("Drift (changed outside tofu/terraform, not classified): %d", s.DriftCount))
 		}
 		for _, d := range s.Drift {
-			out = append(out, changeHead(d))
+			out = append(out, d.Head())
 			if attrs {
 				out = append(out, attrLines(d.Action, d.Attributes, d.AttributesOmitted, "    ")...)
 			}
