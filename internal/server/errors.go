@@ -48,9 +48,9 @@ var (
 var statusOverride = map[error]int{errBodyTimeout: http.StatusRequestTimeout, errMediaType: http.StatusUnsupportedMediaType}
 
 // publicErrors are the errors whose messages reach clients: the service writes them for users
-// (invalid, not found, precondition, denied) or the HTTP layer does. Any other error may carry a
+// (invalid, not found, precondition, denied, mismatch) or the HTTP layer does. Any other error may carry a
 // driver's text (SQL, table names, hosts) and is answered with a generic message.
-var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale,
+var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale, store.ErrMismatch,
 	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, throttle.ErrThrottled, errTooLarge, errBodyTimeout, errMediaType}
 
 // genericMessages say what a hidden error means to a client, by code.
@@ -75,7 +75,7 @@ func codeOf(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, store.ErrNotFound):
 		return codes.NotFound
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrMismatch):
 		return codes.AlreadyExists
 	case errors.Is(err, store.ErrPrecondition):
 		return codes.FailedPrecondition

@@ -675,8 +675,14 @@ func TestLogChunksBatch(t *testing.T) {
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 0, Data: []byte("a0 ")},
 			{ExecutionID: "e1", Stack: "b", Generation: 1, Offset: 0, Data: []byte("b0 ")},
 			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("a1 ")},
-			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("XX ")}, // duplicate key: first wins
+			{ExecutionID: "e1", Stack: "a", Generation: 1, Offset: 3, Data: []byte("aXX")}, // the same key, other bytes
 		}
+		_, err = f.LogChunks(ctx, runner, batch)
+		wantErr(t, err, store.ErrMismatch, "at offset 3 (3 bytes) differs at offset 4 from another chunk of the batch")
+		if sl, _ := f.LogRead(ctx, reader, "e1", "b", 0, true, 0, 100); len(sl.Data) != 0 {
+			t.Fatalf("a refused batch stored %q", sl.Data)
+		}
+		batch[3].Data = []byte("a1 ") // a duplicate: stored once
 		_, err = f.LogChunks(ctx, runner, batch)
 		f.must(err)
 		_, err = f.LogChunks(ctx, runner, batch) // a retry of the whole batch

@@ -30,6 +30,9 @@ var (
 	// ErrStale: the request is about a state that has moved on (an approval of a plan that is no
 	// longer the PR's latest); the client must look again before it asks again.
 	ErrStale = errors.New("stale")
+	// ErrMismatch: the write carries data that differs from what is stored where it would go
+	// (log bytes that differ from the stored bytes at their offset); the stored data stays.
+	ErrMismatch = errors.New("differs from the stored data")
 )
 
 // Execution is one stored execution (stacks are read separately).
@@ -363,8 +366,15 @@ type Tx interface {
 	// AddLogBatch stores chunks of one execution, each once per (execution, stack, generation,
 	// offset) as AddLogChunks does, unless some chunk names a stack the execution has none of:
 	// it returns the execution's state (read without locking), the names of the missing stacks
-	// (sorted, once each: nothing is stored then) and how many chunks were new, or ErrNotFound.
-	// One statement where the backend allows.
+	// (sorted, once each: nothing is stored then) and how many chunks it stored, or ErrNotFound.
+	// Unlike AddLogChunks it checks every chunk against the stored log and the rest of the
+	// batch: a chunk whose bytes (or gap record) differ from those stored over its range (as
+	// far as the stored chunk starting last before its end and those after it tell) stores
+	// nothing of the batch and fails with ErrMismatch naming the stack, generation and offset.
+	// A chunk that repeats stored bytes and goes on (a resend that read further) has its bytes
+	// past them stored, as chunks of their own: the chunks it stores never overlap each other or
+	// those stored before. One statement where the backend allows, unless some chunk overlaps
+	// the stored log.
 	AddLogBatch(execID string, cs []LogChunk) (state EventState, missing []string, added int64, err error)
 }
 
