@@ -341,10 +341,12 @@ type Finalize struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts      Counts    `json:"counts,omitempty,omitzero"`
-	Error       string    `json:"error,omitempty,omitzero"`
-	ExecutionID string    `json:"execution_id"`
-	FinishedAt  time.Time `json:"finished_at,omitempty,omitzero"`
+	Counts      Counts `json:"counts,omitempty,omitzero"`
+	Error       string `json:"error,omitempty,omitzero"`
+	ExecutionID string `json:"execution_id"`
+
+	// FinishedAt When the run ended, by the runner's clock (absent: when the server received the Finalize). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
+	FinishedAt time.Time `json:"finished_at,omitempty,omitzero"`
 
 	// Stacks One result per stack; a stack named twice is refused.
 	Stacks []StackResult   `json:"stacks,omitempty,omitzero"`
@@ -411,10 +413,12 @@ type GatesSatisfy struct {
 	Environment string `json:"environment"`
 
 	// ExecutionID The plan execution the approver reviewed: it must be the PR's latest plan in the environment (else `409 ABORTED`, naming the latest), finalized and applicable, and class and target must be one of the gates it requires (else `412 FAILED_PRECONDITION`, listing them). The grant records that plan's stacks of the gate with their content hashes, and satisfies the gate only while the plan being applied has exactly that content on those stacks.
-	ExecutionID string    `json:"execution_id"`
-	ExpiresAt   time.Time `json:"expires_at,omitempty,omitzero"`
-	PR          int       `json:"pr"`
-	Reason      string    `json:"reason"`
+	ExecutionID string `json:"execution_id"`
+
+	// ExpiresAt When the grant ends (absent: when it is released). A time in the past is `400`, and so is one outside 1970-01-01 to 2200-01-01.
+	ExpiresAt time.Time `json:"expires_at,omitempty,omitzero"`
+	PR        int       `json:"pr"`
+	Reason    string    `json:"reason"`
 
 	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
 	Repo string `json:"repo,omitempty,omitzero"`
@@ -484,7 +488,7 @@ type Init struct {
 	SHA    string   `json:"sha,omitempty,omitzero"`
 	Stacks []string `json:"stacks,omitempty,omitzero"`
 
-	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days behind or 5 minutes ahead of the server's clock is replaced by the server's.
+	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days behind or 5 minutes ahead of the server's clock is replaced by the server's; one outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
 	StartedAt time.Time `json:"started_at,omitempty,omitzero"`
 }
 
@@ -529,6 +533,7 @@ type LogSlice struct {
 
 // PhaseEvent defines model for PhaseEvent.
 type PhaseEvent struct {
+	// At When the phase began, by the runner's clock (absent: when the server received it). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
 	At          time.Time `json:"at,omitempty,omitzero"`
 	ExecutionID string    `json:"execution_id"`
 	Message     string    `json:"message,omitempty,omitzero"`
@@ -599,6 +604,7 @@ type StackStatus string
 
 // Update defines model for Update.
 type Update struct {
+	// At When the runner made the update, by its clock. A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
 	At time.Time `json:"at,omitempty,omitzero"`
 
 	// Class no-changes < additive < mutating < destructive; unclassified when the plan could not be read.
@@ -684,7 +690,7 @@ type ExecutionsListParams struct {
 	// Limit The most executions to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients).
+	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients). A time outside 1970-01-01 to 2200-01-01 (but the zero time) is `400`.
 	Before *time.Time `form:"before,omitempty" json:"before,omitempty"`
 
 	// BeforeID Paging: the `execution_id` of the previous page's last execution, with its `started_at` as `before`: only the executions after it are listed, those started before `before` and those started at `before` whose id sorts lower. Without `before`, or not an execution id (1 to 1,024 bytes of UTF-8 without control characters), it is `400 INVALID_ARGUMENT`.
@@ -1000,7 +1006,11 @@ type ClientInterface interface {
 
 	// LogChunkWithBody Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1009,7 +1019,11 @@ type ClientInterface interface {
 
 	// LogChunk Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1019,8 +1033,9 @@ type ClientInterface interface {
 	// LogChunksWithBody Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1030,8 +1045,9 @@ type ClientInterface interface {
 	// LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1546,7 +1562,11 @@ func (c *Client) Init(ctx context.Context, body InitJSONRequestBody, reqEditors 
 
 // LogChunkWithBody Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1565,7 +1585,11 @@ func (c *Client) LogChunkWithBody(ctx context.Context, contentType string, body 
 
 // LogChunk Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1585,8 +1609,9 @@ func (c *Client) LogChunk(ctx context.Context, body LogChunkJSONRequestBody, req
 // LogChunksWithBody Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1606,8 +1631,9 @@ func (c *Client) LogChunksWithBody(ctx context.Context, contentType string, body
 // LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3425,7 +3451,11 @@ type ClientWithResponsesInterface interface {
 
 	// LogChunkWithBodyWithResponse Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3434,7 +3464,11 @@ type ClientWithResponsesInterface interface {
 
 	// LogChunkWithResponse Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3444,8 +3478,9 @@ type ClientWithResponsesInterface interface {
 	// LogChunksWithBodyWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3455,8 +3490,9 @@ type ClientWithResponsesInterface interface {
 	// LogChunksWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5073,7 +5109,11 @@ func (c *ClientWithResponses) InitWithResponse(ctx context.Context, body InitJSO
 
 // LogChunkWithBodyWithResponse Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5088,7 +5128,11 @@ func (c *ClientWithResponses) LogChunkWithBodyWithResponse(ctx context.Context, 
 
 // LogChunkWithResponse Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5104,8 +5148,9 @@ func (c *ClientWithResponses) LogChunkWithResponse(ctx context.Context, body Log
 // LogChunksWithBodyWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5121,8 +5166,9 @@ func (c *ClientWithResponses) LogChunksWithBodyWithResponse(ctx context.Context,
 // LogChunksWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
