@@ -468,6 +468,11 @@ type Health struct {
 	Version string `json:"version,omitempty,omitzero"`
 }
 
+// Heartbeat defines model for Heartbeat.
+type Heartbeat struct {
+	ExecutionID string `json:"execution_id"`
+}
+
 // Init defines model for Init.
 type Init struct {
 	Actor string `json:"actor,omitempty,omitzero"`
@@ -755,6 +760,9 @@ type ClaimsReleaseJSONRequestBody = ClaimsRelease
 // FinalizeJSONRequestBody defines body for Finalize for application/json ContentType.
 type FinalizeJSONRequestBody = Finalize
 
+// HeartbeatJSONRequestBody defines body for Heartbeat for application/json ContentType.
+type HeartbeatJSONRequestBody = Heartbeat
+
 // InitJSONRequestBody defines body for Init for application/json ContentType.
 type InitJSONRequestBody = Init
 
@@ -985,6 +993,34 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /events/finalize (the `Finalize` operationId).
 	Finalize(ctx context.Context, body FinalizeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeartbeatWithBody Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	HeartbeatWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Heartbeat Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// InitWithBody Start (or re-announce) an execution.
 	//
@@ -1512,6 +1548,54 @@ func (c *Client) FinalizeWithBody(ctx context.Context, contentType string, body 
 // Corresponds with POST /events/finalize (the `Finalize` operationId).
 func (c *Client) Finalize(ctx context.Context, body FinalizeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFinalizeRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeartbeatWithBody Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *Client) HeartbeatWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeartbeatRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Heartbeat Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *Client) Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeartbeatRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2452,6 +2536,46 @@ func NewFinalizeRequestWithBody(server string, contentType string, body io.Reade
 	}
 
 	operationPath := fmt.Sprintf("/events/finalize")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewHeartbeatRequest calls the generic Heartbeat builder with application/json body
+func NewHeartbeatRequest(server string, body HeartbeatJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHeartbeatRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewHeartbeatRequestWithBody constructs an http.Request for the Heartbeat method, with any body, and a specified content type
+func NewHeartbeatRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/heartbeat")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3431,6 +3555,34 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /events/finalize (the `Finalize` operationId).
 	FinalizeWithResponse(ctx context.Context, body FinalizeJSONRequestBody, reqEditors ...RequestEditorFn) (*FinalizeResponse, error)
 
+	// HeartbeatWithBodyWithResponse Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	HeartbeatWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error)
+
+	// HeartbeatWithResponse Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	HeartbeatWithResponse(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error)
+
 	// InitWithBodyWithResponse Start (or re-announce) an execution.
 	//
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
@@ -4125,6 +4277,54 @@ func (r FinalizeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r FinalizeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type HeartbeatResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Ack
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r HeartbeatResponse) GetJSON200() *Ack {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r HeartbeatResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r HeartbeatResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeartbeatResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeartbeatResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeartbeatResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5077,6 +5277,46 @@ func (c *ClientWithResponses) FinalizeWithResponse(ctx context.Context, body Fin
 	return ParseFinalizeResponse(rsp)
 }
 
+// HeartbeatWithBodyWithResponse Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *ClientWithResponses) HeartbeatWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error) {
+	rsp, err := c.HeartbeatWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeartbeatResponse(rsp)
+}
+
+// HeartbeatWithResponse Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error) {
+	rsp, err := c.Heartbeat(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeartbeatResponse(rsp)
+}
+
 // InitWithBodyWithResponse Start (or re-announce) an execution.
 //
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
@@ -5785,6 +6025,39 @@ func ParseFinalizeResponse(rsp *http.Response) (*FinalizeResponse, error) {
 	return response, nil
 }
 
+// ParseHeartbeatResponse parses an HTTP response from a HeartbeatWithResponse call
+func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeartbeatResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Ack
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseInitResponse parses an HTTP response from a InitWithResponse call
 func ParseInitResponse(rsp *http.Response) (*InitResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6309,6 +6582,9 @@ type ServerInterface interface {
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	// (POST /events/finalize)
 	Finalize(w http.ResponseWriter, r *http.Request)
+	// Heartbeat Say that an execution's runner is still running it.
+	// (POST /events/heartbeat)
+	Heartbeat(w http.ResponseWriter, r *http.Request)
 	// Init Start (or re-announce) an execution.
 	// (POST /events/init)
 	Init(w http.ResponseWriter, r *http.Request)
@@ -6630,6 +6906,20 @@ func (siw *ServerInterfaceWrapper) Finalize(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Finalize(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Heartbeat operation middleware
+func (siw *ServerInterfaceWrapper) Heartbeat(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Heartbeat(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7281,6 +7571,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/updates", wrapper.Updates)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/log", wrapper.LogChunk)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/logs", wrapper.LogChunks)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/heartbeat", wrapper.Heartbeat)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/finalize", wrapper.Finalize)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/gates/check", wrapper.GateCheck)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/gates/revoke", wrapper.GateRevoke)
@@ -7646,6 +7937,45 @@ type FinalizedefaultJSONResponse struct {
 }
 
 func (response FinalizedefaultJSONResponse) VisitFinalizeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatRequestObject struct {
+	Body *HeartbeatJSONRequestBody
+}
+
+type HeartbeatResponseObject interface {
+	VisitHeartbeatResponse(w http.ResponseWriter) error
+}
+
+type Heartbeat200JSONResponse struct{ AckJSONResponse }
+
+func (response Heartbeat200JSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response HeartbeatdefaultJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -8271,6 +8601,9 @@ type StrictServerInterface interface {
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	// (POST /events/finalize)
 	Finalize(ctx context.Context, request FinalizeRequestObject) (FinalizeResponseObject, error)
+	// Heartbeat Say that an execution's runner is still running it.
+	// (POST /events/heartbeat)
+	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
 	// Init Start (or re-announce) an execution.
 	// (POST /events/init)
 	Init(ctx context.Context, request InitRequestObject) (InitResponseObject, error)
@@ -8614,6 +8947,37 @@ func (sh *strictHandler) Finalize(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(FinalizeResponseObject); ok {
 		if err := validResponse.VisitFinalizeResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Heartbeat operation middleware
+func (sh *strictHandler) Heartbeat(w http.ResponseWriter, r *http.Request) {
+	var request HeartbeatRequestObject
+
+	var body HeartbeatJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Heartbeat(ctx, request.(HeartbeatRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Heartbeat")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HeartbeatResponseObject); ok {
+		if err := validResponse.VisitHeartbeatResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

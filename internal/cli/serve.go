@@ -46,7 +46,9 @@ type ServeOptions struct {
 	AuthFailureBurst  int
 	AuthFailureWindow time.Duration
 	LogRetention      time.Duration
-	ShutdownTimeout   time.Duration
+	// StaleAfter fails an execution the server heard nothing of for this long (0: never).
+	StaleAfter      time.Duration
+	ShutdownTimeout time.Duration
 	// Ready, when set, is called with the bound address once the server accepts connections.
 	Ready func(addr string)
 	// Validator replaces Google's ID token validator (tests use a loopback key server).
@@ -107,6 +109,7 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.IntVar(&opts.AuthFailureBurst, "auth-failure-burst", throttle.DefaultBurst, "failed authentications after which a client address or a principal is refused (429) for --auth-failure-window; 0 throttles nothing")
 	f.DurationVar(&opts.AuthFailureWindow, "auth-failure-window", throttle.DefaultWindow, "how long a throttled client address or principal is refused; failures are forgotten at --auth-failure-burst per window")
 	f.DurationVar(&opts.LogRetention, "log-retention", 30*24*time.Hour, "delete logs of executions started longer ago than this (0 keeps them)")
+	f.DurationVar(&opts.StaleAfter, "stale-after", DefaultStaleAfter, "fail a running execution whose runner sent nothing (no event, no heartbeat) for this long, with the error \""+service.StaleError+"\" (0 never does; at least "+service.MinStaleAfter.String()+")")
 	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
 	f.StringVar(&opts.MetricsToken, "metrics-token", "", "bearer token /metrics requires (default: $"+EnvMetricsToken+", which keeps it out of the process list; unset: /metrics is open)")
 	return cmd
@@ -190,6 +193,8 @@ func (o *ServeOptions) checkLimits() error {
 		return Usagef("--session-ttl %s: want a positive duration", o.SessionTTL)
 	case o.AuthFailureBurst < 0:
 		return Usagef("--auth-failure-burst %d: want 0 (no throttling) or more", o.AuthFailureBurst)
+	case o.StaleAfter != 0 && o.StaleAfter < service.MinStaleAfter:
+		return Usagef("--stale-after %s: want 0 (never) or at least %s, a few of the runners' heartbeats", o.StaleAfter, service.MinStaleAfter)
 	case o.AuthFailureWindow < 0:
 		return Usagef("--auth-failure-window %s: want a positive duration", o.AuthFailureWindow)
 	case o.MetricsToken != "" && len(o.MetricsToken) < minMetricsToken:
@@ -285,6 +290,9 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if o.LogRetention > 0 {
 		go prune(bg, st, o.LogRetention, logger)
 	}
+	if o.StaleAfter > 0 {
+		go svc.RunStaleSweeper(bg, o.StaleAfter, min(o.StaleAfter/4, time.Minute), func(err error) { logger.Warn("stale executions", "err", err) })
+	}
 	hs := srv.HTTPServer()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(srv.Listener(ln)) }()
@@ -305,6 +313,10 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	return nil
 }
+
+// DefaultStaleAfter is --stale-after's default: ten of the runner's heartbeats (every 30 s)
+// missed, so that a runner whose server was unreachable for a while is not taken for gone.
+const DefaultStaleAfter = 5 * time.Minute
 
 // SweepInterval is how often serve retries removing the granter bindings of ended leases.
 const SweepInterval = time.Minute

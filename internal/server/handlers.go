@@ -124,6 +124,15 @@ func (h *handlers) Updates(ctx context.Context, r api.UpdatesRequestObject) (api
 	return api.Updates200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
+func (h *handlers) Heartbeat(ctx context.Context, r api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
+	ack, err := h.svc.Heartbeat(ctx, caller(ctx), r.Body)
+	h.event("heartbeat", err)
+	if err != nil {
+		return api.HeartbeatdefaultJSONResponse(h.errResp(err)), nil
+	}
+	return api.Heartbeat200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
 func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
 	ack, err := h.svc.LogChunk(ctx, caller(ctx), r.Body)
 	if err != nil {

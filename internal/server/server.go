@@ -156,6 +156,7 @@ var routes = map[string]route{
 	"POST /events/updates":          {"Updates", auth.RoleRunner, body[api.Updates], MaxUpdatesBody},
 	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
 	"POST /events/logs":             {"LogChunks", auth.RoleRunner, body[api.LogChunks], MaxLogsBody},
+	"POST /events/heartbeat":        {"Heartbeat", auth.RoleRunner, body[api.Heartbeat], MaxEventBody},
 	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxExecutionBody},
 	"POST /gates/check":             {"GateCheck", auth.RoleRunner, body[api.GateCheck], MaxExecutionBody},
 	"POST /gates/revoke":            {"GateRevoke", auth.RoleRunner, body[api.GateRevoke], MaxEventBody},

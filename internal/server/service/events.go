@@ -173,6 +173,9 @@ func (s *Service) writeEvents(ctx context.Context, caller Caller, execID string,
 		}
 		return tx.Notify(execID)
 	})
+	if err == nil {
+		s.noteSeen(ctx, execID)
+	}
 	return ack, err
 }
 

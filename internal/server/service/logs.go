@@ -96,6 +96,9 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 		}
 		return tx.Notify(execID)
 	})
+	if err == nil {
+		s.noteSeen(ctx, execID)
+	}
 	return ack, err
 }
 

@@ -49,7 +49,8 @@ type Service struct {
 	// Granter makes a satisfied gate's lease real (nil: granter.None, the lease is a record).
 	Granter granter.Granter
 
-	owners owners // who announced each execution (checkOwner)
+	owners owners    // who announced each execution (checkOwner)
+	seen   seenCache // when this replica last recorded hearing from each execution (noteSeen)
 }
 
 // New returns a service over s with policy p (nil: nothing gated).

@@ -333,6 +333,14 @@ type Tx interface {
 	// how many it deleted.
 	PruneSessions(at time.Time, limit int) (int64, error)
 
+	// SeeExecution records that the server heard from an execution's runner at `at` (unless it
+	// recorded a later time).
+	SeeExecution(id string, at time.Time) error
+	// StaleExecutions lists up to limit executions, oldest first, that are running and not
+	// finalized or cancelled, and that the server has heard nothing of since before: neither
+	// their Init (StampExecution) nor anything SeeExecution recorded.
+	StaleExecutions(before time.Time, limit int) ([]string, error)
+
 	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
 	// until the transaction ends (a database lock, so it holds across replicas).
 	LockEnvironment(repo, env string) error

@@ -1,0 +1,8 @@
+-- When the server last heard from each execution's runner, for `serve --stale-after`: a table of
+-- its own, so that a heartbeat never locks the execution row the runner's events share.
+CREATE TABLE IF NOT EXISTS execution_seen (
+  execution_id TEXT PRIMARY KEY,
+  seen_at BIGINT NOT NULL
+);
+-- The stale sweep reads only the executions not finalized yet, oldest first.
+CREATE INDEX IF NOT EXISTS executions_unfinalized ON executions (received_at) WHERE finalized = 0;
