@@ -88,6 +88,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +172,8 @@ type PumpOptions struct {
 	// the server keeps the first copy of each (stack, generation, offset).
 	FirstGenerations map[string]int64
 	// Permanent reports whether a post error means the server will never accept more (default:
-	// a server-side cancel, a 403: the server refuses this runner the execution's logs, or a
+	// a server-side cancel, a 403: the server refuses this runner the execution's logs, a 429
+	// for a quota: the execution's logs reached what the server stores of one, or a
 	// run that sends nothing for its execution: its Init was refused or panicked, errSilenced).
 	// Posting then stops; what is left is reported unsent.
 	Permanent func(error) bool
@@ -229,7 +231,7 @@ func (o PumpOptions) withDefaults(batching bool) PumpOptions {
 		o.Permanent = func(err error) bool {
 			var ae *APIError
 			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errSilenced) ||
-				errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
+				errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || quotaExceeded(ae))
 		}
 	}
 	return o
@@ -1729,6 +1731,12 @@ func (p *LogPump) postEach(batch []pumpBatchReq) {
 		cancel()
 		p.answer([]pumpBatchReq{r}, err)
 	}
+}
+
+// quotaExceeded reports whether the server refused a request for a quota (429, its message
+// starting "quota exceeded"), not for the rate of requests: waiting does not help a log.
+func quotaExceeded(ae *APIError) bool {
+	return ae.StatusCode == http.StatusTooManyRequests && strings.HasPrefix(ae.Message, "quota exceeded")
 }
 
 // logConflict reports whether err is the server's 409: the chunk's bytes differ from the log

@@ -112,3 +112,16 @@ func TestPumpGivesUpAChunkTheServerHoldsOtherBytesOf(t *testing.T) {
 		})
 	}
 }
+
+// A 429 for a quota (the execution's logs reached what the server keeps of one) stops the
+// posting; a 429 for the request rate is retried.
+func TestPumpStopsAtTheLogQuota(t *testing.T) {
+	permanent := PumpOptions{}.withDefaults(true).Permanent
+	quota := &APIError{Op: "LogChunks", StatusCode: http.StatusTooManyRequests, CodeName: "RESOURCE_EXHAUSTED",
+		Message: `quota exceeded: execution "e" has 1073741824 bytes of logs stored, the 1073741824 bytes an execution may have`}
+	rate := &APIError{Op: "LogChunks", StatusCode: http.StatusTooManyRequests, CodeName: "RESOURCE_EXHAUSTED",
+		Message: "rate limit exceeded for this principal; retry later"}
+	if !permanent(quota) || permanent(rate) || permanent(&APIError{StatusCode: http.StatusConflict}) {
+		t.Fatalf("permanent: quota %v, rate %v, conflict %v; want true, false, false", permanent(quota), permanent(rate), permanent(&APIError{StatusCode: http.StatusConflict}))
+	}
+}

@@ -1024,7 +1024,10 @@ type ClientInterface interface {
 
 	// InitWithBody Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1033,7 +1036,10 @@ type ClientInterface interface {
 
 	// Init Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1046,7 +1052,9 @@ type ClientInterface interface {
 	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
 	// that repeats the stored bytes and goes on (a runner started again that read further)
-	// stores its bytes past them.
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1059,7 +1067,9 @@ type ClientInterface interface {
 	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
 	// that repeats the stored bytes and goes on (a runner started again that read further)
-	// stores its bytes past them.
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1608,7 +1618,10 @@ func (c *Client) Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, r
 
 // InitWithBody Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1627,7 +1640,10 @@ func (c *Client) InitWithBody(ctx context.Context, contentType string, body io.R
 
 // Init Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1650,7 +1666,9 @@ func (c *Client) Init(ctx context.Context, body InitJSONRequestBody, reqEditors 
 // (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 // the offset where they differ; the stored log is kept, and resending never helps. A chunk
 // that repeats the stored bytes and goes on (a runner started again that read further)
-// stores its bytes past them.
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1673,7 +1691,9 @@ func (c *Client) LogChunkWithBody(ctx context.Context, contentType string, body 
 // (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 // the offset where they differ; the stored log is kept, and resending never helps. A chunk
 // that repeats the stored bytes and goes on (a runner started again that read further)
-// stores its bytes past them.
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3585,7 +3605,10 @@ type ClientWithResponsesInterface interface {
 
 	// InitWithBodyWithResponse Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3594,7 +3617,10 @@ type ClientWithResponsesInterface interface {
 
 	// InitWithResponse Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3607,7 +3633,9 @@ type ClientWithResponsesInterface interface {
 	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
 	// that repeats the stored bytes and goes on (a runner started again that read further)
-	// stores its bytes past them.
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3620,7 +3648,9 @@ type ClientWithResponsesInterface interface {
 	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
 	// that repeats the stored bytes and goes on (a runner started again that read further)
-	// stores its bytes past them.
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5319,7 +5349,10 @@ func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, body He
 
 // InitWithBodyWithResponse Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5334,7 +5367,10 @@ func (c *ClientWithResponses) InitWithBodyWithResponse(ctx context.Context, cont
 
 // InitWithResponse Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5353,7 +5389,9 @@ func (c *ClientWithResponses) InitWithResponse(ctx context.Context, body InitJSO
 // (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 // the offset where they differ; the stored log is kept, and resending never helps. A chunk
 // that repeats the stored bytes and goes on (a runner started again that read further)
-// stores its bytes past them.
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5372,7 +5410,9 @@ func (c *ClientWithResponses) LogChunkWithBodyWithResponse(ctx context.Context, 
 // (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
 // the offset where they differ; the stored log is kept, and resending never helps. A chunk
 // that repeats the stored bytes and goes on (a runner started again that read further)
-// stores its bytes past them.
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
@@ -50,7 +51,7 @@ var statusOverride = map[error]int{errBodyTimeout: http.StatusRequestTimeout, er
 // publicErrors are the errors whose messages reach clients: the service writes them for users
 // (invalid, not found, precondition, denied, mismatch) or the HTTP layer does. Any other error may carry a
 // driver's text (SQL, table names, hosts) and is answered with a generic message.
-var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale, store.ErrMismatch,
+var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale, store.ErrMismatch, store.ErrQuota,
 	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, throttle.ErrThrottled, errTooLarge, errBodyTimeout, errMediaType}
 
 // genericMessages say what a hidden error means to a client, by code.
@@ -85,7 +86,7 @@ func codeOf(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return codes.Unauthenticated
-	case errors.Is(err, errRateLimited), errors.Is(err, throttle.ErrThrottled):
+	case errors.Is(err, errRateLimited), errors.Is(err, throttle.ErrThrottled), errors.Is(err, store.ErrQuota):
 		return codes.ResourceExhausted
 	case errors.Is(err, errTooLarge), errors.Is(err, errMediaType):
 		return codes.InvalidArgument
@@ -138,6 +139,9 @@ func (m errorMapper) writeError(w http.ResponseWriter, err error) {
 		retry := "1"
 		if te := (*throttle.Error)(nil); errors.As(err, &te) {
 			retry = throttle.RetryAfter(te.Wait)
+		}
+		if qe := (*service.QuotaError)(nil); errors.As(err, &qe) {
+			retry = throttle.RetryAfter(qe.Wait)
 		}
 		w.Header().Set("Retry-After", retry)
 	}

@@ -470,7 +470,7 @@ func (s *Server) guard(rt route, next http.Handler) http.Handler {
 			s.refuse(rec, r, err)
 			return
 		}
-		r = r2
+		r = r2.WithContext(context.WithValue(r2.Context(), writerKey{}, http.ResponseWriter(rec)))
 		if rt.body != nil {
 			body, err := strictBody(r, rt)
 			if err != nil {

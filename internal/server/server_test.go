@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -581,5 +582,27 @@ func TestDifferingLogChunkOverHTTP(t *testing.T) {
 				t.Fatalf("after the extending resend the log reads %q", got)
 			}
 		})
+	}
+}
+
+// A principal past its executions-per-hour quota gets 429 with Retry-After, the seconds until
+// one of its executions leaves the hour; an administrator is not counted.
+func TestExecutionQuotaOverHTTP(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	ts.svc.Quotas = service.Quotas{ExecutionsPerHour: 1}
+	init := func(role, id string) (int, map[string]any, http.Header) {
+		return ts.call(t, role, "POST", "/events/init", map[string]any{"execution_id": id, "environment": "prod", "op": "plan", "pr": 5, "stacks": []string{"a"}})
+	}
+	if status, out, _ := init("runner", "e1"); status != 200 {
+		t.Fatalf("first init: %d %v", status, out)
+	}
+	status, out, h := init("runner", "e2")
+	retry, _ := strconv.Atoi(h.Get("Retry-After"))
+	if status != http.StatusTooManyRequests || out["code"] != "RESOURCE_EXHAUSTED" || !strings.Contains(fmt.Sprint(out["message"]), "quota exceeded") ||
+		retry < 3500 || retry > 3600 {
+		t.Fatalf("second init: %d %v, Retry-After %q", status, out, h.Get("Retry-After"))
+	}
+	if status, out, _ := init("admin", "a1"); status != 200 {
+		t.Fatalf("admin init: %d %v", status, out)
 	}
 }

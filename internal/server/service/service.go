@@ -49,8 +49,13 @@ type Service struct {
 	// Granter makes a satisfied gate's lease real (nil: granter.None, the lease is a record).
 	Granter granter.Granter
 
+	// Quotas bound what one principal may make the server store (zero: unbounded).
+	Quotas Quotas
+
 	owners owners    // who announced each execution (checkOwner)
 	seen   seenCache // when this replica last recorded hearing from each execution (noteSeen)
+	// logBytes counts each execution's log bytes for Quotas.LogBytesPerExecution.
+	logBytes logCounter
 }
 
 // New returns a service over s with policy p (nil: nothing gated).
@@ -346,6 +351,9 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 			}
 			ack = ackOf(cur)
 			return nil
+		}
+		if err := s.checkExecutionQuota(tx, caller, now); err != nil {
+			return err // the execution just created goes with the transaction
 		}
 		if err := tx.StampExecution(e.ExecutionID, principal, now); err != nil {
 			return err

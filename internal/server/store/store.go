@@ -33,6 +33,8 @@ var (
 	// ErrMismatch: the write carries data that differs from what is stored where it would go
 	// (log bytes that differ from the stored bytes at their offset); the stored data stays.
 	ErrMismatch = errors.New("differs from the stored data")
+	// ErrQuota: the caller used up a quota; retrying later may succeed.
+	ErrQuota = errors.New("quota exceeded")
 )
 
 // Execution is one stored execution (stacks are read separately).
@@ -340,6 +342,20 @@ type Tx interface {
 	// finalized or cancelled, and that the server has heard nothing of since before: neither
 	// their Init (StampExecution) nor anything SeeExecution recorded.
 	StaleExecutions(before time.Time, limit int) ([]string, error)
+
+	// PruneExecutions deletes up to limit finished executions (finalized, or no longer running)
+	// that started and finished before `before`, with their stacks, phases and logs, and
+	// returns how many it deleted. It keeps every execution something live still needs at now:
+	// a claim not expired, a gate, an active grant or a lease (in force, or whose granter
+	// binding is still to be removed) naming it, and the latest plan of each PR (what a gate
+	// check decides over).
+	PruneExecutions(before, now time.Time, limit int) (int64, error)
+	// LogBytes returns the bytes of data stored in an execution's logs (every stack and
+	// generation; gap records not counted).
+	LogBytes(execID string) (int64, error)
+	// ExecutionsSince counts the executions a principal announced at since or later, up to
+	// limit, and returns when the first of them was received (zero when none).
+	ExecutionsSince(principal string, since time.Time, limit int) (n int, first time.Time, err error)
 
 	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
 	// until the transaction ends (a database lock, so it holds across replicas).

@@ -265,7 +265,7 @@ func (s *DB) mapErr(err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{store.ErrNotFound, store.ErrInvalid, store.ErrConflict,
-		store.ErrPrecondition, store.ErrDenied, store.ErrUnavailable, store.ErrMismatch, errNeedsTransaction} {
+		store.ErrPrecondition, store.ErrDenied, store.ErrUnavailable, store.ErrMismatch, store.ErrQuota, errNeedsTransaction} {
 		if errors.Is(err, sentinel) {
 			return err
 		}

@@ -6,3 +6,7 @@ CREATE TABLE IF NOT EXISTS execution_seen (
 );
 -- The stale sweep reads only the executions not finalized yet, oldest first.
 CREATE INDEX IF NOT EXISTS executions_unfinalized ON executions (received_at) WHERE finalized = 0;
+-- Retention (`serve --retain`) keeps a plan a lease was granted over: looked up by plan.
+CREATE INDEX IF NOT EXISTS leases_plan ON leases (plan_id);
+-- The executions-per-hour quota counts a principal's newest executions.
+CREATE INDEX IF NOT EXISTS executions_principal_received ON executions (principal, received_at);
