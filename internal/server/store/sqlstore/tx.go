@@ -647,18 +647,18 @@ func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventStat
 	return st, nil, added, err
 }
 
-// logOverlaps reports whether some chunk of cs overlaps the stored log (overlapProbeSQL), in a
-// statement per maxRowsPerInsert chunks.
+// logOverlaps reports whether some chunk of cs (normalized) may overlap the stored log
+// (overlapProbeSQL over probeSpans), in a statement per maxRowsPerInsert spans.
 func (t *sqlTx) logOverlaps(execID string, cs []store.LogChunk) (bool, error) {
 	found := false
-	err := inParts(len(cs), 4, func(from, to int, values string) error {
+	stacks, gens, offs, lens := probeSpans(cs)
+	err := inParts(len(stacks), 4, func(from, to int, values string) error {
 		if found {
 			return nil
 		}
 		args := make([]any, 0, 4*(to-from)+1)
-		for _, c := range cs[from:to] {
-			a := chunkArgs(c)
-			args = append(args, c.Stack, c.Generation, c.Offset, a[5])
+		for i := from; i < to; i++ {
+			args = append(args, stacks[i], gens[i], offs[i], lens[i])
 		}
 		args = append(args, execID)
 		rows, err := t.query("WITH c (stack, generation, off, n) AS ("+values+") SELECT 1 FROM c WHERE "+overlapProbeSQL+" LIMIT 1", args...)
@@ -673,8 +673,8 @@ func (t *sqlTx) logOverlaps(execID string, cs []store.LogChunk) (bool, error) {
 }
 
 // addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column. It
-// stores nothing, and reports overlaps, when some chunk overlaps the stored log
-// (overlapProbeSQL).
+// stores nothing, and reports overlaps, when some chunk may overlap the stored log
+// (overlapProbeSQL over probeSpans).
 func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, []string, int64, bool, error) {
 	n := len(cs)
 	stacks, data := make([]string, n), make([][]byte, n)
@@ -683,6 +683,7 @@ func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventS
 		a := chunkArgs(c)
 		stacks[i], gens[i], offs[i], data[i], sizes[i], gaps[i] = c.Stack, c.Generation, c.Offset, a[4].([]byte), a[5].(int64), c.GapLength
 	}
+	pStacks, pGens, pOffs, pLens := probeSpans(cs)
 	var st store.EventState
 	var cancelled, finalized, added, overlaps int64
 	var missingJSON sql.NullString
@@ -690,12 +691,13 @@ func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventS
 		"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) "+
 		"AS c (stack, generation, off, data, n, gap_length)), "+
 		"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), "+
-		"o AS (SELECT 1 FROM c WHERE "+overlapProbeSQL+" LIMIT 1), "+
+		"o AS (SELECT 1 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS c (stack, generation, off, n) "+
+		"WHERE "+overlapProbeSQL+" LIMIT 1), "+
 		"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "+
 		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM o)"+
 		chunkConflict+" RETURNING 1) "+
 		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w), (SELECT json_agg(stack ORDER BY stack) FROM m), (SELECT COUNT(*) FROM o) FROM e",
-		execID, stacks, gens, offs, data, sizes, gaps, execID, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON, &overlaps)
+		execID, stacks, gens, offs, data, sizes, gaps, execID, pStacks, pGens, pOffs, pLens, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON, &overlaps)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, nil, 0, false, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
 	}

@@ -12,18 +12,21 @@ import (
 // Checking log chunks against the stored log (AddLogBatch): a chunk must agree with every
 // stored chunk it overlaps, so that what a reader was given never changes. A runner's chunks
 // tile the log (each starts where the previous ended), so its new chunks overlap nothing and
-// the check costs one index probe each; only a resend (a retry, or a runner started again
-// after kill -9) reads stored bytes to compare.
+// the check costs one index probe per stack and generation of a batch; only a resend (a retry,
+// or a runner started again after kill -9) reads stored bytes to compare.
 
 // errNeedsTransaction is returned by AddLogBatch inside a WriteOne (one statement, no
 // transaction) when some chunk overlaps the stored log: its statement stored nothing, and
 // WriteOne runs the write again in a transaction, where the chunks are checked one by one.
 var errNeedsTransaction = errors.New("sqlstore: the log batch overlaps the stored log and needs a transaction")
 
-// overlapProbeSQL is true for an incoming chunk c (columns stack, generation, off, n) when the
-// stored chunk of its stack and generation that starts last before c's end reaches past c's
-// start: one seek of the primary key, backwards. It finds every chunk that overlaps a stored
-// one, short of one nested inside an older, longer chunk of a hostile runner's (readers, which
+// overlapProbeSQL is true for a range c (columns stack, generation, off, n: the span of a
+// batch's chunks of one stack and generation, see probeSpans) when the stored chunk of its
+// stack and generation that starts last before c's end reaches past c's start: one seek of the
+// primary key, backwards. As the chunks AddLogBatch stores never overlap, it holds whenever a
+// chunk of the span overlaps a stored one (and sometimes when a stored chunk lies in a hole
+// between them: the chunks are then compared one by one for nothing); only a chunk nested in
+// an older, longer one stored before this check, by a hostile runner, escapes it (readers, which
 // go by offset, show the older chunk's bytes there anyway).
 const overlapProbeSQL = "EXISTS (SELECT 1 FROM (SELECT l.off, l.n FROM log_chunks l WHERE l.execution_id = ? AND l.stack = c.stack " +
 	"AND l.generation = c.generation AND l.off >= 0 AND l.off < c.off + c.n ORDER BY l.off DESC LIMIT 1) p WHERE p.n > c.off - p.off)"
@@ -109,6 +112,20 @@ func normalizeBatch(cs []store.LogChunk) ([]store.LogChunk, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// probeSpans returns, for the chunks cs of normalizeBatch (sorted by stack, generation and
+// offset), the span of each stack and generation: its stack, generation, first offset and
+// length to the end of its last chunk, as overlapProbeSQL takes them.
+func probeSpans(cs []store.LogChunk) (stacks []string, gens, offs, lens []int64) {
+	for i, c := range cs {
+		if i == 0 || c.Stack != cs[i-1].Stack || c.Generation != cs[i-1].Generation {
+			stacks, gens, offs, lens = append(stacks, c.Stack), append(gens, c.Generation), append(offs, c.Offset), append(lens, 0)
+		}
+		last := len(lens) - 1
+		lens[last] = max(lens[last], c.End()-offs[last])
+	}
+	return stacks, gens, offs, lens
 }
 
 // overlapPage is how many stored chunks one read of addChecked fetches at a time.
