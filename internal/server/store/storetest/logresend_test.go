@@ -111,6 +111,10 @@ func testLogResendDiffering(t *testing.T, s store.Store, one bool) {
 	if len(got) != 1 || string(got[0].Data) != "abc" {
 		t.Fatalf("chunks at 25: %+v", got)
 	}
+	// Chunks on both sides of a stored one, overlapping none of it, are stored.
+	mustAdd(1, data(40, "hole!"))
+	mustAdd(2, data(30, "ab"), data(50, "xy"))
+	refused("44", data(35, "xxxxx"), data(44, "?"))
 }
 
 // The scenario of issue 31: a runner killed with -9 mid-run is started again and sends its
