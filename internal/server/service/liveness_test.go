@@ -1,12 +1,14 @@
 package service
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
 // An execution the server has heard nothing of for --stale-after is failed with "runner
@@ -92,4 +94,40 @@ func TestSweepStaleFailsSilentExecutionsOnly(t *testing.T) {
 		_, err = f.Heartbeat(ctx, who("mallory"), &api.Heartbeat{ExecutionID: "beats"})
 		wantErr(t, err, store.ErrDenied, "")
 	})
+}
+
+// RunStaleSweeper fails a silent execution once staleAfter has passed, and returns when its
+// context ends (on the real clock, with short durations).
+func TestRunStaleSweeper(t *testing.T) {
+	s := New(storetest.OpenSQLite(t), nil)
+	_, err := s.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", PR: 1, Stacks: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	started := time.Now()
+	go func() {
+		defer close(done)
+		s.RunStaleSweeper(sctx, 200*time.Millisecond, 10*time.Millisecond, func(err error) { t.Error(err) })
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		x, err := s.Execution(ctx, reader, "e1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Status == events.ExecutionFailed {
+			if x.Error != StaleError || time.Since(started) < 200*time.Millisecond {
+				t.Fatalf("failed %q after %v", x.Error, time.Since(started))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper never failed the silent execution")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }
