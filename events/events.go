@@ -41,6 +41,9 @@ type StackPlan = api.StackPlan
 // GateLease is what a satisfied gate check returns: the requester to impersonate.
 type GateLease = api.GateLease
 
+// Heartbeat says that an execution's runner is still running it.
+type Heartbeat = api.Heartbeat
+
 // GateRevoke ends the lease a gate check granted.
 type GateRevoke = api.GateRevoke
 

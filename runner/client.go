@@ -497,6 +497,14 @@ func (c *Client) LogChunks(ctx context.Context, chunks []events.LogChunk) error 
 	return c.eventJSON(ctx, "LogChunks", api.LogChunks{Chunks: chunks}, c.api.LogChunksWithBody)
 }
 
+// Heartbeat says that the run of an execution goes on (best-effort, through the breaker: while
+// the server is unreachable it costs nothing).
+func (c *Client) Heartbeat(ctx context.Context, id string) error {
+	return c.event(ctx, "Heartbeat", func(ctx context.Context) (*http.Response, error) {
+		return c.api.Heartbeat(ctx, events.Heartbeat{ExecutionID: id})
+	})
+}
+
 // Finalize ends the execution.
 func (c *Client) Finalize(ctx context.Context, f events.Finalize) error {
 	return c.eventJSON(ctx, "Finalize", f, c.api.FinalizeWithBody)
@@ -507,6 +515,32 @@ func (c *Client) Finalize(ctx context.Context, f events.Finalize) error {
 func (c *Client) finalizeBody(ctx context.Context, body []byte) error {
 	return c.eventBody(ctx, "Finalize", body, c.api.FinalizeWithBody)
 }
+
+// finalizeRetrying is finalizeBody, tried again while it fails at the transport level (the
+// server went away, the breaker is open) and ctx leaves time for another try: each retry goes
+// once the breaker's cool-down lets a probe through, so an execution whose server came back
+// within the budget is not left running. A cool-down that outlasts ctx ends it at once (a dead
+// server costs no more than it did).
+func (c *Client) finalizeRetrying(ctx context.Context, body []byte) error {
+	for {
+		err := c.finalizeBody(ctx, body)
+		var te *TransportError
+		if err == nil || !errors.As(err, &te) {
+			return err
+		}
+		wait := max(c.breaker.untilProbe(), minFinalizeRetry)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait+c.attemptTimeout {
+			return err
+		}
+		if c.sleep(ctx, wait) != nil {
+			return err
+		}
+	}
+}
+
+// minFinalizeRetry spaces out Finalize's retries when the breaker lets calls through at once
+// (it opens only after BreakerThreshold failures).
+const minFinalizeRetry = time.Second
 
 // GateRevoke ends the lease a gate check granted (best-effort post-apply cleanup).
 func (c *Client) GateRevoke(ctx context.Context, g events.GateRevoke) error {
@@ -864,6 +898,16 @@ func (b *breaker) allow() bool {
 	}
 	b.probing = true
 	return true
+}
+
+// untilProbe is how long until the breaker lets a call through (0: now, or it is closed).
+func (b *breaker) untilProbe() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failures < b.threshold {
+		return 0
+	}
+	return max(b.openTill.Sub(b.now()), 0)
 }
 
 // open reports whether calls are being failed fast now.

@@ -28,6 +28,9 @@ type memServer struct {
 	updates      []api.Update
 	logs         []api.LogChunk
 	finals       []api.Finalize
+	heartbeats   []api.Heartbeat
+	// failFinalize, while above 0, makes Finalize drop the connection (and counts down).
+	failFinalize int
 	checks       []api.GateCheck
 	revokes      []api.GateRevoke
 	claims       []api.Claim
@@ -162,9 +165,20 @@ func (m *memServer) LogChunk(_ context.Context, r api.LogChunkRequestObject) (ap
 	return api.LogChunk200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
 }
 
+func (m *memServer) Heartbeat(_ context.Context, r api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.heartbeats = append(m.heartbeats, *r.Body)
+	return api.Heartbeat200JSONResponse{AckJSONResponse: api.AckJSONResponse(m.ack(r.Body.ExecutionID))}, nil
+}
+
 func (m *memServer) Finalize(_ context.Context, r api.FinalizeRequestObject) (api.FinalizeResponseObject, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failFinalize > 0 {
+		m.failFinalize--
+		panic(http.ErrAbortHandler) // the server went away: the client sees the connection end
+	}
 	m.finals = append(m.finals, *r.Body)
 	in := m.inits[r.Body.ExecutionID]
 	for _, s := range r.Body.Stacks {

@@ -88,6 +88,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +172,8 @@ type PumpOptions struct {
 	// the server keeps the first copy of each (stack, generation, offset).
 	FirstGenerations map[string]int64
 	// Permanent reports whether a post error means the server will never accept more (default:
-	// a server-side cancel, a 403: the server refuses this runner the execution's logs, or a
+	// a server-side cancel, a 403: the server refuses this runner the execution's logs, a 429
+	// for a quota: the execution's logs reached what the server stores of one, or a
 	// run that sends nothing for its execution: its Init was refused or panicked, errSilenced).
 	// Posting then stops; what is left is reported unsent.
 	Permanent func(error) bool
@@ -229,7 +231,7 @@ func (o PumpOptions) withDefaults(batching bool) PumpOptions {
 		o.Permanent = func(err error) bool {
 			var ae *APIError
 			return errors.Is(err, ErrCancelRequested) || errors.Is(err, errSilenced) ||
-				errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden
+				errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || quotaExceeded(ae))
 		}
 	}
 	return o
@@ -1615,6 +1617,12 @@ func (p *LogPump) batcher(bp LogBatchPoster) {
 			ctx, cancel := context.WithTimeout(p.postCtx, p.opts.PostTimeout)
 			err := bp.LogChunks(ctx, chunks)
 			cancel()
+			if len(batch) > 1 && logConflict(err) {
+				// The server stored none of them: one chunk differs from its log. Posted one by
+				// one, only that chunk is refused (and given up), the others are stored.
+				p.postEach(batch)
+				return
+			}
 			p.answer(batch, err)
 		}()
 	}
@@ -1715,6 +1723,30 @@ func (s *stackTail) retire() {
 	s.mu.Unlock()
 }
 
+// postEach posts the chunks of a batch one by one and tells each stack its own outcome.
+func (p *LogPump) postEach(batch []pumpBatchReq) {
+	for _, r := range batch {
+		ctx, cancel := context.WithTimeout(p.postCtx, p.opts.PostTimeout)
+		err := p.poster.LogChunk(ctx, r.lc)
+		cancel()
+		p.answer([]pumpBatchReq{r}, err)
+	}
+}
+
+// quotaExceeded reports whether the server refused a request for a quota (429, its message
+// starting "quota exceeded"), not for the rate of requests: waiting does not help a log.
+func quotaExceeded(ae *APIError) bool {
+	return ae.StatusCode == http.StatusTooManyRequests && strings.HasPrefix(ae.Message, "quota exceeded")
+}
+
+// logConflict reports whether err is the server's 409: the chunk's bytes differ from the log
+// it stored at that offset (another copy of the run, or one killed and started again, sent
+// other bytes there first). Resending never helps.
+func logConflict(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.StatusCode == http.StatusConflict
+}
+
 // answer releases the batch's post slots and tells each stack the outcome.
 func (p *LogPump) answer(batch []pumpBatchReq, err error) {
 	for _, r := range batch {
@@ -1726,6 +1758,10 @@ func (p *LogPump) answer(batch []pumpBatchReq, err error) {
 // posted handles the outcome of the post of the head of the queue.
 func (s *stackTail) posted(err error) {
 	p := s.p
+	if err != nil && logConflict(err) {
+		s.giveUp(err)
+		return
+	}
 	if err != nil {
 		if p.opts.Permanent(err) {
 			p.stopped.CompareAndSwap(nil, &err)
@@ -1750,6 +1786,27 @@ func (s *stackTail) posted(err error) {
 	s.sentBytes += it.rawLen
 	if it.cost > 0 {
 		p.budget.release(it.cost)
+	}
+}
+
+// giveUp drops the head of the queue, which the server refused for good (logConflict): the
+// range stays in the DrainReport as not sent, with a warning, and the stack goes on with its
+// next chunk. s.mu is held.
+func (s *stackTail) giveUp(err error) {
+	it := s.queue[0]
+	s.queue = s.queue[1:]
+	s.attempts, s.retryAt = 0, time.Time{}
+	lc := it.lc
+	what := fmt.Sprintf("%d bytes", len(lc.Data))
+	if lc.GapLength > 0 {
+		what = fmt.Sprintf("a gap record of %d bytes", lc.GapLength) // its gap stays unreported
+	} else {
+		s.gaps = append(s.gaps, StackGap{Stack: s.name, Generation: lc.Generation, From: lc.Offset, To: lc.Offset + int64(len(lc.Data)), Unsent: true})
+	}
+	s.errs = append(s.errs, fmt.Sprintf("stack %q: the server refused %s at offset %d of generation %d, not sending them again: %v",
+		s.name, what, lc.Offset, lc.Generation, err))
+	if it.cost > 0 {
+		s.p.budget.release(it.cost)
 	}
 }
 

@@ -48,6 +48,8 @@ const (
 	UnreachableDrainBudget = 200 * time.Millisecond
 	// CleanupBudget bounds Finalize and GateRevoke after the run's context ended.
 	CleanupBudget = 5 * time.Second
+	// HeartbeatInterval is how often a run tells the server it goes on.
+	HeartbeatInterval = 30 * time.Second
 )
 
 // Variables a run exports to terramate and so to every script command (see scripts/terramate).
@@ -130,6 +132,8 @@ type RunOptions struct {
 	Pump PumpOptions
 	// TickRelay is how often ticks are relayed to the server (zero: TickRelayInterval).
 	TickRelay time.Duration
+	// Heartbeat is how often the run tells the server it goes on (zero: HeartbeatInterval).
+	Heartbeat time.Duration
 }
 
 // run is the state of one run.
@@ -177,6 +181,8 @@ type run struct {
 	step       string
 	finalized  bool
 	inited     bool
+	// stopBeat ends the heartbeats (nil: none were started).
+	stopBeat func()
 	// announced is closed once the execution's Init was answered (nil: no Init was sent). Init
 	// goes out as the scripts start; refused, initErr and initPanic are read only after it.
 	announced chan struct{}
@@ -826,6 +832,7 @@ func (r *run) init(ctx context.Context) *LogPump {
 	r.inited = true
 	announced := make(chan struct{})
 	r.announced = announced
+	r.stopBeat = r.heartbeat(ctx, announced)
 	go func() {
 		defer close(announced)
 		defer func() {
@@ -1711,6 +1718,9 @@ func (r *run) finish(ctx context.Context) {
 
 // finalize ends the execution on the server, whatever happened.
 func (r *run) finalize(ctx context.Context) {
+	if r.stopBeat != nil {
+		r.stopBeat()
+	}
 	if r.client == nil || !r.client.Enabled() || r.refusal() != nil || !r.inited || r.finalized {
 		return
 	}
@@ -1736,13 +1746,54 @@ func (r *run) finalize(ctx context.Context) {
 	}
 	body, err := json.Marshal(f)
 	if err == nil {
+		// A server gone a moment ago (restarted) would leave the execution running: Finalize is
+		// tried again when the breaker's cool-down ends within the budget.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeBudget(len(body)))
 		defer cancel()
-		err = r.client.finalizeBody(cctx, body)
+		err = r.client.finalizeRetrying(cctx, body)
 	}
 	if err != nil && !errors.Is(err, ErrCancelRequested) {
 		r.warn("Finalize not reported: %v", err)
 	}
+}
+
+// heartbeat tells the server every RunOptions.Heartbeat that the run goes on, from Init's
+// answer (unless it refused the execution) until the returned stop is called: the server
+// fails an execution it hears nothing of for a while (`serve --stale-after`). A heartbeat goes
+// through the client's breaker, so a dead server costs nothing; a cancel it brings back stops
+// the run as any event's does.
+func (r *run) heartbeat(ctx context.Context, announced <-chan struct{}) (stop func()) {
+	every := r.o.Heartbeat
+	if every <= 0 {
+		every = HeartbeatInterval
+	}
+	// Not the run's context: a cancelled run still drains and finalizes, and is still running.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-announced:
+		case <-hctx.Done():
+			return
+		}
+		if r.silenced() != nil {
+			return
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := r.client.Heartbeat(hctx, r.o.ExecutionID); errors.Is(err, ErrCancelRequested) {
+				r.cancelRun(err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // finalizeBudget is the time a Finalize of size bytes gets after the run: CleanupBudget, and

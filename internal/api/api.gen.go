@@ -370,10 +370,12 @@ type Finalize struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts      Counts    `json:"counts,omitempty,omitzero"`
-	Error       string    `json:"error,omitempty,omitzero"`
-	ExecutionID string    `json:"execution_id"`
-	FinishedAt  time.Time `json:"finished_at,omitempty,omitzero"`
+	Counts      Counts `json:"counts,omitempty,omitzero"`
+	Error       string `json:"error,omitempty,omitzero"`
+	ExecutionID string `json:"execution_id"`
+
+	// FinishedAt When the run ended, by the runner's clock (absent: when the server received the Finalize). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
+	FinishedAt time.Time `json:"finished_at,omitempty,omitzero"`
 
 	// Stacks One result per stack; a stack named twice is refused.
 	Stacks []StackResult   `json:"stacks,omitempty,omitzero"`
@@ -449,10 +451,12 @@ type GatesSatisfy struct {
 	Environment string `json:"environment"`
 
 	// ExecutionID The plan execution the approver reviewed: it must be the PR's latest plan in the environment (else `409 ABORTED`, naming the latest), finalized and applicable, and class and target must be one of the gates it requires (else `412 FAILED_PRECONDITION`, listing them). The grant records that plan's stacks of the gate with their content hashes, and satisfies the gate only while the plan being applied has exactly that content on those stacks.
-	ExecutionID string    `json:"execution_id"`
-	ExpiresAt   time.Time `json:"expires_at,omitempty,omitzero"`
-	PR          int       `json:"pr"`
-	Reason      string    `json:"reason"`
+	ExecutionID string `json:"execution_id"`
+
+	// ExpiresAt When the grant ends (absent: when it is released). A time in the past is `400`, and so is one outside 1970-01-01 to 2200-01-01.
+	ExpiresAt time.Time `json:"expires_at,omitempty,omitzero"`
+	PR        int       `json:"pr"`
+	Reason    string    `json:"reason"`
 
 	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
 	Repo string `json:"repo,omitempty,omitzero"`
@@ -502,6 +506,11 @@ type Health struct {
 	Version string `json:"version,omitempty,omitzero"`
 }
 
+// Heartbeat defines model for Heartbeat.
+type Heartbeat struct {
+	ExecutionID string `json:"execution_id"`
+}
+
 // Init defines model for Init.
 type Init struct {
 	Actor string `json:"actor,omitempty,omitzero"`
@@ -522,7 +531,7 @@ type Init struct {
 	SHA    string   `json:"sha,omitempty,omitzero"`
 	Stacks []string `json:"stacks,omitempty,omitzero"`
 
-	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days behind or 5 minutes ahead of the server's clock is replaced by the server's.
+	// StartedAt When the run started, by the runner's clock (absent: when the server received the Init). A time more than 7 days behind or 5 minutes ahead of the server's clock is replaced by the server's; one outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
 	StartedAt time.Time `json:"started_at,omitempty,omitzero"`
 }
 
@@ -567,6 +576,7 @@ type LogSlice struct {
 
 // PhaseEvent defines model for PhaseEvent.
 type PhaseEvent struct {
+	// At When the phase began, by the runner's clock (absent: when the server received it). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
 	At          time.Time `json:"at,omitempty,omitzero"`
 	ExecutionID string    `json:"execution_id"`
 	Message     string    `json:"message,omitempty,omitzero"`
@@ -637,6 +647,7 @@ type StackStatus string
 
 // Update defines model for Update.
 type Update struct {
+	// At When the runner made the update, by its clock. A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
 	At time.Time `json:"at,omitempty,omitzero"`
 
 	// Class no-changes < additive < mutating < destructive; unclassified when the plan could not be read.
@@ -722,7 +733,7 @@ type ExecutionsListParams struct {
 	// Limit The most executions to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients).
+	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients). A time outside 1970-01-01 to 2200-01-01 (but the zero time) is `400`.
 	Before *time.Time `form:"before,omitempty" json:"before,omitempty"`
 
 	// BeforeID Paging: the `execution_id` of the previous page's last execution, with its `started_at` as `before`: only the executions after it are listed, those started before `before` and those started at `before` whose id sorts lower. Without `before`, or not an execution id (1 to 1,024 bytes of UTF-8 without control characters), it is `400 INVALID_ARGUMENT`.
@@ -786,6 +797,9 @@ type ClaimsReleaseJSONRequestBody = ClaimsRelease
 
 // FinalizeJSONRequestBody defines body for Finalize for application/json ContentType.
 type FinalizeJSONRequestBody = Finalize
+
+// HeartbeatJSONRequestBody defines body for Heartbeat for application/json ContentType.
+type HeartbeatJSONRequestBody = Heartbeat
 
 // InitJSONRequestBody defines body for Init for application/json ContentType.
 type InitJSONRequestBody = Init
@@ -1018,9 +1032,40 @@ type ClientInterface interface {
 	// Corresponds with POST /events/finalize (the `Finalize` operationId).
 	Finalize(ctx context.Context, body FinalizeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// HeartbeatWithBody Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	HeartbeatWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Heartbeat Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// InitWithBody Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1029,7 +1074,10 @@ type ClientInterface interface {
 
 	// Init Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1038,7 +1086,13 @@ type ClientInterface interface {
 
 	// LogChunkWithBody Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1047,7 +1101,13 @@ type ClientInterface interface {
 
 	// LogChunk Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1057,8 +1117,9 @@ type ClientInterface interface {
 	// LogChunksWithBody Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1068,8 +1129,9 @@ type ClientInterface interface {
 	// LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1557,9 +1619,60 @@ func (c *Client) Finalize(ctx context.Context, body FinalizeJSONRequestBody, req
 	return c.Client.Do(req)
 }
 
+// HeartbeatWithBody Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *Client) HeartbeatWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeartbeatRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Heartbeat Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *Client) Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeartbeatRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // InitWithBody Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1578,7 +1691,10 @@ func (c *Client) InitWithBody(ctx context.Context, contentType string, body io.R
 
 // Init Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1597,7 +1713,13 @@ func (c *Client) Init(ctx context.Context, body InitJSONRequestBody, reqEditors 
 
 // LogChunkWithBody Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1616,7 +1738,13 @@ func (c *Client) LogChunkWithBody(ctx context.Context, contentType string, body 
 
 // LogChunk Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1636,8 +1764,9 @@ func (c *Client) LogChunk(ctx context.Context, body LogChunkJSONRequestBody, req
 // LogChunksWithBody Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1657,8 +1786,9 @@ func (c *Client) LogChunksWithBody(ctx context.Context, contentType string, body
 // LogChunks Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2500,6 +2630,46 @@ func NewFinalizeRequestWithBody(server string, contentType string, body io.Reade
 	}
 
 	operationPath := fmt.Sprintf("/events/finalize")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewHeartbeatRequest calls the generic Heartbeat builder with application/json body
+func NewHeartbeatRequest(server string, body HeartbeatJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHeartbeatRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewHeartbeatRequestWithBody constructs an http.Request for the Heartbeat method, with any body, and a specified content type
+func NewHeartbeatRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/heartbeat")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3513,9 +3683,40 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /events/finalize (the `Finalize` operationId).
 	FinalizeWithResponse(ctx context.Context, body FinalizeJSONRequestBody, reqEditors ...RequestEditorFn) (*FinalizeResponse, error)
 
+	// HeartbeatWithBodyWithResponse Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	HeartbeatWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error)
+
+	// HeartbeatWithResponse Say that an execution's runner is still running it.
+	//
+	// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+	// the server last heard from the runner. An execution the server hears nothing of (no
+	// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+	// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+	// running again, and a Finalize ends it as the runner says. Only the principal that
+	// announced the execution (or an admin) sends it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+	HeartbeatWithResponse(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error)
+
 	// InitWithBodyWithResponse Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3524,7 +3725,10 @@ type ClientWithResponsesInterface interface {
 
 	// InitWithResponse Start (or re-announce) an execution.
 	//
-	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+	// and `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3533,7 +3737,13 @@ type ClientWithResponsesInterface interface {
 
 	// LogChunkWithBodyWithResponse Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3542,7 +3752,13 @@ type ClientWithResponsesInterface interface {
 
 	// LogChunkWithResponse Append bytes of one stack's log, or record a gap.
 	//
-	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+	// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+	// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+	// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+	// that repeats the stored bytes and goes on (a runner started again that read further)
+	// stores its bytes past them. Once an execution's logs reached `serve
+	// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+	// exceeded: ...", `Retry-After: 3600`): resending does not help.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3552,8 +3768,9 @@ type ClientWithResponsesInterface interface {
 	// LogChunksWithBodyWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3563,8 +3780,9 @@ type ClientWithResponsesInterface interface {
 	// LogChunksWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 	//
 	// Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-	// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-	// all. Every chunk must name the same execution.
+	// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+	// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+	// not at all. Every chunk must name the same execution.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4212,6 +4430,54 @@ func (r FinalizeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r FinalizeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type HeartbeatResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Ack
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r HeartbeatResponse) GetJSON200() *Ack {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r HeartbeatResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r HeartbeatResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeartbeatResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeartbeatResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeartbeatResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5212,9 +5478,52 @@ func (c *ClientWithResponses) FinalizeWithResponse(ctx context.Context, body Fin
 	return ParseFinalizeResponse(rsp)
 }
 
+// HeartbeatWithBodyWithResponse Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *ClientWithResponses) HeartbeatWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error) {
+	rsp, err := c.HeartbeatWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeartbeatResponse(rsp)
+}
+
+// HeartbeatWithResponse Say that an execution's runner is still running it.
+//
+// The driver sends one every 30 seconds from Init to Finalize; it stores nothing but when
+// the server last heard from the runner. An execution the server hears nothing of (no
+// event) for `serve --stale-after` is failed with the error "runner stopped reporting"
+// (nothing else changes: claims, gates and leases stay); a heartbeat after that sets it
+// running again, and a Finalize ends it as the runner says. Only the principal that
+// announced the execution (or an admin) sends it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/heartbeat (the `Heartbeat` operationId).
+func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error) {
+	rsp, err := c.Heartbeat(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeartbeatResponse(rsp)
+}
+
 // InitWithBodyWithResponse Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5229,7 +5538,10 @@ func (c *ClientWithResponses) InitWithBodyWithResponse(ctx context.Context, cont
 
 // InitWithResponse Start (or re-announce) an execution.
 //
-// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored copy wins.
+// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
+// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
+// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
+// and `Retry-After`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5244,7 +5556,13 @@ func (c *ClientWithResponses) InitWithResponse(ctx context.Context, body InitJSO
 
 // LogChunkWithBodyWithResponse Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5259,7 +5577,13 @@ func (c *ClientWithResponses) LogChunkWithBodyWithResponse(ctx context.Context, 
 
 // LogChunkWithResponse Append bytes of one stack's log, or record a gap.
 //
-// Idempotency key (`execution_id`, `stack`, `generation`, `offset`).
+// Idempotency key (`execution_id`, `stack`, `generation`, `offset`). A chunk whose bytes
+// (or gap record) differ from the log stored over its range is `409 ALREADY_EXISTS`, naming
+// the offset where they differ; the stored log is kept, and resending never helps. A chunk
+// that repeats the stored bytes and goes on (a runner started again that read further)
+// stores its bytes past them. Once an execution's logs reached `serve
+// --max-log-bytes-per-execution`, its chunks are `429 RESOURCE_EXHAUSTED` (message "quota
+// exceeded: ...", `Retry-After: 3600`): resending does not help.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5275,8 +5599,9 @@ func (c *ClientWithResponses) LogChunkWithResponse(ctx context.Context, body Log
 // LogChunksWithBodyWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5292,8 +5617,9 @@ func (c *ClientWithResponses) LogChunksWithBodyWithResponse(ctx context.Context,
 // LogChunksWithResponse Append several chunks of one execution's logs (one or more stacks) in one request.
 //
 // Bulk form of LogChunk for busy logs. Each chunk keeps LogChunk's idempotency key
-// (`execution_id`, `stack`, `generation`, `offset`); the chunks are stored together or not at
-// all. Every chunk must name the same execution.
+// (`execution_id`, `stack`, `generation`, `offset`) and LogChunk's check against the stored
+// log (`409 ALREADY_EXISTS` naming the chunk and offset); the chunks are stored together or
+// not at all. Every chunk must name the same execution.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5931,6 +6257,39 @@ func ParseFinalizeResponse(rsp *http.Response) (*FinalizeResponse, error) {
 	return response, nil
 }
 
+// ParseHeartbeatResponse parses an HTTP response from a HeartbeatWithResponse call
+func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeartbeatResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Ack
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseInitResponse parses an HTTP response from a InitWithResponse call
 func ParseInitResponse(rsp *http.Response) (*InitResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6488,6 +6847,9 @@ type ServerInterface interface {
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	// (POST /events/finalize)
 	Finalize(w http.ResponseWriter, r *http.Request)
+	// Heartbeat Say that an execution's runner is still running it.
+	// (POST /events/heartbeat)
+	Heartbeat(w http.ResponseWriter, r *http.Request)
 	// Init Start (or re-announce) an execution.
 	// (POST /events/init)
 	Init(w http.ResponseWriter, r *http.Request)
@@ -6812,6 +7174,20 @@ func (siw *ServerInterfaceWrapper) Finalize(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Finalize(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Heartbeat operation middleware
+func (siw *ServerInterfaceWrapper) Heartbeat(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Heartbeat(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7489,6 +7865,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/updates", wrapper.Updates)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/log", wrapper.LogChunk)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/logs", wrapper.LogChunks)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/heartbeat", wrapper.Heartbeat)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/events/finalize", wrapper.Finalize)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/gates/check", wrapper.GateCheck)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/gates/revoke", wrapper.GateRevoke)
@@ -7855,6 +8232,45 @@ type FinalizedefaultJSONResponse struct {
 }
 
 func (response FinalizedefaultJSONResponse) VisitFinalizeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatRequestObject struct {
+	Body *HeartbeatJSONRequestBody
+}
+
+type HeartbeatResponseObject interface {
+	VisitHeartbeatResponse(w http.ResponseWriter) error
+}
+
+type Heartbeat200JSONResponse struct{ AckJSONResponse }
+
+func (response Heartbeat200JSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response HeartbeatdefaultJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -8519,6 +8935,9 @@ type StrictServerInterface interface {
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	// (POST /events/finalize)
 	Finalize(ctx context.Context, request FinalizeRequestObject) (FinalizeResponseObject, error)
+	// Heartbeat Say that an execution's runner is still running it.
+	// (POST /events/heartbeat)
+	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
 	// Init Start (or re-announce) an execution.
 	// (POST /events/init)
 	Init(ctx context.Context, request InitRequestObject) (InitResponseObject, error)
@@ -8865,6 +9284,37 @@ func (sh *strictHandler) Finalize(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(FinalizeResponseObject); ok {
 		if err := validResponse.VisitFinalizeResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Heartbeat operation middleware
+func (sh *strictHandler) Heartbeat(w http.ResponseWriter, r *http.Request) {
+	var request HeartbeatRequestObject
+
+	var body HeartbeatJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Heartbeat(ctx, request.(HeartbeatRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Heartbeat")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HeartbeatResponseObject); ok {
+		if err := validResponse.VisitHeartbeatResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

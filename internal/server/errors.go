@@ -13,6 +13,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
@@ -48,9 +49,9 @@ var (
 var statusOverride = map[error]int{errBodyTimeout: http.StatusRequestTimeout, errMediaType: http.StatusUnsupportedMediaType}
 
 // publicErrors are the errors whose messages reach clients: the service writes them for users
-// (invalid, not found, precondition, denied) or the HTTP layer does. Any other error may carry a
+// (invalid, not found, precondition, denied, mismatch) or the HTTP layer does. Any other error may carry a
 // driver's text (SQL, table names, hosts) and is answered with a generic message.
-var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale,
+var publicErrors = []error{store.ErrInvalid, store.ErrNotFound, store.ErrPrecondition, store.ErrDenied, store.ErrStale, store.ErrMismatch, store.ErrQuota,
 	auth.ErrNoRoles, auth.ErrUnauthenticated, errRateLimited, throttle.ErrThrottled, errTooLarge, errBodyTimeout, errMediaType}
 
 // genericMessages say what a hidden error means to a client, by code.
@@ -75,7 +76,7 @@ func codeOf(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, store.ErrNotFound):
 		return codes.NotFound
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrMismatch):
 		return codes.AlreadyExists
 	case errors.Is(err, store.ErrPrecondition):
 		return codes.FailedPrecondition
@@ -85,7 +86,7 @@ func codeOf(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return codes.Unauthenticated
-	case errors.Is(err, errRateLimited), errors.Is(err, throttle.ErrThrottled):
+	case errors.Is(err, errRateLimited), errors.Is(err, throttle.ErrThrottled), errors.Is(err, store.ErrQuota):
 		return codes.ResourceExhausted
 	case errors.Is(err, errTooLarge), errors.Is(err, errMediaType):
 		return codes.InvalidArgument
@@ -138,6 +139,9 @@ func (m errorMapper) writeError(w http.ResponseWriter, err error) {
 		retry := "1"
 		if te := (*throttle.Error)(nil); errors.As(err, &te) {
 			retry = throttle.RetryAfter(te.Wait)
+		}
+		if qe := (*service.QuotaError)(nil); errors.As(err, &qe) {
+			retry = throttle.RetryAfter(qe.Wait)
 		}
 		w.Header().Set("Retry-After", retry)
 	}

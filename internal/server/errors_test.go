@@ -53,6 +53,7 @@ func TestStoreErrorTextStaysInTheLog(t *testing.T) {
 		{"not found", fmt.Errorf("%w: execution e1", store.ErrNotFound), 404, "execution e1"},
 		{"precondition", fmt.Errorf("%w: no finalized plan", store.ErrPrecondition), 412, "no finalized plan"},
 		{"denied", fmt.Errorf("%w: needs a grant", store.ErrDenied), 403, "needs a grant"},
+		{"log mismatch", fmt.Errorf("%w: the log chunk of stack \"a\" at offset 7 differs", store.ErrMismatch), 409, "at offset 7 differs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 	"github.com/tfstackplan/tfstackplan/internal/server/web"
 )
 
@@ -68,6 +70,22 @@ func caller(ctx context.Context) service.Caller {
 
 type queryKey struct{}
 
+// writerKey holds the request's http.ResponseWriter in its context, for the headers an error
+// of a strict handler's answer needs.
+type writerKey struct{}
+
+// retryAfter gives the answer to a request refused for a quota (service.QuotaError) its
+// Retry-After header.
+func retryAfter(ctx context.Context, err error) {
+	qe := (*service.QuotaError)(nil)
+	if !errors.As(err, &qe) {
+		return
+	}
+	if w, ok := ctx.Value(writerKey{}).(http.ResponseWriter); ok {
+		w.Header().Set("Retry-After", throttle.RetryAfter(qe.Wait))
+	}
+}
+
 func queryOf(ctx context.Context) url.Values {
 	q, _ := ctx.Value(queryKey{}).(url.Values)
 	return q
@@ -83,6 +101,7 @@ func (h *handlers) Init(ctx context.Context, r api.InitRequestObject) (api.InitR
 	ack, err := h.svc.Init(ctx, caller(ctx), r.Body)
 	h.event("init", err)
 	if err != nil {
+		retryAfter(ctx, err)
 		return api.InitdefaultJSONResponse(h.errResp(err)), nil
 	}
 	return api.Init200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
@@ -124,9 +143,19 @@ func (h *handlers) Updates(ctx context.Context, r api.UpdatesRequestObject) (api
 	return api.Updates200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
 }
 
+func (h *handlers) Heartbeat(ctx context.Context, r api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
+	ack, err := h.svc.Heartbeat(ctx, caller(ctx), r.Body)
+	h.event("heartbeat", err)
+	if err != nil {
+		return api.HeartbeatdefaultJSONResponse(h.errResp(err)), nil
+	}
+	return api.Heartbeat200JSONResponse{AckJSONResponse: api.AckJSONResponse(ack)}, nil
+}
+
 func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (api.LogChunkResponseObject, error) {
 	ack, err := h.svc.LogChunk(ctx, caller(ctx), r.Body)
 	if err != nil {
+		retryAfter(ctx, err)
 		return api.LogChunkdefaultJSONResponse(h.errResp(err)), nil
 	}
 	h.metrics.chunks.Inc()
@@ -137,6 +166,7 @@ func (h *handlers) LogChunk(ctx context.Context, r api.LogChunkRequestObject) (a
 func (h *handlers) LogChunks(ctx context.Context, r api.LogChunksRequestObject) (api.LogChunksResponseObject, error) {
 	ack, err := h.svc.LogChunks(ctx, caller(ctx), r.Body.Chunks)
 	if err != nil {
+		retryAfter(ctx, err)
 		return api.LogChunksdefaultJSONResponse(h.errResp(err)), nil
 	}
 	h.metrics.chunks.Add(float64(len(r.Body.Chunks)))

@@ -174,6 +174,7 @@ var routes = map[string]route{
 	"POST /events/updates":          {"Updates", auth.RoleRunner, body[api.Updates], MaxUpdatesBody},
 	"POST /events/log":              {"LogChunk", auth.RoleRunner, body[api.LogChunk], MaxLogBody},
 	"POST /events/logs":             {"LogChunks", auth.RoleRunner, body[api.LogChunks], MaxLogsBody},
+	"POST /events/heartbeat":        {"Heartbeat", auth.RoleRunner, body[api.Heartbeat], MaxEventBody},
 	"POST /events/finalize":         {"Finalize", auth.RoleRunner, body[api.Finalize], MaxExecutionBody},
 	"POST /gates/check":             {"GateCheck", auth.RoleRunner, body[api.GateCheck], MaxExecutionBody},
 	"POST /gates/revoke":            {"GateRevoke", auth.RoleRunner, body[api.GateRevoke], MaxEventBody},
@@ -509,7 +510,7 @@ func (s *Server) guard(rt route, next http.Handler) http.Handler {
 			s.refuse(rec, r, err)
 			return
 		}
-		r = r2
+		r = r2.WithContext(context.WithValue(r2.Context(), writerKey{}, http.ResponseWriter(rec)))
 		if rt.body != nil {
 			body, err := strictBody(r, rt)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -541,5 +542,67 @@ func TestExecutionAtTheStackLimitIsTaken(t *testing.T) {
 	}
 	if status, out, _ := ts.call(t, "runner", "POST", "/events/finalize", api.Finalize{ExecutionID: "big", Status: "succeeded", Stacks: results}); status != 200 {
 		t.Fatalf("finalize: %d %v", status, out)
+	}
+}
+
+// A log chunk whose bytes differ from the stored log is answered 409 naming the offset, and
+// the log reads as before; a resend that repeats the stored bytes and goes on is stored.
+func TestDifferingLogChunkOverHTTP(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			init := map[string]any{"execution_id": "e1", "environment": "prod", "op": "plan", "pr": 5, "stacks": []string{"a"}}
+			if status, out, _ := ts.call(t, "runner", "POST", "/events/init", init); status != 200 {
+				t.Fatalf("init: %d %v", status, out)
+			}
+			chunk := func(off int, data string) map[string]any {
+				return map[string]any{"execution_id": "e1", "stack": "a", "generation": 0, "offset": off, "data": b64(data)}
+			}
+			read := func() string {
+				_, out, _ := ts.call(t, "viewer", "GET", "/executions/e1/log?stack=a", nil)
+				data, _ := base64.StdEncoding.DecodeString(fmt.Sprint(out["data"]))
+				return string(data)
+			}
+			if status, out, _ := ts.call(t, "runner", "POST", "/events/log", chunk(0, "hello\n")); status != 200 {
+				t.Fatalf("log: %d %v", status, out)
+			}
+			for path, body := range map[string]any{"/events/log": chunk(0, "hellO\nworld\n"), "/events/logs": map[string]any{"chunks": []any{chunk(2, "llo\nwor"), chunk(4, "O")}}} {
+				status, out, _ := ts.call(t, "runner", "POST", path, body)
+				if status != http.StatusConflict || out["code"] != "ALREADY_EXISTS" || !strings.Contains(fmt.Sprint(out["message"]), " at offset 4") {
+					t.Fatalf("%s differing: %d %v, want 409 naming offset 4", path, status, out)
+				}
+				if got := read(); got != "hello\n" {
+					t.Fatalf("after the refused %s the log reads %q", path, got)
+				}
+			}
+			if status, out, _ := ts.call(t, "runner", "POST", "/events/log", chunk(0, "hello\nworld\n")); status != 200 {
+				t.Fatalf("extending resend: %d %v", status, out)
+			}
+			if got := read(); got != "hello\nworld\n" {
+				t.Fatalf("after the extending resend the log reads %q", got)
+			}
+		})
+	}
+}
+
+// A principal past its executions-per-hour quota gets 429 with Retry-After, the seconds until
+// one of its executions leaves the hour; an administrator is not counted.
+func TestExecutionQuotaOverHTTP(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	ts.svc.Quotas = service.Quotas{ExecutionsPerHour: 1}
+	init := func(role, id string) (int, map[string]any, http.Header) {
+		return ts.call(t, role, "POST", "/events/init", map[string]any{"execution_id": id, "environment": "prod", "op": "plan", "pr": 5, "stacks": []string{"a"}})
+	}
+	if status, out, _ := init("runner", "e1"); status != 200 {
+		t.Fatalf("first init: %d %v", status, out)
+	}
+	status, out, h := init("runner", "e2")
+	retry, _ := strconv.Atoi(h.Get("Retry-After"))
+	if status != http.StatusTooManyRequests || out["code"] != "RESOURCE_EXHAUSTED" || !strings.Contains(fmt.Sprint(out["message"]), "quota exceeded") ||
+		retry < 3500 || retry > 3600 {
+		t.Fatalf("second init: %d %v, Retry-After %q", status, out, h.Get("Retry-After"))
+	}
+	if status, out, _ := init("admin", "a1"); status != 200 {
+		t.Fatalf("admin init: %d %v", status, out)
 	}
 }

@@ -47,6 +47,9 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 		if err := checkNames("execution_id", in.ExecutionID, "phase", in.Phase); err != nil {
 			return err
 		}
+		if err := checkTime("at", in.At); err != nil {
+			return err
+		}
 		return checkStack("stack", in.Stack)
 	})
 	if err != nil {
@@ -56,7 +59,7 @@ func (s *Service) Phases(ctx context.Context, caller Caller, phases []api.PhaseE
 	ps, shown := make([]store.Phase, len(phases)), make([]string, len(phases))
 	for i := range phases {
 		in := &phases[i]
-		at := storable(in.At, now)
+		at := orNow(in.At, now)
 		shown[i] = in.Phase
 		if in.Status != "" {
 			shown[i] = in.Phase + ": " + clip(in.Status, 64)
@@ -170,6 +173,9 @@ func (s *Service) writeEvents(ctx context.Context, caller Caller, execID string,
 		}
 		return tx.Notify(execID)
 	})
+	if err == nil {
+		s.noteSeen(ctx, execID)
+	}
 	return ack, err
 }
 
@@ -179,6 +185,9 @@ func updateStack(in *api.Update, now time.Time) (*store.Stack, error) {
 		return nil, err
 	}
 	if err := checkStack("stack", in.Stack); err != nil {
+		return nil, err
+	}
+	if err := checkTime("at", in.At); err != nil {
 		return nil, err
 	}
 	if !in.Status.Valid() {

@@ -860,12 +860,11 @@ func (s *Service) SatisfyGate(ctx context.Context, caller Caller, in *api.GatesS
 		return api.Ack{}, err
 	}
 	now := s.Now()
-	switch {
-	case in.ExpiresAt.IsZero():
-	case !in.ExpiresAt.After(now):
+	if err := checkTime("expires_at", in.ExpiresAt); err != nil {
+		return api.Ack{}, err
+	}
+	if !in.ExpiresAt.IsZero() && !in.ExpiresAt.After(now) {
 		return api.Ack{}, invalid("expires_at %s is in the past", in.ExpiresAt.UTC().Format(time.RFC3339))
-	case in.ExpiresAt.After(MaxTime):
-		return api.Ack{}, invalid("expires_at %s is after %s, later than the server stores", clip(in.ExpiresAt.UTC().Format(time.RFC3339), 40), MaxTime.Format("2006-01-02"))
 	}
 	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
 	where := target(key)

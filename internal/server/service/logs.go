@@ -75,17 +75,22 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 	if err := s.checkOwner(ctx, caller, execID); err != nil {
 		return api.Ack{}, err
 	}
+	if err := s.checkLogQuota(ctx, execID, int64(total)); err != nil {
+		return api.Ack{}, err
+	}
 	rows := make([]store.LogChunk, len(chunks))
 	for i, in := range chunks {
 		rows[i] = store.LogChunk{ExecutionID: in.ExecutionID, Stack: in.Stack,
 			Generation: in.Generation, Offset: in.Offset, Data: in.Data, GapLength: in.GapLength}
 	}
 	var ack api.Ack
+	var stored int64
 	err = s.writeOne(ctx, func(tx store.Tx) error {
 		st, missing, added, err := tx.AddLogBatch(execID, rows)
 		if err != nil {
 			return err
 		}
+		stored = added
 		ack = cancelAck(st.Cancelled, st.CancelReason)
 		// A log for a stack the execution never announced would be stored but never shown.
 		if len(missing) > 0 {
@@ -96,6 +101,12 @@ func (s *Service) LogChunks(ctx context.Context, caller Caller, chunks []api.Log
 		}
 		return tx.Notify(execID)
 	})
+	if err == nil {
+		s.noteSeen(ctx, execID)
+	}
+	if err != nil || stored == 0 {
+		s.uncountLog(execID, int64(total)) // nothing new: a resend is not counted twice
+	}
 	return ack, err
 }
 

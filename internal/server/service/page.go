@@ -135,6 +135,9 @@ func parseCursor(s string) (k store.RowKey, ok bool) {
 // without before, is refused.
 func ExecutionsAfter(f store.ExecutionFilter, before *time.Time, beforeID *string) (store.ExecutionFilter, error) {
 	if before != nil {
+		if err := checkTime("before", *before); err != nil {
+			return f, err
+		}
 		f.Before = *before
 	}
 	if beforeID == nil {

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -192,21 +193,43 @@ func TestAGateCheckDoesNotTellAnotherRepositorysLease(t *testing.T) {
 	})
 }
 
-// Times a runner sends that the store cannot hold (its nanoseconds end in 2262; before 1678 they
-// do not start) are taken as the server's clock, not stored wrapped around.
-func TestEventTimesOutOfTheStoresRangeAreNotStored(t *testing.T) {
+// Every time a client sends outside 1970 to 2200 (the stores' nanoseconds end in 2262; a time
+// in 9999 would read as one in 1816) is refused with 400 naming its field, and nothing of the
+// request is stored; times at the bounds are taken.
+func TestEventTimesOutOfTheStoresRangeAreRefused(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
-		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		far, early := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e0", Environment: "prod", Op: "plan", Stacks: []string{"a"}, StartedAt: far})
+		wantErr(t, err, store.ErrInvalid, "started_at 9999-01-01T00:00:00Z is outside 1970-01-01 to 2200-01-01")
+		if _, err := f.Execution(ctx, reader, "e0"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a refused Init stored its execution: %v", err)
+		}
+		_, err = f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
 		f.must(err)
-		far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 1, At: far})
-		f.must(err)
+		wantErr(t, err, store.ErrInvalid, "at 9999-01-01T00:00:00Z is outside")
+		_, err = f.Phases(ctx, runner, []api.PhaseEvent{{ExecutionID: "e1", Stack: "a", Phase: "init", Seq: 1}, {ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 2, At: early}})
+		wantErr(t, err, store.ErrInvalid, "at 1969-12-31T23:59:59Z is outside")
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "e1", Stack: "a", Status: "running", Seq: 1, At: far})
+		wantErr(t, err, store.ErrInvalid, "at 9999-01-01T00:00:00Z is outside")
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: "failed", FinishedAt: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)})
-		f.must(err)
+		wantErr(t, err, store.ErrInvalid, "finished_at 1000-01-01T00:00:00Z is outside")
+		if _, err := ExecutionsAfter(store.ExecutionFilter{}, &far, nil); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "before 9999") {
+			t.Fatalf("a page before 9999: %v", err)
+		}
 		x, err := f.Execution(ctx, reader, "e1")
 		f.must(err)
-		if !x.FinishedAt.Equal(f.now) {
-			t.Fatalf("finished_at %s, want the server's clock %s", x.FinishedAt, f.now)
+		if !x.FinishedAt.IsZero() || x.Stacks[0].Phase != "" {
+			t.Fatalf("refused events were stored: %+v", x)
+		}
+		_, err = f.Phase(ctx, runner, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "plan", Seq: 1, At: minTime})
+		f.must(err)
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "e1", Status: "failed", FinishedAt: MaxTime})
+		f.must(err)
+		x, err = f.Execution(ctx, reader, "e1")
+		f.must(err)
+		if !x.FinishedAt.Equal(MaxTime) {
+			t.Fatalf("finished_at %s, want %s", x.FinishedAt, MaxTime)
 		}
 	})
 }

@@ -49,7 +49,13 @@ type Service struct {
 	// Granter makes a satisfied gate's lease real (nil: granter.None, the lease is a record).
 	Granter granter.Granter
 
-	owners owners // who announced each execution (checkOwner)
+	// Quotas bound what one principal may make the server store (zero: unbounded).
+	Quotas Quotas
+
+	owners owners    // who announced each execution (checkOwner)
+	seen   seenCache // when this replica last recorded hearing from each execution (noteSeen)
+	// logBytes counts each execution's log bytes for Quotas.LogBytesPerExecution.
+	logBytes logCounter
 }
 
 // New returns a service over s with policy p (nil: nothing gated).
@@ -156,14 +162,24 @@ func (s *Service) ttl(env string, lease bool) time.Duration {
 	return DefaultClaimTTL
 }
 
-// minTime is the earliest time storable takes: the stores keep Unix nanoseconds, which start
-// in 1678; no runner reports a time before 1970.
+// minTime is the earliest time a client may send (1970): the stores keep Unix nanoseconds,
+// which start in 1678, and no runner reports a time before 1970.
 var minTime = time.Unix(0, 0).UTC()
 
-// storable is t, a time a runner reports, in UTC; now when t is zero or outside minTime to
-// MaxTime, where the stores' nanoseconds would wrap around.
-func storable(t, now time.Time) time.Time {
-	if t.IsZero() || t.Before(minTime) || t.After(MaxTime) {
+// checkTime refuses t, a time a client sent in field, when it is outside minTime to MaxTime,
+// where the stores' nanoseconds would wrap around (a time in 9999 would read as one in 1816).
+// The zero time is a field left out, and passes.
+func checkTime(field string, t time.Time) error {
+	if t.IsZero() || !t.Before(minTime) && !t.After(MaxTime) {
+		return nil
+	}
+	return invalid("%s %s is outside %s to %s, the times the server stores", field,
+		clip(t.UTC().Format(time.RFC3339Nano), 40), minTime.Format(time.DateOnly), MaxTime.Format(time.DateOnly))
+}
+
+// orNow is t, a time a client sent (checked by checkTime), in UTC; now when it was left out.
+func orNow(t, now time.Time) time.Time {
+	if t.IsZero() {
 		return now
 	}
 	return t.UTC()
@@ -286,6 +302,9 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 	if err := checkInit(in); err != nil {
 		return api.Ack{}, err
 	}
+	if err := checkTime("started_at", in.StartedAt); err != nil {
+		return api.Ack{}, err
+	}
 	repo, err := caller.writeRepo(in.Repo)
 	if err != nil {
 		return api.Ack{}, err
@@ -333,6 +352,9 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 			ack = ackOf(cur)
 			return nil
 		}
+		if err := s.checkExecutionQuota(tx, caller, now); err != nil {
+			return err // the execution just created goes with the transaction
+		}
 		if err := tx.StampExecution(e.ExecutionID, principal, now); err != nil {
 			return err
 		}
@@ -375,6 +397,9 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 	if !in.Status.Valid() || in.Status == events.ExecutionRunning {
 		return api.Ack{}, invalid("status %q is not a final execution status", in.Status)
 	}
+	if err := checkTime("finished_at", in.FinishedAt); err != nil {
+		return api.Ack{}, err
+	}
 	if in.Class != "" && !in.Class.Valid() {
 		return api.Ack{}, invalid("class %q is not a change class", in.Class)
 	}
@@ -407,7 +432,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if e.Cancelled {
 			e.Status = events.ExecutionCancelled // a cancelled execution never concludes as a success
 		}
-		e.FinishedAt = storable(in.FinishedAt, now)
+		e.FinishedAt = orNow(in.FinishedAt, now)
 		// The execution row is locked (tx.Execution), so no event changes its stacks meanwhile:
 		// they are read once, and only those the finalize changes are written.
 		stacks, err := tx.Stacks(e.ExecutionID)

@@ -265,7 +265,7 @@ func TestAnApprovalNamesThePlanItApproves(t *testing.T) {
 		wantErr(t, err, store.ErrPrecondition, `requires no gate destructive on "**"; the gates it requires: destructive on stacks/prod/** (stacks/prod/db)`)
 		_, err = f.SatisfyGate(ctx, adminOf("alice"), &api.GatesSatisfy{PR: 7, Environment: "prod", Class: "destructive", Target: "stacks/prod/**",
 			Reason: "r", ExecutionID: "sneaked", ExpiresAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)})
-		wantErr(t, err, store.ErrInvalid, "expires_at 9999-01-01T00:00:00Z is after 2200-01-01")
+		wantErr(t, err, store.ErrInvalid, "expires_at 9999-01-01T00:00:00Z is outside 1970-01-01 to 2200-01-01")
 		grants, err := f.Grants(ctx, reader, everyRow("prod", 7), 0)
 		f.must(err)
 		if len(grants) != 0 {

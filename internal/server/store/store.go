@@ -30,6 +30,11 @@ var (
 	// ErrStale: the request is about a state that has moved on (an approval of a plan that is no
 	// longer the PR's latest); the client must look again before it asks again.
 	ErrStale = errors.New("stale")
+	// ErrMismatch: the write carries data that differs from what is stored where it would go
+	// (log bytes that differ from the stored bytes at their offset); the stored data stays.
+	ErrMismatch = errors.New("differs from the stored data")
+	// ErrQuota: the caller used up a quota; retrying later may succeed.
+	ErrQuota = errors.New("quota exceeded")
 )
 
 // Execution is one stored execution (stacks are read separately).
@@ -330,6 +335,28 @@ type Tx interface {
 	// how many it deleted.
 	PruneSessions(at time.Time, limit int) (int64, error)
 
+	// SeeExecution records that the server heard from an execution's runner at `at` (unless it
+	// recorded a later time).
+	SeeExecution(id string, at time.Time) error
+	// StaleExecutions lists up to limit executions, oldest first, that are running and not
+	// finalized or cancelled, and that the server has heard nothing of since before: neither
+	// their Init (StampExecution) nor anything SeeExecution recorded.
+	StaleExecutions(before time.Time, limit int) ([]string, error)
+
+	// PruneExecutions deletes up to limit finished executions (finalized, or no longer running)
+	// that started and finished before `before`, with their stacks, phases and logs, and
+	// returns how many it deleted. It keeps every execution something live still needs at now:
+	// a claim not expired, a gate, an active grant or a lease (in force, or whose granter
+	// binding is still to be removed) naming it, and the latest plan of each PR (what a gate
+	// check decides over).
+	PruneExecutions(before, now time.Time, limit int) (int64, error)
+	// LogBytes returns the bytes of data stored in an execution's logs (every stack and
+	// generation; gap records not counted).
+	LogBytes(execID string) (int64, error)
+	// ExecutionsSince counts the executions a principal announced at since or later, up to
+	// limit, and returns when the first of them was received (zero when none).
+	ExecutionsSince(principal string, since time.Time, limit int) (n int, first time.Time, err error)
+
 	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
 	// until the transaction ends (a database lock, so it holds across replicas).
 	LockEnvironment(repo, env string) error
@@ -363,8 +390,15 @@ type Tx interface {
 	// AddLogBatch stores chunks of one execution, each once per (execution, stack, generation,
 	// offset) as AddLogChunks does, unless some chunk names a stack the execution has none of:
 	// it returns the execution's state (read without locking), the names of the missing stacks
-	// (sorted, once each: nothing is stored then) and how many chunks were new, or ErrNotFound.
-	// One statement where the backend allows.
+	// (sorted, once each: nothing is stored then) and how many chunks it stored, or ErrNotFound.
+	// Unlike AddLogChunks it checks every chunk against the stored log and the rest of the
+	// batch: a chunk whose bytes (or gap record) differ from those stored over its range (as
+	// far as the stored chunk starting last before its end and those after it tell) stores
+	// nothing of the batch and fails with ErrMismatch naming the stack, generation and offset.
+	// A chunk that repeats stored bytes and goes on (a resend that read further) has its bytes
+	// past them stored, as chunks of their own: the chunks it stores never overlap each other or
+	// those stored before. One statement where the backend allows, unless some chunk overlaps
+	// the stored log.
 	AddLogBatch(execID string, cs []LogChunk) (state EventState, missing []string, added int64, err error)
 }
 

@@ -265,7 +265,7 @@ func (s *DB) mapErr(err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{store.ErrNotFound, store.ErrInvalid, store.ErrConflict,
-		store.ErrPrecondition, store.ErrDenied, store.ErrUnavailable} {
+		store.ErrPrecondition, store.ErrDenied, store.ErrUnavailable, store.ErrMismatch, store.ErrQuota, errNeedsTransaction} {
 		if errors.Is(err, sentinel) {
 			return err
 		}
@@ -516,13 +516,17 @@ func (s *DB) WriteOne(ctx context.Context, fn func(store.Tx) error) error {
 	if !s.d.WritableCTE || s.jobs != nil {
 		return s.Write(ctx, fn)
 	}
-	return s.retry(ctx, func() ([]string, error) {
+	err := s.retry(ctx, func() ([]string, error) {
 		t := &sqlTx{s: s, ctx: ctx, db: s.wdb, write: true}
 		if err := callSafely(fn, t); err != nil {
 			return nil, err
 		}
 		return t.notify, nil
 	})
+	if errors.Is(err, errNeedsTransaction) {
+		return s.Write(ctx, fn)
+	}
+	return err
 }
 
 func (s *DB) writeDirect(ctx context.Context, fn func(store.Tx) error) error {

@@ -611,8 +611,20 @@ func (t *sqlTx) AddPhaseEvents(execID string, ps []store.Phase, shown []string, 
 }
 
 func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventState, []string, int64, error) {
+	cs, err := normalizeBatch(cs)
+	if err != nil {
+		return store.EventState{}, nil, 0, err
+	}
 	if t.s.d.WritableCTE {
-		return t.addLogBatchCTE(execID, cs)
+		st, missing, added, overlaps, err := t.addLogBatchCTE(execID, cs)
+		if err != nil || len(missing) > 0 || !overlaps {
+			return st, missing, added, err
+		}
+		if t.tx == nil {
+			return st, nil, 0, errNeedsTransaction
+		}
+		added, err = t.addChecked(execID, cs)
+		return st, nil, added, err
 	}
 	names := make([]string, len(cs))
 	for i, c := range cs {
@@ -622,12 +634,48 @@ func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventStat
 	if err != nil || len(missing) > 0 {
 		return st, missing, 0, err
 	}
-	added, err := t.AddLogChunks(cs)
+	overlaps, err := t.logOverlaps(execID, cs)
+	if err != nil {
+		return st, nil, 0, err
+	}
+	var added int64
+	if overlaps {
+		added, err = t.addChecked(execID, cs)
+	} else {
+		added, err = t.AddLogChunks(cs)
+	}
 	return st, nil, added, err
 }
 
-// addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column.
-func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, []string, int64, error) {
+// logOverlaps reports whether some chunk of cs (normalized) may overlap the stored log
+// (overlapProbeSQL over probeSpans), in a statement per maxRowsPerInsert spans.
+func (t *sqlTx) logOverlaps(execID string, cs []store.LogChunk) (bool, error) {
+	found := false
+	stacks, gens, offs, lens := probeSpans(cs)
+	err := inParts(len(stacks), 4, func(from, to int, values string) error {
+		if found {
+			return nil
+		}
+		args := make([]any, 0, 4*(to-from)+1)
+		for i := from; i < to; i++ {
+			args = append(args, stacks[i], gens[i], offs[i], lens[i])
+		}
+		args = append(args, execID)
+		rows, err := t.query("WITH c (stack, generation, off, n) AS ("+values+") SELECT 1 FROM c WHERE "+overlapProbeSQL+" LIMIT 1", args...)
+		if err != nil {
+			return err
+		}
+		found = rows.Next()
+		rows.Close()
+		return t.s.mapErr(rows.Err())
+	})
+	return found, err
+}
+
+// addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column. It
+// stores nothing, and reports overlaps, when some chunk may overlap the stored log
+// (overlapProbeSQL over probeSpans).
+func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, []string, int64, bool, error) {
 	n := len(cs)
 	stacks, data := make([]string, n), make([][]byte, n)
 	gens, offs, sizes, gaps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -635,32 +683,35 @@ func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventS
 		a := chunkArgs(c)
 		stacks[i], gens[i], offs[i], data[i], sizes[i], gaps[i] = c.Stack, c.Generation, c.Offset, a[4].([]byte), a[5].(int64), c.GapLength
 	}
+	pStacks, pGens, pOffs, pLens := probeSpans(cs)
 	var st store.EventState
-	var cancelled, finalized, added int64
+	var cancelled, finalized, added, overlaps int64
 	var missingJSON sql.NullString
 	err := t.row("WITH e AS ("+eventStateSQL+"), "+
 		"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) "+
 		"AS c (stack, generation, off, data, n, gap_length)), "+
 		"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), "+
+		"o AS (SELECT 1 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS c (stack, generation, off, n) "+
+		"WHERE "+overlapProbeSQL+" LIMIT 1), "+
 		"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "+
-		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m)"+
+		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM o)"+
 		chunkConflict+" RETURNING 1) "+
-		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w), (SELECT json_agg(stack ORDER BY stack) FROM m) FROM e",
-		execID, stacks, gens, offs, data, sizes, gaps, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON)
+		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w), (SELECT json_agg(stack ORDER BY stack) FROM m), (SELECT COUNT(*) FROM o) FROM e",
+		execID, stacks, gens, offs, data, sizes, gaps, execID, pStacks, pGens, pOffs, pLens, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON, &overlaps)
 	if errors.Is(err, sql.ErrNoRows) {
-		return st, nil, 0, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
+		return st, nil, 0, false, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
 	}
 	if err != nil {
-		return st, nil, 0, t.s.mapErr(err)
+		return st, nil, 0, false, t.s.mapErr(err)
 	}
 	st.Cancelled, st.Finalized = cancelled != 0, finalized != 0
 	var missing []string
 	if missingJSON.Valid {
 		if err := json.Unmarshal([]byte(missingJSON.String), &missing); err != nil {
-			return st, nil, 0, fmt.Errorf("%w: missing stacks %q: %v", store.ErrUnavailable, missingJSON.String, err)
+			return st, nil, 0, false, fmt.Errorf("%w: missing stacks %q: %v", store.ErrUnavailable, missingJSON.String, err)
 		}
 	}
-	return st, missing, added, nil
+	return st, missing, added, overlaps > 0, nil
 }
 
 // maxNamesPerQuery bounds the IN list of one logTarget query; shorter lists are padded to a
