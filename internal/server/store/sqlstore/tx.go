@@ -959,3 +959,21 @@ func (t *sqlTx) LogSummaries(execID string, maxGaps int) ([]store.LogSummary, er
 	slices.SortFunc(out, func(a, b store.LogSummary) int { return strings.Compare(a.Stack, b.Stack) })
 	return out, nil
 }
+
+func (t *sqlTx) StackSpans(execID string) (map[string]store.Span, error) {
+	rows, err := t.query("SELECT stack, MIN(at), MAX(at) FROM phases WHERE execution_id = ? AND at > 0 GROUP BY stack", execID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]store.Span{}
+	for rows.Next() {
+		var stack string
+		var first, last int64
+		if err := rows.Scan(&stack, &first, &last); err != nil {
+			return nil, t.s.mapErr(err)
+		}
+		out[stack] = store.Span{First: tm(first), Last: tm(last)}
+	}
+	return out, t.s.mapErr(rows.Err())
+}
