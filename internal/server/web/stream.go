@@ -452,11 +452,11 @@ type executionView struct {
 func (v *executionView) execID() string { return v.id }
 
 func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
-	x, err := v.ui.Service.Execution(ctx, feedReader, v.id)
+	x, spans, err := v.ui.Service.ExecutionSpans(ctx, feedReader, v.id)
 	if err != nil {
 		return nil, false, err
 	}
-	ev, err := htmlEvent("state", "state", page{Execution: x, Layers: layers(x)})
+	ev, err := htmlEvent("state", "state", liveState(x, spans))
 	if err != nil {
 		return nil, false, err
 	}
