@@ -23,7 +23,7 @@ const (
 
 // seedReviewPlan has the runner post a finalized plan id of PR 7 in prod whose gated stack has
 // content hash hash.
-func (ts *testServer) seedReviewPlan(t testing.TB, id, hash string) {
+func (ts *testServer) seedReviewPlan(t *testing.T, id, hash string) {
 	t.Helper()
 	for _, step := range []struct {
 		path string
@@ -39,7 +39,7 @@ func (ts *testServer) seedReviewPlan(t testing.TB, id, hash string) {
 			"counts": map[string]int{"create": 2}}},
 		{"/events/finalize", map[string]any{"execution_id": id, "status": "succeeded"}},
 	} {
-		if status, out, _ := ts.call(t.(*testing.T), "runner", "POST", step.path, step.body); status != 200 {
+		if status, out, _ := ts.call(t, "runner", "POST", step.path, step.body); status != 200 {
 			t.Fatalf("%s: %d %v", step.path, status, out)
 		}
 	}

@@ -42,7 +42,6 @@ type PlanGate struct {
 // requires none (nil).
 func (s *Service) GatesOfPlan(ctx context.Context, caller Caller, id string) (*PlanGates, error) {
 	var out *PlanGates
-	now := s.Now()
 	err := s.Store.Read(ctx, func(tx store.Tx) error {
 		plan, err := tx.Execution(id)
 		if err != nil {
@@ -51,54 +50,64 @@ func (s *Service) GatesOfPlan(ctx context.Context, caller Caller, id string) (*P
 		if !caller.allows(plan.Repo) {
 			return fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 		}
-		if plan.Op != api.ExecutionOpPlan || plan.PR <= 0 {
-			return nil
-		}
-		key := store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}
-		out = &PlanGates{}
-		switch latest, err := tx.LatestPlan(key); {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return err
-		default:
-			out.Latest = latest.ExecutionID
-		}
-		stacks, err := applicable(tx, plan)
-		if errors.Is(err, store.ErrPrecondition) {
-			out.NotApplicable = err.Error()
+		var stacks []store.Stack
+		if plan.Op == api.ExecutionOpPlan && plan.PR > 0 {
 			if stacks, err = tx.Stacks(id); err != nil {
 				return err
 			}
-		} else if err != nil {
-			return err
 		}
-		gates := s.gatesOf(plan, stacks)
-		if len(gates) == 0 {
-			return nil
-		}
-		active, err := activeGrants(tx, key, now)
-		if err != nil {
-			return err
-		}
-		byName := make(map[string]store.Stack, len(stacks))
-		for _, st := range stacks {
-			byName[st.Stack] = st
-		}
-		for _, g := range gates {
-			pg := PlanGate{Gate: g, Grants: active[keyOf(g)]}
-			for _, name := range g.Stacks {
-				pg.Stacks = append(pg.Stacks, byName[name].StackState)
-			}
-			for _, gr := range pg.Grants {
-				if _, ok := covers(gr, g.Stacks, func(n string) string { return byName[n].PlanHash }); ok {
-					pg.Satisfied = true
-				}
-			}
-			out.Gates = append(out.Gates, pg)
-		}
-		return nil
+		out, err = s.gatesOfPlan(tx, plan, stacks)
+		return err
 	})
 	return out, err
+}
+
+// gatesOfPlan is GatesOfPlan of plan, whose stacks are stacks, in tx.
+func (s *Service) gatesOfPlan(tx store.Tx, plan *store.Execution, stacks []store.Stack) (*PlanGates, error) {
+	if plan.Op != api.ExecutionOpPlan || plan.PR <= 0 {
+		return nil, nil
+	}
+	key := store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}
+	out := &PlanGates{}
+	switch latest, err := tx.LatestPlan(key); {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		out.Latest = latest.ExecutionID
+	}
+	err := applicablePlan(plan)
+	if err == nil {
+		err = applicableStacks(plan, stacks)
+	}
+	if err != nil {
+		out.NotApplicable = err.Error()
+	}
+	gates := s.gatesOf(plan, stacks)
+	if len(gates) == 0 {
+		return out, nil
+	}
+	active, err := activeGrants(tx, key, s.Now())
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]store.Stack, len(stacks))
+	for _, st := range stacks {
+		byName[st.Stack] = st
+	}
+	for _, g := range gates {
+		pg := PlanGate{Gate: g, Grants: active[keyOf(g)]}
+		for _, name := range g.Stacks {
+			pg.Stacks = append(pg.Stacks, byName[name].StackState)
+		}
+		for _, gr := range pg.Grants {
+			if _, ok := covers(gr, g.Stacks, func(n string) string { return byName[n].PlanHash }); ok {
+				pg.Satisfied = true
+			}
+		}
+		out.Gates = append(out.Gates, pg)
+	}
+	return out, nil
 }
 
 // Apply is an apply execution whose gate check was allowed over a plan.
@@ -131,16 +140,36 @@ func (s *Service) AppliesOf(ctx context.Context, caller Caller, ids []string) ([
 	return out, err
 }
 
-// ExecutionSpans is Execution with when each stack had its first and last phase event, read
-// at once: what an execution's page shows.
-func (s *Service) ExecutionSpans(ctx context.Context, caller Caller, id string) (*api.Execution, map[string]store.Span, error) {
-	var x *api.Execution
-	var spans map[string]store.Span
+// ExecutionPage is what an execution's page shows, read at once.
+type ExecutionPage struct {
+	Execution *api.Execution
+	// Spans are when each stack had its first and last phase event.
+	Spans map[string]store.Span
+	// Gates are the gates of the execution's plan (GatesOfPlan; nil: not a plan).
+	Gates *PlanGates
+}
+
+// ExecutionPage reads execution id for its page: the spans of the stacks spansOf chooses among
+// the execution's (nil: of every stack) and, withGates, the gates its plan requires.
+func (s *Service) ExecutionPage(ctx context.Context, caller Caller, id string, withGates bool, spansOf func([]api.StackState) []string) (*ExecutionPage, error) {
+	var out ExecutionPage
 	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
-		if x, err = execution(tx, caller, id); err == nil {
-			spans, err = tx.StackSpans(id)
+		if out.Execution, err = execution(tx, caller, id); err != nil {
+			return err
 		}
-		return
+		if out.Spans, err = tx.StackSpans(id, spansOf(out.Execution.Stacks)); err != nil || !withGates {
+			return err
+		}
+		plan, err := tx.Execution(id)
+		if err != nil {
+			return err
+		}
+		stacks := make([]store.Stack, len(out.Execution.Stacks))
+		for i, st := range out.Execution.Stacks {
+			stacks[i] = store.Stack{StackState: st}
+		}
+		out.Gates, err = s.gatesOfPlan(tx, plan, stacks)
+		return err
 	})
-	return x, spans, err
+	return &out, err
 }

@@ -244,8 +244,8 @@ type Tx interface {
 	// has no entry).
 	PlanHashes(execIDs []string) (map[string]map[string]string, error)
 	// StackSpans returns, per stack of an execution that has timed phase events, the times of
-	// its first and last one.
-	StackSpans(execID string) (map[string]Span, error)
+	// its first and last one: of every stack, or only of stacks when it is not nil.
+	StackSpans(execID string, stacks []string) (map[string]Span, error)
 	// Stack returns one stack or ErrNotFound (locked until the transaction ends inside Write).
 	Stack(execID, stack string) (*Stack, error)
 	// SaveStack inserts or replaces one stack's state.

@@ -211,7 +211,6 @@ type page struct {
 	Notice    string
 	// Applies are the applies that used the listed gates' and grants' plans (gates page).
 	Applies map[string][]service.Apply
-	spans   map[string]store.Span
 	Claims  []api.Claim
 	Gates   []api.Gate
 	Grants  []api.Grant
@@ -373,21 +372,21 @@ func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, s *Session, s
 		caller = CallerOf(s.Principal)
 	}
 	id := r.PathValue("id")
-	x, spans, err := u.Service.ExecutionSpans(r.Context(), caller, id)
-	var gates *service.PlanGates
-	if err == nil {
-		gates, err = u.Service.GatesOfPlan(r.Context(), caller, id)
-	}
+	asked, _ := strconv.Atoi(r.URL.Query().Get("stacks"))
+	var from, to int
+	ep, err := u.Service.ExecutionPage(r.Context(), caller, id, true, func(all []api.StackState) []string {
+		from = max(0, min(asked, len(all)))
+		to = min(from+stackPageSize, len(all))
+		return names(all[from:to])
+	})
 	if err != nil {
 		u.fail(w, err)
 		return
 	}
-	p := liveState(x, spans)
-	p.Title, p.Approvals, p.Forms, p.Notice = x.ExecutionID, gates, formsOf(s), notice
-	from, _ := strconv.Atoi(r.URL.Query().Get("stacks"))
-	from = max(0, min(from, len(x.Stacks)))
-	to := min(from+stackPageSize, len(x.Stacks))
-	p.Rows, p.StacksFrom, p.StacksTo = rows(x.Stacks[from:to], p.spans), from+1, to
+	x := ep.Execution
+	p := liveState(x, ep.Spans)
+	p.Title, p.Approvals, p.Forms, p.Notice = x.ExecutionID, ep.Gates, formsOf(s), notice
+	p.Rows, p.StacksFrom, p.StacksTo = rows(x.Stacks[from:to], ep.Spans), from+1, to
 	if p.Paged {
 		if from > 0 {
 			p.StacksPrev = template.URL("?stacks=" + strconv.Itoa(max(0, from-stackPageSize)))
@@ -406,7 +405,7 @@ func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, s *Session, s
 // graph, how many stacks have each status and, unless they are listed a page at a time, its
 // stacks with how long each ran (spans).
 func liveState(x *api.Execution, spans map[string]store.Span) page {
-	p := page{Execution: x, Graph: stackGraph(x, layers(x)), Paged: len(x.Stacks) > stackPageSize, spans: spans,
+	p := page{Execution: x, Graph: stackGraph(x, layers(x)), Paged: len(x.Stacks) > stackPageSize,
 		Running: x.Status == api.ExecutionStatusRunning}
 	n := map[api.StackStatus]int{}
 	for _, st := range x.Stacks {
@@ -422,6 +421,24 @@ func liveState(x *api.Execution, spans map[string]store.Span) page {
 		p.Rows = rows(x.Stacks, spans)
 	}
 	return p
+}
+
+// names are the names of stacks.
+func names(stacks []api.StackState) []string {
+	out := make([]string, len(stacks))
+	for i, st := range stacks {
+		out[i] = st.Stack
+	}
+	return out
+}
+
+// liveSpans chooses the stacks whose spans the live state shows: every stack, or none when
+// they are listed a page at a time.
+func liveSpans(all []api.StackState) []string {
+	if len(all) > stackPageSize {
+		return []string{}
+	}
+	return nil
 }
 
 // rows are the stacks table's rows of stacks.

@@ -960,20 +960,28 @@ func (t *sqlTx) LogSummaries(execID string, maxGaps int) ([]store.LogSummary, er
 	return out, nil
 }
 
-func (t *sqlTx) StackSpans(execID string) (map[string]store.Span, error) {
-	rows, err := t.query("SELECT stack, MIN(at), MAX(at) FROM phases WHERE execution_id = ? AND at > 0 GROUP BY stack", execID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+func (t *sqlTx) StackSpans(execID string, stacks []string) (map[string]store.Span, error) {
 	out := map[string]store.Span{}
-	for rows.Next() {
-		var stack string
-		var first, last int64
-		if err := rows.Scan(&stack, &first, &last); err != nil {
-			return nil, t.s.mapErr(err)
+	read := func(where string, args ...any) error {
+		rows, err := t.query("SELECT stack, MIN(at), MAX(at) FROM phases WHERE execution_id = ? AND at > 0"+where+" GROUP BY stack", args...)
+		if err != nil {
+			return err
 		}
-		out[stack] = store.Span{First: tm(first), Last: tm(last)}
+		defer rows.Close()
+		for rows.Next() {
+			var stack string
+			var first, last int64
+			if err := rows.Scan(&stack, &first, &last); err != nil {
+				return t.s.mapErr(err)
+			}
+			out[stack] = store.Span{First: tm(first), Last: tm(last)}
+		}
+		return t.s.mapErr(rows.Err())
 	}
-	return out, t.s.mapErr(rows.Err())
+	if stacks == nil {
+		return out, read("", execID)
+	}
+	return out, inLists(slices.Compact(slices.Sorted(slices.Values(stacks))), func(list string, args []any) error {
+		return read(" AND stack IN "+list, append([]any{execID}, args...)...)
+	})
 }

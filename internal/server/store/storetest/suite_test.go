@@ -224,10 +224,16 @@ var suite = []struct {
 			return nil
 		})
 		_ = s.Read(ctx, func(tx store.Tx) error {
-			spans, err := tx.StackSpans("e1")
+			spans, err := tx.StackSpans("e1", nil)
 			// The init phase above, stored with no time, is not part of it.
 			if sp := spans["a/b"]; err != nil || len(spans) != 1 || !sp.Last.Equal(t0.Add(40*time.Second)) || !sp.First.Equal(t0.Add(3*time.Second)) {
 				t.Errorf("spans %+v %v", spans, err)
+			}
+			if some, err := tx.StackSpans("e1", []string{"a/b", "zzz"}); err != nil || len(some) != 1 || some["a/b"] != spans["a/b"] {
+				t.Errorf("spans of a/b and zzz: %+v %v", some, err)
+			}
+			if none, err := tx.StackSpans("e1", []string{"zzz"}); err != nil || len(none) != 0 {
+				t.Errorf("spans of zzz: %+v %v", none, err)
 			}
 			return nil
 		})
