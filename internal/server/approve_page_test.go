@@ -18,7 +18,7 @@ const (
 	approvePR     = 7
 	gatedStack    = "stacks/prod/db"
 	ungatedStack  = "stacks/prod/app"
-	firstPlanHash = "v1:" + "1111111111111111111111111111111111111111111111111111111111111111"
+	firstPlanHash = "v1:9f2c4e1a07b3d8c6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2"
 )
 
 // seedReviewPlan has the runner post a finalized plan id of PR 7 in prod whose gated stack has

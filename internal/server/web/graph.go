@@ -147,9 +147,13 @@ func summaryGraph(x *api.Execution, ls [][]api.StackState) template.HTML {
 		if t.to > t.from {
 			cols = fmt.Sprintf("columns %d–%d", t.from+1, t.to+1)
 		}
-		fmt.Fprintf(&b, `<g class="node band"><title>%s: %d stacks</title><rect x="%d" y="%d" width="%d" height="%d" rx="5"/>`+
-			`<text x="%d" y="%d">%s</text><text x="%d" y="%d">%d stacks</text>`,
-			cols, t.stacks, x0, margin, nodeWidth, bandHeight, x0+8, margin+16, cols, x0+8, margin+34, t.stacks)
+		n := fmt.Sprintf("%d stacks", t.stacks)
+		if t.stacks == 1 {
+			n = "1 stack"
+		}
+		fmt.Fprintf(&b, `<g class="node band"><title>%s: %s</title><rect x="%d" y="%d" width="%d" height="%d" rx="5"/>`+
+			`<text x="%d" y="%d">%s</text><text x="%d" y="%d">%s</text>`,
+			cols, n, x0, margin, nodeWidth, bandHeight, x0+8, margin+16, cols, x0+8, margin+34, n)
 		line := 0
 		for _, st := range statuses {
 			if n := t.status[st]; n > 0 && line < 5 {
