@@ -1,6 +1,9 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
@@ -132,8 +135,10 @@ func TestApproveFromThePlanPage(t *testing.T) {
 	if !ok {
 		t.Fatalf("the admin's page has no Approve form:\n%s", body)
 	}
+	// The form's content is the digest of the gate's stacks with the hashes the page shows.
+	digest := sha256.Sum256([]byte(gatedStack + "\x00" + firstPlanHash + "\n"))
 	if action != page+"/approve" || form.Get("execution_id") != "plan-1" || form.Get("class") != "destructive" || form.Get("target") != "**" ||
-		strings.Join(form["stack"], ",") != gatedStack || strings.Join(form["hash"], ",") != firstPlanHash || form.Get("csrf") == "" {
+		form.Get("content") != "sha256:"+hex.EncodeToString(digest[:]) || form.Get("csrf") == "" {
 		t.Fatalf("the Approve form: %s %v", action, form)
 	}
 	refused := func(what string, f url.Values, cookie *http.Cookie, wantStatus int, wantText string) {
@@ -156,7 +161,8 @@ func TestApproveFromThePlanPage(t *testing.T) {
 	}
 	refused("no anti-forgery token", with("csrf", ""), admin, 403, "this form expired")
 	refused("no reason", with("reason", " "), admin, 400, "reason is required")
-	refused("another hash", with("hash", "v1:other"), admin, 409, "differ from what the page showed")
+	refused("other content", with("content", "sha256:00"), admin, 409, "differ from what the page showed")
+	refused("no content", with("content", ""), admin, 409, "differ from what the page showed")
 	refused("another execution", with("execution_id", "plan-0"), admin, 400, "not this page's")
 	refused("another gate", with("class", "mutating"), admin, 412, "requires no gate")
 	viewerForm := with("", "")
@@ -294,5 +300,48 @@ func TestExecutionPageGraphAndBadge(t *testing.T) {
 	}
 	if !strings.Contains(body, "<td>41 s</td>") {
 		t.Errorf("the stack's duration (41 s between its phases) is not shown:\n%s", body)
+	}
+}
+
+// TestApproveALargeGate: a gate of 250 stacks lists the first 100 and says how many more it
+// covers, and its Approve form (a digest of every stack's hash, not the list) is small and
+// approves them all.
+func TestApproveALargeGate(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	const n = 250
+	var stacks []string
+	var updates []map[string]any
+	for i := range n {
+		name := fmt.Sprintf("stacks/prod/s%03d", i)
+		stacks = append(stacks, name)
+		updates = append(updates, map[string]any{"execution_id": "big-plan", "stack": name, "seq": 1, "status": "succeeded", "class": "destructive",
+			"plan_hash": fmt.Sprintf("v1:%064d", i), "counts": map[string]int{"delete": 1}})
+	}
+	for _, step := range []struct {
+		path string
+		body any
+	}{
+		{"/events/init", map[string]any{"execution_id": "big-plan", "environment": "prod", "op": "plan", "pr": approvePR, "sha": "abc", "stacks": stacks}},
+		{"/events/updates", map[string]any{"updates": updates}},
+		{"/events/finalize", map[string]any{"execution_id": "big-plan", "status": "succeeded"}},
+	} {
+		if status, out, _ := ts.call(t, "runner", "POST", step.path, step.body); status != 200 {
+			t.Fatalf("%s: %d %v", step.path, status, out)
+		}
+	}
+	body := body2(t, ts, "/ui/executions/big-plan")
+	if !strings.Contains(body, "and 150 more stacks") || strings.Count(body, `<code class="hash">`) != 100 {
+		t.Fatalf("the large gate's box:\n%.3000s", body)
+	}
+	action, form, ok := pageForm(body, "approve")
+	if !ok || len(form.Encode()) > 1024 {
+		t.Fatalf("the Approve form: %v (%d bytes)", form, len(form.Encode()))
+	}
+	form.Set("reason", "all of them")
+	if status, _, body := ts.submit(t, action, form, ts.session(t, tokenOf["admin"])); status != http.StatusSeeOther {
+		t.Fatalf("approve: %d %.300s", status, body)
+	}
+	if !strings.Contains(body2(t, ts, "/ui/executions/big-plan"), `<span class="yes">satisfied</span>`) {
+		t.Error("the large gate is not satisfied after approving it")
 	}
 }

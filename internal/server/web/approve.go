@@ -1,6 +1,9 @@
 package web
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,9 +60,10 @@ func (u *UI) approve(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/executions/"+url.PathEscape(id)+"#approvals", http.StatusSeeOther)
 }
 
-// checkShown refuses, with errStalePage, a form whose execution id and stacks with their
-// content hashes are not exactly those the server would approve for the gate it names now:
-// the plan is the PR's latest, and the gate covers those stacks at those hashes.
+// checkShown refuses, with errStalePage, a form whose execution id and content (the digest of
+// the gate's stacks with their content hashes, as the page showed them) are not exactly those
+// the server would approve for the gate it names now: the plan is the PR's latest, and the gate
+// covers those stacks at those hashes.
 func (u *UI) checkShown(r *http.Request, caller service.Caller, id string, f url.Values) error {
 	if f.Get("execution_id") != id {
 		return fmt.Errorf("%w: the form names execution %q, not this page's", store.ErrInvalid, f.Get("execution_id"))
@@ -74,30 +78,56 @@ func (u *UI) checkShown(r *http.Request, caller service.Caller, id string, f url
 	if pg.Latest != id {
 		return fmt.Errorf("%w: a newer plan of this pull request (%s) arrived after this page was loaded; review that plan and approve it", errStalePage, pg.Latest)
 	}
-	stacks, hashes := f["stack"], f["hash"]
-	if len(stacks) != len(hashes) {
-		return fmt.Errorf("%w: the form sends %d stacks and %d content hashes", store.ErrInvalid, len(stacks), len(hashes))
-	}
 	for _, g := range pg.Gates {
 		if g.Class != f.Get("class") || g.Target != f.Get("target") {
 			continue
 		}
-		shown := make([]string, len(stacks))
-		for i := range stacks {
-			shown[i] = stacks[i] + "\x00" + hashes[i]
-		}
-		now := make([]string, len(g.Stacks))
-		for i, st := range g.Stacks {
-			now[i] = st.Stack + "\x00" + st.PlanHash
-		}
-		slices.Sort(shown)
-		slices.Sort(now)
-		if !slices.Equal(shown, now) {
+		if subtle.ConstantTimeCompare([]byte(f.Get("content")), []byte(contentDigest(g.Stacks))) != 1 {
 			return fmt.Errorf("%w: the stacks or content hashes of gate %s on %s differ from what the page showed; reload it and review them", errStalePage, g.Class, g.Target)
 		}
 		return nil
 	}
 	return fmt.Errorf("%w: plan %s requires no gate %s on %q", store.ErrPrecondition, id, clipped(f.Get("class")), clipped(f.Get("target")))
+}
+
+// contentDigest is what an Approve form carries of the stacks of its gate and their content
+// hashes: a SHA-256 over them in order of name, so that a gate of thousands of stacks fits in
+// a form, and any stack or hash that differs from the page's changes it.
+func contentDigest(stacks []api.StackState) string {
+	lines := make([]string, len(stacks))
+	for i, st := range stacks {
+		lines[i] = st.Stack + "\x00" + st.PlanHash + "\n"
+	}
+	slices.Sort(lines)
+	h := sha256.New()
+	for _, l := range lines {
+		h.Write([]byte(l))
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// gateView is a gate of a plan's page: the stacks it lists (at most maxGateRows), how many more
+// the gate covers, and its content digest.
+type gateView struct {
+	service.PlanGate
+	Shown   []api.StackState
+	More    int
+	Content string
+}
+
+// maxGateRows is the most stacks a gate's box lists; its content digest covers them all.
+const maxGateRows = 100
+
+func gateViews(pg *service.PlanGates) []gateView {
+	if pg == nil {
+		return nil
+	}
+	out := make([]gateView, len(pg.Gates))
+	for i, g := range pg.Gates {
+		n := min(len(g.Stacks), maxGateRows)
+		out[i] = gateView{PlanGate: g, Shown: g.Stacks[:n], More: len(g.Stacks) - n, Content: contentDigest(g.Stacks)}
+	}
+	return out
 }
 
 // clipped keeps what a form echoes back short.

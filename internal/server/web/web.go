@@ -203,10 +203,12 @@ type page struct {
 	Paged                  bool
 	StacksFrom, StacksTo   int
 	StacksPrev, StacksNext template.URL
-	// Approvals are the gates the execution's plan requires (nil: not a plan); Forms the
+	// Approvals are the gates the execution's plan requires (nil: not a plan), GateViews how its
+	// page shows them; Forms the
 	// anti-forgery token of the admin's Approve and Revoke forms ("": no forms); Notice why a
 	// form just sent was refused.
 	Approvals *service.PlanGates
+	GateViews []gateView
 	Forms     string
 	Notice    string
 	// Applies are the applies that used the listed gates' and grants' plans (gates page).
@@ -385,7 +387,7 @@ func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, s *Session, s
 	}
 	x := ep.Execution
 	p := liveState(x, ep.Spans)
-	p.Title, p.Approvals, p.Forms, p.Notice = x.ExecutionID, ep.Gates, formsOf(s), notice
+	p.Title, p.Approvals, p.GateViews, p.Forms, p.Notice = x.ExecutionID, ep.Gates, gateViews(ep.Gates), formsOf(s), notice
 	p.Rows, p.StacksFrom, p.StacksTo = rows(x.Stacks[from:to], ep.Spans), from+1, to
 	if p.Paged {
 		if from > 0 {
