@@ -52,10 +52,16 @@ func (ts *testServer) seedReviewPlan(t *testing.T, id, hash string) {
 // answer's status, Location and body.
 func (ts *testServer) submit(t *testing.T, path string, form url.Values, cookie *http.Cookie) (int, string, string) {
 	t.Helper()
+	return ts.submitFrom(t, "same-origin", ts.URL, path, form, cookie)
+}
+
+// submitFrom posts a form as a browser would from a page of site (Sec-Fetch-Site) and origin.
+func (ts *testServer) submitFrom(t *testing.T, site, origin, path string, form url.Values, cookie *http.Cookie) (int, string, string) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	req.Header.Set("Origin", ts.URL)
+	req.Header.Set("Sec-Fetch-Site", site)
+	req.Header.Set("Origin", origin)
 	if cookie != nil {
 		req.AddCookie(cookie)
 	}
@@ -160,6 +166,10 @@ func TestApproveFromThePlanPage(t *testing.T) {
 		return f
 	}
 	refused("no anti-forgery token", with("csrf", ""), admin, 403, "this form expired")
+	refused("no session", with("", ""), nil, 401, `name="token"`)
+	if status, _, body := ts.submitFrom(t, "cross-site", "https://evil.example", action, with("", ""), admin); status != 403 || !strings.Contains(body, "another site") {
+		t.Errorf("a form from another site: %d %.200s", status, body)
+	}
 	refused("no reason", with("reason", " "), admin, 400, "reason is required")
 	refused("other content", with("content", "sha256:00"), admin, 409, "differ from what the page showed")
 	refused("no content", with("content", ""), admin, 409, "differ from what the page showed")
