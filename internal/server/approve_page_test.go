@@ -278,7 +278,7 @@ func TestGatesPageShowsPlansAndApplies(t *testing.T) {
 	_, body := ts.page(t, "/ui/gates", tokenOf["viewer"])
 	for _, want := range []string{
 		`<a href="/ui/executions/plan-1#approvals">plan-1</a>`,
-		`<span class="yes">yes, applied</span> by <a href="/ui/executions/apply-9">apply-9</a>`,
+		`<span class="yes">yes, applied</span> by <a href="/ui/executions/apply-9">apply-9</a> (succeeded)`,
 		`<td><a href="/ui/executions/apply-9">apply-9</a> (succeeded)</td>`,
 	} {
 		if !strings.Contains(body, want) {
