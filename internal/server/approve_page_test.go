@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
@@ -354,4 +357,89 @@ func TestApproveALargeGate(t *testing.T) {
 	if !strings.Contains(body2(t, ts, "/ui/executions/big-plan"), `<span class="yes">satisfied</span>`) {
 		t.Error("the large gate is not satisfied after approving it")
 	}
+}
+
+// TestLargeExecutionPageIsPaged: an execution of more stacks than a page lists shows them a
+// page at a time with links to the others, and its graph summarized.
+func TestLargeExecutionPageIsPaged(t *testing.T) {
+	ts := newTestServer(t, storetest.OpenSQLite(t), nil)
+	seedBigExecution(t, ts, 450)
+	_, body := ts.page(t, "/ui/executions/big", tokenOf["viewer"])
+	if !strings.Contains(body, "Stacks 1–200 of 450") || !strings.Contains(body, `<a href="?stacks=200">next stacks →</a>`) ||
+		strings.Contains(body, "previous stacks") || !strings.Contains(body, `<g class="node band">`) || strings.Count(body, `<pre class="log"`) != 200 {
+		t.Errorf("the first page of stacks:\n%.3000s", body)
+	}
+	_, body = ts.page(t, "/ui/executions/big?stacks=400", tokenOf["viewer"])
+	if !strings.Contains(body, "Stacks 401–450 of 450") || !strings.Contains(body, `<a href="?stacks=200">← previous stacks</a>`) ||
+		strings.Contains(body, "next stacks") || strings.Count(body, `<pre class="log"`) != 50 {
+		t.Errorf("the last page of stacks:\n%.3000s", body)
+	}
+	// Durations of the listed stacks: 41 s between their phase events.
+	if !strings.Contains(body, "<td>41 s</td>") {
+		t.Error("the listed stacks show no duration")
+	}
+}
+
+// bigStacks is the size of the execution BenchmarkExecutionPage renders: the most stacks one
+// execution may have (service.MaxStacks).
+const bigStacks = 10_000
+
+// seedBigExecution has the runner post an execution "big" of n stacks, each but the first
+// depending on the stack of half its number (a tree 14 columns deep), every stack with two
+// timed phase events and a final state: most succeeded, some failed, the rest still running.
+func seedBigExecution(tb testing.TB, ts *testServer, n int) {
+	tb.Helper()
+	name := func(i int) string { return fmt.Sprintf("stacks/env-%d/service-%05d", i%7, i) }
+	stacks := make([]string, n)
+	var edges []map[string]string
+	for i := range n {
+		stacks[i] = name(i)
+		if i > 0 {
+			edges = append(edges, map[string]string{"from": name(i / 2), "to": name(i)})
+		}
+	}
+	post := func(path string, body any) {
+		if status, out := ts.post(tb, "runner", path, body); status != 200 {
+			tb.Fatalf("%s: %d %v", path, status, out)
+		}
+	}
+	post("/events/init", map[string]any{"execution_id": "big", "environment": "prod", "op": "plan", "pr": 1, "sha": "0123456789abcdef",
+		"stacks": stacks, "edges": edges})
+	start := time.Now().Add(-time.Hour).UTC()
+	for from := 0; from < n; from += 500 {
+		var phases, updates []map[string]any
+		for i := from; i < min(from+500, n); i++ {
+			at := start.Add(time.Duration(i) * time.Second)
+			phases = append(phases,
+				map[string]any{"execution_id": "big", "stack": name(i), "phase": "plan", "seq": 1, "at": at.Format(time.RFC3339Nano)},
+				map[string]any{"execution_id": "big", "stack": name(i), "phase": "plan", "status": "ok", "seq": 2, "at": at.Add(41 * time.Second).Format(time.RFC3339Nano)})
+			status, class := "succeeded", "mutating"
+			switch {
+			case i%97 == 0:
+				status, class = "failed", ""
+			case i%13 == 0:
+				status, class = "running", ""
+			}
+			updates = append(updates, map[string]any{"execution_id": "big", "stack": name(i), "seq": 3, "status": status, "class": class,
+				"plan_hash": fmt.Sprintf("v1:%064d", i), "counts": map[string]int{"update": 1 + i%5}})
+		}
+		post("/events/phases", map[string]any{"phases": phases})
+		post("/events/updates", map[string]any{"updates": updates})
+	}
+}
+
+// post sends a JSON request as role and returns the status and body (call, for benchmarks too).
+func (ts *testServer) post(tb testing.TB, role, path string, body any) (int, string) {
+	tb.Helper()
+	data, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", ts.URL+BasePath+path, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tokenOf[role])
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
 }

@@ -139,8 +139,6 @@ func summaryGraph(x *api.Execution, ls [][]api.StackState) template.HTML {
 			fmt.Fprintf(&b, `<text class="sub" x="%d" y="%d">%d</text>`, (x1+x2)/2-8, y+dip*3/4-4, n)
 		}
 	}
-	statuses := []api.StackStatus{api.StackStatusSucceeded, api.StackStatusRunning, api.StackStatusPending, api.StackStatusFailed,
-		api.StackStatusCancelled, api.StackStatusSkipped}
 	for k, t := range ts {
 		x0 := k*colWidth + margin
 		cols := fmt.Sprintf("column %d", t.from+1)
@@ -155,7 +153,7 @@ func summaryGraph(x *api.Execution, ls [][]api.StackState) template.HTML {
 			`<text x="%d" y="%d">%s</text><text x="%d" y="%d">%s</text>`,
 			cols, n, x0, margin, nodeWidth, bandHeight, x0+8, margin+16, cols, x0+8, margin+34, n)
 		line := 0
-		for _, st := range statuses {
+		for _, st := range statusOrder {
 			if n := t.status[st]; n > 0 && line < 5 {
 				fmt.Fprintf(&b, `<text class="sub %s" x="%d" y="%d">%d %s</text>`, st, x0+8, margin+56+line*18, n, st)
 				line++

@@ -203,10 +203,9 @@ type page struct {
 	Paged                  bool
 	StacksFrom, StacksTo   int
 	StacksPrev, StacksNext template.URL
-	// Approvals are the gates the execution's plan requires (nil: not a plan), GateViews how its
-	// page shows them; Forms the
-	// anti-forgery token of the admin's Approve and Revoke forms ("": no forms); Notice why a
-	// form just sent was refused.
+	// Approvals are the gates the execution's plan requires (nil: not a plan), GateViews how
+	// its page shows them; Forms the anti-forgery token of the admin's Approve and Revoke forms
+	// ("": no forms); Notice why a form just sent was refused.
 	Approvals *service.PlanGates
 	GateViews []gateView
 	Forms     string
@@ -360,6 +359,10 @@ type stackRow struct {
 	Took string
 }
 
+// statusOrder is the order in which the pages count stacks by status.
+var statusOrder = []api.StackStatus{api.StackStatusSucceeded, api.StackStatusRunning, api.StackStatusPending,
+	api.StackStatusFailed, api.StackStatusCancelled, api.StackStatusSkipped}
+
 // statusCount is how many stacks of an execution have a status.
 type statusCount struct {
 	Status api.StackStatus
@@ -413,8 +416,7 @@ func liveState(x *api.Execution, spans map[string]store.Span) page {
 	for _, st := range x.Stacks {
 		n[st.Status]++
 	}
-	for _, st := range []api.StackStatus{api.StackStatusSucceeded, api.StackStatusRunning, api.StackStatusPending,
-		api.StackStatusFailed, api.StackStatusCancelled, api.StackStatusSkipped} {
+	for _, st := range statusOrder {
 		if n[st] > 0 {
 			p.Tally = append(p.Tally, statusCount{st, n[st]})
 		}
