@@ -4,13 +4,14 @@
 #     ~/.cache/tfstackplan-demo where missing (scripts/demo/tools.sh);
 #  2. starts the control plane (`tfstackplan serve`) on 127.0.0.1, SQLite in a temporary
 #     directory, with the policy of examples/demo/policy.hcl (destructive changes in prod need
-#     an admin's grant);
+#     an admin's grant) and a tokens file of two random tokens: the runner's and an admin's;
 #  3. makes a throwaway git repository from examples/demo/main (six stacks in dev and prod) with
 #     the script library of scripts/terramate, applies main, and commits the change of
 #     examples/demo/branch.patch on a branch: prod creates, updates, replaces and deletes;
 #  4. `tfstackplan run plan` for dev and prod against the server;
-#  5. `tfstackplan run apply` for prod: refused by the gate, approved by an admin, applied;
-#     then dev, which is not gated;
+#  5. `tfstackplan run apply` for prod: refused by the gate, approved by an admin on the plan's
+#     web page (scripts/demo/approve.sh sends the page's Approve form as a browser would; the
+#     CLI equivalent is printed), applied; then dev, which is not gated;
 #  6. serves the live pages until Ctrl-C.
 #
 # Environment: DEMO_NONINTERACTIVE=1 exits after the applies instead of serving;
@@ -72,8 +73,24 @@ echo "demo: $(tfstackplan version)"
 
 # 2. The control plane.
 step "2. control plane: tfstackplan serve on 127.0.0.1, SQLite in $work"
-show tfstackplan serve --listen 127.0.0.1:0 --db "sqlite:$work/tfstackplan.db" --insecure-no-auth --policy examples/demo/policy.hcl
-tfstackplan serve --listen 127.0.0.1:0 --db "sqlite:$work/tfstackplan.db" --insecure-no-auth \
+# Two tokens, random for this run: the runner's (plans, applies) and the admin's (approvals).
+token() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+runner_token=demo-runner-$(token)
+admin_token=demo-admin-$(token)
+cat >"$work/tokens.hcl" <<EOF
+token "runner" {
+  secret    = "$runner_token"
+  principal = "demo-runner"
+  roles     = ["runner"]
+}
+token "admin" {
+  secret    = "$admin_token"
+  principal = "demo-admin"
+  roles     = ["admin"]
+}
+EOF
+show tfstackplan serve --listen 127.0.0.1:0 --db "sqlite:$work/tfstackplan.db" --tokens "$work/tokens.hcl" --policy examples/demo/policy.hcl
+tfstackplan serve --listen 127.0.0.1:0 --db "sqlite:$work/tfstackplan.db" --tokens "$work/tokens.hcl" \
   --policy "$example/policy.hcl" >"$work/logs/serve.log" 2>&1 &
 pid=$!
 addr=""
@@ -136,7 +153,7 @@ git apply "$example/branch.patch"
 git commit -qam "prod: add subnet_b, resize the db, replace the worker, drop legacy_cron; dev: 2 replicas"
 git --no-pager show --stat --format='commit %h on branch demo-change: %s' HEAD | sed '/^$/d; s/^/  /'
 
-export TFSTACKPLAN_SERVER=$url
+export TFSTACKPLAN_SERVER=$url TFSTACKPLAN_TOKEN=$runner_token
 # The server keys everything by repository; the demo's origin is a local path, which names none.
 repo=example/demo
 # run OP ENV [ARGS]: the driver with its full output in a log; prints its terminal summary and
@@ -183,9 +200,15 @@ if [ "$rc" != 3 ]; then
 fi
 echo "demo: prod apply refused by the gate (exit 3): $(sed -n 's/^gate: //p' "$work/logs/apply-prod.log")"
 echo
-show tfstackplan admin gates satisfy --repo "$repo" --environment prod --pr "$pr" --class destructive --target "'**'" --latest --reason demo
-tfstackplan admin gates satisfy --repo "$repo" --environment prod --pr "$pr" --class destructive --target '**' --latest --reason demo
-echo "demo: approved: PR $pr in prod, gate destructive on stacks '**', reason \"demo\": the grant approves the content of the PR's latest prod plan, printed above"
+# An admin opens the plan's page, signs in with their token, reviews each gate's stacks with
+# their changes and content hashes, and presses Approve with a reason.
+echo "demo: approval page: $page_plan_prod#approvals (an admin signs in there and presses Approve)"
+# shellcheck source=scripts/demo/approve.sh
+. "$root/scripts/demo/approve.sh"
+demo_approve_on_page "$page_plan_prod" "$admin_token" demo "$work/cookies" || { echo "demo: approving on the page failed" >&2; exit 1; }
+plan_prod_id=${page_plan_prod##*/}
+echo "demo: approved: PR $pr in prod, reason \"demo\": the grant approves the content of plan $plan_prod_id, the PR's latest prod plan, printed above"
+echo "demo: the same from the CLI: TFSTACKPLAN_TOKEN=<admin token> tfstackplan admin gates satisfy --repo $repo --environment prod --pr $pr --class destructive --target '**' --execution $plan_prod_id --reason demo"
 echo
 run apply prod || { echo "demo: run apply prod failed after the approval" >&2; exit 1; }
 page_apply_prod=$page
@@ -200,7 +223,7 @@ echo "demo: dev apply succeeded"
 
 # 6. The pages.
 step "6. live pages"
-code=$(curl -s -o /dev/null -w '%{http_code}' "$page_plan_prod")
+code=$(curl -s -o /dev/null -w '%{http_code}' -b "$work/cookies" "$page_plan_prod")
 echo "demo: live page $page_plan_prod answered HTTP $code"
 [ "$code" = 200 ] || exit 1
 cat <<EOF
@@ -212,6 +235,7 @@ cat <<EOF
   apply dev                 $page_apply_dev
   gates and grants          $url/ui/gates
   audit log                 $url/ui/audit
+  admin token (sign in)     $admin_token
 EOF
 if [ "${DEMO_NONINTERACTIVE:-}" = 1 ]; then
   exit 0

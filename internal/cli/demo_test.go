@@ -117,7 +117,8 @@ func TestDemoMissingTools(t *testing.T) {
 
 // TestDemoRealTools runs the quick start, non-interactive, with the REAL terramate and OpenTofu
 // (opt-in, like TestRealToolsPlanApply): the destructive prod plan, the gate's refusal, the
-// admin's approval, the apply, and the execution's live page answering 200.
+// admin's approval on the plan's web page, the apply, and the execution's live page answering
+// 200.
 func TestDemoRealTools(t *testing.T) {
 	tmBin, tofuBin := os.Getenv("TFSTACKPLAN_TERRAMATE"), os.Getenv("TFSTACKPLAN_TOFU")
 	if tmBin == "" || tofuBin == "" {
@@ -148,7 +149,10 @@ func TestDemoRealTools(t *testing.T) {
 		"tfstackplan apply prod: denied (http://127.0.0.1:",
 		"no active grant approved this plan's content for gate destructive",
 		"demo: prod apply refused by the gate (exit 3): not-satisfied\n",
-		"demo: approved: PR 1 in prod, gate destructive on stacks '**', reason \"demo\": the grant approves the content of the PR's latest prod plan",
+		"demo: approval page: http://127.0.0.1:",
+		"demo: approved on the page: gate destructive on **\n",
+		"demo: approved: PR 1 in prod, reason \"demo\": the grant approves the content of plan ",
+		"demo: the same from the CLI: TFSTACKPLAN_TOKEN=<admin token> tfstackplan admin gates satisfy --repo example/demo --environment prod --pr 1 --class destructive --target '**' --execution ",
 		"tfstackplan apply prod: succeeded (http://127.0.0.1:",
 		"gate: satisfied (requester demo-deployer@demo-project.iam.gserviceaccount.com)",
 		"demo: prod apply succeeded\n",

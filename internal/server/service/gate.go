@@ -240,30 +240,52 @@ type decision struct {
 // applicable checks that a plan can be applied at all: finalized, succeeded, not cancelled,
 // and every stack succeeded with a class. It returns the plan's stacks.
 func applicable(tx store.Tx, plan *store.Execution) ([]store.Stack, error) {
-	what := fmt.Sprintf("plan %s of %s", plan.ExecutionID, target(store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}))
-	switch {
-	case plan.Cancelled:
-		return nil, fmt.Errorf("%w: %s was cancelled", store.ErrPrecondition, what)
-	case !plan.Finalized:
-		return nil, fmt.Errorf("%w: %s is not finalized", store.ErrPrecondition, what)
-	case plan.Status != events.ExecutionSucceeded:
-		return nil, fmt.Errorf("%w: %s ended %s", store.ErrPrecondition, what, plan.Status)
+	if err := applicablePlan(plan); err != nil {
+		return nil, err
 	}
 	stacks, err := tx.Stacks(plan.ExecutionID)
 	if err != nil {
 		return nil, err
 	}
+	if err := applicableStacks(plan, stacks); err != nil {
+		return nil, err
+	}
+	return stacks, nil
+}
+
+// planWhat names a plan in messages.
+func planWhat(plan *store.Execution) string {
+	return fmt.Sprintf("plan %s of %s", plan.ExecutionID, target(store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}))
+}
+
+// applicablePlan checks that plan is finalized, succeeded and not cancelled.
+func applicablePlan(plan *store.Execution) error {
+	switch {
+	case plan.Cancelled:
+		return fmt.Errorf("%w: %s was cancelled", store.ErrPrecondition, planWhat(plan))
+	case !plan.Finalized:
+		return fmt.Errorf("%w: %s is not finalized", store.ErrPrecondition, planWhat(plan))
+	case plan.Status != events.ExecutionSucceeded:
+		return fmt.Errorf("%w: %s ended %s", store.ErrPrecondition, planWhat(plan), plan.Status)
+	}
+	return nil
+}
+
+// applicableStacks checks that every stack of plan succeeded with a class, and has a plan hash
+// when it changes something.
+func applicableStacks(plan *store.Execution, stacks []store.Stack) error {
+	what := planWhat(plan)
 	for _, st := range stacks {
 		switch {
 		case st.Status != events.StackSucceeded:
-			return nil, fmt.Errorf("%w: %s is not applicable: stack %q ended %s", store.ErrPrecondition, what, st.Stack, st.Status)
+			return fmt.Errorf("%w: %s is not applicable: stack %q ended %s", store.ErrPrecondition, what, st.Stack, st.Status)
 		case st.Class == "" || st.Class == events.ClassUnclassified:
-			return nil, fmt.Errorf("%w: %s is not applicable: stack %q is unclassified", store.ErrPrecondition, what, st.Stack)
+			return fmt.Errorf("%w: %s is not applicable: stack %q is unclassified", store.ErrPrecondition, what, st.Stack)
 		case changed(st.Class) && st.PlanHash == "":
-			return nil, fmt.Errorf("%w: %s recorded no plan hash for changed stack %q", store.ErrPrecondition, what, st.Stack)
+			return fmt.Errorf("%w: %s recorded no plan hash for changed stack %q", store.ErrPrecondition, what, st.Stack)
 		}
 	}
-	return stacks, nil
+	return nil
 }
 
 // decide applies the gate rules over the PR's latest plan (the latest the server received).

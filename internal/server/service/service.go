@@ -751,38 +751,40 @@ func (s *Service) Executions(ctx context.Context, caller Caller, f store.Executi
 // repository the caller may not read is not found.
 func (s *Service) Execution(ctx context.Context, caller Caller, id string) (*api.Execution, error) {
 	var out *api.Execution
-	err := s.Store.Read(ctx, func(tx store.Tx) error {
-		e, err := readExecution(tx, caller, id)
-		if err != nil {
-			return err
-		}
-		if e.Edges, err = tx.ExecutionEdges(id); err != nil {
-			return err
-		}
-		stacks, err := tx.Stacks(id)
-		if err != nil {
-			return err
-		}
-		logs, err := tx.LogSummaries(id, MaxStackGaps)
-		if err != nil {
-			return err
-		}
-		byStack := map[string]store.LogSummary{}
-		for _, l := range logs {
-			byStack[l.Stack] = l
-		}
-		x := e.Execution
-		for _, st := range stacks {
-			state := st.StackState
-			if l, ok := byStack[st.Stack]; ok {
-				state.LogGeneration, state.LogBytes, state.Gaps, state.GapsTruncated = l.Generation, l.Bytes, l.Gaps, l.GapsTruncated
-			}
-			x.Stacks = append(x.Stacks, state)
-		}
-		out = &x
-		return nil
-	})
+	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = execution(tx, caller, id); return })
 	return out, err
+}
+
+// execution reads execution id with its edges, stacks and logs' summaries in tx, for caller.
+func execution(tx store.Tx, caller Caller, id string) (*api.Execution, error) {
+	e, err := readExecution(tx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	if e.Edges, err = tx.ExecutionEdges(id); err != nil {
+		return nil, err
+	}
+	stacks, err := tx.Stacks(id)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := tx.LogSummaries(id, MaxStackGaps)
+	if err != nil {
+		return nil, err
+	}
+	byStack := map[string]store.LogSummary{}
+	for _, l := range logs {
+		byStack[l.Stack] = l
+	}
+	x := e.Execution
+	for _, st := range stacks {
+		state := st.StackState
+		if l, ok := byStack[st.Stack]; ok {
+			state.LogGeneration, state.LogBytes, state.Gaps, state.GapsTruncated = l.Generation, l.Bytes, l.Gaps, l.GapsTruncated
+		}
+		x.Stacks = append(x.Stacks, state)
+	}
+	return &x, nil
 }
 
 // readExecution reads execution id for caller: one of a repository the caller may not read is

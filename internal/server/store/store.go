@@ -126,6 +126,9 @@ type Lease struct {
 	UnbindError    string
 }
 
+// Span is when a stack's first and last phase events happened.
+type Span struct{ First, Last time.Time }
+
 // Session is a signed-in web session. The session id itself is only in the browser's cookie:
 // the store keeps its SHA-256, so reading the table does not sign anyone in.
 type Session struct {
@@ -245,6 +248,9 @@ type Tx interface {
 	// id and stack name, in a few queries whatever their number (an execution without stacks
 	// has no entry).
 	PlanHashes(execIDs []string) (map[string]map[string]string, error)
+	// StackSpans returns, per stack of an execution that has timed phase events, the times of
+	// its first and last one: of every stack, or only of stacks when it is not nil.
+	StackSpans(execID string, stacks []string) (map[string]Span, error)
 	// Stack returns one stack or ErrNotFound (locked until the transaction ends inside Write).
 	Stack(execID, stack string) (*Stack, error)
 	// SaveStack inserts or replaces one stack's state.
@@ -302,6 +308,9 @@ type Tx interface {
 
 	// Lease returns the lease of an apply execution or ErrNotFound.
 	Lease(execID string) (*Lease, error)
+	// LeasesOfPlans returns the leases whose gate check decided over one of the plan
+	// executions (Lease.PlanID): the applies that used those plans' approvals.
+	LeasesOfPlans(planIDs []string) ([]Lease, error)
 	// PutLease inserts or replaces a lease.
 	PutLease(l Lease) error
 	// LeasesToUnbind lists up to limit leases whose granter binding is still in place although

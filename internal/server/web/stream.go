@@ -452,11 +452,12 @@ type executionView struct {
 func (v *executionView) execID() string { return v.id }
 
 func (v *executionView) update(ctx context.Context) ([][]byte, bool, error) {
-	x, err := v.ui.Service.Execution(ctx, feedReader, v.id)
+	ep, err := v.ui.Service.ExecutionPage(ctx, feedReader, v.id, false, liveSpans)
 	if err != nil {
 		return nil, false, err
 	}
-	ev, err := htmlEvent("state", "state", page{Execution: x, Layers: layers(x)})
+	x := ep.Execution
+	ev, err := htmlEvent("state", "state", liveState(x, ep.Spans))
 	if err != nil {
 		return nil, false, err
 	}

@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,7 +51,8 @@ func parsePages() *template.Template {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05Z")
 		},
-		"join": func(s []string) string { return strings.Join(s, ", ") },
+		"join":   func(s []string) string { return strings.Join(s, ", ") },
+		"usedBy": usedBy,
 		"bytes": func(n int64) string {
 			switch {
 			case n >= 1<<20:
@@ -113,6 +115,8 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	mux.Handle("GET /ui/stream/executions/{id}", g(u.streamExecution))
 	mux.HandleFunc("POST /ui/login", u.login)
 	mux.HandleFunc("POST /ui/logout", u.logout)
+	mux.HandleFunc("POST /ui/executions/{id}/approve", u.approve)
+	mux.HandleFunc("POST /ui/executions/{id}/revoke", u.revoke)
 }
 
 // render renders a page; one a session reads shows its sign-out form.
@@ -188,13 +192,32 @@ type page struct {
 	Title      string
 	Executions []api.Execution
 	Execution  *api.Execution
-	Layers     [][]api.StackState
-	Claims     []api.Claim
-	Gates      []api.Gate
-	Grants     []api.Grant
-	Checks     []api.Check
-	Audit      []api.AuditEntry
-	Next       string
+	// Graph is the execution's stack graph (SVG); Tally how many stacks have each status;
+	// Running whether the execution still runs (its page updates live).
+	Graph   template.HTML
+	Tally   []statusCount
+	Running bool
+	// Rows are the stacks the page lists; Paged reports that it lists them a page at a time
+	// (StacksFrom to StacksTo, counted from 1, with links to the pages before and after).
+	Rows                   []stackRow
+	Paged                  bool
+	StacksFrom, StacksTo   int
+	StacksPrev, StacksNext template.URL
+	// Approvals are the gates the execution's plan requires (nil: not a plan), GateViews how
+	// its page shows them; Forms the anti-forgery token of the admin's Approve and Revoke forms
+	// ("": no forms); Notice why a form just sent was refused.
+	Approvals *service.PlanGates
+	GateViews []gateView
+	Forms     string
+	Notice    string
+	// Applies are the applies that used the listed gates' and grants' plans (gates page).
+	Applies map[string][]service.Apply
+	Claims  []api.Claim
+	Gates   []api.Gate
+	Grants  []api.Grant
+	Checks  []api.Check
+	Audit   []api.AuditEntry
+	Next    string
 	// Older links the executions list's or the audit log's next (older) page, and OlderGates,
 	// OlderGrants and OlderChecks that of each list of the gates page, when there may be one:
 	// URLs so that a link keeps its separators instead of having them escaped.
@@ -323,12 +346,131 @@ func layers(x *api.Execution) [][]api.StackState {
 }
 
 func (u *UI) execution(w http.ResponseWriter, r *http.Request) {
-	x, err := u.Service.Execution(r.Context(), u.caller(r), r.PathValue("id"))
+	u.executionPage(w, r, SessionFrom(r.Context()), http.StatusOK, "")
+}
+
+// stackPageSize is the most stacks an execution's page lists at once: a larger execution's
+// stacks are listed a page at a time, outside the part of the page that updates live.
+const stackPageSize = 200
+
+// stackRow is a row of the stacks table: the stack and how long it ran.
+type stackRow struct {
+	api.StackState
+	Took string
+}
+
+// statusOrder is the order in which the pages count stacks by status.
+var statusOrder = []api.StackStatus{api.StackStatusSucceeded, api.StackStatusRunning, api.StackStatusPending,
+	api.StackStatusFailed, api.StackStatusCancelled, api.StackStatusSkipped}
+
+// statusCount is how many stacks of an execution have a status.
+type statusCount struct {
+	Status api.StackStatus
+	N      int
+}
+
+// executionPage renders execution r's {id} as session s (nil: a bearer token) reads it, with
+// notice saying why a form just sent was refused (status).
+func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, s *Session, status int, notice string) {
+	caller := u.caller(r)
+	if s != nil {
+		caller = CallerOf(s.Principal)
+	}
+	id := r.PathValue("id")
+	asked, _ := strconv.Atoi(r.URL.Query().Get("stacks"))
+	var from, to int
+	ep, err := u.Service.ExecutionPage(r.Context(), caller, id, true, func(all []api.StackState) []string {
+		from = max(0, min(asked, len(all)))
+		to = min(from+stackPageSize, len(all))
+		return names(all[from:to])
+	})
 	if err != nil {
 		u.fail(w, err)
 		return
 	}
-	render(w, r, "execution", page{Title: x.ExecutionID, Execution: x, Layers: layers(x)})
+	x := ep.Execution
+	p := liveState(x, ep.Spans)
+	p.Title, p.Approvals, p.GateViews, p.Forms, p.Notice = x.ExecutionID, ep.Gates, gateViews(ep.Gates), formsOf(s), notice
+	p.Rows, p.StacksFrom, p.StacksTo = rows(x.Stacks[from:to], ep.Spans), from+1, to
+	if p.Paged {
+		if from > 0 {
+			p.StacksPrev = template.URL("?stacks=" + strconv.Itoa(max(0, from-stackPageSize)))
+		}
+		if to < len(x.Stacks) {
+			p.StacksNext = template.URL("?stacks=" + strconv.Itoa(to))
+		}
+	}
+	if s != nil {
+		p.SignOut = s.CSRF
+	}
+	renderStatus(w, status, "execution", p)
+}
+
+// liveState is the part of an execution's page its stream keeps up to date: the execution, its
+// graph, how many stacks have each status and, unless they are listed a page at a time, its
+// stacks with how long each ran (spans).
+func liveState(x *api.Execution, spans map[string]store.Span) page {
+	p := page{Execution: x, Graph: stackGraph(x, layers(x)), Paged: len(x.Stacks) > stackPageSize,
+		Running: x.Status == api.ExecutionStatusRunning}
+	n := map[api.StackStatus]int{}
+	for _, st := range x.Stacks {
+		n[st.Status]++
+	}
+	for _, st := range statusOrder {
+		if n[st] > 0 {
+			p.Tally = append(p.Tally, statusCount{st, n[st]})
+		}
+	}
+	if !p.Paged {
+		p.Rows = rows(x.Stacks, spans)
+	}
+	return p
+}
+
+// names are the names of stacks.
+func names(stacks []api.StackState) []string {
+	out := make([]string, len(stacks))
+	for i, st := range stacks {
+		out[i] = st.Stack
+	}
+	return out
+}
+
+// liveSpans chooses the stacks whose spans the live state shows: every stack, or none when
+// they are listed a page at a time.
+func liveSpans(all []api.StackState) []string {
+	if len(all) > stackPageSize {
+		return []string{}
+	}
+	return nil
+}
+
+// rows are the stacks table's rows of stacks.
+func rows(stacks []api.StackState, spans map[string]store.Span) []stackRow {
+	out := make([]stackRow, len(stacks))
+	for i, st := range stacks {
+		out[i] = stackRow{StackState: st, Took: took(st.Status, spans[st.Stack])}
+	}
+	return out
+}
+
+// took says how long a stack ran: from its first phase event to its last once it ended, when it
+// started while it runs.
+func took(status api.StackStatus, sp store.Span) string {
+	switch {
+	case sp.First.IsZero():
+		return ""
+	case status == api.StackStatusRunning || status == api.StackStatusPending:
+		return "since " + sp.First.UTC().Format("15:04:05")
+	}
+	d := sp.Last.Sub(sp.First)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d.Round(time.Second).Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min %02d s", int(d/time.Minute), int(d%time.Minute/time.Second))
+	}
+	return fmt.Sprintf("%d h %02d min", int(d/time.Hour), int(d%time.Hour/time.Minute))
 }
 
 func (u *UI) claims(w http.ResponseWriter, r *http.Request) {
@@ -360,6 +502,9 @@ func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 			p.Checks, err = u.Service.Checks(r.Context(), c, pg, q.Get("checks_before"))
 		}
 	}
+	if err == nil {
+		p.Applies, err = u.appliesOf(r, c, p.Gates, p.Grants)
+	}
 	if err != nil {
 		u.fail(w, err)
 		return
@@ -385,6 +530,36 @@ func (u *UI) gates(w http.ResponseWriter, r *http.Request) {
 		p.OlderChecks = older("checks_before", p.Checks[n-1].Cursor)
 	}
 	render(w, r, "gates", p)
+}
+
+// appliesOf returns the applies that used the plans of gates and grants, by plan: an apply's
+// end releases the grants it used, so they are how the gates page knows a gate of an applied
+// plan was satisfied, and which grants an apply used.
+func (u *UI) appliesOf(r *http.Request, c service.Caller, gates []api.Gate, grants []api.Grant) (map[string][]service.Apply, error) {
+	var plans []string
+	for _, g := range gates {
+		plans = append(plans, g.ExecutionID)
+	}
+	for _, g := range grants {
+		plans = append(plans, g.ExecutionID)
+	}
+	applies, err := u.Service.AppliesOf(r.Context(), c, slices.DeleteFunc(plans, func(id string) bool { return id == "" }))
+	out := map[string][]service.Apply{}
+	for _, a := range applies {
+		out[a.Plan] = append(out[a.Plan], a)
+	}
+	return out, err
+}
+
+// usedBy returns the applies of applies that used grant id.
+func usedBy(applies []service.Apply, id int64) []service.Apply {
+	var out []service.Apply
+	for _, a := range applies {
+		if slices.Contains(a.GrantIDs, id) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (u *UI) audit(w http.ResponseWriter, r *http.Request) {

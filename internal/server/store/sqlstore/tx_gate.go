@@ -476,3 +476,24 @@ func (t *sqlTx) Audit(repo string, limit int, before int64) ([]api.AuditEntry, e
 	}
 	return out, t.s.mapErr(rows.Err())
 }
+
+func (t *sqlTx) LeasesOfPlans(planIDs []string) ([]store.Lease, error) {
+	ids := slices.Compact(slices.Sorted(slices.Values(planIDs)))
+	var out []store.Lease
+	err := inLists(ids, func(list string, args []any) error {
+		rows, err := t.query("SELECT "+leaseCols+" FROM leases WHERE plan_id IN "+list+" ORDER BY granted_at, execution_id", args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			l, err := scanLease(rows)
+			if err != nil {
+				return t.s.mapErr(err)
+			}
+			out = append(out, *l)
+		}
+		return t.s.mapErr(rows.Err())
+	})
+	return out, err
+}

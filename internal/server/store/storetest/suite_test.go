@@ -214,6 +214,29 @@ var suite = []struct {
 			}
 			return nil
 		})
+		// A stack's span runs from its first phase event to its last, whatever their order.
+		write(t, s, func(tx store.Tx) error {
+			for i, at := range []time.Time{t0.Add(40 * time.Second), t0.Add(3 * time.Second)} {
+				if _, err := tx.AddPhase(store.Phase{ExecutionID: "e1", Stack: "a/b", Phase: "plan", Seq: int64(6 + i), At: at}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		_ = s.Read(ctx, func(tx store.Tx) error {
+			spans, err := tx.StackSpans("e1", nil)
+			// The init phase above, stored with no time, is not part of it.
+			if sp := spans["a/b"]; err != nil || len(spans) != 1 || !sp.Last.Equal(t0.Add(40*time.Second)) || !sp.First.Equal(t0.Add(3*time.Second)) {
+				t.Errorf("spans %+v %v", spans, err)
+			}
+			if some, err := tx.StackSpans("e1", []string{"a/b", "zzz"}); err != nil || len(some) != 1 || some["a/b"] != spans["a/b"] {
+				t.Errorf("spans of a/b and zzz: %+v %v", some, err)
+			}
+			if none, err := tx.StackSpans("e1", []string{"zzz"}); err != nil || len(none) != 0 {
+				t.Errorf("spans of zzz: %+v %v", none, err)
+			}
+			return nil
+		})
 	}},
 	{"claims expire and release", func(t *testing.T, s store.Store) {
 		write(t, s, func(tx store.Tx) error {
@@ -339,6 +362,10 @@ var suite = []struct {
 			if err != nil || back.Principal != "ci" || back.SHA != "abc" || back.PlanID != "p1" || len(back.GrantIDs) != 1 ||
 				back.GrantIDs[0] != g1 || !back.Bound || back.Member != "serviceAccount:ci@x" {
 				t.Errorf("lease %+v %v", back, err)
+			}
+			// The applies that used plan p1's approvals: only the lease that decided over it.
+			if used, err := tx.LeasesOfPlans([]string{"p1", "p9", "p1"}); err != nil || len(used) != 1 || used[0].ExecutionID != "ap" || used[0].GrantIDs[0] != g1 {
+				t.Errorf("leases of plan p1: %+v %v", used, err)
 			}
 			// Bound, neither revoked nor expired: nothing to unbind yet; unbound leases never.
 			if due, err := tx.LeasesToUnbind(t0.Add(time.Minute), 10); err != nil || len(due) != 0 {
