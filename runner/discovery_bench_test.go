@@ -4,20 +4,17 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// BenchmarkDiscovery measures what `run plan` spends before any stack runs (setup and
-// discover: the terramate calls, the git calls, the path checks) on a generated
+// BenchmarkDiscovery measures what `run plan` spends before any stack runs (setup, discover
+// and the HEAD commit: the terramate calls, the git calls, the path checks) on a generated
 // project of 10, 200 and 1000 stacks, all changed. It uses the fake terramate, or the real one
 // named by TFSTACKPLAN_TERRAMATE. Besides ms/op it reports:
 //
@@ -47,7 +44,9 @@ func BenchmarkDiscovery(b *testing.B) {
 					Op: OpPlan, Environment: "bench", WorkDir: root, Terramate: tm,
 					Getenv: func(string) string { return "" },
 				})
-				if !r.setup() || !r.discover(ctx) {
+				ok := r.setup() && r.discover(ctx)
+				r.awaitHead()
+				if !ok {
 					b.Fatalf("discovery failed: %+v", r.res.Error)
 				}
 				if r.res.SHA == "" {
@@ -120,66 +119,4 @@ func rusage(b *testing.B) (self, children time.Duration) {
 		return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 	}
 	return cpu(syscall.RUSAGE_SELF), cpu(syscall.RUSAGE_CHILDREN)
-}
-
-// discoveryProject lays out a git repository of n stacks, stacks/sNNNN, for both the real
-// terramate (stack.tm.hcl) and the fake (.faketerramate.json): main pushed to a bare origin,
-// and a branch, feature, that changes every stack. As in scripts/bench/genproject.sh every 20th
-// stack runs after the one before it and the one 10 before it (few edges, so real run-graph's
-// path enumeration stays cheap).
-func discoveryProject(b *testing.B, n int) string {
-	b.Helper()
-	tmp := b.TempDir()
-	root, origin := filepath.Join(tmp, "repo"), filepath.Join(tmp, "origin.git")
-	write := func(rel, content string) {
-		p := filepath.Join(root, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	git := func(dir string, args ...string) {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@example.invalid",
-			"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	write("tfstackplan.hcl", "environment \"bench\" {\n  dir = \"stacks\"\n}\n")
-	write("terramate.tm.hcl", "terramate {\n  config {\n  }\n}\n")
-	sc := tmScenario{}
-	name := func(i int) string { return fmt.Sprintf("s%04d", i) }
-	for i := range n {
-		s := tmStack{Path: "stacks/" + name(i), Name: name(i), ID: name(i)}
-		after := ""
-		if i > 0 && i%20 == 0 {
-			s.After = []string{"/stacks/" + name(i-1), "/stacks/" + name(i-10)}
-			after = fmt.Sprintf("  after = [%q, %q]\n", s.After[0], s.After[1])
-		}
-		sc.Stacks = append(sc.Stacks, s)
-		sc.Changed = append(sc.Changed, tmChange{Stack: s.Path, Why: "stack has unmerged changes"})
-		write(s.Path+"/stack.tm.hcl", tmStackHCL(s.Name, after))
-	}
-	js, err := json.MarshalIndent(sc, "", "  ")
-	if err != nil {
-		b.Fatal(err)
-	}
-	write(".faketerramate.json", string(js))
-	git(tmp, "init", "-q", "--bare", "-b", "main", origin)
-	git(root, "init", "-q", "-b", "main")
-	git(root, "add", "-A")
-	git(root, "commit", "-qm", "stacks")
-	git(root, "remote", "add", "origin", origin)
-	git(root, "push", "-q", "origin", "main")
-	git(root, "checkout", "-qb", "feature")
-	for i := range n {
-		write("stacks/"+name(i)+"/main.tf", "# changed on feature\n")
-	}
-	git(root, "add", "-A")
-	git(root, "commit", "-qm", "change every stack")
-	return root
 }
