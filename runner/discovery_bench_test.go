@@ -63,13 +63,14 @@ func BenchmarkDiscovery(b *testing.B) {
 			self1, children1 := rusage(b)
 			ops := float64(b.N)
 			total := float64(b.Elapsed().Milliseconds())
-			tmMS := float64(busy.total().Milliseconds())
+			tmBusyTime, tmCalls := busy.total()
+			tmMS := float64(tmBusyTime.Milliseconds())
 			b.ReportMetric(total/ops, "ms/op")
 			b.ReportMetric(tmMS/ops, "terramate-ms/op")
 			b.ReportMetric((total-tmMS)/ops, "driver-ms/op")
 			b.ReportMetric(float64((self1-self0).Milliseconds())/ops, "driver-cpu-ms/op")
 			b.ReportMetric(float64((children1-children0).Milliseconds())/ops, "tm-cpu-ms/op")
-			b.ReportMetric(float64(busy.calls)/ops, "tm-calls/op")
+			b.ReportMetric(float64(tmCalls)/ops, "tm-calls/op")
 		})
 	}
 }
@@ -103,10 +104,11 @@ func (t *tmBusy) exec(ctx context.Context, name string, args []string, dir strin
 	return tmRealExec(ctx, nil, DefaultInterruptGrace, name, args, dir, env, stdout, stderr)
 }
 
-func (t *tmBusy) total() time.Duration {
+// total returns the busy time and the number of invocations so far.
+func (t *tmBusy) total() (time.Duration, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.busy
+	return t.busy, t.calls
 }
 
 // rusage returns the CPU time (user + system) of this process and of its waited-for children.
