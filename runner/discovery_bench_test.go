@@ -22,7 +22,8 @@ import (
 //	driver-ms/op      ms/op minus terramate-ms/op: the driver's own wall time (its own work and
 //	                  the git calls it makes itself)
 //	driver-cpu-ms/op  CPU time of the test process itself (getrusage RUSAGE_SELF)
-//	tm-cpu-ms/op      CPU time of the terramate processes (RUSAGE_CHILDREN)
+//	tm-cpu-ms/op      CPU time of the child processes (RUSAGE_CHILDREN): terramate and the git
+//	                  commands it runs, and the driver's own two git calls (a few ms)
 //	tm-calls/op       terramate invocations
 //
 //	go test -run '^$' -bench BenchmarkDiscovery -benchtime 10x ./runner
