@@ -62,9 +62,10 @@ func gitOrigin(dir string) string {
 }
 
 // repo resolves the run's repository: --repo, else GITHUB_REPOSITORY, else the origin remote
-// of the git repository at the root ("" when it names none), in lower case. A --repo that is
-// no repository's name is a usage error, a GITHUB_REPOSITORY one a configuration error.
-func (r *run) repo() (string, *ResultError) {
+// of the git repository at the root ("" when it names none), in lower case; origin is the
+// gitOrigin call setup started for that last case. A --repo that is no repository's name is a
+// usage error, a GITHUB_REPOSITORY one a configuration error.
+func (r *run) repo(origin *call[string]) (string, *ResultError) {
 	if r.o.Repo != "" {
 		repo, err := events.CanonicalRepo(r.o.Repo)
 		if err != nil {
@@ -79,5 +80,9 @@ func (r *run) repo() (string, *ResultError) {
 		}
 		return repo, nil
 	}
-	return RepoFromRemote(gitOrigin(r.root.real)), nil
+	if origin == nil { // setup starts it whenever the flag and the environment are empty
+		return "", nil
+	}
+	remote, _ := origin.wait()
+	return RepoFromRemote(remote), nil
 }
