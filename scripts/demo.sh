@@ -183,10 +183,11 @@ echo
 run plan prod || { echo "demo: run plan prod failed" >&2; exit 1; }
 page_plan_prod=$page
 echo
-# The destructive stacks' plans in full, as `tfstackplan render` shows them.
+# The destructive stacks' plans in full, as `tfstackplan render` shows them (the summary names
+# stacks by their repository paths).
 sed -n '/^tfstackplan plan prod: /,$p' "$work/logs/plan-prod.log" | awk '$2 == "destructive" { print $3 }' | while read -r s; do
-  show tfstackplan render --plan "stacks/prod/$s/tfstackplan.plan.json" --stack "stacks/prod/$s"
-  tfstackplan render --plan "stacks/prod/$s/tfstackplan.plan.json" --stack "stacks/prod/$s" --format text --color never
+  show tfstackplan render --plan "$s/tfstackplan.plan.json" --stack "$s"
+  tfstackplan render --plan "$s/tfstackplan.plan.json" --stack "$s" --format text --color never
 done
 
 # 5. The gated apply.
