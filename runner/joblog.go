@@ -45,7 +45,7 @@ func (r *run) startJobLog(step string) (*os.File, *jobLog) {
 		return nil, nil
 	}
 	masker := r.masker // shared with the log pump: what its logs announce is masked here too
-	r.jl = &jobLog{
+	jl := &jobLog{
 		w: r.out, step: step, total: len(r.paths), actions: r.gh.Actions, terminal: r.o.Terminal && !r.gh.Actions, now: r.now,
 		started: map[string]time.Time{}, ended: map[string]bool{}, masker: masker,
 		logOf: func(stack string) ([]byte, int64) {
@@ -59,7 +59,7 @@ func (r *run) startJobLog(step string) (*os.File, *jobLog) {
 	if !r.gh.Actions {
 		fmt.Fprintf(r.out, "tfstackplan: terramate's own output: %s\n", raw.Name())
 	}
-	return raw, r.jl
+	return raw, jl
 }
 
 // jobLog prints the per-stack lines of one script run.

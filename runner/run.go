@@ -198,9 +198,6 @@ type run struct {
 	// draining is the pump's drain under way (startDrain; one pump at a time), which drain
 	// waits for.
 	draining *pendingDrain
-	// jl prints the job's own log of the script run under way (nil: terramate's stream is
-	// printed as it comes).
-	jl *jobLog
 	// masker is the run's masks, shared with the log pump: the failed stacks' log tails are
 	// masked with it.
 	masker *Masker
@@ -1223,7 +1220,6 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	actions := r.gh.Actions
 	rawTitle := fmt.Sprintf("terramate script run %s (%s, %d stacks)", script, r.o.Environment, len(r.paths))
 	raw, jl := r.startJobLog(step)
-	defer func() { r.jl = nil }()
 	if raw != nil {
 		if actions {
 			defer os.Remove(raw.Name()) // it is printed, at the end
@@ -1242,7 +1238,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	stopRelay := func() {}
 	if tickDir != "" {
 		ticks = newTickReader(tickDir, func(stack string) bool { _, ok := r.byPath[stack]; return ok })
-		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.o.Op == OpPlan)
+		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.o.Op == OpPlan, jl)
 		defer stopRelay() // on a panic too
 	}
 	var w *scriptWatcher
@@ -1313,9 +1309,9 @@ const TickRelayInterval = 500 * time.Millisecond
 // classifies each stack as soon as it ticks done, so that its update goes out with the next
 // post and the classification does not wait for the whole run. The returned stop reads what is
 // left, posts it, and waits. Without a server a plan still classifies early (the run's end then
-// has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses.
-func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool) (stop func()) {
-	jl := r.jl
+// has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses,
+// unless jl (the job's own log, nil when off) is to hear of each stack that ticks done.
+func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool, jl *jobLog) (stop func()) {
 	if !r.client.Enabled() && !live && jl == nil {
 		var once sync.Once
 		return func() { once.Do(func() { t.next() }) }
