@@ -10,7 +10,7 @@
 // terramate 0.17.2 does and prints it byte for byte as the recorded transcripts in
 // testdata/terramate/cases show: `version`, `list` (--changed, -B, --why, --run-order, --tags),
 // the global --chdir, `experimental run-graph -l stack.dir|stack.name`, `debug show metadata`,
-// `script list` and `script run` (--changed, --parallel N honouring the DAG, --continue-on-error,
+// `script list` and `script run` (--changed, --parallel N honouring the DAG, --continue-on-error, --no-recursive,
 // stop at first failure, --dry-run, unknown script, untracked files, cycles).
 //
 // Scripts come from the scenario (argv lists) or, when the scenario declares none, from the
@@ -807,6 +807,7 @@ func scriptDir(s Script) string {
 // scriptRunOpts are the flags of `script run`.
 type scriptRunOpts struct {
 	changed, dryRun, continueOnError bool
+	noRecursive                      bool // only the stack in the working directory
 	base, tags                       string
 	parallel                         int
 	name                             string
@@ -824,6 +825,8 @@ func parseScriptRun(args []string) (scriptRunOpts, error) {
 			o.dryRun = true
 		case "--continue-on-error":
 			o.continueOnError = true
+		case "--no-recursive":
+			o.noRecursive = true
 		case "-B", "--git-change-base", "--tags", "--parallel", "-j":
 			if i+1 >= len(args) {
 				return o, fmt.Errorf("%s needs a value", a)
@@ -959,6 +962,9 @@ func (c *cli) scriptRun(args []string) int {
 	if err != nil {
 		return c.usage(err.Error())
 	}
+	if o.noRecursive && c.byPath[c.rel] == nil {
+		return c.fail("--no-recursive provided but no stack found in the current directory")
+	}
 	var candidates []string
 	if o.changed {
 		for _, ch := range c.changes(o.base) {
@@ -970,7 +976,7 @@ func (c *cli) scriptRun(args []string) int {
 	var sel []string
 	for _, p := range candidates {
 		s := c.byPath[p]
-		if s == nil || !c.underCwd(p) || (o.tags != "" && !tagFilter(o.tags, s.Tags)) {
+		if s == nil || !c.underCwd(p) || (o.tags != "" && !tagFilter(o.tags, s.Tags)) || (o.noRecursive && p != c.rel) {
 			continue
 		}
 		sel = append(sel, p)

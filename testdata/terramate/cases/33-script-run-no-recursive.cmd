@@ -1,0 +1,1 @@
+cd . && terramate -C stacks/prod/cluster/a script run --no-recursive plan

@@ -1,0 +1,1 @@
+cd . && terramate -C stacks/prod script run --no-recursive plan

@@ -1,0 +1,1 @@
+cd . && terramate -C stacks/nonprod/cluster/a script run --no-recursive plan
