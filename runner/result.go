@@ -82,6 +82,14 @@ type Result struct {
 	// were lost, ...).
 	Warnings []string `json:"warnings,omitempty"`
 
+	// Matrix is the cut of a fan-out's matrix job (`--matrix N`).
+	Matrix *Matrix `json:"matrix,omitempty"`
+	// Shard is the shard ("K/N") a shard job ran.
+	Shard string `json:"shard,omitempty"`
+	// Plans are a shard job's classified plans, for the merge to render: the JSON render of
+	// its report (internal/plan JSON, sensitive values masked).
+	Plans json.RawMessage `json:"plans,omitempty"`
+
 	// Signal is the signal that ended the run, if any (not part of the document).
 	Signal os.Signal `json:"-"`
 }
@@ -106,6 +114,8 @@ type StackEntry struct {
 	// LogTail is the end of the log of a failed or cancelled stack (masked; at most
 	// MaxLogTailLines lines and MaxLogTailBytes bytes).
 	LogTail string `json:"log_tail,omitempty"`
+	// Shard is the fan-out shard ("K/N") the stack belongs to.
+	Shard string `json:"shard,omitempty"`
 }
 
 // What GatesNeeded.Status says of where the gates come from.

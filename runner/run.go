@@ -134,6 +134,17 @@ type RunOptions struct {
 	TickRelay time.Duration
 	// Heartbeat is how often the run tells the server it goes on (zero: HeartbeatInterval).
 	Heartbeat time.Duration
+
+	// Matrix, when positive, makes the run a fan-out's first job: it discovers the stacks, cuts
+	// them into at most Matrix shards (Cut), announces the execution every shard reports into,
+	// prints the GitHub matrix on stdout and runs nothing.
+	Matrix int
+	// Shard, "K/N", runs only shard K of the cut into the execution the matrix job announced
+	// (ExecutionID), without finalizing it (`run merge` does).
+	Shard string
+	// MatrixResult is the matrix job's result document: a shard takes its cut (and execution)
+	// from it instead of cutting again by stack count.
+	MatrixResult string
 }
 
 // run is the state of one run.
@@ -201,6 +212,13 @@ type run struct {
 	// masker is the run's masks, shared with the log pump: the failed stacks' log tails are
 	// masked with it.
 	masker *Masker
+	// subset: the run's stacks are a part of what terramate would select (a shard), and the
+	// scripts run stack by stack (ScriptRunStacks).
+	subset bool
+	// noFinalize: the execution is finalized by another job (a fan-out's merge).
+	noFinalize bool
+	// execGiven: the execution id was given (RunOptions.ExecutionID), not made up.
+	execGiven bool
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -225,6 +243,13 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 	ok := r.discover(ctx)
 	r.awaitHead()
 	if !ok {
+		return
+	}
+	if o.Matrix > 0 {
+		r.matrix(ctx)
+		return
+	}
+	if o.Shard != "" && !r.selectShard() {
 		return
 	}
 	if o.DryRun {
@@ -324,6 +349,10 @@ func (r *run) setup() bool {
 	}
 	if o.PR < 0 {
 		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--pr must be a positive pull request number, got %d", o.PR)))
+		return false
+	}
+	if msg := fanOutUsage(o); msg != "" {
+		r.fail(newResultError(KindUsage, "config", msg))
 		return false
 	}
 	wd := o.WorkDir
@@ -439,6 +468,7 @@ func (r *run) setup() bool {
 	if o.PR == 0 {
 		o.PR = r.gh.PR
 	}
+	r.execGiven = o.ExecutionID != ""
 	if o.ExecutionID == "" {
 		o.ExecutionID = newExecutionID()
 	}
@@ -462,7 +492,7 @@ func (r *run) setup() bool {
 	}
 	if r.client.Enabled() {
 		r.res.Server = r.client.BaseURL()
-		r.res.ExecutionURL = strings.TrimSuffix(r.res.Server, "/") + "/ui/executions/" + o.ExecutionID
+		r.res.ExecutionURL = executionURL(r.res.Server, o.ExecutionID)
 	}
 	if o.Op == OpApply && o.PR <= 0 && r.client.Enabled() {
 		r.fail(newResultError(KindUsage, "config", "run apply needs the pull request whose plan was approved: pass --pr (or run on a pull_request event)"))
@@ -1251,11 +1281,17 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	}
 	stopWatch := context.AfterFunc(ctx, w.interrupt)
 	defer stopWatch()
-	runErr := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
+	sro := ScriptRunOptions{
 		Script: script, Changed: !r.o.All, Base: r.o.Base, Parallel: r.o.Parallel,
 		ContinueOnError: r.o.ContinueOnError, Env: r.scriptEnv(tickDir, extraEnv),
 		StackFiles: []string{r.o.LogFile, r.o.PlanOut, r.o.PlanJSON},
-	})
+	}
+	var runErr error
+	if r.subset {
+		runErr = r.tm.ScriptRunStacks(ctx, w, sro, r.listed, r.after())
+	} else {
+		runErr = r.tm.ScriptRun(ctx, w, sro)
+	}
 	r.startDrain(ctx, pump)
 	stopRelay()
 	if resume != "" {
@@ -1726,7 +1762,10 @@ func (r *run) finish(ctx context.Context) {
 	}
 	r.fillLogTails()
 	r.finalize(ctx)
-	r.askNeeds(ctx)
+	if !r.noFinalize {
+		r.askNeeds(ctx)
+	}
+	r.keepShardPlans()
 	r.warnUnreported()
 	res.FinishedAt = r.now().UTC()
 	res.DurationMS = res.FinishedAt.Sub(res.StartedAt).Milliseconds()
@@ -1739,7 +1778,7 @@ func (r *run) finalize(ctx context.Context) {
 	if r.stopBeat != nil {
 		r.stopBeat()
 	}
-	if r.client == nil || !r.client.Enabled() || r.refusal() != nil || !r.inited || r.finalized {
+	if r.noFinalize || r.client == nil || !r.client.Enabled() || r.refusal() != nil || !r.inited || r.finalized {
 		return
 	}
 	r.finalized = true
@@ -1837,7 +1876,14 @@ func (r *run) writeOutputs() {
 			r.warn("summary: %v", err)
 		}
 	}
-	r.terminalSummary(out)
+	if res.Matrix != nil {
+		// stdout is the matrix's one JSON line: the summary goes to stderr.
+		r.terminalSummary(r.errOut)
+		line, _ := jsonMarshalNoHTML(res.Matrix.GitHub())
+		fmt.Fprintf(out, "%s\n", line)
+	} else {
+		r.terminalSummary(out)
+	}
 	if r.gh.Actions {
 		r.annotateNeeds(out)
 		if res.Error != nil && res.Error.Kind != KindScript {
@@ -1855,7 +1901,8 @@ func (r *run) writeOutputs() {
 	}
 	_ = out.Flush()
 	if r.report != nil {
-		if r.o.CommentFile != "" {
+		// A shard's comment would be a part of the plan: the merge writes the comment.
+		if r.o.CommentFile != "" && r.o.Shard == "" {
 			if err := writeFileAtomic(r.o.CommentFile, []byte(plan.Comment(r.report)), 0o644); err != nil {
 				r.warn("comment file: %v", err)
 			}
@@ -1887,8 +1934,12 @@ func (r *run) writeOutputs() {
 			{"has-changes", fmt.Sprint(res.HasChanges)}, {"has-destructive", fmt.Sprint(res.HasDestructive)},
 			{"changed-stacks", string(cj)}, {"result", abs}, {"execution-url", res.ExecutionURL},
 		}
-		if r.o.CommentFile != "" {
+		if r.o.CommentFile != "" && r.o.Shard == "" {
 			kv = append(kv, [2]string{"comment-file", r.o.CommentFile})
+		}
+		if res.Matrix != nil {
+			mj, _ := jsonMarshalNoHTML(res.Matrix.GitHub())
+			kv = append(kv, [2]string{"matrix", string(mj)}, [2]string{"shards", fmt.Sprint(len(res.Matrix.Shards))})
 		}
 		if err := writeOutputs(r.gh.Output, kv); err != nil {
 			r.warn("GITHUB_OUTPUT: %v", err)

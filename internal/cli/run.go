@@ -46,7 +46,7 @@ func newRunCmd(ios *IO) *cobra.Command {
 			"document; run apply applies only after the gate allows it. run tick is called by the\n" +
 			"scripts between phases.",
 	}
-	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newTickCmd(ios))
+	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newMergeCmd(ios), newTickCmd(ios))
 	return cmd
 }
 
@@ -119,6 +119,10 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 	f.StringVar(&r.Repo, "repo", "", "the repository, `OWNER/NAME` (default: GITHUB_REPOSITORY, else the git remote origin's)")
 	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
+	f.StringVar(&r.ExecutionID, "execution", "", "the execution `ID` to report into (default: a new random id; a shard job: the matrix job's `execution` output)")
+	f.IntVar(&r.Matrix, "matrix", 0, "fan out: cut the stacks into at most `N` shards along their dependency chains, announce the execution, print the GitHub matrix on stdout and run nothing")
+	f.StringVar(&r.Shard, "shard", "", "fan out: run only shard `K/N` of the cut, into the matrix job's execution, without finalizing it (run merge does)")
+	f.StringVar(&r.MatrixResult, "matrix-result", "", "a shard job: the matrix job's result document `FILE`, whose cut (and execution) it takes")
 	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
 	f.DurationVar(&opts.InterruptGrace, "interrupt-grace", runner.DefaultInterruptGrace,
 		"after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed (sized for GitHub's cancel: SIGINT, SIGTERM 7.5s later, SIGKILL 2.5s after that)")

@@ -293,11 +293,27 @@ func cmdJSONSame(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// jsonAt returns the value at a dotted path: keys, list indexes, `#` (a list's length) and `*`
+// (every element's value at the rest of the path, as a list).
 func jsonAt(v any, p string) (any, bool) {
 	if p == "." || p == "" {
 		return v, true
 	}
-	for part := range strings.SplitSeq(p, ".") {
+	parts := strings.Split(p, ".")
+	for n, part := range parts {
+		if x, ok := v.([]any); ok && part == "*" {
+			// Every element's value at the rest of the path, as a list.
+			rest := strings.Join(parts[n+1:], ".")
+			out := make([]any, 0, len(x))
+			for _, el := range x {
+				ev, ok := jsonAt(el, rest)
+				if !ok {
+					return nil, false
+				}
+				out = append(out, ev)
+			}
+			return out, true
+		}
 		switch x := v.(type) {
 		case map[string]any:
 			var ok bool
