@@ -248,19 +248,22 @@ func TestActionStructureRejectsBrokenCopies(t *testing.T) {
 
 // actionOnly are the inputs that are not flags of tfstackplan run: installation, the working
 // directory, what goes through the environment, and the extra arguments.
-var actionOnly = []string{"command", "version", "release-url", "working-directory", "server", "audience", "auth", "token", "execution", "args"}
+var actionOnly = []string{"command", "version", "release-url", "working-directory", "server", "audience", "auth", "token", "args", "shard-results"}
 
 // TestActionCoversDriverFlags holds the inputs to the flags of `run plan`, `run apply` and
 // `run tick`: each flag is an input of the same name, each input is a flag or action-only.
 func TestActionCoversDriverFlags(t *testing.T) {
 	_, a := readAction(t)
 	flags := map[string]bool{}
-	for _, op := range []string{"plan", "apply", "tick"} {
+	for _, op := range []string{"plan", "apply", "merge", "tick"} {
 		cmd := runCmd(t, op)
 		cmd.Flags().VisitAll(func(f *pflag.Flag) {
 			flags[f.Name] = true
 			if f.Name == "help" || f.Name == "changed" { // changed is the default
 				return
+			}
+			if op == "merge" && f.Name == "matrix" {
+				return // merge's --matrix is the matrix-result input
 			}
 			if _, ok := a.Inputs[f.Name]; !ok {
 				t.Errorf("tfstackplan run %s --%s has no input in action.yml: add one (and map it in the run step)", op, f.Name)
@@ -269,7 +272,7 @@ func TestActionCoversDriverFlags(t *testing.T) {
 	}
 	for name := range a.Inputs {
 		if !flags[name] && !slices.Contains(actionOnly, name) {
-			t.Errorf("input %s is not a flag of tfstackplan run plan|apply|tick", name)
+			t.Errorf("input %s is not a flag of tfstackplan run plan|apply|merge|tick", name)
 		}
 	}
 }
@@ -682,6 +685,14 @@ func TestRunStep(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(work, "infra"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(work, "shards"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"s-1.json", "s-2.json", "other.json"} {
+		if err := os.WriteFile(filepath.Join(work, "shards", f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -737,7 +748,21 @@ func TestRunStep(t *testing.T) {
 		name:   "unknown command",
 		inputs: map[string]string{"command": "destroy"},
 		code:   2,
-		out:    "command must be plan, apply or tick, not 'destroy'",
+		out:    "command must be plan, apply, merge or tick, not 'destroy'",
+	}, {
+		name:   "a fan-out's shard",
+		inputs: map[string]string{"command": "plan", "environment": "prod", "shard": "2/8", "matrix-result": "m.json", "execution": "ex-1"},
+		args:   []string{"run", "plan", "--environment=prod", "--execution=ex-1", "--shard=2/8", "--matrix-result=" + filepath.Join(work, "m.json")},
+	}, {
+		name:   "a fan-out's matrix",
+		inputs: map[string]string{"command": "apply", "environment": "prod", "matrix": "8"},
+		args:   []string{"run", "apply", "--environment=prod", "--matrix=8"},
+	}, {
+		name: "merge: files and patterns, a pattern matching nothing adds nothing",
+		inputs: map[string]string{"command": "merge", "environment": "ignored", "matrix-result": "m.json", "result": "/tmp/r.json",
+			"shard-results": "shards/s-*.json\r\n\nnone/*.json\n/abs/one.json; echo x"},
+		args: []string{"run", "merge", "--matrix=" + filepath.Join(work, "m.json"), "--result=/tmp/r.json",
+			filepath.Join(work, "shards/s-1.json"), filepath.Join(work, "shards/s-2.json")},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, f := range []string{"args", "env", "pwd"} {
@@ -863,7 +888,7 @@ func readWorkflows(t *testing.T, glob string, least int) []example {
 // TestExampleWorkflows: in the examples and the project's own workflows, every third-party
 // action is pinned by commit (the same commit for one action everywhere, action.yml included),
 // no script (run:, github-script's script:) interpolates an expression, and the comment
-// scripts of plan.yml and rerun.yml are the same.
+// scripts of plan.yml, plan-fanout.yml and rerun.yml are the same.
 func TestExampleWorkflows(t *testing.T) {
 	pins := map[string]map[string]bool{}
 	src, _ := readAction(t)
@@ -893,15 +918,15 @@ func TestExampleWorkflows(t *testing.T) {
 			t.Errorf("%s is pinned to different commits: %q", name, slices.Sorted(maps.Keys(shas)))
 		}
 	}
-	if len(scripts) != 2 {
-		t.Fatalf("want the comment script in plan.yml and rerun.yml, found %d: %q", len(scripts), scripts)
+	if len(scripts) != 3 {
+		t.Fatalf("want the comment script in plan.yml, plan-fanout.yml and rerun.yml, found %d: %q", len(scripts), scripts)
 	}
 	var first string
 	for where, s := range scripts {
 		if first == "" {
 			first = s
 		} else if s != first {
-			t.Errorf("the comment scripts differ (%s): keep plan.yml's and rerun.yml's the same", where)
+			t.Errorf("the comment scripts differ (%s): keep plan.yml's, plan-fanout.yml's and rerun.yml's the same", where)
 		}
 	}
 }
