@@ -50,44 +50,7 @@ func TestRealToolsPlanApply(t *testing.T) {
 	mustRun(proj, "git", "commit", "-qm", "v2")
 
 	// A real control plane.
-	tokens := filepath.Join(work, "tokens.hcl")
-	must(t, os.WriteFile(tokens, []byte(`
-token "runner" {
-  secret = "real-e2e-runner-secret"
-  roles  = ["runner"]
-}
-token "admin" {
-  secret = "real-e2e-admin-secret"
-  roles  = ["runner", "admin"]
-}
-`), 0o600))
-	policy := filepath.Join(work, "policy.hcl")
-	must(t, os.WriteFile(policy, []byte(`
-environment "prod" {
-  requester = "deployer@proj.iam.gserviceaccount.com"
-  gate {
-    classes = ["destructive", "unclassified"]
-    stacks  = ["**"]
-  }
-}
-`), 0o600))
-	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- runServe(ctx, &ServeOptions{IO: &IO{Out: io.Discard, ErrOut: io.Discard}, Listen: "127.0.0.1:0",
-			DB: "sqlite:" + filepath.Join(work, "db.sqlite"), Tokens: tokens, Policy: policy, RateLimit: 10000,
-			ShutdownTimeout: 2 * time.Second, Ready: func(a string) { ready <- a }})
-	}()
-	var server string
-	select {
-	case a := <-ready:
-		server = "http://" + a
-		t.Cleanup(func() { cancel(); <-errc })
-	case err := <-errc:
-		cancel()
-		t.Fatal(err)
-	}
+	server := rt.serve(realTokens, realPolicy)
 	// The project's origin is a local path, which names no repository.
 	rt.env = append(rt.env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
 
@@ -217,6 +180,57 @@ type realTools struct {
 	t         *testing.T
 	work, bin string
 	env       []string
+}
+
+// realTokens and realPolicy are the control plane's tokens and policy of the real-tools tests:
+// a runner, an admin, and prod's destructive changes gated.
+const (
+	realTokens = `
+token "runner" {
+  secret = "real-e2e-runner-secret"
+  roles  = ["runner"]
+}
+token "admin" {
+  secret = "real-e2e-admin-secret"
+  roles  = ["runner", "admin"]
+}
+`
+	realPolicy = `
+environment "prod" {
+  requester = "deployer@proj.iam.gserviceaccount.com"
+  gate {
+    classes = ["destructive", "unclassified"]
+    stacks  = ["**"]
+  }
+}
+`
+)
+
+// serve starts a real control plane on a loopback port with these tokens and policy, stopped
+// when the test ends, and returns its URL.
+func (rt *realTools) serve(tokensHCL, policyHCL string) string {
+	t := rt.t
+	tokens := filepath.Join(rt.work, "tokens.hcl")
+	must(t, os.WriteFile(tokens, []byte(tokensHCL), 0o600))
+	policy := filepath.Join(rt.work, "policy.hcl")
+	must(t, os.WriteFile(policy, []byte(policyHCL), 0o600))
+	ready := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- runServe(ctx, &ServeOptions{IO: &IO{Out: io.Discard, ErrOut: io.Discard}, Listen: "127.0.0.1:0",
+			DB: "sqlite:" + filepath.Join(rt.work, "db.sqlite"), Tokens: tokens, Policy: policy, RateLimit: 10000,
+			ShutdownTimeout: 2 * time.Second, Ready: func(a string) { ready <- a }})
+	}()
+	select {
+	case a := <-ready:
+		t.Cleanup(func() { cancel(); <-errc })
+		return "http://" + a
+	case err := <-errc:
+		cancel()
+		t.Fatal(err)
+		return ""
+	}
 }
 
 // newRealTools skips the test unless TFSTACKPLAN_TERRAMATE and TFSTACKPLAN_TOFU name the real
