@@ -124,6 +124,11 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 		s.Why = e.Why
 		r.report.Stacks = append(r.report.Stacks, s)
 	}
+	if m.Op == OpApply {
+		// The shards left the execution's lease to the merge (see run.apply): finish revokes it.
+		r.res.Gate = r.shardsGate
+		r.revokeAtFinish = r.client.Enabled()
+	}
 	r.finish(ctx)
 	return r.res
 }
@@ -184,6 +189,10 @@ func (r *run) mergeShard(m *Result, file string, got map[string]bool) (string, e
 	}
 	if s.Error != nil {
 		r.fail(&ResultError{Kind: s.Error.Kind, Step: "shard " + s.Shard + " " + s.Error.Step, Tail: s.Error.Tail})
+	}
+	// The merged verdict: a denial wins, then the first allowance.
+	if g := s.Gate; g != nil && (r.shardsGate == nil || r.shardsGate.Allowed && !g.Allowed) {
+		r.shardsGate = g
 	}
 	return s.Shard, nil
 }

@@ -219,6 +219,10 @@ type run struct {
 	noFinalize bool
 	// execGiven: the execution id was given (RunOptions.ExecutionID), not made up.
 	execGiven bool
+	// revokeAtFinish: finish revokes the execution's lease (a fan-out apply's merge).
+	revokeAtFinish bool
+	// shardsGate is the gate verdict a merge takes from its shards' results.
+	shardsGate *GateResult
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -1659,6 +1663,7 @@ func (r *run) apply(ctx context.Context) {
 	}
 	v := r.client.GateCheck(ctx, events.GateCheck{
 		Environment: r.o.Environment, ExecutionID: r.o.ExecutionID, PR: r.o.PR, Repo: r.o.Repo, SHA: r.o.SHA, Stacks: stacks,
+		Shard: r.o.Shard,
 	})
 	g := &GateResult{Verdict: v.Kind.String(), Allowed: v.Allowed(), Requester: v.Requester}
 	if v.Err != nil {
@@ -1667,7 +1672,11 @@ func (r *run) apply(ctx context.Context) {
 	r.res.Gate = g
 	asked := r.client.Enabled()
 	outcome := "failed"
-	if asked {
+	switch {
+	case asked && r.o.Shard != "":
+		// The fan-out's shards share the execution's lease: the merge revokes it once they
+		// have all ended (and it expires on its own should the merge never run).
+	case asked:
 		defer func() { r.revoke(ctx, v.Requester, outcome) }()
 	}
 	if !v.Allowed() {
@@ -1762,6 +1771,13 @@ func (r *run) finish(ctx context.Context) {
 	}
 	r.fillLogTails()
 	r.finalize(ctx)
+	if r.revokeAtFinish {
+		requester := ""
+		if res.Gate != nil {
+			requester = res.Gate.Requester
+		}
+		r.revoke(ctx, requester, res.Status)
+	}
 	if !r.noFinalize {
 		r.askNeeds(ctx)
 	}

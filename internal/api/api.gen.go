@@ -421,7 +421,10 @@ type GateCheck struct {
 	Repo string `json:"repo,omitempty,omitzero"`
 	SHA  string `json:"sha,omitempty,omitzero"`
 
-	// Stacks Every stack the apply changes, each with the content hash of the plan the apply would use: exactly the changed stacks of the PR's latest finalized plan in the environment. A stack missing, an extra stack or a differing hash denies; a stack named twice is refused.
+	// Shard The shard (`K/N`, K at most N) of a fan-out apply this check is for: `stacks` then names only the shard's stacks, and the plan's other changed stacks may be left out. Everything else is decided over the whole plan as without it: every gate the plan needs must be satisfied, and a stack claimed by another PR denies. The shards of one execution share its lease: a shard does not revoke it, the fan-out's merge does, and a denied re-check by any shard revokes it for all.
+	Shard string `json:"shard,omitempty,omitzero"`
+
+	// Stacks Every stack the apply changes, each with the content hash of the plan the apply would use: exactly the changed stacks of the PR's latest finalized plan in the environment (with `shard`: the shard's own, some of them). A stack missing (without `shard`), an extra stack or a differing hash denies; a stack named twice is refused.
 	Stacks []StackPlan `json:"stacks,omitempty,omitzero"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,9 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 	}
 	if len(in.Stacks) == 0 {
 		return api.GateLease{}, invalid("stacks is required: name every stack the apply changes with its plan hash")
+	}
+	if in.Shard != "" && !validShard(in.Shard) {
+		return api.GateLease{}, invalid(fmt.Sprintf("shard %q is not K/N with 1 <= K <= N <= 999", in.Shard))
 	}
 	if err := checkStackNames(len(in.Stacks), func(i int) string { return in.Stacks[i].Stack }); err != nil {
 		return api.GateLease{}, err
@@ -164,6 +168,9 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		}
 		detail := fmt.Sprintf("execution %s, sha %s; plan %s at sha %s; stacks %s; grants %v; requester %s",
 			in.ExecutionID, in.SHA, d.plan.ExecutionID, d.plan.SHA, strings.Join(d.stacks, ", "), d.grants, lease.Requester)
+		if in.Shard != "" {
+			detail = "shard " + in.Shard + " naming " + strconv.Itoa(len(in.Stacks)) + " stacks, " + detail
+		}
 		if prev != nil {
 			detail = "re-check, " + detail
 		}
@@ -327,7 +334,8 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 		}
 	}
 	for name := range planned {
-		if !requested[name] {
+		// A fan-out's shard names its own stacks; the others are its sibling shards'.
+		if !requested[name] && in.Shard == "" {
 			missing = append(missing, name)
 		}
 	}
@@ -1029,4 +1037,12 @@ func (s *Service) Grants(ctx context.Context, caller Caller, p Page, before int6
 		return
 	})
 	return out, err
+}
+
+// validShard reports whether s is a fan-out shard, "K/N" with 1 <= K <= N <= 999.
+func validShard(s string) bool {
+	ks, ns, ok := strings.Cut(s, "/")
+	k, kerr := strconv.Atoi(ks)
+	n, nerr := strconv.Atoi(ns)
+	return ok && kerr == nil && nerr == nil && len(ks) <= 3 && len(ns) <= 3 && k >= 1 && k <= n && !strings.HasPrefix(ks, "+") && !strings.HasPrefix(ns, "+")
 }

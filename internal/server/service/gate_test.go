@@ -354,3 +354,29 @@ func TestAnotherPrincipalsPlanDoesNotFreeThePRsClaims(t *testing.T) {
 		}
 	})
 }
+
+func TestAShardNamesItsOwnStacksAndTheWholePlanIsStillDecided(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.planWith("p1", 1, "s1", map[string][2]string{"m": {"mutating", "v1:m"}, "d": {"destructive", "v1:d"}, "a": {"additive", "v1:a"}})
+		shard := func(id, k string, stacks ...api.StackPlan) error {
+			_, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: id, Environment: "prod", PR: 1, SHA: "head", Shard: k, Stacks: stacks})
+			return err
+		}
+		// The gate of d is not satisfied: a shard without d is denied all the same.
+		wantErr(t, shard("ap", "1/2", sp("m", "v1:m")), store.ErrDenied, "no active grant")
+		f.must(f.approve(1, ""))
+		f.must(shard("ap", "1/2", sp("m", "v1:m")))
+		f.must(shard("ap", "2/2", sp("d", "v1:d"), sp("a", "v1:a")))
+		// Without the shard the same request is a plan left out.
+		_, err := f.check("ap2", 1, sp("m", "v1:m"))
+		wantErr(t, err, store.ErrDenied, `changed in the plan but not named: "a", "d"`)
+		// A shard may not name what the plan does not change, nor other content.
+		wantErr(t, shard("ap4", "1/2", sp("m", "v1:other")), store.ErrDenied, "differs from the plan's")
+		wantErr(t, shard("ap", "1/2", sp("m", "v1:m"), sp("x", "v1:x")), store.ErrDenied, `named but not changed in the plan: "x"`)
+		// That denied re-check ended the execution's one lease, for every shard.
+		wantErr(t, shard("ap", "2/2", sp("d", "v1:d"), sp("a", "v1:a")), store.ErrDenied, "already revoked")
+		for _, bad := range []string{"0/2", "3/2", "1/", "a/b", "1/2/3", "+1/2", "1/1000", " 1/2"} {
+			wantErr(t, shard("ap3", bad, sp("m", "v1:m")), store.ErrInvalid, "is not K/N")
+		}
+	})
+}
