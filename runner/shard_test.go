@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 func shardStacks(m *Matrix) [][]string {
@@ -159,7 +160,7 @@ func (e exitErr) ExitCode() int { return int(e) }
 func TestScriptRunStacksOrdersRunsInParallelAndKeepsLinesWhole(t *testing.T) {
 	se := &scriptedExec{}
 	tm := &Terramate{Exec: se.exec}
-	var out lockedBuffer
+	var out testkit.SyncBuffer
 	stacks := []string{"a", "b", "c", "d", "e"}
 	after := map[string][]string{"c": {"a"}, "e": {"c", "d", "elsewhere"}}
 	if err := tm.ScriptRunStacks(context.Background(), &out, ScriptRunOptions{Script: "plan", Parallel: 2}, stacks, after); err != nil {
@@ -218,22 +219,4 @@ func TestScriptRunStacksRefusesACycle(t *testing.T) {
 	if len(se.order) != 2 {
 		t.Errorf("ran %v; only a could start", se.order)
 	}
-}
-
-// lockedBuffer is a strings.Builder safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
