@@ -128,10 +128,10 @@ type scriptedExec struct {
 }
 
 func (s *scriptedExec) exec(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
-	if len(args) < 5 || args[0] != "-C" || !slices.Equal(args[2:5], []string{"script", "run", "--no-recursive"}) {
+	if len(args) < 4 || !strings.HasPrefix(args[0], "--chdir=") || !slices.Equal(args[1:4], []string{"script", "run", "--no-recursive"}) {
 		return fmt.Errorf("unexpected argv %q", args)
 	}
-	stack := args[1]
+	stack := strings.TrimPrefix(args[0], "--chdir=")
 	s.mu.Lock()
 	s.order = append(s.order, "start "+stack)
 	s.running++

@@ -13,7 +13,7 @@ import (
 
 // Running a script in a chosen set of stacks (a shard of a fan-out): terramate 0.17 selects
 // stacks only by directory, change detection and tags, so the driver runs one
-// `terramate -C <stack> script run --no-recursive <script>` per stack and does the ordering
+// `terramate --chdir=<stack> script run --no-recursive <script>` per stack and does the ordering
 // itself, from the run graph's edges among the chosen stacks. A shard never splits a chain of
 // dependent stacks (see Cut), so every edge that orders two of its stacks is among them.
 
@@ -125,7 +125,8 @@ func (t *Terramate) ScriptRunStacks(ctx context.Context, w io.Writer, o ScriptRu
 
 // runOneStack runs the script in one stack.
 func (t *Terramate) runOneStack(ctx context.Context, shared *lineSink, o ScriptRunOptions, words []string, stack string) error {
-	args := []string{"-C", stack, "script", "run", "--no-recursive"}
+	// --chdir=DIR, one argument: a stack directory named like a flag stays a directory.
+	args := []string{"--chdir=" + stack, "script", "run", "--no-recursive"}
 	if o.DryRun {
 		args = append(args, "--dry-run")
 	}

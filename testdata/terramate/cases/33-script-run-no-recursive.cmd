@@ -1,1 +1,1 @@
-cd . && terramate -C stacks/prod/cluster/a script run --no-recursive plan
+cd . && terramate --chdir=stacks/prod/cluster/a script run --no-recursive plan

@@ -1,1 +1,1 @@
-cd . && terramate -C stacks/prod script run --no-recursive plan
+cd . && terramate --chdir=stacks/prod script run --no-recursive plan

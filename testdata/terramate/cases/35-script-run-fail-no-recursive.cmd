@@ -1,1 +1,1 @@
-cd . && terramate -C stacks/nonprod/cluster/a script run --no-recursive plan
+cd . && terramate --chdir=stacks/nonprod/cluster/a script run --no-recursive plan
