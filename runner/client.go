@@ -71,6 +71,10 @@ const (
 	BreakerMaxCooldown = 10 * time.Minute
 	// MaxResponseBytes caps how much of a response body the client reads.
 	MaxResponseBytes = 1 << 20
+	// MaxExecutionBytes caps the body of an execution read with its stacks (LatestExecution,
+	// LastDurations): the server takes executions of up to 10,000 stacks, about 500 bytes each
+	// with their edge and change reason.
+	MaxExecutionBytes = 16 << 20
 	// MaxRedirects caps same-host redirects.
 	MaxRedirects = 3
 	// MaxInFlight caps concurrent best-effort requests, so a black-holed server sees a handful
@@ -719,7 +723,7 @@ func (c *Client) executionsList(ctx context.Context, op string, params *api.Exec
 
 // executionGet reads execution id with its stacks and edges for the read op.
 func (c *Client) executionGet(ctx context.Context, op, id string) (*api.Execution, error) {
-	body, err := c.call(ctx, op, true, func(ctx context.Context) (*http.Response, error) {
+	body, err := c.callSized(ctx, op, true, 0, MaxExecutionBytes, func(ctx context.Context) (*http.Response, error) {
 		return c.api.ExecutionGet(ctx, id)
 	})
 	if err != nil {
@@ -821,7 +825,7 @@ func (c *Client) eventSized(ctx context.Context, op string, size int, send func(
 	if !c.Enabled() {
 		return nil
 	}
-	body, err := c.callSized(ctx, op, true, size, send)
+	body, err := c.callSized(ctx, op, true, size, MaxResponseBytes, send)
 	if err != nil {
 		return err
 	}
@@ -840,12 +844,13 @@ func (c *Client) eventSized(ctx context.Context, op string, size int, send func(
 // call runs one best-effort request within CallBudget: bounded attempts, backoff honouring
 // Retry-After, the breaker. It returns the 2xx body or an *APIError / *TransportError.
 func (c *Client) call(ctx context.Context, op string, idempotent bool, send func(context.Context) (*http.Response, error)) ([]byte, error) {
-	return c.callSized(ctx, op, idempotent, 0, send)
+	return c.callSized(ctx, op, idempotent, 0, MaxResponseBytes, send)
 }
 
 // callSized is call for a request body of about size bytes: each attempt, and the budget for
-// each, get the time that many bytes take at SlowestUpload on top of the usual bounds.
-func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size int, send func(context.Context) (*http.Response, error)) ([]byte, error) {
+// each, get the time that many bytes take at SlowestUpload on top of the usual bounds. It reads
+// at most maxBody bytes of the answer.
+func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size, maxBody int, send func(context.Context) (*http.Response, error)) ([]byte, error) {
 	if !c.breaker.allow() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
@@ -867,7 +872,7 @@ func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size
 	if !c.breaker.allowWaiting() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
-	res := c.attempts(ctx, op, attempts, each, send, c.breaker)
+	res := c.attemptsUpTo(ctx, op, attempts, each, maxBody, send, c.breaker)
 	if res.transport != nil {
 		return nil, res.transport
 	}
@@ -915,8 +920,14 @@ func retryable(status int) bool {
 	return false
 }
 
-// attempts sends up to n attempts within ctx. br, when not nil, records transport outcomes.
+// attempts sends up to n attempts within ctx, reading at most MaxResponseBytes of an answer.
+// br, when not nil, records transport outcomes.
 func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time.Duration, send func(context.Context) (*http.Response, error), br *breaker) result {
+	return c.attemptsUpTo(ctx, op, n, perAttempt, MaxResponseBytes, send, br)
+}
+
+// attemptsUpTo is attempts reading at most maxBody bytes of an answer.
+func (c *Client) attemptsUpTo(ctx context.Context, op string, n int, perAttempt time.Duration, maxBody int, send func(context.Context) (*http.Response, error), br *breaker) result {
 	var res result
 	backoff := 100 * time.Millisecond
 	for i := 0; i < n; i++ {
@@ -933,7 +944,7 @@ func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time
 			}
 			backoff *= 2
 		}
-		res = c.once(ctx, op, perAttempt, send)
+		res = c.once(ctx, op, perAttempt, maxBody, send)
 		if res.transport != nil {
 			var te *gauth.TokenError
 			if errors.As(res.transport, &te) {
@@ -958,8 +969,8 @@ func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time
 	return res
 }
 
-// once sends one attempt and reads its body with a size cap, all within perAttempt.
-func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, send func(context.Context) (*http.Response, error)) result {
+// once sends one attempt and reads at most maxBody bytes of its body, all within perAttempt.
+func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, maxBody int, send func(context.Context) (*http.Response, error)) result {
 	actx, cancel := context.WithTimeout(ctx, perAttempt)
 	defer cancel()
 	resp, err := send(actx)
@@ -967,12 +978,12 @@ func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, 
 		return result{transport: &TransportError{Op: op, Err: err}}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxBody)+1))
 	if err != nil {
 		return result{transport: &TransportError{Op: op, Err: fmt.Errorf("reading answer (HTTP %d): %w", resp.StatusCode, err)}}
 	}
 	res := result{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
-	if len(body) > MaxResponseBytes {
+	if len(body) > maxBody {
 		// Too large to be one of ours: keep the status, drop the body so it cannot parse.
 		res.body = nil
 		res.contentType = "oversized"

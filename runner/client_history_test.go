@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -419,5 +420,28 @@ func TestLatestExecutionBehindAPage(t *testing.T) {
 	}
 	if n := h.requests()["/executions"]; n != 2 {
 		t.Fatalf("%d list requests, want 2", n)
+	}
+}
+
+// An execution of thousands of stacks, a larger answer than MaxResponseBytes, is read whole.
+func TestLatestExecutionOfThousandsOfStacks(t *testing.T) {
+	h := newHistoryServer(t, storetest.Backends()[0])
+	// The answer is megabytes: time enough to build it on a busy test machine.
+	h.mine.callBudget, h.mine.attemptTimeout, h.mine.historyBudget = time.Minute, time.Minute, time.Minute
+	stacks := make([]ran, 5000)
+	for i := range stacks {
+		stacks[i] = ran{fmt.Sprintf("stacks/service-%05d/production/eu-west-1", i), events.StackSucceeded, time.Second, nil}
+	}
+	newHistoryClock().seed(t, h.mine, prodPlan("big", 3), events.ExecutionSucceeded, stacks...)
+	x, err := h.mine.LatestExecution(context.Background(), "", "prod", 3, "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(x.Stacks) != len(stacks) || len(b) <= MaxResponseBytes {
+		t.Fatalf("read %d stacks in %d bytes, want %d stacks in more than %d bytes", len(x.Stacks), len(b), len(stacks), MaxResponseBytes)
 	}
 }
