@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -70,6 +71,10 @@ const (
 	BreakerMaxCooldown = 10 * time.Minute
 	// MaxResponseBytes caps how much of a response body the client reads.
 	MaxResponseBytes = 1 << 20
+	// MaxExecutionBytes caps the body of an execution read with its stacks (LatestExecution,
+	// LastDurations): the server takes executions of up to 10,000 stacks, about 500 bytes each
+	// with their edge and change reason.
+	MaxExecutionBytes = 16 << 20
 	// MaxRedirects caps same-host redirects.
 	MaxRedirects = 3
 	// MaxInFlight caps concurrent best-effort requests, so a black-holed server sees a handful
@@ -160,6 +165,7 @@ type Client struct {
 	// budgets, overridable by tests in this package
 	callBudget, attemptTimeout time.Duration
 	gateBudget, gateAttempt    time.Duration
+	historyBudget              time.Duration
 	sleep                      func(context.Context, time.Duration) error
 }
 
@@ -181,6 +187,7 @@ func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
 		attemptTimeout: AttemptTimeout,
 		gateBudget:     GateBudget,
 		gateAttempt:    GateAttemptTimeout,
+		historyBudget:  HistoryBudget,
 		sleep:          sleepCtx,
 	}
 	baseURL = strings.TrimSpace(baseURL)
@@ -587,6 +594,154 @@ func (c *Client) ExecutionGates(ctx context.Context, id string) (*api.ExecutionG
 	return &out, nil
 }
 
+// Bounds of the reads of past executions (LastDurations, LatestExecution).
+const (
+	// HistoryBudget bounds one LastDurations or LatestExecution call as a whole: its list
+	// requests and execution reads, retries included.
+	HistoryBudget = 4 * time.Second
+	// MaxDurationExecutions caps the finished plan executions LastDurations reads.
+	MaxDurationExecutions = 5
+	// historyPage is how many executions one list request asks for.
+	historyPage = 50
+	// maxHistoryPages caps the list pages LatestExecution walks looking for its op.
+	maxHistoryPages = 4
+	// maxDurationMS is the longest duration, in milliseconds, a time.Duration holds.
+	maxDurationMS = math.MaxInt64 / int64(time.Millisecond)
+)
+
+// ErrNoExecution says the server has no execution of the PR, environment and op asked for
+// (LatestExecution).
+var ErrNoExecution = errors.New("no such execution on the server")
+
+// LastDurations returns, per stack (its root-relative path, as the runner reports it), how
+// long its most recent ended run took in a finished plan execution of repo's environment, any
+// PR (repo empty: the server's choice for the principal). It lists the newest executions and
+// reads the finished plans among them, newest first, until every stack they name has a
+// duration or MaxDurationExecutions were read: an older plan fills only the stacks the newer
+// ones left without one. It is best-effort: within HistoryBudget and through the breaker like
+// every read, and a stack missing from the map is unknown. A disabled client returns nil, nil
+// without a request. On an error the map holds what was read before it (possibly nothing).
+func (c *Client) LastDurations(ctx context.Context, repo, environment string) (map[string]time.Duration, error) {
+	const op = "LastDurations"
+	if !c.Enabled() {
+		return nil, nil
+	}
+	if environment == "" {
+		return nil, fmt.Errorf("%s: the environment is required", op)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.historyBudget)
+	defer cancel()
+	list, err := c.executionsList(ctx, op, &api.ExecutionsListParams{Repo: repo, Environment: environment, Limit: new(int(historyPage))})
+	if err != nil {
+		return nil, err
+	}
+	out, seen, read := map[string]time.Duration{}, map[string]bool{}, 0
+	for _, x := range list {
+		if x.Op != api.ExecutionOpPlan || x.Status == api.ExecutionStatusRunning || x.Environment != environment {
+			continue
+		}
+		if read == MaxDurationExecutions || read > 0 && len(out) == len(seen) {
+			break
+		}
+		full, err := c.executionGet(ctx, op, x.ExecutionID)
+		if isNotFound(err) {
+			continue // removed since it was listed
+		}
+		if err != nil {
+			return out, err
+		}
+		read++
+		for _, st := range full.Stacks {
+			seen[st.Stack] = true
+			if _, known := out[st.Stack]; !known && st.DurationMS != nil && *st.DurationMS >= 0 && *st.DurationMS <= maxDurationMS {
+				out[st.Stack] = time.Duration(*st.DurationMS) * time.Millisecond
+			}
+		}
+	}
+	return out, nil
+}
+
+// LatestExecution returns the newest execution of pr in repo's environment (repo empty: the
+// server's choice for the principal) whose op is op (plan or apply), whatever its status, with
+// its stacks and edges: the first of its op in the server's list of the PR's executions,
+// newest first, among the newest few hundred. An error wrapping ErrNoExecution says there is
+// none; a disabled client returns ErrDisabled. Within HistoryBudget, through the breaker.
+func (c *Client) LatestExecution(ctx context.Context, repo, environment string, pr int, op string) (*api.Execution, error) {
+	const name = "LatestExecution"
+	if !c.Enabled() {
+		return nil, ErrDisabled
+	}
+	switch {
+	case environment == "":
+		return nil, fmt.Errorf("%s: the environment is required", name)
+	case pr <= 0:
+		return nil, fmt.Errorf("%s: pr %d is not a pull request number", name, pr)
+	case op != string(api.ExecutionOpPlan) && op != string(api.ExecutionOpApply):
+		return nil, fmt.Errorf("%s: op %q is neither plan nor apply", name, op)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.historyBudget)
+	defer cancel()
+	none := fmt.Errorf("%w: no %s execution of PR %d in environment %q", ErrNoExecution, op, pr, environment)
+	params := &api.ExecutionsListParams{Repo: repo, Environment: environment, Pr: pr, Limit: new(int(historyPage))}
+	for range maxHistoryPages {
+		list, err := c.executionsList(ctx, name, params)
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range list {
+			if string(x.Op) == op && x.Environment == environment && x.PR == pr {
+				full, err := c.executionGet(ctx, name, x.ExecutionID)
+				if isNotFound(err) {
+					return nil, none // removed since it was listed
+				}
+				return full, err
+			}
+		}
+		if len(list) < historyPage {
+			break
+		}
+		last := list[len(list)-1]
+		params.Before, params.BeforeID = &last.StartedAt, &last.ExecutionID
+	}
+	return nil, none
+}
+
+// executionsList reads one page of executions for the read op.
+func (c *Client) executionsList(ctx context.Context, op string, params *api.ExecutionsListParams) ([]api.Execution, error) {
+	body, err := c.call(ctx, op, true, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ExecutionsList(ctx, params)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Execution
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("%s: malformed list of executions: %w", op, err)
+	}
+	return out, nil
+}
+
+// executionGet reads execution id with its stacks and edges for the read op.
+func (c *Client) executionGet(ctx context.Context, op, id string) (*api.Execution, error) {
+	body, err := c.callSized(ctx, op, true, 0, MaxExecutionBytes, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ExecutionGet(ctx, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out api.Execution
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("%s: malformed execution %q: %w", op, id, err)
+	}
+	return &out, nil
+}
+
+// isNotFound says err is the server's answer that what was asked for does not exist.
+func isNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound
+}
+
 // ClaimsRelease releases claims as body says: the claims of the runner's own execution.
 func (c *Client) ClaimsRelease(ctx context.Context, body api.ClaimsRelease) error {
 	return c.event(ctx, "ClaimsRelease", func(ctx context.Context) (*http.Response, error) { return c.api.ClaimsRelease(ctx, body) })
@@ -670,7 +825,7 @@ func (c *Client) eventSized(ctx context.Context, op string, size int, send func(
 	if !c.Enabled() {
 		return nil
 	}
-	body, err := c.callSized(ctx, op, true, size, send)
+	body, err := c.callSized(ctx, op, true, size, MaxResponseBytes, send)
 	if err != nil {
 		return err
 	}
@@ -689,12 +844,13 @@ func (c *Client) eventSized(ctx context.Context, op string, size int, send func(
 // call runs one best-effort request within CallBudget: bounded attempts, backoff honouring
 // Retry-After, the breaker. It returns the 2xx body or an *APIError / *TransportError.
 func (c *Client) call(ctx context.Context, op string, idempotent bool, send func(context.Context) (*http.Response, error)) ([]byte, error) {
-	return c.callSized(ctx, op, idempotent, 0, send)
+	return c.callSized(ctx, op, idempotent, 0, MaxResponseBytes, send)
 }
 
 // callSized is call for a request body of about size bytes: each attempt, and the budget for
-// each, get the time that many bytes take at SlowestUpload on top of the usual bounds.
-func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size int, send func(context.Context) (*http.Response, error)) ([]byte, error) {
+// each, get the time that many bytes take at SlowestUpload on top of the usual bounds. It reads
+// at most maxBody bytes of the answer.
+func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size, maxBody int, send func(context.Context) (*http.Response, error)) ([]byte, error) {
 	if !c.breaker.allow() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
@@ -716,7 +872,7 @@ func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size
 	if !c.breaker.allowWaiting() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
-	res := c.attempts(ctx, op, attempts, each, send, c.breaker)
+	res := c.attemptsUpTo(ctx, op, attempts, each, maxBody, send, c.breaker)
 	if res.transport != nil {
 		return nil, res.transport
 	}
@@ -764,8 +920,14 @@ func retryable(status int) bool {
 	return false
 }
 
-// attempts sends up to n attempts within ctx. br, when not nil, records transport outcomes.
+// attempts sends up to n attempts within ctx, reading at most MaxResponseBytes of an answer.
+// br, when not nil, records transport outcomes.
 func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time.Duration, send func(context.Context) (*http.Response, error), br *breaker) result {
+	return c.attemptsUpTo(ctx, op, n, perAttempt, MaxResponseBytes, send, br)
+}
+
+// attemptsUpTo is attempts reading at most maxBody bytes of an answer.
+func (c *Client) attemptsUpTo(ctx context.Context, op string, n int, perAttempt time.Duration, maxBody int, send func(context.Context) (*http.Response, error), br *breaker) result {
 	var res result
 	backoff := 100 * time.Millisecond
 	for i := 0; i < n; i++ {
@@ -782,7 +944,7 @@ func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time
 			}
 			backoff *= 2
 		}
-		res = c.once(ctx, op, perAttempt, send)
+		res = c.once(ctx, op, perAttempt, maxBody, send)
 		if res.transport != nil {
 			var te *gauth.TokenError
 			if errors.As(res.transport, &te) {
@@ -807,8 +969,8 @@ func (c *Client) attempts(ctx context.Context, op string, n int, perAttempt time
 	return res
 }
 
-// once sends one attempt and reads its body with a size cap, all within perAttempt.
-func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, send func(context.Context) (*http.Response, error)) result {
+// once sends one attempt and reads at most maxBody bytes of its body, all within perAttempt.
+func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, maxBody int, send func(context.Context) (*http.Response, error)) result {
 	actx, cancel := context.WithTimeout(ctx, perAttempt)
 	defer cancel()
 	resp, err := send(actx)
@@ -816,12 +978,12 @@ func (c *Client) once(ctx context.Context, op string, perAttempt time.Duration, 
 		return result{transport: &TransportError{Op: op, Err: err}}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxBody)+1))
 	if err != nil {
 		return result{transport: &TransportError{Op: op, Err: fmt.Errorf("reading answer (HTTP %d): %w", resp.StatusCode, err)}}
 	}
 	res := result{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
-	if len(body) > MaxResponseBytes {
+	if len(body) > maxBody {
 		// Too large to be one of ours: keep the status, drop the body so it cannot parse.
 		res.body = nil
 		res.contentType = "oversized"

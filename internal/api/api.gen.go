@@ -628,7 +628,10 @@ type StackState struct {
 	// Counts Resource changes by action; a replace counts once, as replace.
 	Counts      Counts   `json:"counts,omitempty,omitzero"`
 	Destructive []string `json:"destructive,omitempty,omitzero"`
-	Error       string   `json:"error,omitempty,omitzero"`
+
+	// DurationMS How long the stack ran, in milliseconds: from its first phase event to its last, by the times the runner gave them. Only for a stack that ended (succeeded, failed or cancelled) and has timed phase events; absent otherwise. Filled by GET /executions/{id}, not by the list.
+	DurationMS *int64 `json:"duration_ms,omitempty"`
+	Error      string `json:"error,omitempty,omitzero"`
 
 	// Gaps The first gap records of the latest log generation by offset (ranges the runner could not post), at most 100.
 	Gaps []LogGap `json:"gaps,omitempty,omitzero"`

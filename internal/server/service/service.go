@@ -747,12 +747,36 @@ func (s *Service) Executions(ctx context.Context, caller Caller, f store.Executi
 	return out, nil
 }
 
-// Execution returns one execution with its stacks, edges and log summaries; an execution of a
-// repository the caller may not read is not found.
+// Execution returns one execution with its stacks, edges, log summaries and the durations of
+// the stacks that ended; an execution of a repository the caller may not read is not found.
 func (s *Service) Execution(ctx context.Context, caller Caller, id string) (*api.Execution, error) {
 	var out *api.Execution
-	err := s.Store.Read(ctx, func(tx store.Tx) (err error) { out, err = execution(tx, caller, id); return })
+	err := s.Store.Read(ctx, func(tx store.Tx) (err error) {
+		if out, err = execution(tx, caller, id); err != nil {
+			return err
+		}
+		spans, err := tx.StackSpans(id, nil)
+		fillDurations(out.Stacks, spans)
+		return err
+	})
 	return out, err
+}
+
+// fillDurations sets the duration of each stack that ended (succeeded, failed, cancelled) and
+// has timed phase events: from its first phase event to its last. A stack pending or running
+// has none yet, and a skipped one did not run.
+func fillDurations(stacks []api.StackState, spans map[string]store.Span) {
+	for i := range stacks {
+		st := &stacks[i]
+		sp, ok := spans[st.Stack]
+		switch {
+		case !ok || sp.First.IsZero() || sp.Last.Before(sp.First):
+			continue
+		case st.Status == api.StackStatusSucceeded || st.Status == api.StackStatusFailed || st.Status == api.StackStatusCancelled:
+			ms := sp.Last.Sub(sp.First).Milliseconds()
+			st.DurationMS = &ms
+		}
+	}
 }
 
 // execution reads execution id with its edges, stacks and logs' summaries in tx, for caller.
