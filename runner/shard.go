@@ -251,7 +251,15 @@ func (r *run) rootEdges() []events.Edge {
 // the execution with all of them and leaves it running for the shards.
 func (r *run) matrix(ctx context.Context) {
 	r.begin("matrix")
-	m := Cut(r.paths, r.rootEdges(), nil, r.o.Matrix)
+	var weights map[string]time.Duration
+	if r.client.Enabled() {
+		var err error
+		// Best effort and bounded (HistoryBudget): without them the cut weighs stack counts.
+		if weights, err = r.client.LastDurations(ctx, r.o.Repo, r.o.Environment); err != nil {
+			r.warn("the stacks' last durations could not be read from the server, so the cut weighs only those it got: %v", err)
+		}
+	}
+	m := Cut(r.paths, r.rootEdges(), weights, r.o.Matrix)
 	for _, s := range m.Shards {
 		for _, p := range s.Stacks {
 			r.res.Stacks[r.entry[p]].Shard = s.Shard

@@ -100,3 +100,9 @@ func (s *Service) checkReader(tx store.Tx, caller Caller, id string) error {
 	}
 	return nil
 }
+
+// MayRead returns nil when execution id exists and caller may read it (ErrNotFound otherwise),
+// without reading its stacks: what a live page checks before it streams.
+func (s *Service) MayRead(ctx context.Context, caller Caller, id string) error {
+	return s.Store.Read(ctx, func(tx store.Tx) error { return s.checkReader(tx, caller, id) })
+}

@@ -403,7 +403,7 @@ func (u *UI) streamList(w http.ResponseWriter, r *http.Request) {
 
 func (u *UI) streamExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := u.Service.Execution(r.Context(), u.caller(r), id); err != nil {
+	if err := u.Service.MayRead(r.Context(), u.caller(r), id); err != nil {
 		u.fail(w, err)
 		return
 	}
