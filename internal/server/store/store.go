@@ -366,6 +366,16 @@ type Tx interface {
 	// limit, and returns when the first of them was received (zero when none).
 	ExecutionsSince(principal string, since time.Time, limit int) (n int, first time.Time, err error)
 
+	// AddDriftChecks records the drift checks of a drift execution: each in its stack's history
+	// (once per stack and execution) and as its stack's latest, unless the latest recorded is
+	// of a later time.
+	AddDriftChecks(cs []api.DriftCheck) error
+	// LatestDrift lists each stack's latest drift check in environment env of repo (of every
+	// repository when repo is ""), by repository and stack.
+	LatestDrift(repo, env string) ([]api.DriftCheck, error)
+	// DriftHistory lists one stack's drift checks, newest first, at most limit.
+	DriftHistory(repo, env, stack string, limit int) ([]api.DriftCheck, error)
+
 	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
 	// until the transaction ends (a database lock, so it holds across replicas).
 	LockEnvironment(repo, env string) error
