@@ -40,13 +40,13 @@ type RunOptions struct {
 func newRunCmd(ios *IO) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "The CI job: plan or apply the changed stacks of an environment, report ticks",
+		Short: "The CI job: plan or apply the changed stacks of an environment, check drift, report ticks",
 		Long: "run plan and run apply run terramate scripts over the changed stacks of one environment,\n" +
 			"classify each stack's plan, report live progress to the control plane and write a result\n" +
-			"document; run apply applies only after the gate allows it. run tick is called by the\n" +
-			"scripts between phases.",
+			"document; run apply applies only after the gate allows it. run drift plans every stack on a\n" +
+			"schedule and records which drifted. run tick is called by the scripts between phases.",
 	}
-	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newTickCmd(ios))
+	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newDriftCmd(ios), newTickCmd(ios))
 	return cmd
 }
 
@@ -83,14 +83,8 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 			if opts.Changed && opts.All {
 				return writeUsageResult(ios, op, errors.New("--changed and --all exclude each other"))
 			}
-			if opts.InterruptGrace <= 0 || opts.InterruptGrace > maxInterruptGrace {
-				return writeUsageResult(ios, op, fmt.Errorf("--interrupt-grace %s: must be more than 0s and at most %s", opts.InterruptGrace, maxInterruptGrace))
-			}
-			if n, ok := driverMaxProcs(os.Getenv); ok {
-				runtime.GOMAXPROCS(n)
-			}
-			if n, ok := driverGCPercent(os.Getenv); ok {
-				debug.SetGCPercent(n)
+			if err := startDriver(ios, op, opts.InterruptGrace); err != nil {
+				return err
 			}
 			return runRun(cmd.Context(), opts)
 		},
@@ -127,6 +121,21 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 
 // maxInterruptGrace bounds --interrupt-grace: a cancelled job must end.
 const maxInterruptGrace = 10 * time.Minute
+
+// startDriver checks --interrupt-grace (a usage error, with its result document, when out of
+// range) and tunes the runtime for the driver (driverMaxProcs, driverGCPercent).
+func startDriver(ios *IO, op string, grace time.Duration) error {
+	if grace <= 0 || grace > maxInterruptGrace {
+		return writeUsageResult(ios, op, fmt.Errorf("--interrupt-grace %s: must be more than 0s and at most %s", grace, maxInterruptGrace))
+	}
+	if n, ok := driverMaxProcs(os.Getenv); ok {
+		runtime.GOMAXPROCS(n)
+	}
+	if n, ok := driverGCPercent(os.Getenv); ok {
+		debug.SetGCPercent(n)
+	}
+	return nil
+}
 
 // driverMaxProcs is how many threads may run the driver's own Go code at once (GOMAXPROCS)
 // during `run plan|apply`, and whether to set it: one, unless the GOMAXPROCS environment
@@ -198,6 +207,11 @@ func resultFlag(args []string) string {
 // the interrupt grace ends; a second signal changes nothing (GitHub follows its SIGINT with a
 // SIGTERM 7.5 s later as a matter of course), and a third kills everything and exits at once.
 func runRun(ctx context.Context, opts *RunOptions) error {
+	return resultError(runResult(ctx, opts))
+}
+
+// runResult is runRun's run, returning its result document.
+func runResult(ctx context.Context, opts *RunOptions) *runner.Result {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -259,8 +273,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 		}
 	}()
 
-	res := runner.Run(ctx, r)
-	return resultError(res)
+	return runner.Run(ctx, r)
 }
 
 // resultError maps a run's result onto the error Main turns into the exit code.
