@@ -54,7 +54,7 @@ const (
 
 // Variables a run exports to terramate and so to every script command (see scripts/terramate).
 const (
-	EnvOp          = "TFSTACKPLAN_OP"           // plan or apply
+	EnvOp          = "TFSTACKPLAN_OP"           // plan, apply or drift
 	EnvLogFile     = "TFSTACKPLAN_LOG_FILE"     // per-stack log file name
 	EnvPlanOut     = "TFSTACKPLAN_PLAN_OUT"     // per-stack saved plan file name
 	EnvPlanJSON    = "TFSTACKPLAN_PLAN_JSON"    // per-stack plan JSON file name
