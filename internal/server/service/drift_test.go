@@ -134,3 +134,28 @@ func TestDriftAttacks(t *testing.T) {
 		}
 	})
 }
+
+// TestPruneKeepsTheLatestDriftCheck: retention deletes a pruned drift execution's checks from
+// the history, and keeps each stack's latest check.
+func TestPruneKeepsTheLatestDriftCheck(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.drift("d-old", api.StackResult{Stack: "a", Status: "succeeded", Class: "mutating"}, api.StackResult{Stack: "b", Status: "succeeded", Class: "no-changes"})
+		f.drift("d-new", api.StackResult{Stack: "a", Status: "succeeded", Class: "no-changes"})
+		f.now = f.now.Add(100 * 24 * time.Hour)
+		n, err := f.PruneExecutions(ctx, 90*24*time.Hour)
+		f.must(err)
+		if n != 2 {
+			t.Fatalf("pruned %d executions, want both drift executions", n)
+		}
+		hist, err := f.Drift(ctx, reader, "", "prod", "a", nil)
+		f.must(err)
+		if len(hist) != 0 {
+			t.Fatalf("history of a after the prune: %+v, want none", hist)
+		}
+		latest, err := f.Drift(ctx, reader, "", "prod", "", nil)
+		f.must(err)
+		if want := "a:d-new:succeeded:false b:d-old:succeeded:false "; driftSummary(latest) != want {
+			t.Fatalf("latest after the prune: %s, want %s", driftSummary(latest), want)
+		}
+	})
+}
