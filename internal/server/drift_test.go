@@ -115,7 +115,7 @@ func TestDriftPage(t *testing.T) {
 		t.Errorf("the drifted stack is not listed first (%d, %d)", i, j)
 	}
 
-	if status, body := ts.page(t, "/ui/executions/drift-1", tokenOf["viewer"]); status != 200 || !strings.Contains(body, "drift") || strings.Contains(body, "Approve") {
+	if status, body := ts.page(t, "/ui/executions/drift-1", tokenOf["viewer"]); status != 200 || !strings.Contains(body, `href="/ui/drift?repo=acme%2finfra&amp;environment=prod"`) || strings.Contains(body, "Approve") {
 		t.Errorf("a drift execution's page: %d, want it shown as a drift with nothing to approve", status)
 	}
 
