@@ -153,6 +153,7 @@ func NameProblem(v string) string {
 const (
 	OpPlan  = api.InitOpPlan
 	OpApply = api.InitOpApply
+	OpDrift = api.InitOpDrift
 )
 
 // classRank orders classes; Unclassified ranks above Destructive because it must never be

@@ -341,6 +341,10 @@ func (m *memServer) AuditList(context.Context, api.AuditListRequestObject) (api.
 	return api.AuditList200JSONResponse{}, nil
 }
 
+func (m *memServer) DriftList(context.Context, api.DriftListRequestObject) (api.DriftListResponseObject, error) {
+	return api.DriftList200JSONResponse{}, nil
+}
+
 func (m *memServer) Health(context.Context, api.HealthRequestObject) (api.HealthResponseObject, error) {
 	return api.Health200JSONResponse{Status: "ok", Store: "memory"}, nil
 }

@@ -29,12 +29,14 @@ type MergeOptions struct {
 	WorkDir     string
 	ResultPath  string
 	CommentFile string
-	Client      *Client
-	Getenv      func(string) string
-	Stdout      io.Writer
-	Stderr      io.Writer
-	Color       bool
-	Now         func() time.Time
+	// IssueFile receives a drift fan-out's issue body (RunOptions.IssueFile).
+	IssueFile string
+	Client    *Client
+	Getenv    func(string) string
+	Stdout    io.Writer
+	Stderr    io.Writer
+	Color     bool
+	Now       func() time.Time
 }
 
 // Merge joins a fan-out's shards. Every stack of the cut takes its outcome from its shard's
@@ -45,7 +47,7 @@ type MergeOptions struct {
 func Merge(ctx context.Context, o MergeOptions) *Result {
 	m, merr := ReadResult(o.Matrix)
 	ro := RunOptions{
-		Op: OpPlan, WorkDir: o.WorkDir, ResultPath: o.ResultPath, CommentFile: o.CommentFile,
+		Op: OpPlan, WorkDir: o.WorkDir, ResultPath: o.ResultPath, CommentFile: o.CommentFile, IssueFile: o.IssueFile,
 		Client: o.Client, Getenv: o.Getenv, Stdout: o.Stdout, Stderr: o.Stderr, Color: o.Color, Now: o.Now,
 	}
 	if merr == nil && m.Matrix == nil {

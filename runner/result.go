@@ -38,7 +38,7 @@ const (
 	StatusCancelled = "cancelled"
 )
 
-// Result is the machine-readable document every `run plan|apply` writes (--result), success or
+// Result is the machine-readable document every `run plan|apply|drift` writes (--result), success or
 // failure. Its JSON form is the contract; field names never change within a ResultVersion.
 type Result struct {
 	Version     int    `json:"version"`
@@ -76,8 +76,10 @@ type Result struct {
 	Gates *GatesNeeded `json:"gates,omitempty"`
 	// Conflicts are the other open pull requests that claim stacks this plan changes: its
 	// apply is denied until they are applied or release them (run plan, with a server).
-	Conflicts []Conflict   `json:"conflicts,omitempty"`
-	Error     *ResultError `json:"error"`
+	Conflicts []Conflict `json:"conflicts,omitempty"`
+	// Drift is what a drift run found (run drift only).
+	Drift *DriftResult `json:"drift,omitempty"`
+	Error *ResultError `json:"error"`
 	// Warnings are problems that did not fail the run (the server could not be reached, logs
 	// were lost, ...).
 	Warnings []string `json:"warnings,omitempty"`
@@ -116,6 +118,9 @@ type StackEntry struct {
 	LogTail string `json:"log_tail,omitempty"`
 	// Shard is the fan-out shard ("K/N") the stack belongs to.
 	Shard string `json:"shard,omitempty"`
+	// Drifted says whether the stack drifted (run drift only): it planned, and its plan has
+	// changes or resource drift.
+	Drifted *bool `json:"drifted,omitempty"`
 }
 
 // What GatesNeeded.Status says of where the gates come from.

@@ -54,7 +54,7 @@ const (
 
 // Variables a run exports to terramate and so to every script command (see scripts/terramate).
 const (
-	EnvOp          = "TFSTACKPLAN_OP"           // plan or apply
+	EnvOp          = "TFSTACKPLAN_OP"           // plan, apply or drift
 	EnvLogFile     = "TFSTACKPLAN_LOG_FILE"     // per-stack log file name
 	EnvPlanOut     = "TFSTACKPLAN_PLAN_OUT"     // per-stack saved plan file name
 	EnvPlanJSON    = "TFSTACKPLAN_PLAN_JSON"    // per-stack plan JSON file name
@@ -69,12 +69,14 @@ const (
 const (
 	OpPlan  = string(events.OpPlan)
 	OpApply = string(events.OpApply)
+	// OpDrift is `run drift`: the plan script over every stack, recording drift (drift.go).
+	OpDrift = string(events.OpDrift)
 )
 
 // RunOptions are the inputs of `run plan` and `run apply`. Zero values take the
 // tfstackplan.hcl environment block's settings, then the defaults.
 type RunOptions struct {
-	Op          string // OpPlan or OpApply
+	Op          string // OpPlan, OpApply or OpDrift
 	Environment string
 	// Dir is the terramate directory (tier) to run in, relative to WorkDir; "" takes the
 	// environment's `dir`, relative to the repository root.
@@ -110,6 +112,8 @@ type RunOptions struct {
 	// CommentFile receives the PR comment markdown ("" : not written, except in Actions where
 	// it defaults to $RUNNER_TEMP/tfstackplan-comment-<environment>.md).
 	CommentFile string
+	// IssueFile receives a drift run's issue body markdown ("" : not written; run drift only).
+	IssueFile string
 
 	// Terramate runs terramate (nil: the `terramate` on PATH). Its Dir is set by the run.
 	Terramate *Terramate
@@ -269,13 +273,13 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 
 	// Plan (run plan; and the fresh plan run apply gates on).
 	planScript := r.planScr
-	if o.Op == OpPlan {
+	if r.planning() {
 		planScript = r.script
 	}
 	outcome, runErr := r.scriptRun(ctx, "plan", planScript, nil, pump)
 	r.awaitInit(true)
-	if ctx.Err() == nil || o.Op == OpPlan {
-		r.classify(outcome, o.Op == OpPlan)
+	if ctx.Err() == nil || r.planning() {
+		r.classify(outcome, r.planning())
 	}
 	if !r.scriptFailed("plan", outcome, runErr, ctx) {
 		if o.Op == OpApply {
@@ -339,8 +343,7 @@ func (r *run) fail(e *ResultError) {
 // the server client and the GitHub context.
 func (r *run) setup() bool {
 	o := &r.o
-	if o.Op != OpPlan && o.Op != OpApply {
-		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("unknown operation %q", o.Op)))
+	if o.Op != OpPlan && o.Op != OpApply && !r.setupDrift() {
 		return false
 	}
 	if strings.TrimSpace(o.Environment) == "" {
@@ -469,14 +472,14 @@ func (r *run) setup() bool {
 	def(&o.SHA, r.gh.SHA)
 	def(&o.Actor, r.gh.Actor)
 	def(&o.RunURL, r.gh.RunURL)
-	if o.PR == 0 {
+	if o.PR == 0 && o.Op != OpDrift {
 		o.PR = r.gh.PR
 	}
 	r.execGiven = o.ExecutionID != ""
 	if o.ExecutionID == "" {
 		o.ExecutionID = newExecutionID()
 	}
-	if o.CommentFile == "" && r.gh.Actions && r.gh.RunnerTemp != "" {
+	if o.CommentFile == "" && r.gh.Actions && r.gh.RunnerTemp != "" && o.Op != OpDrift {
 		o.CommentFile = filepath.Join(r.gh.RunnerTemp, "tfstackplan-comment-"+safeFileWord(o.Environment)+".md")
 	}
 	r.res.Execution, r.res.PR, r.res.SHA, r.res.Repo = o.ExecutionID, o.PR, o.SHA, o.Repo
@@ -1272,7 +1275,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	stopRelay := func() {}
 	if tickDir != "" {
 		ticks = newTickReader(tickDir, func(stack string) bool { _, ok := r.byPath[stack]; return ok })
-		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.o.Op == OpPlan, jl)
+		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.planning(), jl)
 		defer stopRelay() // on a panic too
 	}
 	var w *scriptWatcher
@@ -1559,7 +1562,7 @@ func (r *run) classifyStack(e *StackEntry, status, file string, fresh bool, ferr
 // written by then) and returns its update to report, so the server shows each stack's class
 // while the others still run and the work after terramate returns is only what is left.
 func (r *run) classifyEarly(path string) (events.Update, bool) {
-	if r.o.Op != OpPlan || r.early[path] != nil {
+	if !r.planning() || r.early[path] != nil {
 		return events.Update{}, false
 	}
 	i, ok := r.entry[path]
@@ -1769,6 +1772,7 @@ func (r *run) finish(ctx context.Context) {
 	if res.Status == StatusSucceeded && len(res.Stacks) == 0 {
 		res.Class = events.ClassNoChanges // nothing changed, so nothing to plan: not "no class"
 	}
+	r.markDrift()
 	r.fillLogTails()
 	r.finalize(ctx)
 	if r.revokeAtFinish {
@@ -1815,7 +1819,8 @@ func (r *run) finalize(ctx context.Context) {
 		if !r.named(e.Path) {
 			continue
 		}
-		f.Stacks = append(f.Stacks, events.StackResult{Stack: e.Path, Status: wireStatus(e.Status), Class: e.Class, Counts: e.Counts.Events(), PlanHash: e.PlanHash})
+		f.Stacks = append(f.Stacks, events.StackResult{Stack: e.Path, Status: wireStatus(e.Status), Class: e.Class, Counts: e.Counts.Events(), PlanHash: e.PlanHash,
+			Drifted: e.Drifted != nil && *e.Drifted})
 	}
 	body, err := json.Marshal(f)
 	if err == nil {
@@ -1899,6 +1904,7 @@ func (r *run) writeOutputs() {
 		fmt.Fprintf(out, "%s\n", line)
 	} else {
 		r.terminalSummary(out)
+		r.driftSummary(out)
 	}
 	if r.gh.Actions {
 		r.annotateNeeds(out)
@@ -1916,6 +1922,7 @@ func (r *run) writeOutputs() {
 		}
 	}
 	_ = out.Flush()
+	r.writeIssueFile()
 	if r.report != nil {
 		// A shard's comment would be a part of the plan: the merge writes the comment.
 		if r.o.CommentFile != "" && r.o.Shard == "" {
@@ -1957,6 +1964,7 @@ func (r *run) writeOutputs() {
 			mj, _ := jsonMarshalNoHTML(res.Matrix.GitHub())
 			kv = append(kv, [2]string{"matrix", string(mj)}, [2]string{"shards", fmt.Sprint(len(res.Matrix.Shards))})
 		}
+		kv = append(kv, r.driftOutputs()...)
 		if err := writeOutputs(r.gh.Output, kv); err != nil {
 			r.warn("GITHUB_OUTPUT: %v", err)
 		}

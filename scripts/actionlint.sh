@@ -11,6 +11,8 @@
 #     metadata, so each `with:` key and `outputs.X` is checked against action.yml.
 #  3. The setup itself: each workflow in internal/actionlint/testdata/broken/ must be rejected
 #     with the error its `# want:` line names.
+#  4. Broken copies of the examples (as in 2), each with one mistake a user could make: each
+#     must be rejected with the error named below.
 #
 # actionlint checks workflows only; action.yml's own structure and scripts are checked by
 # `go test ./internal/actionlint`. With shellcheck on PATH, actionlint also checks every `run:`
@@ -44,6 +46,8 @@ for f in "${examples[@]}"; do
   out="$wf/example-$(basename "$f")"
   sed -E 's#uses: tfstackplan/tfstackplan@[^ ]+#uses: ./#' "$f" >"$out"
   grep -q 'uses: \./$' "$out" || fail "$f does not use tfstackplan/tfstackplan@..."
+  mkdir -p "$tmp/copies"
+  cp "$out" "$tmp/copies/$(basename "$f")"
 done
 cp internal/actionlint/testdata/uses-action.yml "$wf/"
 (cd "$proj" && "$lint" -no-color .github/workflows/*.yml)
@@ -61,4 +65,23 @@ for f in internal/actionlint/testdata/broken/*.yml; do
   n=$((n + 1))
 done
 [ "$n" -gt 0 ] || fail "no broken workflows in internal/actionlint/testdata/broken"
+
+# EXAMPLE|TEXT|REPLACED BY|WANT: the first TEXT in the example's copy is replaced.
+while IFS='|' read -r name old new want; do
+  copy="$(cat "$tmp/copies/$name")"
+  broken="${copy/"$old"/"$new"}"
+  [ "$broken" != "$copy" ] || fail "$name no longer contains '$old': update the broken copies"
+  rm -f "$wf"/*.yml
+  printf '%s\n' "$broken" >"$wf/broken-$name"
+  if got="$(cd "$proj" && "$lint" -no-color .github/workflows/*.yml 2>&1)"; then
+    fail "a copy of $name with '$old' replaced by '$new' was accepted: the lint does not catch '$want'"
+  fi
+  grep -qF -- "$want" <<<"$got" || fail "a broken copy of $name was rejected, but not with '$want':"$'\n'"$got"
+  n=$((n + 1))
+done <<'EOF'
+drift.yml|steps.drift.outputs.has-drift|steps.drift.outputs.has_drift|property "has_drift" is not defined
+drift.yml|issue-file: ${{ runner.temp }}|issue-files: ${{ runner.temp }}|input "issue-files" is not defined in action
+drift.yml|command: drift|commands: drift|missing input "command" which is required by action
+drift.yml|environment: ${{ matrix.environment }}|environment: ${{ matrix.env }}|property "env" is not defined
+EOF
 echo "actionlint: ${#own[@]} project workflows, ${#examples[@]} example workflows and action.yml's inputs and outputs ok; $n broken workflows rejected"

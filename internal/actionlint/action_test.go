@@ -36,7 +36,8 @@ const (
 	examplesGlob = "../../examples/github-workflows/*.yml"
 	// projectWorkflowsGlob are the project's own workflows: CI and the release.
 	projectWorkflowsGlob = "../../.github/workflows/*.yml"
-	driverFile           = "../../runner/run.go"
+	// driverFiles are where the driver writes its $GITHUB_OUTPUT keys (driverOutputs).
+	driverFiles = "../../runner/run.go ../../runner/drift.go"
 )
 
 // action is the part of action.yml the checks read.
@@ -250,12 +251,13 @@ func TestActionStructureRejectsBrokenCopies(t *testing.T) {
 // directory, what goes through the environment, and the extra arguments.
 var actionOnly = []string{"command", "version", "release-url", "working-directory", "server", "audience", "auth", "token", "args", "shard-results"}
 
-// TestActionCoversDriverFlags holds the inputs to the flags of `run plan`, `run apply` and
-// `run tick`: each flag is an input of the same name, each input is a flag or action-only.
+// TestActionCoversDriverFlags holds the inputs to the flags of `run plan`, `run apply`,
+// `run drift` and `run tick`: each flag is an input of the same name, each input is a flag or
+// action-only.
 func TestActionCoversDriverFlags(t *testing.T) {
 	_, a := readAction(t)
 	flags := map[string]bool{}
-	for _, op := range []string{"plan", "apply", "merge", "tick"} {
+	for _, op := range []string{"plan", "apply", "merge", "drift", "tick"} {
 		cmd := runCmd(t, op)
 		cmd.Flags().VisitAll(func(f *pflag.Flag) {
 			flags[f.Name] = true
@@ -272,7 +274,7 @@ func TestActionCoversDriverFlags(t *testing.T) {
 	}
 	for name := range a.Inputs {
 		if !flags[name] && !slices.Contains(actionOnly, name) {
-			t.Errorf("input %s is not a flag of tfstackplan run plan|apply|merge|tick", name)
+			t.Errorf("input %s is not a flag of tfstackplan run plan|apply|merge|drift|tick", name)
 		}
 	}
 }
@@ -289,17 +291,31 @@ func runCmd(t *testing.T, op string) *cobra.Command {
 }
 
 // driverOutputs returns the $GITHUB_OUTPUT keys the driver writes: the string keys of the
-// name/value pairs in runner/run.go's writeOutputs.
+// name/value pairs in runner/run.go's writeOutputs and runner/drift.go's driftOutputs (those of
+// run drift, which writeOutputs adds).
 func driverOutputs(t *testing.T) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), driverFile, nil, 0)
+	var keys []string
+	for _, file := range strings.Fields(driverFiles) {
+		keys = append(keys, outputKeys(t, file)...)
+	}
+	if len(keys) < 5 || !slices.Contains(keys, "has-drift") {
+		t.Fatalf("found only %q as $GITHUB_OUTPUT keys in %s's writeOutputs and driftOutputs: update driverOutputs", keys, driverFiles)
+	}
+	return keys
+}
+
+// outputKeys returns the keys of the [2]string pairs in file's writeOutputs and driftOutputs.
+func outputKeys(t *testing.T, file string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
 	for _, d := range f.Decls {
 		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Recv == nil || fn.Name.Name != "writeOutputs" {
+		if !ok || fn.Recv == nil || (fn.Name.Name != "writeOutputs" && fn.Name.Name != "driftOutputs") {
 			continue
 		}
 		ast.Inspect(fn, func(n ast.Node) bool {
@@ -316,9 +332,6 @@ func driverOutputs(t *testing.T) []string {
 			}
 			return true
 		})
-	}
-	if len(keys) < 5 {
-		t.Fatalf("found only %q as $GITHUB_OUTPUT keys in %s's writeOutputs: update driverOutputs", keys, driverFile)
 	}
 	return keys
 }
@@ -729,6 +742,20 @@ func TestRunStep(t *testing.T) {
 		args:   []string{"run", "plan", "--environment=dev"},
 		env:    []string{"TFSTACKPLAN_SERVER=https://tsp.example", "TFSTACKPLAN_AUDIENCE=aud", "TFSTACKPLAN_AUTH=github-actions", "TFSTACKPLAN_TOKEN=s3cret", "TSP_TOKEN=", "TSP_AUTH="},
 	}, {
+		name: "drift, its flags only",
+		inputs: map[string]string{
+			"command": "drift", "working-directory": "infra", "environment": "prod", "dir": "stacks/prod", "all": "true", "base": "origin/main",
+			"parallel": "4", "result": "r.json", "issue-file": "issue.md", "fail-on-drift": "true", "comment-file": "c.md", "pr": "7",
+			"sha": "0123abc", "repo": "acme/infra", "force-unlock": "42", "continue-on-error": "true",
+		},
+		args: []string{"run", "drift", "--environment=prod", "--dir=stacks/prod", "--parallel=4", "--result=" + filepath.Join(work, "infra", "r.json"),
+			"--issue-file=" + filepath.Join(work, "infra", "issue.md"), "--fail-on-drift", "--sha=0123abc", "--repo=acme/infra"},
+	}, {
+		name:   "drift, fail-on-drift not a boolean",
+		inputs: map[string]string{"command": "drift", "environment": "prod", "fail-on-drift": "1"},
+		code:   2,
+		out:    "input fail-on-drift must be true or false, not '1'",
+	}, {
 		name:   "tick",
 		inputs: map[string]string{"command": "tick", "environment": "ignored", "phase": "apply", "stack": "stacks/a", "status": "succeeded", "message": "two words", "execution": "ex-1"},
 		args:   []string{"run", "tick", "--phase=apply", "--stack=stacks/a", "--status=succeeded", "--message=two words"},
@@ -748,7 +775,7 @@ func TestRunStep(t *testing.T) {
 		name:   "unknown command",
 		inputs: map[string]string{"command": "destroy"},
 		code:   2,
-		out:    "command must be plan, apply, merge or tick, not 'destroy'",
+		out:    "command must be plan, apply, merge, drift or tick, not 'destroy'",
 	}, {
 		name:   "a fan-out's shard",
 		inputs: map[string]string{"command": "plan", "environment": "prod", "shard": "2/8", "matrix-result": "m.json", "execution": "ex-1"},
@@ -861,7 +888,7 @@ type example struct {
 // readExamples reads the example workflows.
 func readExamples(t *testing.T) []example {
 	t.Helper()
-	return readWorkflows(t, examplesGlob, 3)
+	return readWorkflows(t, examplesGlob, 4)
 }
 
 // readWorkflows reads the workflows a glob names, at least least of them.
@@ -908,7 +935,9 @@ func TestExampleWorkflows(t *testing.T) {
 					if strings.Contains(s.With["script"], "${{") {
 						t.Errorf("%s interpolates an expression into its script: pass it through env", where)
 					}
-					scripts[where] = s.With["script"]
+					if s.Name == "Comment on the pull request" {
+						scripts[where] = s.With["script"]
+					}
 				}
 			}
 		}
@@ -953,7 +982,7 @@ func TestExampleWorkflowsAuthenticateWithGitHubOIDC(t *testing.T) {
 			}
 		}
 	}
-	if n < 4 {
-		t.Errorf("%d jobs run the action against a server, want the plan and apply jobs of the three examples", n)
+	if n < 5 {
+		t.Errorf("%d jobs run the action against a server, want the plan, apply and drift jobs of the examples", n)
 	}
 }

@@ -80,6 +80,7 @@ func (e Class) Valid() bool {
 // Defines values for ExecutionOp.
 const (
 	ExecutionOpApply ExecutionOp = "apply"
+	ExecutionOpDrift ExecutionOp = "drift"
 	ExecutionOpPlan  ExecutionOp = "plan"
 )
 
@@ -87,6 +88,8 @@ const (
 func (e ExecutionOp) Valid() bool {
 	switch e {
 	case ExecutionOpApply:
+		return true
+	case ExecutionOpDrift:
 		return true
 	case ExecutionOpPlan:
 		return true
@@ -122,6 +125,7 @@ func (e ExecutionStatus) Valid() bool {
 // Defines values for InitOp.
 const (
 	InitOpApply InitOp = "apply"
+	InitOpDrift InitOp = "drift"
 	InitOpPlan  InitOp = "plan"
 )
 
@@ -129,6 +133,8 @@ const (
 func (e InitOp) Valid() bool {
 	switch e {
 	case InitOpApply:
+		return true
+	case InitOpDrift:
 		return true
 	case InitOpPlan:
 		return true
@@ -287,6 +293,26 @@ type Counts struct {
 	Read    int `json:"read,omitempty,omitzero"`
 	Replace int `json:"replace,omitempty,omitzero"`
 	Update  int `json:"update,omitempty,omitzero"`
+}
+
+// DriftCheck One stack's drift check: what a drift execution's Finalize said of it.
+type DriftCheck struct {
+	// CheckedAt When the drift execution finished.
+	CheckedAt time.Time `json:"checked_at"`
+
+	// Class no-changes < additive < mutating < destructive; unclassified when the plan could not be read.
+	Class Class `json:"class,omitempty,omitzero"`
+
+	// Counts Resource changes by action; a replace counts once, as replace.
+	Counts Counts `json:"counts,omitempty,omitzero"`
+
+	// Drifted The stack planned and its plan has changes or resource drift (false when it did not plan).
+	Drifted     bool        `json:"drifted"`
+	Environment string      `json:"environment"`
+	ExecutionID string      `json:"execution_id"`
+	Repo        string      `json:"repo"`
+	Stack       string      `json:"stack"`
+	Status      StackStatus `json:"status"`
 }
 
 // Edge From must run before To.
@@ -521,12 +547,14 @@ type Init struct {
 	Edges []Edge `json:"edges,omitempty,omitzero"`
 
 	// EdgesApproximate The edges are not exactly terramate's run graph: they were derived from stack metadata (run-graph was too slow), or they are only part of it (a graph larger than one Init carries).
-	EdgesApproximate bool           `json:"edges_approximate,omitempty,omitzero"`
-	Environment      string         `json:"environment"`
-	ExecutionID      string         `json:"execution_id"`
-	Op               InitOp         `json:"op"`
-	PR               int            `json:"pr,omitempty,omitzero"`
-	Reasons          []ChangeReason `json:"reasons,omitempty,omitzero"`
+	EdgesApproximate bool   `json:"edges_approximate,omitempty,omitzero"`
+	Environment      string `json:"environment"`
+	ExecutionID      string `json:"execution_id"`
+
+	// Op plan or apply a pull request's stacks, or drift: a scheduled plan of every stack of the environment, of no pull request (`pr` must be absent), whose Finalize records each stack's drift check (GET /drift).
+	Op      InitOp         `json:"op"`
+	PR      int            `json:"pr,omitempty,omitzero"`
+	Reasons []ChangeReason `json:"reasons,omitempty,omitzero"`
 
 	// Repo The repository (`owner/name`, stored lowercased). Required unless the principal is limited to one repository, which it then means; a repository the principal may not act in is `403 PERMISSION_DENIED`.
 	Repo   string   `json:"repo,omitempty,omitzero"`
@@ -538,7 +566,7 @@ type Init struct {
 	StartedAt time.Time `json:"started_at,omitempty,omitzero"`
 }
 
-// InitOp defines model for Init.Op.
+// InitOp plan or apply a pull request's stacks, or drift: a scheduled plan of every stack of the environment, of no pull request (`pr` must be absent), whose Finalize records each stack's drift check (GET /drift).
 type InitOp string
 
 // LogChunk Bytes appended to one stack's log file at `offset` in `generation` (a truncation or
@@ -614,7 +642,10 @@ type StackResult struct {
 	Class Class `json:"class,omitempty,omitzero"`
 
 	// Counts Resource changes by action; a replace counts once, as replace.
-	Counts   Counts      `json:"counts,omitempty,omitzero"`
+	Counts Counts `json:"counts,omitempty,omitzero"`
+
+	// Drifted A drift execution's stack whose plan has changes or resource drift (the server also counts any class but no-changes as drift); ignored for plan and apply.
+	Drifted  bool        `json:"drifted,omitempty,omitzero"`
 	PlanHash string      `json:"plan_hash,omitempty,omitzero"`
 	Stack    string      `json:"stack"`
 	Status   StackStatus `json:"status"`
@@ -727,6 +758,21 @@ type ClaimsListParams struct {
 	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
 	Repo        RepoQuery        `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
 	Environment EnvironmentQuery `form:"environment,omitempty" json:"environment,omitempty,omitzero"`
+}
+
+// DriftListParams defines parameters for DriftList.
+type DriftListParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo RepoQuery `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
+
+	// Environment The environment (required).
+	Environment string `form:"environment" json:"environment"`
+
+	// Stack One stack's history (a repository path); needs `repo` for a principal not limited to one repository.
+	Stack string `form:"stack,omitempty" json:"stack,omitempty,omitzero"`
+
+	// Limit The most checks of one stack's history to list; outside 1 to 500 is `400 INVALID_ARGUMENT`.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ExecutionsListParams defines parameters for ExecutionsList.
@@ -1019,6 +1065,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /claims/release (the `ClaimsRelease` operationId).
 	ClaimsRelease(ctx context.Context, body ClaimsReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DriftList The drift checks of an environment's stacks.
+	//
+	// Without `stack`: each stack's latest drift check in the environment (by stack). With
+	// `stack`: that stack's drift checks, newest first, at most `limit`. A drift check is
+	// recorded by the Finalize of an execution of op `drift`. A principal limited to
+	// repositories reads only theirs (see `repo`).
+	//
+	// Corresponds with GET /drift (the `DriftList` operationId).
+	DriftList(ctx context.Context, params *DriftListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
@@ -1577,6 +1633,26 @@ func (c *Client) ClaimsReleaseWithBody(ctx context.Context, contentType string, 
 // Corresponds with POST /claims/release (the `ClaimsRelease` operationId).
 func (c *Client) ClaimsRelease(ctx context.Context, body ClaimsReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewClaimsReleaseRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DriftList The drift checks of an environment's stacks.
+//
+// Without `stack`: each stack's latest drift check in the environment (by stack). With
+// `stack`: that stack's drift checks, newest first, at most `limit`. A drift check is
+// recorded by the Finalize of an execution of op `drift`. A principal limited to
+// repositories reads only theirs (see `repo`).
+//
+// Corresponds with GET /drift (the `DriftList` operationId).
+func (c *Client) DriftList(ctx context.Context, params *DriftListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDriftListRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2611,6 +2687,84 @@ func NewClaimsReleaseRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDriftListRequest constructs an http.Request for the DriftList method
+func NewDriftListRequest(server string, params *DriftListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/drift")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stack", params.Stack, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -3671,6 +3825,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /claims/release (the `ClaimsRelease` operationId).
 	ClaimsReleaseWithResponse(ctx context.Context, body ClaimsReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimsReleaseResponse, error)
 
+	// DriftListWithResponse The drift checks of an environment's stacks.
+	//
+	// Without `stack`: each stack's latest drift check in the environment (by stack). With
+	// `stack`: that stack's drift checks, newest first, at most `limit`. A drift check is
+	// recorded by the Finalize of an execution of op `drift`. A principal limited to
+	// repositories reads only theirs (see `repo`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /drift (the `DriftList` operationId).
+	DriftListWithResponse(ctx context.Context, params *DriftListParams, reqEditors ...RequestEditorFn) (*DriftListResponse, error)
+
 	// FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
 	// Idempotency key `execution_id`; the first finalize wins.
@@ -4388,6 +4554,54 @@ func (r ClaimsReleaseResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ClaimsReleaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DriftListResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]DriftCheck
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DriftListResponse) GetJSON200() *[]DriftCheck {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DriftListResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DriftListResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DriftListResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DriftListResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DriftListResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5454,6 +5668,24 @@ func (c *ClientWithResponses) ClaimsReleaseWithResponse(ctx context.Context, bod
 	return ParseClaimsReleaseResponse(rsp)
 }
 
+// DriftListWithResponse The drift checks of an environment's stacks.
+//
+// Without `stack`: each stack's latest drift check in the environment (by stack). With
+// `stack`: that stack's drift checks, newest first, at most `limit`. A drift check is
+// recorded by the Finalize of an execution of op `drift`. A principal limited to
+// repositories reads only theirs (see `repo`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /drift (the `DriftList` operationId).
+func (c *ClientWithResponses) DriftListWithResponse(ctx context.Context, params *DriftListParams, reqEditors ...RequestEditorFn) (*DriftListResponse, error) {
+	rsp, err := c.DriftList(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDriftListResponse(rsp)
+}
+
 // FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
 // Idempotency key `execution_id`; the first finalize wins.
@@ -6230,6 +6462,39 @@ func ParseClaimsReleaseResponse(rsp *http.Response) (*ClaimsReleaseResponse, err
 	return response, nil
 }
 
+// ParseDriftListResponse parses an HTTP response from a DriftListWithResponse call
+func ParseDriftListResponse(rsp *http.Response) (*DriftListResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DriftListResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []DriftCheck
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseFinalizeResponse parses an HTTP response from a FinalizeWithResponse call
 func ParseFinalizeResponse(rsp *http.Response) (*FinalizeResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6850,6 +7115,9 @@ type ServerInterface interface {
 	// ClaimsRelease Release one stack's claim (stack set) or all of a PR's claims in an environment.
 	// (POST /claims/release)
 	ClaimsRelease(w http.ResponseWriter, r *http.Request)
+	// DriftList The drift checks of an environment's stacks.
+	// (GET /drift)
+	DriftList(w http.ResponseWriter, r *http.Request, params DriftListParams)
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	// (POST /events/finalize)
 	Finalize(w http.ResponseWriter, r *http.Request)
@@ -7166,6 +7434,78 @@ func (siw *ServerInterfaceWrapper) ClaimsRelease(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ClaimsRelease(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DriftList operation middleware
+func (siw *ServerInterfaceWrapper) DriftList(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DriftListParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "environment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "environment", r.URL.Query(), &params.Environment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "environment"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "environment", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "stack" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "stack", r.URL.Query(), &params.Stack, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "stack"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "stack", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DriftList(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7888,6 +8228,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}", wrapper.ExecutionGet)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/gates", wrapper.ExecutionGates)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/log", wrapper.LogRead)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/drift", wrapper.DriftList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/audit", wrapper.AuditList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/health", wrapper.Health)
 
@@ -8199,6 +8540,45 @@ type ClaimsReleasedefaultJSONResponse struct {
 }
 
 func (response ClaimsReleasedefaultJSONResponse) VisitClaimsReleaseResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DriftListRequestObject struct {
+	Params DriftListParams
+}
+
+type DriftListResponseObject interface {
+	VisitDriftListResponse(w http.ResponseWriter) error
+}
+
+type DriftList200JSONResponse []DriftCheck
+
+func (response DriftList200JSONResponse) VisitDriftListResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DriftListdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response DriftListdefaultJSONResponse) VisitDriftListResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -8938,6 +9318,9 @@ type StrictServerInterface interface {
 	// ClaimsRelease Release one stack's claim (stack set) or all of a PR's claims in an environment.
 	// (POST /claims/release)
 	ClaimsRelease(ctx context.Context, request ClaimsReleaseRequestObject) (ClaimsReleaseResponseObject, error)
+	// DriftList The drift checks of an environment's stacks.
+	// (GET /drift)
+	DriftList(ctx context.Context, request DriftListRequestObject) (DriftListResponseObject, error)
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	// (POST /events/finalize)
 	Finalize(ctx context.Context, request FinalizeRequestObject) (FinalizeResponseObject, error)
@@ -9259,6 +9642,32 @@ func (sh *strictHandler) ClaimsRelease(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ClaimsReleaseResponseObject); ok {
 		if err := validResponse.VisitClaimsReleaseResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DriftList operation middleware
+func (sh *strictHandler) DriftList(w http.ResponseWriter, r *http.Request, params DriftListParams) {
+	var request DriftListRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DriftList(ctx, request.(DriftListRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DriftList")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DriftListResponseObject); ok {
+		if err := validResponse.VisitDriftListResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -15,6 +15,7 @@ const (
 	ExitFailure    = 1 // a stack, terramate or anything else failed
 	ExitUsage      = 2 // bad flags, unknown command, bare invocation
 	ExitGateDenied = 3 // the apply-time gate check did not allow the apply
+	ExitDrift      = 4 // run drift --fail-on-drift: a stack drifted
 )
 
 // UsageError is a command-line mistake: it exits 2.
@@ -55,6 +56,8 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, ErrGateDenied):
 		return ExitGateDenied
+	case errors.Is(err, ErrDrift):
+		return ExitDrift
 	case errors.Is(err, context.Canceled):
 		return ExitFailure
 	default:

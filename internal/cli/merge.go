@@ -44,6 +44,7 @@ func newMergeCmd(ios *IO) *cobra.Command {
 	f.StringVar(&opts.Merge.Matrix, "matrix", "", "the matrix job's result document `FILE` (required)")
 	f.StringVar(&opts.Merge.ResultPath, "result", "", "where the merged result document goes (default $RUNNER_TEMP/tfstackplan-result.json in Actions, else ./tfstackplan-result.json)")
 	f.StringVar(&opts.Merge.CommentFile, "comment-file", "", "write the PR comment markdown here (default in Actions: $RUNNER_TEMP/tfstackplan-comment-ENV.md)")
+	f.StringVar(&opts.Merge.IssueFile, "issue-file", "", "a fan-out of run drift: write the drift issue body markdown here")
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tfstackplan/tfstackplan/runner"
 )
@@ -40,13 +41,13 @@ type RunOptions struct {
 func newRunCmd(ios *IO) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "The CI job: plan or apply the changed stacks of an environment, report ticks",
+		Short: "The CI job: plan or apply the changed stacks of an environment, check drift, report ticks",
 		Long: "run plan and run apply run terramate scripts over the changed stacks of one environment,\n" +
 			"classify each stack's plan, report live progress to the control plane and write a result\n" +
-			"document; run apply applies only after the gate allows it. run tick is called by the\n" +
-			"scripts between phases.",
+			"document; run apply applies only after the gate allows it. run drift plans every stack on a\n" +
+			"schedule and records which drifted. run tick is called by the scripts between phases.",
 	}
-	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newMergeCmd(ios), newTickCmd(ios))
+	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newMergeCmd(ios), newDriftCmd(ios), newTickCmd(ios))
 	return cmd
 }
 
@@ -83,14 +84,8 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 			if opts.Changed && opts.All {
 				return writeUsageResult(ios, op, errors.New("--changed and --all exclude each other"))
 			}
-			if opts.InterruptGrace <= 0 || opts.InterruptGrace > maxInterruptGrace {
-				return writeUsageResult(ios, op, fmt.Errorf("--interrupt-grace %s: must be more than 0s and at most %s", opts.InterruptGrace, maxInterruptGrace))
-			}
-			if n, ok := driverMaxProcs(os.Getenv); ok {
-				runtime.GOMAXPROCS(n)
-			}
-			if n, ok := driverGCPercent(os.Getenv); ok {
-				debug.SetGCPercent(n)
+			if err := startDriver(ios, op, opts.InterruptGrace); err != nil {
+				return err
 			}
 			return runRun(cmd.Context(), opts)
 		},
@@ -119,18 +114,39 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 	f.StringVar(&r.Repo, "repo", "", "the repository, `OWNER/NAME` (default: GITHUB_REPOSITORY, else the git remote origin's)")
 	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
-	f.StringVar(&r.ExecutionID, "execution", "", "the execution `ID` to report into (default: a new random id; a shard job: the matrix job's `execution` output)")
-	f.IntVar(&r.Matrix, "matrix", 0, "fan out: cut the stacks into at most `N` shards along their dependency chains, announce the execution, print the GitHub matrix on stdout and run nothing")
-	f.StringVar(&r.Shard, "shard", "", "fan out: run only shard `K/N` of the cut, into the matrix job's execution, without finalizing it (run merge does)")
-	f.StringVar(&r.MatrixResult, "matrix-result", "", "a shard job: the matrix job's result document `FILE`, whose cut (and execution) it takes")
+	addFanOutFlags(f, r)
 	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
 	f.DurationVar(&opts.InterruptGrace, "interrupt-grace", runner.DefaultInterruptGrace,
 		"after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed (sized for GitHub's cancel: SIGINT, SIGTERM 7.5s later, SIGKILL 2.5s after that)")
 	return cmd
 }
 
+// addFanOutFlags adds the flags of a fan-out over the GitHub Actions matrix (run plan, apply
+// and drift).
+func addFanOutFlags(f *pflag.FlagSet, r *runner.RunOptions) {
+	f.StringVar(&r.ExecutionID, "execution", "", "the execution `ID` to report into (default: a new random id; a shard job: the matrix job's `execution` output)")
+	f.IntVar(&r.Matrix, "matrix", 0, "fan out: cut the stacks into at most `N` shards along their dependency chains, announce the execution, print the GitHub matrix on stdout and run nothing")
+	f.StringVar(&r.Shard, "shard", "", "fan out: run only shard `K/N` of the cut, into the matrix job's execution, without finalizing it (run merge does)")
+	f.StringVar(&r.MatrixResult, "matrix-result", "", "a shard job: the matrix job's result document `FILE`, whose cut (and execution) it takes")
+}
+
 // maxInterruptGrace bounds --interrupt-grace: a cancelled job must end.
 const maxInterruptGrace = 10 * time.Minute
+
+// startDriver checks --interrupt-grace (a usage error, with its result document, when out of
+// range) and tunes the runtime for the driver (driverMaxProcs, driverGCPercent).
+func startDriver(ios *IO, op string, grace time.Duration) error {
+	if grace <= 0 || grace > maxInterruptGrace {
+		return writeUsageResult(ios, op, fmt.Errorf("--interrupt-grace %s: must be more than 0s and at most %s", grace, maxInterruptGrace))
+	}
+	if n, ok := driverMaxProcs(os.Getenv); ok {
+		runtime.GOMAXPROCS(n)
+	}
+	if n, ok := driverGCPercent(os.Getenv); ok {
+		debug.SetGCPercent(n)
+	}
+	return nil
+}
 
 // driverMaxProcs is how many threads may run the driver's own Go code at once (GOMAXPROCS)
 // during `run plan|apply`, and whether to set it: one, unless the GOMAXPROCS environment
@@ -202,6 +218,11 @@ func resultFlag(args []string) string {
 // the interrupt grace ends; a second signal changes nothing (GitHub follows its SIGINT with a
 // SIGTERM 7.5 s later as a matter of course), and a third kills everything and exits at once.
 func runRun(ctx context.Context, opts *RunOptions) error {
+	return resultError(runResult(ctx, opts))
+}
+
+// runResult is runRun's run, returning its result document.
+func runResult(ctx context.Context, opts *RunOptions) *runner.Result {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -263,8 +284,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 		}
 	}()
 
-	res := runner.Run(ctx, r)
-	return resultError(res)
+	return runner.Run(ctx, r)
 }
 
 // resultError maps a run's result onto the error Main turns into the exit code.

@@ -408,3 +408,11 @@ func nonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+func (h *handlers) DriftList(ctx context.Context, r api.DriftListRequestObject) (api.DriftListResponseObject, error) {
+	out, err := h.svc.Drift(ctx, caller(ctx), r.Params.Repo, r.Params.Environment, r.Params.Stack, r.Params.Limit)
+	if err != nil {
+		return api.DriftListdefaultJSONResponse(h.errResp(err)), nil
+	}
+	return api.DriftList200JSONResponse(nonNil(out)), nil
+}

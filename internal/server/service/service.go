@@ -220,10 +220,13 @@ func checkInit(in *api.Init) error {
 		return err
 	}
 	if !in.Op.Valid() {
-		return invalid("op %q is not plan or apply", in.Op)
+		return invalid("op %q is not plan, apply or drift", in.Op)
 	}
 	if in.PR < 0 {
 		return invalid("pr %d is negative (0: no pull request)", in.PR)
+	}
+	if api.ExecutionOp(in.Op) == OpDrift && in.PR != 0 {
+		return invalid("pr %d: a drift execution is of no pull request", in.PR)
 	}
 	if err := checkTexts(MaxShortLen, "sha", in.SHA, "base", in.Base, "actor", in.Actor); err != nil {
 		return err
@@ -389,7 +392,7 @@ func changed(c api.Class) bool { return c != "" && c != events.ClassNoChanges }
 // Finalize ends an execution (the first finalize wins); only the principal that announced it,
 // or an admin, may. A successful plan of a PR claims its changed stacks in the environment and
 // records the gates they need; a successful apply releases the PR's claims; either concludes
-// the PR's check.
+// the PR's check. A drift execution records its stacks' drift checks.
 func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize) (api.Ack, error) {
 	if err := checkName("execution_id", in.ExecutionID); err != nil {
 		return api.Ack{}, err
@@ -490,6 +493,11 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		}
 		if err := tx.SaveExecution(e); err != nil {
 			return err
+		}
+		if e.Op == OpDrift {
+			if err := tx.AddDriftChecks(driftChecks(e, in)); err != nil {
+				return err
+			}
 		}
 		if e.PR != 0 {
 			if err := s.settlePR(tx, e, stacks, now); err != nil {

@@ -353,8 +353,8 @@ type Tx interface {
 	StaleExecutions(before time.Time, limit int) ([]string, error)
 
 	// PruneExecutions deletes up to limit finished executions (finalized, or no longer running)
-	// that started and finished before `before`, with their stacks, phases and logs, and
-	// returns how many it deleted. It keeps every execution something live still needs at now:
+	// that started and finished before `before`, with their stacks, phases, logs and drift checks
+	// (not a stack's latest, LatestDrift), and returns how many it deleted. It keeps every execution something live still needs at now:
 	// a claim not expired, a gate, an active grant or a lease (in force, or whose granter
 	// binding is still to be removed) naming it, and the latest plan of each PR (what a gate
 	// check decides over).
@@ -365,6 +365,16 @@ type Tx interface {
 	// ExecutionsSince counts the executions a principal announced at since or later, up to
 	// limit, and returns when the first of them was received (zero when none).
 	ExecutionsSince(principal string, since time.Time, limit int) (n int, first time.Time, err error)
+
+	// AddDriftChecks records the drift checks of a drift execution: each in its stack's history
+	// (once per stack and execution) and as its stack's latest, unless the latest recorded is
+	// of a later time.
+	AddDriftChecks(cs []api.DriftCheck) error
+	// LatestDrift lists each stack's latest drift check in environment env of repo (of every
+	// repository when repo is ""), by repository and stack.
+	LatestDrift(repo, env string) ([]api.DriftCheck, error)
+	// DriftHistory lists one stack's drift checks, newest first, at most limit.
+	DriftHistory(repo, env, stack string, limit int) ([]api.DriftCheck, error)
 
 	// LockEnvironment serializes claim, gate and grant decisions on a repository's environment
 	// until the transaction ends (a database lock, so it holds across replicas).

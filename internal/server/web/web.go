@@ -111,6 +111,7 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	mux.Handle("GET /ui/claims", g(u.claims))
 	mux.Handle("GET /ui/gates", g(u.gates))
 	mux.Handle("GET /ui/audit", g(u.audit))
+	mux.Handle("GET /ui/drift", g(u.drift))
 	mux.Handle("GET /ui/stream/executions", g(u.streamList))
 	mux.Handle("GET /ui/stream/executions/{id}", g(u.streamExecution))
 	mux.HandleFunc("POST /ui/login", u.login)
@@ -217,7 +218,9 @@ type page struct {
 	Grants  []api.Grant
 	Checks  []api.Check
 	Audit   []api.AuditEntry
-	Next    string
+	// Drift is the drift page's view.
+	Drift *driftView
+	Next  string
 	// Older links the executions list's or the audit log's next (older) page, and OlderGates,
 	// OlderGrants and OlderChecks that of each list of the gates page, when there may be one:
 	// URLs so that a link keeps its separators instead of having them escaped.

@@ -22,7 +22,8 @@ const prunableSQL = "SELECT e.id FROM executions e WHERE e.started_at < ? AND e.
 	"ORDER BY e.started_at LIMIT ?"
 
 // prunedTables are the tables whose rows of a pruned execution go with it (the execution last).
-var prunedTables = []string{"log_chunks", "phases", "stacks", "execution_seen", "claims", "leases", "executions"}
+// A stack's latest drift check (drift_latest) stays: it is the last word on its stack.
+var prunedTables = []string{"log_chunks", "phases", "stacks", "execution_seen", "claims", "leases", "drift_checks", "executions"}
 
 func (t *sqlTx) PruneExecutions(before, now time.Time, limit int) (int64, error) {
 	rows, err := t.query(prunableSQL, ns(before), ns(before), ns(now), ns(now), ns(now), max(limit, 1))
