@@ -337,6 +337,9 @@ func (r *run) notes() []string {
 		}
 		out = append(out, b.String())
 	}
+	if note := r.carriedNote(); note != "" {
+		out = append(out, note)
+	}
 	return out
 }
 

@@ -88,6 +88,8 @@ type Result struct {
 	Matrix *Matrix `json:"matrix,omitempty"`
 	// Shard is the shard ("K/N") a shard job ran.
 	Shard string `json:"shard,omitempty"`
+	// RerunOf is the earlier plan whose outcomes `--rerun-failed` carried.
+	RerunOf string `json:"rerun_of,omitempty"`
 	// Plans are a shard job's classified plans, for the merge to render: the JSON render of
 	// its report (internal/plan JSON, sensitive values masked).
 	Plans json.RawMessage `json:"plans,omitempty"`

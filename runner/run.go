@@ -149,6 +149,9 @@ type RunOptions struct {
 	// MatrixResult is the matrix job's result document: a shard takes its cut (and execution)
 	// from it instead of cutting again by stack count.
 	MatrixResult string
+	// RerunFailed plans again only what the pull request's latest plan of the environment did
+	// not plan, and what runs after it, carrying the other stacks' outcomes (rerun.go).
+	RerunFailed bool
 }
 
 // run is the state of one run.
@@ -227,6 +230,9 @@ type run struct {
 	revokeAtFinish bool
 	// shardsGate is the gate verdict a merge takes from its shards' results.
 	shardsGate *GateResult
+	// carried are the stacks --rerun-failed does not plan again, with what the earlier plan
+	// said of them (by repository path).
+	carried map[string]api.StackState
 }
 
 // Run runs `run plan` or `run apply` and returns its result document, already written to the
@@ -251,6 +257,9 @@ func Run(ctx context.Context, o RunOptions) (res *Result) {
 	ok := r.discover(ctx)
 	r.awaitHead()
 	if !ok {
+		return
+	}
+	if o.RerunFailed && !r.selectRerun(ctx) {
 		return
 	}
 	if o.Matrix > 0 {
@@ -358,7 +367,7 @@ func (r *run) setup() bool {
 		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--pr must be a positive pull request number, got %d", o.PR)))
 		return false
 	}
-	if msg := fanOutUsage(o); msg != "" {
+	if msg := cmp.Or(fanOutUsage(o), rerunUsage(o)); msg != "" {
 		r.fail(newResultError(KindUsage, "config", msg))
 		return false
 	}
@@ -1295,7 +1304,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	}
 	var runErr error
 	if r.subset {
-		runErr = r.tm.ScriptRunStacks(ctx, w, sro, r.listed, r.after())
+		runErr = r.tm.ScriptRunStacks(ctx, w, sro, r.toRun(), r.after())
 	} else {
 		runErr = r.tm.ScriptRun(ctx, w, sro)
 	}
@@ -1503,6 +1512,16 @@ func (r *run) classify(out scriptOutcome, report bool) {
 	var unsent []int
 	for i := range r.res.Stacks {
 		e := &r.res.Stacks[i]
+		if c, ok := r.carried[e.Path]; ok {
+			s := r.carry(e.Path, c)
+			s.Why = e.Why
+			r.classed[e.Path] = s
+			r.report.Stacks = append(r.report.Stacks, s)
+			e.Status, e.Class, e.Counts, e.PlanHash = StatusSucceeded, s.Class, s.Counts, s.PlanHash
+			e.Destructive = append([]string{}, c.Destructive...)
+			unsent = append(unsent, i)
+			continue
+		}
 		s := r.early[e.Path]
 		// A stack classified early ticked done with its fresh plan: no need to look again.
 		file, fresh, ferr := "", true, error(nil)
@@ -1610,6 +1629,9 @@ func (r *run) sendAllUpdates(ctx context.Context) {
 func (r *run) update(path, status string, s *plan.Stack) events.Update {
 	u := s.Event()
 	u.ExecutionID, u.Stack, u.Status, u.Seq, u.At = r.o.ExecutionID, path, wireStatus(status), r.seqNext(), r.now().UTC()
+	if c, ok := r.carried[path]; ok {
+		u.Destructive = c.Destructive[:min(len(c.Destructive), plan.MaxDestructive)]
+	}
 	return u
 }
 

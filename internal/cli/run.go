@@ -115,6 +115,9 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
 	addFanOutFlags(f, r)
+	if op == runner.OpPlan {
+		f.BoolVar(&r.RerunFailed, "rerun-failed", false, "plan again only the stacks the pull request's latest plan of the environment did not plan (failed, cancelled, not run) and what runs after them; carry the others' outcomes")
+	}
 	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
 	f.DurationVar(&opts.InterruptGrace, "interrupt-grace", runner.DefaultInterruptGrace,
 		"after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed (sized for GitHub's cancel: SIGINT, SIGTERM 7.5s later, SIGKILL 2.5s after that)")
