@@ -616,12 +616,13 @@ var ErrNoExecution = errors.New("no such execution on the server")
 // LastDurations returns, per stack (its root-relative path, as the runner reports it), how
 // long its most recent ended run took in a finished plan execution of repo's environment, any
 // PR (repo empty: the server's choice for the principal). It lists the newest executions and
-// reads the finished plans among them, newest first, until every stack they name has a
-// duration or MaxDurationExecutions were read: an older plan fills only the stacks the newer
-// ones left without one. It is best-effort: within HistoryBudget and through the breaker like
-// every read, and a stack missing from the map is unknown. A disabled client returns nil, nil
-// without a request. On an error the map holds what was read before it (possibly nothing).
-func (c *Client) LastDurations(ctx context.Context, repo, environment string) (map[string]time.Duration, error) {
+// reads the finished plans among them, newest first, until every stack of want (nil: every
+// stack they name) has a duration or MaxDurationExecutions were read: an older plan fills only
+// the stacks the newer ones left without one. It is best-effort: within HistoryBudget and
+// through the breaker like every read, and a stack missing from the map is unknown. A disabled
+// client returns nil, nil without a request. On an error the map holds what was read before it
+// (possibly nothing).
+func (c *Client) LastDurations(ctx context.Context, repo, environment string, want []string) (map[string]time.Duration, error) {
 	const op = "LastDurations"
 	if !c.Enabled() {
 		return nil, nil
@@ -640,7 +641,7 @@ func (c *Client) LastDurations(ctx context.Context, repo, environment string) (m
 		if x.Op != api.ExecutionOpPlan || x.Status == api.ExecutionStatusRunning || x.Environment != environment {
 			continue
 		}
-		if read == MaxDurationExecutions || read > 0 && len(out) == len(seen) {
+		if read == MaxDurationExecutions || read > 0 && known(out, seen, want) {
 			break
 		}
 		full, err := c.executionGet(ctx, op, x.ExecutionID)
@@ -659,6 +660,20 @@ func (c *Client) LastDurations(ctx context.Context, repo, environment string) (m
 		}
 	}
 	return out, nil
+}
+
+// known reports whether out has a duration for every stack of want, or with want nil for every
+// stack seen.
+func known(out map[string]time.Duration, seen map[string]bool, want []string) bool {
+	if want == nil {
+		return len(out) == len(seen)
+	}
+	for _, w := range want {
+		if _, ok := out[w]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // LatestExecution returns the newest execution of pr in repo's environment (repo empty: the

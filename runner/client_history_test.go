@@ -201,7 +201,7 @@ func TestLastDurationsNewestFirstOlderFillTheGaps(t *testing.T) {
 		hc.seed(t, h.theirs, events.Init{ExecutionID: "o1", Repo: "acme/other", Environment: "prod", Op: events.OpPlan, PR: 3},
 			events.ExecutionSucceeded, ran{"a", s, 96 * time.Second, nil}, ran{"z", s, 95 * time.Second, nil})
 
-		got, err := h.mine.LastDurations(context.Background(), "acme/infra", "prod")
+		got, err := h.mine.LastDurations(context.Background(), "acme/infra", "prod", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,17 +209,32 @@ func TestLastDurationsNewestFirstOlderFillTheGaps(t *testing.T) {
 		if n := h.gets(); n != 2 {
 			t.Fatalf("%d executions read, want 2 (p2, then p1 for c; p0 not needed): %v", n, h.requests())
 		}
+		// With the stacks the caller needs, the read stops once they all have one: a alone is
+		// in the newest plan; e, which only the oldest plan timed, takes all three.
+		for _, c := range []struct {
+			want  []string
+			reads int
+		}{{[]string{"a"}, 1}, {[]string{"a", "d"}, 2}, {[]string{"a", "e"}, 3}} {
+			before := h.gets()
+			got, err := h.mine.LastDurations(context.Background(), "acme/infra", "prod", c.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := h.gets() - before; n != c.reads || got["a"] != 11*time.Second+250*time.Millisecond {
+				t.Errorf("want %v: %d executions read (want %d), durations %v", c.want, n, c.reads, got)
+			}
+		}
 		// The repository left to the server is the principal's own.
-		got, err = h.theirs.LastDurations(context.Background(), "", "prod")
+		got, err = h.theirs.LastDurations(context.Background(), "", "prod", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		wantDurations(t, got, map[string]time.Duration{"a": 96 * time.Second, "z": 95 * time.Second})
 		// Another repository's durations are refused, not mixed in.
-		if got, err := h.theirs.LastDurations(context.Background(), "acme/infra", "prod"); err == nil || len(got) != 0 {
+		if got, err := h.theirs.LastDurations(context.Background(), "acme/infra", "prod", nil); err == nil || len(got) != 0 {
 			t.Fatalf("acme/other's runner read acme/infra's durations: %v, %v", got, err)
 		}
-		if _, err := h.mine.LastDurations(context.Background(), "acme/infra", ""); err == nil || !strings.Contains(err.Error(), "environment") {
+		if _, err := h.mine.LastDurations(context.Background(), "acme/infra", "", nil); err == nil || !strings.Contains(err.Error(), "environment") {
 			t.Fatalf("no environment: %v", err)
 		}
 	})
@@ -235,7 +250,7 @@ func TestLastDurationsReadsAtMostTheCap(t *testing.T) {
 			hc.seed(t, h.mine, prodPlan(fmt.Sprintf("p%d", i), 1), events.ExecutionSucceeded,
 				ran{"x", events.StackSkipped, 0, nil}, ran{"y", events.StackSucceeded, time.Duration(i+1) * time.Second, nil})
 		}
-		got, err := h.mine.LastDurations(context.Background(), "", "prod")
+		got, err := h.mine.LastDurations(context.Background(), "", "prod", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +267,7 @@ func TestHistoryReadsOfADisabledClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.LastDurations(context.Background(), "acme/infra", "prod")
+	got, err := c.LastDurations(context.Background(), "acme/infra", "prod", nil)
 	if got != nil || err != nil {
 		t.Fatalf("disabled: %v, %v", got, err)
 	}
@@ -276,7 +291,7 @@ func TestLastDurationsOfADownServerIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := c.LastDurations(context.Background(), "acme/infra", "prod")
+		got, err := c.LastDurations(context.Background(), "acme/infra", "prod", nil)
 		var te *TransportError
 		if len(got) != 0 || !errors.As(err, &te) {
 			t.Fatalf("down server: %v, %v", got, err)
@@ -284,7 +299,7 @@ func TestLastDurationsOfADownServerIsBounded(t *testing.T) {
 		if !c.Unreachable() {
 			t.Fatal("the breaker is closed after a refused read")
 		}
-		if _, err := c.LastDurations(context.Background(), "acme/infra", "prod"); !errors.Is(err, ErrCircuitOpen) {
+		if _, err := c.LastDurations(context.Background(), "acme/infra", "prod", nil); !errors.Is(err, ErrCircuitOpen) {
 			t.Fatalf("with the breaker open: %v", err)
 		}
 		if _, err := c.LatestExecution(context.Background(), "acme/infra", "prod", 1, "plan"); !errors.Is(err, ErrCircuitOpen) {
@@ -312,7 +327,7 @@ func TestLastDurationsOfADownServerIsBounded(t *testing.T) {
 		}
 		c.historyBudget = 300 * time.Millisecond
 		start := time.Now()
-		_, err = c.LastDurations(context.Background(), "acme/infra", "prod")
+		_, err = c.LastDurations(context.Background(), "acme/infra", "prod", nil)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("silent server: %v", err)

@@ -255,7 +255,7 @@ func (r *run) matrix(ctx context.Context) {
 	if r.client.Enabled() {
 		var err error
 		// Best effort and bounded (HistoryBudget): without them the cut weighs stack counts.
-		if weights, err = r.client.LastDurations(ctx, r.o.Repo, r.o.Environment); err != nil {
+		if weights, err = r.client.LastDurations(ctx, r.o.Repo, r.o.Environment, r.paths); err != nil {
 			r.warn("the stacks' last durations could not be read from the server, so the cut weighs only those it got: %v", err)
 		}
 	}
