@@ -126,17 +126,21 @@ const MaxRunBytes = 64 << 10
 // which is what the log ingest of PostgreSQL spent its time on. Readers go by offset and do
 // not see how the bytes were cut.
 func joinRuns(cs []store.LogChunk) (rows []store.LogChunk, counts []int64) {
-	for i, c := range cs {
-		if last := len(rows) - 1; i > 0 && c.GapLength == 0 && rows[last].GapLength == 0 && c.Stack == rows[last].Stack &&
-			c.Generation == rows[last].Generation && c.Offset == rows[last].End() && len(rows[last].Data)+len(c.Data) <= MaxRunBytes {
-			if counts[last] == 1 { // copy before appending: the first chunk's bytes are the caller's
-				rows[last].Data = append(make([]byte, 0, min(MaxRunBytes, 2*len(rows[last].Data)+len(c.Data))), rows[last].Data...)
-			}
-			rows[last].Data = append(rows[last].Data, c.Data...)
-			counts[last]++
-			continue
+	for i := 0; i < len(cs); {
+		c, j, size := cs[i], i+1, len(cs[i].Data)
+		for c.GapLength == 0 && j < len(cs) && cs[j].GapLength == 0 && cs[j].Stack == c.Stack && cs[j].Generation == c.Generation &&
+			cs[j].Offset == cs[j-1].End() && size+len(cs[j].Data) <= MaxRunBytes {
+			size += len(cs[j].Data)
+			j++
 		}
-		rows, counts = append(rows, c), append(counts, 1)
+		if j > i+1 {
+			c.Data = make([]byte, 0, size)
+			for _, d := range cs[i:j] {
+				c.Data = append(c.Data, d.Data...)
+			}
+		}
+		rows, counts = append(rows, c), append(counts, int64(j-i))
+		i = j
 	}
 	return rows, counts
 }
