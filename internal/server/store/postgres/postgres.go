@@ -5,6 +5,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,9 +26,17 @@ const DefaultChannel = "tfstackplan_events"
 type Options struct {
 	// Channel overrides DefaultChannel (tests isolate themselves with it).
 	Channel string
-	// MaxConns bounds the connection pool (default 20).
+	// MaxConns bounds the connection pool (default DefaultMaxConns).
 	MaxConns int
+	// MinConns is how many connections Open readies before it returns (sqlstore.DB.Warm: each
+	// with the runner events' statements prepared), at most MaxConns; none by default. serve
+	// readies the whole pool, so the first burst of runners after a start does not pay for
+	// new connections while it waits.
+	MinConns int
 }
+
+// DefaultMaxConns is the connection pool's size unless Options.MaxConns says otherwise.
+const DefaultMaxConns = 20
 
 // Open connects to the postgres:// URL and migrates the schema (search_path selects it).
 func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
@@ -41,7 +50,7 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 	db := stdlib.OpenDB(*cfg)
 	maxConns := opts.MaxConns
 	if maxConns <= 0 {
-		maxConns = 20
+		maxConns = DefaultMaxConns
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
@@ -78,7 +87,27 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if opts.MinConns > 0 {
+		if err := s.Warm(pctx, opts.MinConns, prepare); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// prepare prepares queries on connection c, each named by its text, so that pgx runs each
+// query through its prepared statement (see pgx.Conn.Prepare).
+func prepare(ctx context.Context, c *sql.Conn, queries []string) error {
+	return c.Raw(func(dc any) error {
+		conn := dc.(*stdlib.Conn).Conn()
+		for _, q := range queries {
+			if _, err := conn.Prepare(ctx, q, q); err != nil {
+				return fmt.Errorf("prepare %.40q: %w", q, err)
+			}
+		}
+		return nil
+	})
 }
 
 // listen holds one LISTEN connection, reconnecting with backoff, until ctx ends.

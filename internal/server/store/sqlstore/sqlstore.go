@@ -462,6 +462,52 @@ func stripComments(stmt string) string {
 	return b.String()
 }
 
+// hotQueries are the statements of a runner's events and logs, as sent: the owner check, the
+// one-statement phase, update and log batch writes, and the liveness note.
+func (s *DB) hotQueries() []string {
+	qs := []string{executionPrincipalSQL, eventSQL(s.d.ForShare, applyUpdateCTEs, []string{"w"}),
+		eventSQL(s.d.ForShare, addPhaseCTEs, []string{"p"}), seeExecutionSQL}
+	if s.d.WritableCTE {
+		qs = append(qs, logBatchSQL)
+	}
+	for i, q := range qs {
+		qs[i] = s.q(q)
+	}
+	return qs
+}
+
+// Warm opens n connections of the write handle (fewer when its pool is smaller) and readies
+// each for the runner's events: prepare gets each connection with the statements of the events
+// and logs (hotQueries), to prepare them there (and so read the catalog entries of their tables).
+// A fresh connection costs the database a process, its catalog reads and the preparation of
+// each statement it runs; without Warm, the first burst of events after a start pays all of that
+// at once, one connection a concurrent request, and every request waits for it (a runner's
+// paced log then stays that late). Warm returns the first error; the connections that were
+// readied stay in the pool either way.
+func (s *DB) Warm(ctx context.Context, n int, prepare func(ctx context.Context, c *sql.Conn, queries []string) error) error {
+	if s.wdb.Stats().MaxOpenConnections > 0 {
+		n = min(n, s.wdb.Stats().MaxOpenConnections)
+	}
+	queries := s.hotQueries()
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the pool, readied
+		}
+	}()
+	for range n {
+		c, err := s.wdb.Conn(ctx)
+		if err != nil {
+			return s.mapErr(err)
+		}
+		conns = append(conns, c)
+		if err := prepare(ctx, c, queries); err != nil {
+			return s.mapErr(err)
+		}
+	}
+	return nil
+}
+
 // Read runs fn in a transaction on the read handle.
 func (s *DB) Read(ctx context.Context, fn func(store.Tx) error) error {
 	tx, err := s.rdb.BeginTx(ctx, nil)

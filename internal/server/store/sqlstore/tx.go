@@ -450,21 +450,26 @@ func fromEvent(types []string, where string) string {
 	return b.String()
 }
 
+// eventSQL is the statement of eventStatement, with lock (forShare) after the execution's read.
+func eventSQL(lock, ctes string, counted []string) string {
+	q := "WITH e AS (" + eventStateSQL + lock + "), " + ctes + " SELECT e.cancelled, e.cancel_reason, e.finalized"
+	for _, c := range counted {
+		q += ", (SELECT COUNT(*) FROM " + c + ")"
+	}
+	return q + " FROM e"
+}
+
 // eventStatement runs WITH e AS (execID's state, share-locked), ctes SELECT (state, the row
 // count of each of the counted CTEs) with args after execID, and returns what it selected.
 func (t *sqlTx) eventStatement(execID, ctes string, counted []string, args ...any) (store.EventState, []int64, error) {
 	var st store.EventState
-	q := "WITH e AS (" + eventStateSQL + t.forShare() + "), " + ctes + " SELECT e.cancelled, e.cancel_reason, e.finalized"
-	for _, c := range counted {
-		q += ", (SELECT COUNT(*) FROM " + c + ")"
-	}
 	var cancelled, finalized int64
 	counts := make([]int64, len(counted))
 	dest := []any{&cancelled, &st.CancelReason, &finalized}
 	for i := range counts {
 		dest = append(dest, &counts[i])
 	}
-	err := t.row(q+" FROM e", append([]any{execID}, args...)...).Scan(dest...)
+	err := t.row(eventSQL(t.forShare(), ctes, counted), append([]any{execID}, args...)...).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, counts, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
 	}
@@ -472,12 +477,18 @@ func (t *sqlTx) eventStatement(execID, ctes string, counted []string, args ...an
 	return st, counts, t.s.mapErr(err)
 }
 
+// The CTEs of the one-statement ApplyUpdate and AddPhaseEvent (see eventStatement).
+var (
+	applyUpdateCTEs = "w AS (" + stackUpdateInsert + fromEvent(stackUpdateTypes, " WHERE e.finalized = 0") + stackUpdateConflict + " RETURNING 1)"
+	addPhaseCTEs    = "p AS (" + phaseInsert + fromEvent(phaseTypes, "") + phaseConflict + " RETURNING 1), " +
+		"w AS (" + stackPhaseInsert + fromEvent(stackPhaseTypes, " WHERE e.finalized = 0 AND EXISTS (SELECT 1 FROM p)") + stackPhaseConflict + " RETURNING 1)"
+)
+
 func (t *sqlTx) ApplyUpdate(execID string, s *store.Stack) (store.EventState, bool, error) {
 	args := []any{execID, s.StackState.Stack, string(s.Status), string(s.Class), toJSON(s.Counts), s.PlanHash,
 		toJSON(s.Destructive), s.Error, s.Seq, ns(s.UpdatedAt)}
 	if t.s.d.WritableCTE {
-		st, n, err := t.eventStatement(execID, "w AS ("+stackUpdateInsert+fromEvent(stackUpdateTypes, " WHERE e.finalized = 0")+
-			stackUpdateConflict+" RETURNING 1)", []string{"w"}, args...)
+		st, n, err := t.eventStatement(execID, applyUpdateCTEs, []string{"w"}, args...)
 		return st, n[0] > 0, err
 	}
 	st, err := t.eventState(execID, t.forShare())
@@ -494,9 +505,7 @@ func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store
 	pending := string(api.StackStatusPending)
 	if t.s.d.WritableCTE {
 		args := append(append(phase, stack...), pending)
-		st, n, err := t.eventStatement(p.ExecutionID, "p AS ("+phaseInsert+fromEvent(phaseTypes, "")+phaseConflict+" RETURNING 1), "+
-			"w AS ("+stackPhaseInsert+fromEvent(stackPhaseTypes, " WHERE e.finalized = 0 AND EXISTS (SELECT 1 FROM p)")+
-			stackPhaseConflict+" RETURNING 1)", []string{"p"}, args...)
+		st, n, err := t.eventStatement(p.ExecutionID, addPhaseCTEs, []string{"p"}, args...)
 		return st, n[0] > 0, err
 	}
 	st, err := t.eventState(p.ExecutionID, t.forShare())
@@ -711,6 +720,21 @@ func (t *sqlTx) logOverlaps(execID string, cs []store.LogChunk) (bool, error) {
 	return found, err
 }
 
+// logBatchSQL is the statement of addLogBatchCTE: the execution's state (e), the chunks (c, one
+// array a column), the stacks the execution lacks (m), whether some chunk may overlap the stored
+// log (o), and the insert (w), which stores nothing when m or o has a row.
+const logBatchSQL = "WITH e AS (" + eventStateSQL + "), " +
+	"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) " +
+	"AS c (stack, generation, off, data, n, gap_length, k)), " +
+	"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), " +
+	"o AS (SELECT 1 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS c (stack, generation, off, n) " +
+	"WHERE " + overlapProbeSQL + " LIMIT 1), " +
+	"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) " +
+	"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM o)" +
+	chunkConflict + " RETURNING stack, generation, off) " +
+	"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COALESCE(SUM(c.k), 0) FROM w JOIN c USING (stack, generation, off)), " +
+	"(SELECT json_agg(stack ORDER BY stack) FROM m), (SELECT COUNT(*) FROM o) FROM e"
+
 // addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column. It
 // stores nothing, and reports overlaps, when some chunk may overlap the stored log
 // (overlapProbeSQL over probeSpans).
@@ -727,17 +751,7 @@ func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventS
 	var st store.EventState
 	var cancelled, finalized, added, overlaps int64
 	var missingJSON sql.NullString
-	err := t.row("WITH e AS ("+eventStateSQL+"), "+
-		"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) "+
-		"AS c (stack, generation, off, data, n, gap_length, k)), "+
-		"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), "+
-		"o AS (SELECT 1 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS c (stack, generation, off, n) "+
-		"WHERE "+overlapProbeSQL+" LIMIT 1), "+
-		"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "+
-		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM o)"+
-		chunkConflict+" RETURNING stack, generation, off) "+
-		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COALESCE(SUM(c.k), 0) FROM w JOIN c USING (stack, generation, off)), "+
-		"(SELECT json_agg(stack ORDER BY stack) FROM m), (SELECT COUNT(*) FROM o) FROM e",
+	err := t.row(logBatchSQL,
 		execID, stacks, gens, offs, data, sizes, gaps, counts, execID, pStacks, pGens, pOffs, pLens, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON, &overlaps)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, nil, 0, false, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)

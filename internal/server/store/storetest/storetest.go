@@ -93,7 +93,11 @@ func PostgresURL(t testing.TB) (string, string) {
 func OpenPostgres(t testing.TB) store.Store {
 	t.Helper()
 	u, channel := PostgresURL(t)
-	s, err := postgres.Open(context.Background(), u, postgres.Options{Channel: channel})
+	opts := postgres.Options{Channel: channel}
+	if _, ok := t.(*testing.B); ok {
+		opts.MinConns = postgres.DefaultMaxConns // a benchmark measures the store as serve opens it
+	}
+	s, err := postgres.Open(context.Background(), u, opts)
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

@@ -1,0 +1,73 @@
+package sqlstore_test
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlstore"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// postgres.Open with MinConns leaves that many connections in the pool, each with the statements
+// of the runner's events and logs prepared; the events then run through them.
+func TestPostgresOpenWarmsThePool(t *testing.T) {
+	u, channel := storetest.PostgresURL(t)
+	s, err := postgres.Open(ctx, u, postgres.Options{Channel: channel, MaxConns: 3, MinConns: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	db := sqlstore.ReadDB(s)
+	if st := db.Stats(); st.OpenConnections != 3 || st.Idle != 3 {
+		t.Fatalf("after Open: %d connections open, %d idle; want the pool's 3, idle", st.OpenConnections, st.Idle)
+	}
+	hot := sqlstore.HotQueries(s)
+	if len(hot) < 5 {
+		t.Fatalf("hot queries: %q", hot)
+	}
+	conns := make([]*sql.Conn, 3)
+	for i := range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+		for _, q := range hot {
+			var n int
+			if err := c.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1", q).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("%.60q prepared %d times on a connection (%v), want once", q, n, err)
+			}
+		}
+	}
+	if st := db.Stats(); st.OpenConnections != 3 {
+		t.Fatalf("%d connections open, want 3: the ones checked were the warmed ones", st.OpenConnections)
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	// An update through the prepared statement.
+	if err := s.Write(ctx, func(tx store.Tx) error {
+		e := &store.Execution{}
+		e.ExecutionID, e.Environment, e.Op, e.Status, e.StartedAt = "e1", "prod", "plan", "running", t0
+		if _, err := tx.CreateExecution(e); err != nil {
+			return err
+		}
+		st := &store.Stack{}
+		st.StackState.Stack, st.Status = "a", "pending"
+		return tx.SaveStack("e1", st)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	up := &store.Stack{Seq: 2}
+	up.StackState.Stack, up.Status = "a", api.StackStatusRunning
+	if err := s.WriteOne(ctx, func(tx store.Tx) error { _, _, err := tx.ApplyUpdate("e1", up); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var got *store.Stack
+	if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.Stack("e1", "a"); return }); err != nil || got.Status != api.StackStatusRunning || got.Seq != 2 {
+		t.Fatalf("stack after the update: %+v %v", got, err)
+	}
+}
