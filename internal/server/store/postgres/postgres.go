@@ -5,7 +5,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,7 +28,7 @@ type Options struct {
 	// MaxConns bounds the connection pool (default DefaultMaxConns).
 	MaxConns int
 	// MinConns is how many connections Open readies before it returns (sqlstore.DB.Warm: each
-	// with the runner events' statements prepared), at most MaxConns; none by default. serve
+	// has run the runner events' statements once), at most MaxConns; none by default. serve
 	// readies the whole pool, so the first burst of runners after a start does not pay for
 	// new connections while it waits.
 	MinConns int
@@ -88,26 +87,12 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 		return nil, err
 	}
 	if opts.MinConns > 0 {
-		if err := s.Warm(pctx, opts.MinConns, prepare); err != nil {
+		if err := s.Warm(pctx, opts.MinConns); err != nil {
 			_ = s.Close()
 			return nil, err
 		}
 	}
 	return s, nil
-}
-
-// prepare prepares queries on connection c, each named by its text, so that pgx runs each
-// query through its prepared statement (see pgx.Conn.Prepare).
-func prepare(ctx context.Context, c *sql.Conn, queries []string) error {
-	return c.Raw(func(dc any) error {
-		conn := dc.(*stdlib.Conn).Conn()
-		for _, q := range queries {
-			if _, err := conn.Prepare(ctx, q, q); err != nil {
-				return fmt.Errorf("prepare %.40q: %w", q, err)
-			}
-		}
-		return nil
-	})
 }
 
 // listen holds one LISTEN connection, reconnecting with backoff, until ctx ends.

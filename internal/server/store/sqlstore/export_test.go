@@ -18,6 +18,3 @@ func MigrateTo(ctx context.Context, d Dialect, db *sql.DB, upTo int) error {
 	s := &DB{d: d, wdb: db, rdb: db, qcache: map[string]string{}}
 	return s.migrate(ctx, upTo)
 }
-
-// HotQueries are the statements Warm prepares, as sent.
-func HotQueries(s *DB) []string { return s.hotQueries() }

@@ -462,37 +462,22 @@ func stripComments(stmt string) string {
 	return b.String()
 }
 
-// hotQueries are the statements of a runner's events and logs, as sent: the owner check, the
-// one-statement phase, update and log batch writes, and the liveness note.
-func (s *DB) hotQueries() []string {
-	qs := []string{executionPrincipalSQL, eventSQL(s.d.ForShare, applyUpdateCTEs, []string{"w"}),
-		eventSQL(s.d.ForShare, addPhaseCTEs, []string{"p"}), seeExecutionSQL}
-	if s.d.WritableCTE {
-		qs = append(qs, logBatchSQL)
-	}
-	for i, q := range qs {
-		qs[i] = s.q(q)
-	}
-	return qs
-}
-
 // Warm opens n connections of the write handle (fewer when its pool is smaller) and readies
-// each for the runner's events: prepare gets each connection with the statements of the events
-// and logs (hotQueries), to prepare them there (and so read the catalog entries of their tables).
-// A fresh connection costs the database a process, its catalog reads and the preparation of
-// each statement it runs; without Warm, the first burst of events after a start pays all of that
-// at once, one connection a concurrent request, and every request waits for it (a runner's
-// paced log then stays that late). Warm returns the first error; the connections that were
-// readied stay in the pool either way.
-func (s *DB) Warm(ctx context.Context, n int, prepare func(ctx context.Context, c *sql.Conn, queries []string) error) error {
-	if s.wdb.Stats().MaxOpenConnections > 0 {
-		n = min(n, s.wdb.Stats().MaxOpenConnections)
+// each for the runner's events: on each, in a transaction it rolls back, it runs the statements
+// of the events and logs (warmEvents), so that the connection has them prepared and the
+// database has read the catalog entries their planning needs. A fresh connection costs the
+// database a process, its catalog reads and the preparation and first planning of each
+// statement it runs; without Warm, the first burst of events after a start pays all of that at
+// once, one connection a concurrent request, and every request waits for it (a runner's paced
+// log then stays that late). The connections stay in the pool, readied.
+func (s *DB) Warm(ctx context.Context, n int) error {
+	if limit := s.wdb.Stats().MaxOpenConnections; limit > 0 {
+		n = min(n, limit)
 	}
-	queries := s.hotQueries()
 	conns := make([]*sql.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
-			_ = c.Close() // back to the pool, readied
+			_ = c.Close() // back to the pool
 		}
 	}()
 	for range n {
@@ -501,8 +486,44 @@ func (s *DB) Warm(ctx context.Context, n int, prepare func(ctx context.Context, 
 			return s.mapErr(err)
 		}
 		conns = append(conns, c)
-		if err := prepare(ctx, c, queries); err != nil {
+		tx, err := c.BeginTx(ctx, nil)
+		if err != nil {
 			return s.mapErr(err)
+		}
+		err = warmEvents(&sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb, write: true})
+		_ = tx.Rollback()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmEvents runs, in t, the statements of a runner's events and logs: the owner check, a
+// phase, an update, a log batch and the liveness note, for the execution "", which none has
+// (the API refuses the name): they find no execution and write nothing, but the liveness
+// note, which t's rollback takes back.
+func warmEvents(t *sqlTx) error {
+	const none = ""
+	now := time.Unix(0, 1)
+	st := &store.Stack{}
+	st.StackState.Stack, st.Status = none, "running"
+	steps := []func() error{
+		func() error { _, _, err := t.ExecutionPrincipal(none); return err },
+		func() error { _, _, err := t.ApplyUpdate(none, st); return err },
+		func() error {
+			_, _, err := t.AddPhaseEvent(store.Phase{ExecutionID: none, Stack: none, Phase: "plan", Seq: 1, At: now}, "plan", now)
+			return err
+		},
+		func() error {
+			_, _, _, err := t.AddLogBatch(none, []store.LogChunk{{ExecutionID: none, Stack: none, Generation: 1, Data: []byte{'\n'}}})
+			return err
+		},
+		func() error { return t.SeeExecution(none, now) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
 		}
 	}
 	return nil

@@ -11,8 +11,9 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
-// postgres.Open with MinConns leaves that many connections in the pool, each with the statements
-// of the runner's events and logs prepared; the events then run through them.
+// postgres.Open with MinConns leaves that many connections in the pool (at most the pool's size),
+// each having run the statements of the runner's events and logs (prepared there), and writes
+// nothing; the events then run through them.
 func TestPostgresOpenWarmsThePool(t *testing.T) {
 	u, channel := storetest.PostgresURL(t)
 	s, err := postgres.Open(ctx, u, postgres.Options{Channel: channel, MaxConns: 3, MinConns: 5})
@@ -24,10 +25,9 @@ func TestPostgresOpenWarmsThePool(t *testing.T) {
 	if st := db.Stats(); st.OpenConnections != 3 || st.Idle != 3 {
 		t.Fatalf("after Open: %d connections open, %d idle; want the pool's 3, idle", st.OpenConnections, st.Idle)
 	}
-	hot := sqlstore.HotQueries(s)
-	if len(hot) < 5 {
-		t.Fatalf("hot queries: %q", hot)
-	}
+	// The statements of the owner check, an update, a phase, a log batch and the liveness note.
+	hot := []string{"SELECT principal, repo FROM executions WHERE id = $1%", "WITH e AS (%INSERT INTO stacks (execution_id, stack, status, class%",
+		"WITH e AS (%INSERT INTO phases%", "WITH e AS (%INSERT INTO log_chunks%", "INSERT INTO execution_seen%"}
 	conns := make([]*sql.Conn, 3)
 	for i := range conns {
 		c, err := db.Conn(ctx)
@@ -37,13 +37,20 @@ func TestPostgresOpenWarmsThePool(t *testing.T) {
 		conns[i] = c
 		for _, q := range hot {
 			var n int
-			if err := c.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1", q).Scan(&n); err != nil || n != 1 {
-				t.Fatalf("%.60q prepared %d times on a connection (%v), want once", q, n, err)
+			if err := c.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE $1", q).Scan(&n); err != nil || n == 0 {
+				t.Fatalf("%q: no statement prepared on a connection (%v)", q, err)
 			}
 		}
 	}
 	if st := db.Stats(); st.OpenConnections != 3 {
 		t.Fatalf("%d connections open, want 3: the ones checked were the warmed ones", st.OpenConnections)
+	}
+	// The warm-up wrote nothing.
+	for _, table := range []string{"executions", "stacks", "phases", "log_chunks", "execution_seen"} {
+		var n int
+		if err := conns[0].QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s has %d rows after Open (%v), want none", table, n, err)
+		}
 	}
 	for _, c := range conns {
 		_ = c.Close()
