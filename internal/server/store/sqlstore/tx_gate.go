@@ -31,11 +31,9 @@ func (t *sqlTx) StampExecution(id, principal string, at time.Time) error {
 	return err
 }
 
-const executionPrincipalSQL = "SELECT principal, repo FROM executions WHERE id = ?"
-
 func (t *sqlTx) ExecutionPrincipal(id string) (string, string, error) {
 	var p, repo string
-	err := t.row(executionPrincipalSQL, id).Scan(&p, &repo)
+	err := t.row("SELECT principal, repo FROM executions WHERE id = ?", id).Scan(&p, &repo)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fmt.Errorf("%w: execution %q", store.ErrNotFound, id)
 	}

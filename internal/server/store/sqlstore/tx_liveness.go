@@ -6,11 +6,9 @@ import (
 
 // Liveness: when the server last heard from each execution's runner (execution_seen, 031).
 
-const seeExecutionSQL = "INSERT INTO execution_seen (execution_id, seen_at) VALUES (?, ?) " +
-	"ON CONFLICT (execution_id) DO UPDATE SET seen_at = excluded.seen_at WHERE execution_seen.seen_at < excluded.seen_at"
-
 func (t *sqlTx) SeeExecution(id string, at time.Time) error {
-	_, err := t.exec(seeExecutionSQL, id, ns(at))
+	_, err := t.exec("INSERT INTO execution_seen (execution_id, seen_at) VALUES (?, ?) "+
+		"ON CONFLICT (execution_id) DO UPDATE SET seen_at = excluded.seen_at WHERE execution_seen.seen_at < excluded.seen_at", id, ns(at))
 	return err
 }
 
