@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"bytes"
 	"database/sql"
 	"testing"
 
@@ -12,8 +13,8 @@ import (
 )
 
 // postgres.Open with MinConns leaves that many connections in the pool (at most the pool's size),
-// each having run the statements of the runner's events and logs (prepared there), and writes
-// nothing; the events then run through them.
+// each having run the statements of the runner's events and logs (prepared there) and set to
+// compress with lz4, and writes nothing; the events then run through them.
 func TestPostgresOpenWarmsThePool(t *testing.T) {
 	u, channel := storetest.PostgresURL(t)
 	s, err := postgres.Open(ctx, u, postgres.Options{Channel: channel, MaxConns: 3, MinConns: 5})
@@ -22,6 +23,8 @@ func TestPostgresOpenWarmsThePool(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	db := sqlstore.ReadDB(s)
+	var lz4 bool // the server has lz4
+	_ = db.QueryRowContext(ctx, "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'").Scan(&lz4)
 	if st := db.Stats(); st.OpenConnections != 3 || st.Idle != 3 {
 		t.Fatalf("after Open: %d connections open, %d idle; want the pool's 3, idle", st.OpenConnections, st.Idle)
 	}
@@ -44,6 +47,11 @@ func TestPostgresOpenWarmsThePool(t *testing.T) {
 	}
 	if st := db.Stats(); st.OpenConnections != 3 {
 		t.Fatalf("%d connections open, want 3: the ones checked were the warmed ones", st.OpenConnections)
+	}
+	// Values stored out of line (log chunks) are compressed with lz4 where the server has it.
+	var setting string
+	if err := conns[0].QueryRowContext(ctx, "SHOW default_toast_compression").Scan(&setting); lz4 && (err != nil || setting != "lz4") {
+		t.Fatalf("default_toast_compression %q (%v), want lz4", setting, err)
 	}
 	// The warm-up wrote nothing.
 	for _, table := range []string{"executions", "stacks", "phases", "log_chunks", "execution_seen"} {
@@ -72,6 +80,17 @@ func TestPostgresOpenWarmsThePool(t *testing.T) {
 	up.StackState.Stack, up.Status = "a", api.StackStatusRunning
 	if err := s.WriteOne(ctx, func(tx store.Tx) error { _, _, err := tx.ApplyUpdate("e1", up); return err }); err != nil {
 		t.Fatal(err)
+	}
+	text := bytes.Repeat([]byte("terraform output line ...\n"), 1000)
+	if err := s.WriteOne(ctx, func(tx store.Tx) error {
+		_, _, _, err := tx.AddLogBatch("e1", []store.LogChunk{{ExecutionID: "e1", Stack: "a", Generation: 1, Data: text}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var method sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT pg_column_compression(data) FROM log_chunks").Scan(&method); err != nil || (lz4 && method.String != "lz4") {
+		t.Fatalf("a log chunk of %d bytes is stored compressed with %q (%v)", len(text), method.String, err)
 	}
 	var got *store.Stack
 	if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.Stack("e1", "a"); return }); err != nil || got.Status != api.StackStatusRunning || got.Seq != 2 {
