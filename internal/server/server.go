@@ -569,12 +569,16 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	return body, nil
 }
 
+// maxPreallocBody bounds the buffer readBody allocates before the body's bytes arrive: a client
+// that announces a large body and sends it slowly must not have the server hold its size.
+const maxPreallocBody = 1 << 20
+
 // readBody reads a request body of at most limit bytes (else an *http.MaxBytesError) into a
-// buffer of the size its Content-Length announces: a log batch is tens of kilobytes, which
-// io.ReadAll would copy through a series of growing buffers.
+// buffer of the size its Content-Length announces, up to maxPreallocBody: a log batch is tens
+// of kilobytes, which io.ReadAll would copy through a series of growing buffers.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	body := http.MaxBytesReader(nil, r.Body, limit)
-	if r.ContentLength <= 0 || r.ContentLength > limit {
+	if r.ContentLength <= 0 || r.ContentLength > min(limit, maxPreallocBody) {
 		return io.ReadAll(body)
 	}
 	data := make([]byte, r.ContentLength)
