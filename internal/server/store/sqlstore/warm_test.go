@@ -3,6 +3,8 @@ package sqlstore_test
 import (
 	"bytes"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -95,5 +97,25 @@ func TestPostgresOpenWarmsThePool(t *testing.T) {
 	var got *store.Stack
 	if err := s.Read(ctx, func(tx store.Tx) (err error) { got, err = tx.Stack("e1", "a"); return }); err != nil || got.Status != api.StackStatusRunning || got.Seq != 2 {
 		t.Fatalf("stack after the update: %+v %v", got, err)
+	}
+}
+
+// The URL's pool_max_conns sizes the pool (and is not sent to the server); a value that is not
+// a count of connections is refused, naming it.
+func TestPostgresPoolSizeFromURL(t *testing.T) {
+	u, channel := storetest.PostgresURL(t)
+	s, err := postgres.Open(ctx, u+"&"+postgres.PoolParam+"=2", postgres.Options{Channel: channel, MaxConns: 9, MinConns: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if st := sqlstore.ReadDB(s).Stats(); st.MaxOpenConnections != 2 || st.OpenConnections != 2 {
+		t.Fatalf("pool of %d, %d open; want 2 and 2", st.MaxOpenConnections, st.OpenConnections)
+	}
+	for _, bad := range []string{"0", "-1", "many", ""} {
+		_, err := postgres.Open(ctx, u+"&"+postgres.PoolParam+"="+bad, postgres.Options{Channel: channel})
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), postgres.PoolParam+"=") {
+			t.Fatalf("%s=%q: %v", postgres.PoolParam, bad, err)
+		}
 	}
 }
