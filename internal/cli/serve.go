@@ -165,7 +165,7 @@ func OpenStore(ctx context.Context, db string) (store.Store, error) {
 	case strings.HasPrefix(db, "sqlite:"):
 		return sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
 	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
-		return postgres.Open(ctx, db, postgres.Options{})
+		return postgres.Open(ctx, db, postgres.Options{MinConns: postgres.DefaultMaxConns})
 	default:
 		return nil, Usagef("--db %q: want sqlite:PATH or postgres://URL", db)
 	}

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +93,36 @@ func TestStoreErrorTextStaysInTheLog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readBody reads a body whole whether its Content-Length is announced (up to maxPreallocBody,
+// read into a buffer of that size) or not, refuses one over the limit, and reports one shorter
+// than announced.
+func TestReadBody(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), maxPreallocBody+10)
+	for _, c := range []struct {
+		name    string
+		body    []byte
+		length  int64
+		limit   int64
+		wantErr string
+	}{
+		{"announced", []byte(`{"a":1}`), 7, 100, ""},
+		{"unannounced", []byte(`{"a":1}`), -1, 100, ""},
+		{"announced past the preallocation", big, int64(len(big)), 2 * maxPreallocBody, ""},
+		{"over the limit", []byte(`{"a":1}`), 7, 5, "request body too large"},
+		{"over the limit, unannounced", []byte(`{"a":1}`), -1, 5, "request body too large"},
+		{"shorter than announced", []byte(`{"a"`), 7, 100, "unexpected EOF"},
+	} {
+		r := httptest.NewRequest("POST", "/", bytes.NewReader(c.body))
+		r.ContentLength = c.length
+		got, err := readBody(r, c.limit)
+		switch {
+		case c.wantErr == "" && (err != nil || !bytes.Equal(got, c.body)):
+			t.Errorf("%s: %d bytes, %v; want the %d bytes", c.name, len(got), err, len(c.body))
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: %v, want %q", c.name, err, c.wantErr)
+		}
 	}
 }

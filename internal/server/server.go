@@ -545,7 +545,7 @@ func checkBodyHeaders(r *http.Request, rt route) error {
 // strictBody reads the body within the route's limit, decodes it rejecting unknown fields and
 // trailing data, and puts the bytes back for the generated decoder.
 func strictBody(r *http.Request, rt route) (any, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, rt.limit))
+	data, err := readBody(r, rt.limit)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
@@ -568,6 +568,23 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	return body, nil
+}
+
+// maxPreallocBody bounds the buffer readBody allocates before the body's bytes arrive: a client
+// that announces a large body and sends it slowly must not have the server hold its size.
+const maxPreallocBody = 1 << 20
+
+// readBody reads a request body of at most limit bytes (else an *http.MaxBytesError) into a
+// buffer of the size its Content-Length announces, up to maxPreallocBody: a log batch is tens
+// of kilobytes, which io.ReadAll would copy through a series of growing buffers.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(nil, r.Body, limit)
+	if r.ContentLength <= 0 || r.ContentLength > min(limit, maxPreallocBody) {
+		return io.ReadAll(body)
+	}
+	data := make([]byte, r.ContentLength)
+	_, err := io.ReadFull(body, data)
+	return data, err
 }
 
 // webGuard authenticates web pages: viewers may read them, by bearer token or session. A

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -271,4 +273,47 @@ func BenchmarkServiceIngest(b *testing.B) {
 			b.ReportMetric(p99(logLat), "log-p99-ms")
 		})
 	}
+}
+
+// readCounter counts the store's read transactions, each held a little so that concurrent
+// ones overlap.
+type readCounter struct {
+	store.Store
+	reads atomic.Int64
+}
+
+func (r *readCounter) Read(ctx context.Context, fn func(store.Tx) error) error {
+	r.reads.Add(1)
+	time.Sleep(20 * time.Millisecond)
+	return r.Store.Read(ctx, fn)
+}
+
+// The first events of a run, arriving together at a replica that has not seen the execution,
+// wait for one read of its owner instead of each reading it (each on a connection of its own);
+// an unknown execution is refused to every one of them.
+func TestConcurrentOwnerChecksReadOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+		f.must(err)
+		counted := &readCounter{Store: f.Store}
+		replica := New(counted, f.Policy)
+		for _, c := range []struct {
+			id   string
+			want error
+		}{{"e1", nil}, {"nope", store.ErrNotFound}} {
+			counted.reads.Store(0)
+			errs := make(chan error, 16)
+			for range 16 {
+				go func() { errs <- replica.checkOwner(ctx, runner, c.id) }()
+			}
+			for range 16 {
+				if err := <-errs; !errors.Is(err, c.want) {
+					t.Fatalf("%s: %v, want %v", c.id, err, c.want)
+				}
+			}
+			if n := counted.reads.Load(); c.want == nil && n != 1 {
+				t.Fatalf("16 concurrent checks of %s read its owner %d times, want once", c.id, n)
+			}
+		}
+	})
 }

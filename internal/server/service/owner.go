@@ -26,6 +26,33 @@ type owner struct{ principal, repo string }
 type owners struct {
 	mu sync.Mutex
 	m  map[string]owner
+	// reading holds the reads under way, each closed when its execution's entry is cached (or
+	// the read failed): concurrent misses of one execution wait for one read of it. The first
+	// events of a run arrive together, and each would otherwise take a connection (a new one,
+	// after a start) for the same row.
+	reading map[string]chan struct{}
+}
+
+// startRead returns nil when the caller is to read execution id (and call endRead), or a
+// channel closed when another caller's read of it ends.
+func (o *owners) startRead(id string) <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ch, ok := o.reading[id]; ok {
+		return ch
+	}
+	if o.reading == nil {
+		o.reading = map[string]chan struct{}{}
+	}
+	o.reading[id] = make(chan struct{})
+	return nil
+}
+
+func (o *owners) endRead(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	close(o.reading[id])
+	delete(o.reading, id)
 }
 
 func (o *owners) get(id string) (owner, bool) {
@@ -55,13 +82,27 @@ func (s *Service) ownerOf(ctx context.Context, tx store.Tx, id string) (owner, e
 		w.principal, w.repo, err = tx.ExecutionPrincipal(id)
 		return err
 	}
-	var err error
 	if tx != nil {
-		err = read(tx)
-	} else {
-		err = s.Store.Read(ctx, read)
+		if err := read(tx); err != nil {
+			return owner{}, err
+		}
+		s.owners.put(id, w)
+		return w, nil
 	}
-	if err != nil {
+	if wait := s.owners.startRead(id); wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return owner{}, ctx.Err()
+		}
+		if w, ok := s.owners.get(id); ok {
+			return w, nil
+		}
+		// The other read failed (or the cache was emptied meanwhile): read it here.
+	} else {
+		defer s.owners.endRead(id)
+	}
+	if err := s.Store.Read(ctx, read); err != nil {
 		return owner{}, err
 	}
 	s.owners.put(id, w)

@@ -416,8 +416,9 @@ type Tx interface {
 	// nothing of the batch and fails with ErrMismatch naming the stack, generation and offset.
 	// A chunk that repeats stored bytes and goes on (a resend that read further) has its bytes
 	// past them stored, as chunks of their own: the chunks it stores never overlap each other or
-	// those stored before. One statement where the backend allows, unless some chunk overlaps
-	// the stored log.
+	// those stored before. Consecutive chunks of a stack may be stored together, as one row
+	// (readers go by offset; each still counts in added). One statement where the backend
+	// allows, unless some chunk overlaps the stored log.
 	AddLogBatch(execID string, cs []LogChunk) (state EventState, missing []string, added int64, err error)
 }
 

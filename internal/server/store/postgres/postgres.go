@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,24 +27,36 @@ const DefaultChannel = "tfstackplan_events"
 type Options struct {
 	// Channel overrides DefaultChannel (tests isolate themselves with it).
 	Channel string
-	// MaxConns bounds the connection pool (default 20).
+	// MaxConns bounds the connection pool (default DefaultMaxConns; the URL's PoolParam wins).
 	MaxConns int
+	// MinConns is how many connections Open readies before it returns (sqlstore.DB.Warm: each
+	// has run the runner events' statements once), at most MaxConns; none by default. serve
+	// readies the whole pool, so the first burst of runners after a start does not pay for
+	// new connections while it waits.
+	MinConns int
 }
 
+// DefaultMaxConns is the connection pool's size unless Options.MaxConns says otherwise.
+const DefaultMaxConns = 20
+
+// PoolParam is the URL query parameter that sizes the connection pool (pgxpool's name for it);
+// it overrides Options.MaxConns and is not sent to the server.
+const PoolParam = "pool_max_conns"
+
 // Open connects to the postgres:// URL and migrates the schema (search_path selects it).
-func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
-	if !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+func Open(ctx context.Context, rawURL string, opts Options) (*sqlstore.DB, error) {
+	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
 		return nil, fmt.Errorf("%w: postgres URL must start with postgres://", store.ErrInvalid)
 	}
-	cfg, err := pgx.ParseConfig(url)
+	rawURL, maxConns, err := poolSize(rawURL, opts.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %v", store.ErrInvalid, err)
 	}
-	db := stdlib.OpenDB(*cfg)
-	maxConns := opts.MaxConns
-	if maxConns <= 0 {
-		maxConns = 20
-	}
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(compressLogsWithLZ4))
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
@@ -78,7 +92,50 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if opts.MinConns > 0 {
+		if err := s.Warm(pctx, opts.MinConns); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// poolSize returns the URL without PoolParam and the pool's size: PoolParam's value, else
+// maxConns, else DefaultMaxConns.
+func poolSize(rawURL string, maxConns int) (string, int, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: postgres URL: %v", store.ErrInvalid, err)
+	}
+	q := u.Query()
+	if v, ok := q[PoolParam]; ok {
+		n, err := strconv.Atoi(v[len(v)-1])
+		if err != nil || n < 1 {
+			return "", 0, fmt.Errorf("%w: postgres URL: %s=%q: want a whole number of connections, 1 or more", store.ErrInvalid, PoolParam, v[len(v)-1])
+		}
+		maxConns = n
+		q.Del(PoolParam)
+		u.RawQuery = q.Encode()
+		rawURL = u.String()
+	}
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	return rawURL, maxConns, nil
+}
+
+// lz4SQL has the session compress the values it stores out of line (log chunks, above all)
+// with lz4, where the server has it (PostgreSQL 14 and later, built with lz4) and nobody chose
+// otherwise (the database's, role's or URL's setting stays). pglz, the default, costs a log
+// batch of 32 KiB several times more of the server's time.
+const lz4SQL = "SELECT set_config('default_toast_compression', 'lz4', false) FROM pg_settings " +
+	"WHERE name = 'default_toast_compression' AND source = 'default' AND 'lz4' = ANY(enumvals)"
+
+// compressLogsWithLZ4 runs lz4SQL on a new connection.
+func compressLogsWithLZ4(ctx context.Context, c *pgx.Conn) error {
+	_, err := c.Exec(ctx, lz4SQL)
+	return err
 }
 
 // listen holds one LISTEN connection, reconnecting with backoff, until ctx ends.

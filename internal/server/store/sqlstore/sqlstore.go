@@ -462,6 +462,73 @@ func stripComments(stmt string) string {
 	return b.String()
 }
 
+// Warm opens n connections of the write handle (fewer when its pool is smaller) and readies
+// each for the runner's events: on each, in a transaction it rolls back, it runs the statements
+// of the events and logs (warmEvents), so that the connection has them prepared and the
+// database has read the catalog entries their planning needs. A fresh connection costs the
+// database a process, its catalog reads and the preparation and first planning of each
+// statement it runs; without Warm, the first burst of events after a start pays all of that at
+// once, one connection a concurrent request, and every request waits for it (a runner's paced
+// log then stays that late). The connections stay in the pool, readied.
+func (s *DB) Warm(ctx context.Context, n int) error {
+	if limit := s.wdb.Stats().MaxOpenConnections; limit > 0 {
+		n = min(n, limit)
+	}
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the pool
+		}
+	}()
+	for range n {
+		c, err := s.wdb.Conn(ctx)
+		if err != nil {
+			return s.mapErr(err)
+		}
+		conns = append(conns, c)
+		tx, err := c.BeginTx(ctx, nil)
+		if err != nil {
+			return s.mapErr(err)
+		}
+		err = warmEvents(&sqlTx{s: s, ctx: ctx, tx: tx, db: s.wdb, write: true})
+		_ = tx.Rollback()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmEvents runs, in t, the statements of a runner's events and logs: the owner check, a
+// phase, an update, a log batch and the liveness note, for the execution "", which none has
+// (the API refuses the name): they find no execution and write nothing, but the liveness
+// note, which t's rollback takes back.
+func warmEvents(t *sqlTx) error {
+	const none = ""
+	now := time.Unix(0, 1)
+	st := &store.Stack{}
+	st.StackState.Stack, st.Status = none, "running"
+	steps := []func() error{
+		func() error { _, _, err := t.ExecutionPrincipal(none); return err },
+		func() error { _, _, err := t.ApplyUpdate(none, st); return err },
+		func() error {
+			_, _, err := t.AddPhaseEvent(store.Phase{ExecutionID: none, Stack: none, Phase: "plan", Seq: 1, At: now}, "plan", now)
+			return err
+		},
+		func() error {
+			_, _, _, err := t.AddLogBatch(none, []store.LogChunk{{ExecutionID: none, Stack: none, Generation: 1, Data: []byte{'\n'}}})
+			return err
+		},
+		func() error { return t.SeeExecution(none, now) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
 // Read runs fn in a transaction on the read handle.
 func (s *DB) Read(ctx context.Context, fn func(store.Tx) error) error {
 	tx, err := s.rdb.BeginTx(ctx, nil)

@@ -450,21 +450,26 @@ func fromEvent(types []string, where string) string {
 	return b.String()
 }
 
+// eventSQL is the statement of eventStatement, with lock (forShare) after the execution's read.
+func eventSQL(lock, ctes string, counted []string) string {
+	q := "WITH e AS (" + eventStateSQL + lock + "), " + ctes + " SELECT e.cancelled, e.cancel_reason, e.finalized"
+	for _, c := range counted {
+		q += ", (SELECT COUNT(*) FROM " + c + ")"
+	}
+	return q + " FROM e"
+}
+
 // eventStatement runs WITH e AS (execID's state, share-locked), ctes SELECT (state, the row
 // count of each of the counted CTEs) with args after execID, and returns what it selected.
 func (t *sqlTx) eventStatement(execID, ctes string, counted []string, args ...any) (store.EventState, []int64, error) {
 	var st store.EventState
-	q := "WITH e AS (" + eventStateSQL + t.forShare() + "), " + ctes + " SELECT e.cancelled, e.cancel_reason, e.finalized"
-	for _, c := range counted {
-		q += ", (SELECT COUNT(*) FROM " + c + ")"
-	}
 	var cancelled, finalized int64
 	counts := make([]int64, len(counted))
 	dest := []any{&cancelled, &st.CancelReason, &finalized}
 	for i := range counts {
 		dest = append(dest, &counts[i])
 	}
-	err := t.row(q+" FROM e", append([]any{execID}, args...)...).Scan(dest...)
+	err := t.row(eventSQL(t.forShare(), ctes, counted), append([]any{execID}, args...)...).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, counts, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
 	}
@@ -472,12 +477,18 @@ func (t *sqlTx) eventStatement(execID, ctes string, counted []string, args ...an
 	return st, counts, t.s.mapErr(err)
 }
 
+// The CTEs of the one-statement ApplyUpdate and AddPhaseEvent (see eventStatement).
+var (
+	applyUpdateCTEs = "w AS (" + stackUpdateInsert + fromEvent(stackUpdateTypes, " WHERE e.finalized = 0") + stackUpdateConflict + " RETURNING 1)"
+	addPhaseCTEs    = "p AS (" + phaseInsert + fromEvent(phaseTypes, "") + phaseConflict + " RETURNING 1), " +
+		"w AS (" + stackPhaseInsert + fromEvent(stackPhaseTypes, " WHERE e.finalized = 0 AND EXISTS (SELECT 1 FROM p)") + stackPhaseConflict + " RETURNING 1)"
+)
+
 func (t *sqlTx) ApplyUpdate(execID string, s *store.Stack) (store.EventState, bool, error) {
 	args := []any{execID, s.StackState.Stack, string(s.Status), string(s.Class), toJSON(s.Counts), s.PlanHash,
 		toJSON(s.Destructive), s.Error, s.Seq, ns(s.UpdatedAt)}
 	if t.s.d.WritableCTE {
-		st, n, err := t.eventStatement(execID, "w AS ("+stackUpdateInsert+fromEvent(stackUpdateTypes, " WHERE e.finalized = 0")+
-			stackUpdateConflict+" RETURNING 1)", []string{"w"}, args...)
+		st, n, err := t.eventStatement(execID, applyUpdateCTEs, []string{"w"}, args...)
 		return st, n[0] > 0, err
 	}
 	st, err := t.eventState(execID, t.forShare())
@@ -494,9 +505,7 @@ func (t *sqlTx) AddPhaseEvent(p store.Phase, shown string, now time.Time) (store
 	pending := string(api.StackStatusPending)
 	if t.s.d.WritableCTE {
 		args := append(append(phase, stack...), pending)
-		st, n, err := t.eventStatement(p.ExecutionID, "p AS ("+phaseInsert+fromEvent(phaseTypes, "")+phaseConflict+" RETURNING 1), "+
-			"w AS ("+stackPhaseInsert+fromEvent(stackPhaseTypes, " WHERE e.finalized = 0 AND EXISTS (SELECT 1 FROM p)")+
-			stackPhaseConflict+" RETURNING 1)", []string{"p"}, args...)
+		st, n, err := t.eventStatement(p.ExecutionID, addPhaseCTEs, []string{"p"}, args...)
 		return st, n[0] > 0, err
 	}
 	st, err := t.eventState(p.ExecutionID, t.forShare())
@@ -645,9 +654,45 @@ func (t *sqlTx) AddLogBatch(execID string, cs []store.LogChunk) (store.EventStat
 	if overlaps {
 		added, err = t.addChecked(execID, cs)
 	} else {
-		added, err = t.AddLogChunks(cs)
+		added, err = t.addRuns(cs)
 	}
 	return st, nil, added, err
+}
+
+// addRuns stores the chunks cs (sorted by stack, generation and offset) as the rows of joinRuns,
+// each row once, and returns how many of cs the rows it inserted hold.
+func (t *sqlTx) addRuns(cs []store.LogChunk) (int64, error) {
+	rows, counts := joinRuns(cs)
+	type key struct {
+		stack      string
+		generation int64
+		off        int64
+	}
+	count := make(map[key]int64, len(rows))
+	for i, r := range rows {
+		count[key{r.Stack, r.Generation, r.Offset}] = counts[i]
+	}
+	var added int64
+	err := inParts(len(rows), 7, func(from, to int, values string) error {
+		args := make([]any, 0, 7*(to-from))
+		for _, c := range rows[from:to] {
+			args = append(args, chunkArgs(c)...)
+		}
+		res, err := t.query(chunkInsert+values+chunkConflict+" RETURNING stack, generation, off", args...)
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		for res.Next() {
+			var k key
+			if err := res.Scan(&k.stack, &k.generation, &k.off); err != nil {
+				return t.s.mapErr(err)
+			}
+			added += count[k]
+		}
+		return t.s.mapErr(res.Err())
+	})
+	return added, err
 }
 
 // logOverlaps reports whether some chunk of cs (normalized) may overlap the stored log
@@ -675,14 +720,30 @@ func (t *sqlTx) logOverlaps(execID string, cs []store.LogChunk) (bool, error) {
 	return found, err
 }
 
+// logBatchSQL is the statement of addLogBatchCTE: the execution's state (e), the chunks (c, one
+// array a column), the stacks the execution lacks (m), whether some chunk may overlap the stored
+// log (o), and the insert (w), which stores nothing when m or o has a row.
+const logBatchSQL = "WITH e AS (" + eventStateSQL + "), " +
+	"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) " +
+	"AS c (stack, generation, off, data, n, gap_length, k)), " +
+	"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), " +
+	"o AS (SELECT 1 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS c (stack, generation, off, n) " +
+	"WHERE " + overlapProbeSQL + " LIMIT 1), " +
+	"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) " +
+	"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM o)" +
+	chunkConflict + " RETURNING stack, generation, off) " +
+	"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COALESCE(SUM(c.k), 0) FROM w JOIN c USING (stack, generation, off)), " +
+	"(SELECT json_agg(stack ORDER BY stack) FROM m), (SELECT COUNT(*) FROM o) FROM e"
+
 // addLogBatchCTE is AddLogBatch in one statement: the chunks travel as one array a column. It
 // stores nothing, and reports overlaps, when some chunk may overlap the stored log
 // (overlapProbeSQL over probeSpans).
 func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventState, []string, int64, bool, error) {
-	n := len(cs)
+	rows, counts := joinRuns(cs)
+	n := len(rows)
 	stacks, data := make([]string, n), make([][]byte, n)
 	gens, offs, sizes, gaps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, c := range cs {
+	for i, c := range rows {
 		a := chunkArgs(c)
 		stacks[i], gens[i], offs[i], data[i], sizes[i], gaps[i] = c.Stack, c.Generation, c.Offset, a[4].([]byte), a[5].(int64), c.GapLength
 	}
@@ -690,17 +751,8 @@ func (t *sqlTx) addLogBatchCTE(execID string, cs []store.LogChunk) (store.EventS
 	var st store.EventState
 	var cancelled, finalized, added, overlaps int64
 	var missingJSON sql.NullString
-	err := t.row("WITH e AS ("+eventStateSQL+"), "+
-		"c AS (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BYTEA[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) "+
-		"AS c (stack, generation, off, data, n, gap_length)), "+
-		"m AS (SELECT DISTINCT c.stack FROM c WHERE NOT EXISTS (SELECT 1 FROM stacks s WHERE s.execution_id = ? AND s.stack = c.stack)), "+
-		"o AS (SELECT 1 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS c (stack, generation, off, n) "+
-		"WHERE "+overlapProbeSQL+" LIMIT 1), "+
-		"w AS (INSERT INTO log_chunks (execution_id, stack, generation, off, data, n, gap_length) "+
-		"SELECT CAST(? AS TEXT), c.stack, c.generation, c.off, c.data, c.n, c.gap_length FROM c, e WHERE NOT EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM o)"+
-		chunkConflict+" RETURNING 1) "+
-		"SELECT e.cancelled, e.cancel_reason, e.finalized, (SELECT COUNT(*) FROM w), (SELECT json_agg(stack ORDER BY stack) FROM m), (SELECT COUNT(*) FROM o) FROM e",
-		execID, stacks, gens, offs, data, sizes, gaps, execID, pStacks, pGens, pOffs, pLens, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON, &overlaps)
+	err := t.row(logBatchSQL,
+		execID, stacks, gens, offs, data, sizes, gaps, counts, execID, pStacks, pGens, pOffs, pLens, execID, execID).Scan(&cancelled, &st.CancelReason, &finalized, &added, &missingJSON, &overlaps)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, nil, 0, false, fmt.Errorf("%w: execution %q", store.ErrNotFound, execID)
 	}

@@ -114,6 +114,37 @@ func normalizeBatch(cs []store.LogChunk) ([]store.LogChunk, error) {
 	return out, nil
 }
 
+// MaxRunBytes bounds the data of one stored row of consecutive chunks (see joinRuns).
+const MaxRunBytes = 64 << 10
+
+// joinRuns returns the chunks cs of normalizeBatch (sorted by stack, generation and offset, not
+// overlapping) as the rows AddLogBatch stores: each run of data chunks of one stack and
+// generation that follow each other without a hole (each starting where the one before ends)
+// becomes one row, up to MaxRunBytes of data; gap records and longer chunks stay rows of their
+// own. counts[i] is how many chunks of cs rows[i] holds. A runner's batch is such runs (64
+// chunks of a stack are one row, not 64): every row costs the database its index entries,
+// which is what the log ingest of PostgreSQL spent its time on. Readers go by offset and do
+// not see how the bytes were cut.
+func joinRuns(cs []store.LogChunk) (rows []store.LogChunk, counts []int64) {
+	for i := 0; i < len(cs); {
+		c, j, size := cs[i], i+1, len(cs[i].Data)
+		for c.GapLength == 0 && j < len(cs) && cs[j].GapLength == 0 && cs[j].Stack == c.Stack && cs[j].Generation == c.Generation &&
+			cs[j].Offset == cs[j-1].End() && size+len(cs[j].Data) <= MaxRunBytes {
+			size += len(cs[j].Data)
+			j++
+		}
+		if j > i+1 {
+			c.Data = make([]byte, 0, size)
+			for _, d := range cs[i:j] {
+				c.Data = append(c.Data, d.Data...)
+			}
+		}
+		rows, counts = append(rows, c), append(counts, int64(j-i))
+		i = j
+	}
+	return rows, counts
+}
+
 // probeSpans returns, for the chunks cs of normalizeBatch (sorted by stack, generation and
 // offset), the span of each stack and generation: its stack, generation, first offset and
 // length to the end of its last chunk, as overlapProbeSQL takes them.
@@ -190,7 +221,7 @@ func (t *sqlTx) addChecked(execID string, cs []store.LogChunk) (int64, error) {
 			fresh = append(fresh, piece(c, pos, c.End()))
 		}
 	}
-	return t.AddLogChunks(fresh)
+	return t.addRuns(fresh)
 }
 
 // piece is the part [from, to) of data chunk c.

@@ -3,11 +3,14 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlstore"
 )
 
 // readLog reads a stack's log from offset 0 as far as its bytes are contiguous, as a reader
@@ -186,5 +189,58 @@ func testLogResendAfterKill(t *testing.T, s store.Store, one bool) {
 	}
 	if got := readLog(t, s, "e1", "a", 1); got != string(text) {
 		t.Fatalf("after the differing resend the log is no longer as acknowledged")
+	}
+}
+
+// A batch's consecutive chunks of one stack are stored together, as one row up to
+// sqlstore.MaxRunBytes (what a reader reads is the same bytes): a resend of any of them, alone
+// or cut otherwise, is a no-op, a differing byte inside the joined row is refused naming its
+// offset, gap records and holes are never joined over, and every chunk counts as stored.
+func TestLogBatchRunsStoredTogether(t *testing.T) { forEachWrite(t, testLogBatchRuns) }
+
+func testLogBatchRuns(t *testing.T, s store.Store, one bool) {
+	newLogExecution(t, s)
+	r := rand.New(rand.NewPCG(31, 64))
+	text := make([]byte, sqlstore.MaxRunBytes+3000)
+	for i := range text {
+		text[i] = 'a' + byte(r.IntN(26))
+	}
+	var batch []store.LogChunk
+	for off := 0; off < len(text); off += 1000 {
+		batch = append(batch, data(int64(off), string(text[off:min(off+1000, len(text))])))
+	}
+	if added, err := logBatch(s, one, batch...); err != nil || added != int64(len(batch)) {
+		t.Fatalf("batch of %d chunks: added %d, %v", len(batch), added, err)
+	}
+	var rows []store.LogChunk
+	_ = s.Read(ctx, func(tx store.Tx) (err error) { rows, err = tx.LogChunks("e1", "a", 1, 0, 1<<30, 1000); return })
+	if len(rows) != 2 || len(rows[0].Data) > sqlstore.MaxRunBytes || rows[1].Offset != rows[0].End() {
+		t.Fatalf("%d chunks of 1000 bytes stored as %d rows, want 2 of at most %d bytes", len(batch), len(rows), sqlstore.MaxRunBytes)
+	}
+	if got := readLog(t, s, "e1", "a", 1); got != string(text) {
+		t.Fatalf("the log reads %d bytes (want %d) or other bytes", len(got), len(text))
+	}
+	for _, c := range []store.LogChunk{batch[3], data(2500, string(text[2500:2600])), data(sqlstore.MaxRunBytes-10, string(text[sqlstore.MaxRunBytes-10:sqlstore.MaxRunBytes+10]))} {
+		if added, err := logBatch(s, one, c); err != nil || added != 0 {
+			t.Fatalf("resend of [%d, %d): added %d, %v", c.Offset, c.End(), added, err)
+		}
+	}
+	bad := []byte(string(text[2000:3000]))
+	bad[777] = 'A'
+	if _, err := logBatch(s, one, data(2000, string(bad))); !errors.Is(err, store.ErrMismatch) || !strings.Contains(err.Error(), "stored at offset 2777;") {
+		t.Fatalf("a differing byte at 2777 inside a joined row: %v", err)
+	}
+	// Past the end: a run, a hole, a chunk, a gap record, a chunk: only the first two join.
+	end := int64(len(text))
+	if added, err := logBatch(s, one, data(end, "ab"), data(end+2, "cd"), data(end+10, "ef"), store.LogChunk{Offset: end + 12, GapLength: 3}, data(end+15, "gh")); err != nil || added != 5 {
+		t.Fatalf("tail batch: added %d, %v", added, err)
+	}
+	_ = s.Read(ctx, func(tx store.Tx) (err error) { rows, err = tx.LogChunks("e1", "a", 1, end, 1<<30, 1000); return })
+	var got []string
+	for _, c := range rows {
+		got = append(got, fmt.Sprintf("%d+%d:%s", c.Offset-end, c.End()-c.Offset, c.Data))
+	}
+	if want := []string{"0+4:abcd", "10+2:ef", "12+3:", "15+2:gh"}; !slices.Equal(got, want) {
+		t.Fatalf("tail rows %q, want %q", got, want)
 	}
 }
