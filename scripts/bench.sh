@@ -123,6 +123,9 @@ while IFS='=' read -r name _; do
   case $name in TFSTACKPLAN_* | GITHUB_* | RUNNER_* | GOOGLE_* | TF_* | FAKETOFU_*) unset "$name" ;; esac
 done < <(env)
 export GCE_METADATA_HOST=127.0.0.1:1 GCE_METADATA_IP=127.0.0.1:1
+# The generated projects' origin is a local path, which names no repository: without one the
+# driver reports nothing (every execution is keyed by its repository).
+export GITHUB_REPOSITORY=bench/bench
 export NO_COLOR=1 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 export FAKETOFU_FIXTURES=$repo/testdata/tofu
 
@@ -231,6 +234,9 @@ run_driver() {
   REQ=$(metrics_delta "$out.m0" "$out.m1")
   [ "$rc" = 0 ] || { tail -20 "$out.stderr" >&2; die "run plan failed (exit $rc), see $out.json"; }
   grep -q '^  "status": "succeeded"' "$out.json" || die "run plan did not succeed: $(grep -m1 '^  "status"' "$out.json")"
+  if [ -n "$srv" ] && ! grep -q '^  "server": ' "$out.json"; then
+    die "run plan did not report to the server (see the warnings in $out.json): the figure would not be the driver's with a server"
+  fi
   if grep -q '^  "warnings"' "$out.json"; then
     say "bench: warning: the run has warnings (see $out.json):"
     sed -n '/^  "warnings"/,/^  \]/p' "$out.json" | head -8 >&2
@@ -370,6 +376,9 @@ if want fanout; then
     (cd "$tier" && exec env TFSTACKPLAN_SERVER="$server" FAKETOFU_SLEEP="$fan_delay" tfstackplan "$@" >"$out.stdout" 2>"$out.stderr") || rc=$?
     t1=$EPOCHREALTIME
     [ "$rc" = 0 ] || { tail -20 "$out.stderr" >&2; die "tfstackplan $* failed (exit $rc)"; }
+    if grep -q 'reporting disabled\|reporting is off' "$out.stderr"; then
+      die "tfstackplan $* did not report to the server: $(grep -m1 'reporting' "$out.stderr")"
+    fi
     W=$(ms "$t0" "$t1")
   }
   say "bench: generating $fan_stacks stacks for the fan-out"
