@@ -18,6 +18,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/granter"
+	"github.com/tfstackplan/tfstackplan/internal/server/notify"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
@@ -70,6 +71,9 @@ type ServeOptions struct {
 	// MetricsToken, when set, is the bearer token /metrics requires (the command line takes it
 	// from --metrics-token, else from EnvMetricsToken).
 	MetricsToken string
+	// ExternalURL is the server's address as browsers reach it (behind a proxy), for the links
+	// notifications carry.
+	ExternalURL string
 }
 
 // EnvMetricsToken is where `serve` reads the metrics token when --metrics-token is not given:
@@ -126,6 +130,7 @@ func newServeCmd(ios *IO) *cobra.Command {
 	f.Int64Var(&opts.Quotas.LogBytesPerExecution, "max-log-bytes-per-execution", DefaultLogBytesPerExecution, "log bytes stored for one execution, counted by each replica; past it logs are refused with 429 (0: unbounded)")
 	f.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on SIGTERM")
 	f.StringVar(&opts.MetricsToken, "metrics-token", "", "bearer token /metrics requires (default: $"+EnvMetricsToken+", which keeps it out of the process list; unset: /metrics is open)")
+	f.StringVar(&opts.ExternalURL, "external-url", "", "the server's address as browsers reach it (https://tfstackplan.example.com behind a proxy): the base of the page links notifications carry")
 	return cmd
 }
 
@@ -223,6 +228,8 @@ func (o *ServeOptions) checkLimits() error {
 		return Usagef("--unauthenticated-idle-timeout %s: want a positive duration", o.UnauthIdleTimeout)
 	case o.MaxRequestsPerPrincipal < 0:
 		return Usagef("--max-requests-per-principal %d: want 1 or more", o.MaxRequestsPerPrincipal)
+	case o.ExternalURL != "" && !strings.HasPrefix(o.ExternalURL, "https://") && !strings.HasPrefix(o.ExternalURL, "http://"):
+		return Usagef("--external-url %q: want an absolute http:// or https:// URL", o.ExternalURL)
 	case o.MetricsToken != "" && len(o.MetricsToken) < minMetricsToken:
 		return Usagef("the metrics token (--metrics-token or %s) is %d bytes: want at least %d", EnvMetricsToken, len(o.MetricsToken), minMetricsToken)
 	case strings.ContainsFunc(o.MetricsToken, func(r rune) bool { return r <= ' ' || r == 0x7f }):
@@ -287,7 +294,7 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	}
 	defer st.Close()
 	svc := service.New(st, policy)
-	svc.Quotas = o.Quotas
+	svc.Quotas, svc.ExternalURL = o.Quotas, o.ExternalURL
 	if svc.Granter, err = o.newGranter(ctx, policy); err != nil {
 		return fmt.Errorf("policy %s: %w", o.Policy, err)
 	}
@@ -318,6 +325,9 @@ func runServe(ctx context.Context, o *ServeOptions) error {
 	if o.LogRetention > 0 || o.Retain > 0 {
 		go prune(bg, st, svc, o.LogRetention, o.Retain, logger)
 	}
+	wake, unsubscribe := svc.Hub.Subscribe(service.AllExecutions)
+	defer unsubscribe()
+	go func() { _ = notify.Start(bg, st, policy.Notify, wake, srv.Registerer(), o.Retain, logger) }()
 	if o.StaleAfter > 0 {
 		go svc.RunStaleSweeper(bg, o.StaleAfter, min(o.StaleAfter/4, time.Minute), func(err error) { logger.Warn("stale executions", "err", err) })
 	}

@@ -950,6 +950,9 @@ func (s *Service) SatisfyGate(ctx context.Context, caller Caller, in *api.GatesS
 			ExecutionID: plan.ExecutionID, Stacks: approved}); err != nil {
 			return err
 		}
+		if err := s.notifyApproved(tx, plan, gate, caller.Name, in.Reason, now); err != nil {
+			return err
+		}
 		detail := fmt.Sprintf("plan %s at sha %s, stacks %s", plan.ExecutionID, plan.SHA, strings.Join(gate.Stacks, ", "))
 		if !in.ExpiresAt.IsZero() {
 			detail += "; expires " + in.ExpiresAt.UTC().Format(time.RFC3339)

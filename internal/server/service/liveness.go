@@ -129,6 +129,9 @@ func (s *Service) SweepStale(ctx context.Context, staleAfter time.Duration, limi
 			if err := audit(tx, now, Caller{Name: "tfstackplan"}, e.Repo, "executions.stale", id, StaleError, "failed", detail); err != nil {
 				return err
 			}
+			if err := s.notifyStale(tx, e, staleAfter, now); err != nil {
+				return err
+			}
 			if err := tx.Notify(id); err != nil {
 				return err
 			}

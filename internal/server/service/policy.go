@@ -15,6 +15,7 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/granter"
+	"github.com/tfstackplan/tfstackplan/internal/server/notify"
 	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
@@ -50,6 +51,8 @@ type Policy struct {
 	// granter.KindGCPIAM with GranterConfig.
 	Granter       string
 	GranterConfig granter.GCPIAMConfig
+	// Notify are the notify blocks' receivers (docs/notifications.md).
+	Notify []notify.Target
 }
 
 // EnvPolicy is one environment's rules.
@@ -107,6 +110,7 @@ type policyFile struct {
 	ClaimTTL     string             `hcl:"claim_ttl,optional"`
 	Granters     []policyGranterHCL `hcl:"granter,block"`
 	Environments []policyEnvHCL     `hcl:"environment,block"`
+	Notify       []notify.Block     `hcl:"notify,block"`
 }
 
 type policyGranterHCL struct {
@@ -162,6 +166,9 @@ func ParsePolicy(filename string, src []byte) (*Policy, error) {
 	p := &Policy{Environments: map[string]EnvPolicy{}}
 	var err error
 	if p.ClaimTTL, err = parseTTL(filename, "claim_ttl", pf.ClaimTTL); err != nil {
+		return nil, err
+	}
+	if p.Notify, err = notify.Parse(filename, pf.Notify, os.Getenv); err != nil {
 		return nil, err
 	}
 	switch len(pf.Granters) {

@@ -51,6 +51,8 @@ type Service struct {
 
 	// Quotas bound what one principal may make the server store (zero: unbounded).
 	Quotas Quotas
+	// ExternalURL is the server's address as browsers reach it, for the links notifications carry.
+	ExternalURL string
 
 	owners owners    // who announced each execution (checkOwner)
 	seen   seenCache // when this replica last recorded hearing from each execution (noteSeen)
@@ -503,6 +505,9 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 			if err := s.settlePR(tx, e, stacks, now); err != nil {
 				return err
 			}
+		}
+		if err := s.notifyFinalized(tx, e, stacks, now); err != nil {
+			return err
 		}
 		return tx.Notify(e.ExecutionID)
 	})
