@@ -143,6 +143,27 @@ func (e InitOp) Valid() bool {
 	}
 }
 
+// Defines values for NotificationStatus.
+const (
+	NotificationStatusDelivered NotificationStatus = "delivered"
+	NotificationStatusFailed    NotificationStatus = "failed"
+	NotificationStatusPending   NotificationStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the NotificationStatus enum.
+func (e NotificationStatus) Valid() bool {
+	switch e {
+	case NotificationStatusDelivered:
+		return true
+	case NotificationStatusFailed:
+		return true
+	case NotificationStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StackStatus.
 const (
 	StackStatusCancelled StackStatus = "cancelled"
@@ -167,6 +188,27 @@ func (e StackStatus) Valid() bool {
 	case StackStatusSkipped:
 		return true
 	case StackStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotificationsListParamsStatus.
+const (
+	NotificationsListParamsStatusDelivered NotificationsListParamsStatus = "delivered"
+	NotificationsListParamsStatusFailed    NotificationsListParamsStatus = "failed"
+	NotificationsListParamsStatusPending   NotificationsListParamsStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the NotificationsListParamsStatus enum.
+func (e NotificationsListParamsStatus) Valid() bool {
+	switch e {
+	case NotificationsListParamsStatusDelivered:
+		return true
+	case NotificationsListParamsStatusFailed:
+		return true
+	case NotificationsListParamsStatusPending:
 		return true
 	default:
 		return false
@@ -605,6 +647,41 @@ type LogSlice struct {
 	Stack      string   `json:"stack"`
 }
 
+// Notification defines model for Notification.
+type Notification struct {
+	Attempts    int       `json:"attempts"`
+	CreatedAt   time.Time `json:"created_at"`
+	DeliveredAt time.Time `json:"delivered_at,omitempty,omitzero"`
+
+	// Delivery The X-Tfstackplan-Delivery id, the same on every attempt.
+	Delivery    string `json:"delivery"`
+	Environment string `json:"environment,omitempty,omitzero"`
+
+	// Event gate.waiting, gate.approved, apply.succeeded, apply.failed, apply.denied, drift.detected, drift.resolved or execution.stale.
+	Event       string    `json:"event"`
+	ExecutionID string    `json:"execution_id,omitempty,omitzero"`
+	ID          int64     `json:"id"`
+	LastAt      time.Time `json:"last_at,omitempty,omitzero"`
+
+	// LastError Why the last attempt failed.
+	LastError string `json:"last_error,omitempty,omitzero"`
+
+	// LastStatus The last answer's HTTP status (0 for none).
+	LastStatus int `json:"last_status,omitempty,omitzero"`
+
+	// NextAt When the next attempt is due (pending deliveries).
+	NextAt time.Time          `json:"next_at,omitempty,omitzero"`
+	PR     int                `json:"pr,omitempty,omitzero"`
+	Repo   string             `json:"repo,omitempty,omitzero"`
+	Status NotificationStatus `json:"status"`
+
+	// Target The notify block's name.
+	Target string `json:"target"`
+}
+
+// NotificationStatus defines model for Notification.Status.
+type NotificationStatus string
+
 // PhaseEvent defines model for PhaseEvent.
 type PhaseEvent struct {
 	// At When the phase began, by the runner's clock (absent: when the server received it). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
@@ -831,6 +908,21 @@ type GrantsListParams struct {
 	// Before Only grants with an id lower than this (paging: the `id` of the previous page's last grant; 0 or absent, the newest). Negative is `400 INVALID_ARGUMENT`.
 	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
 }
+
+// NotificationsListParams defines parameters for NotificationsList.
+type NotificationsListParams struct {
+	// Status Only deliveries of this status.
+	Status NotificationsListParamsStatus `form:"status,omitempty" json:"status,omitempty,omitzero"`
+
+	// Before Only deliveries with an id lower than this (paging; 0 or absent, the newest).
+	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
+
+	// Limit The most deliveries to list; outside 1 to 500 is `400 INVALID_ARGUMENT`.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// NotificationsListParamsStatus defines parameters for NotificationsList.
+type NotificationsListParamsStatus string
 
 // AdminChecksOverrideJSONRequestBody defines body for AdminChecksOverride for application/json ContentType.
 type AdminChecksOverrideJSONRequestBody = ChecksOverride
@@ -1399,6 +1491,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /health (the `Health` operationId).
 	Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// NotificationsList Notification deliveries (webhooks, Slack), newest first (admin).
+	//
+	// One row per event and notify target (docs/notifications.md): its status (pending until a 2xx answers, failed after a day of retries), attempts and the last answer. Admins only.
+	//
+	// Corresponds with GET /notifications (the `NotificationsList` operationId).
+	NotificationsList(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // AdminChecksOverrideWithBody Override a check's conclusion (admin).
@@ -2267,6 +2366,23 @@ func (c *Client) GrantsList(ctx context.Context, params *GrantsListParams, reqEd
 // Corresponds with GET /health (the `Health` operationId).
 func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NotificationsList Notification deliveries (webhooks, Slack), newest first (admin).
+//
+// One row per event and notify target (docs/notifications.md): its status (pending until a 2xx answers, failed after a day of retries), attempts and the last answer. Admins only.
+//
+// Corresponds with GET /notifications (the `NotificationsList` operationId).
+func (c *Client) NotificationsList(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewNotificationsListRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3663,6 +3779,76 @@ func NewHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewNotificationsListRequest constructs an http.Request for the NotificationsList method
+func NewNotificationsListRequest(server string, params *NotificationsListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/notifications")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4174,6 +4360,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /health (the `Health` operationId).
 	HealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthResponse, error)
+
+	// NotificationsListWithResponse Notification deliveries (webhooks, Slack), newest first (admin).
+	//
+	// One row per event and notify target (docs/notifications.md): its status (pending until a 2xx answers, failed after a day of retries), attempts and the last answer. Admins only.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /notifications (the `NotificationsList` operationId).
+	NotificationsListWithResponse(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*NotificationsListResponse, error)
 }
 
 type AdminChecksOverrideResponse struct {
@@ -5472,6 +5667,54 @@ func (r HealthResponse) ContentType() string {
 	return ""
 }
 
+type NotificationsListResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Notification
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r NotificationsListResponse) GetJSON200() *[]Notification {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r NotificationsListResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r NotificationsListResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r NotificationsListResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r NotificationsListResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r NotificationsListResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // AdminChecksOverrideWithBodyWithResponse Override a check's conclusion (admin).
 //
 // Idempotency key (`pr`, `environment`, `check`, `conclusion`, `reason`).
@@ -6196,6 +6439,21 @@ func (c *ClientWithResponses) HealthWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseHealthResponse(rsp)
+}
+
+// NotificationsListWithResponse Notification deliveries (webhooks, Slack), newest first (admin).
+//
+// One row per event and notify target (docs/notifications.md): its status (pending until a 2xx answers, failed after a day of retries), attempts and the last answer. Admins only.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /notifications (the `NotificationsList` operationId).
+func (c *ClientWithResponses) NotificationsListWithResponse(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*NotificationsListResponse, error) {
+	rsp, err := c.NotificationsList(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseNotificationsListResponse(rsp)
 }
 
 // ParseAdminChecksOverrideResponse parses an HTTP response from a AdminChecksOverrideWithResponse call
@@ -7089,6 +7347,39 @@ func ParseHealthResponse(rsp *http.Response) (*HealthResponse, error) {
 	return response, nil
 }
 
+// ParseNotificationsListResponse parses an HTTP response from a NotificationsListWithResponse call
+func ParseNotificationsListResponse(rsp *http.Response) (*NotificationsListResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &NotificationsListResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Notification
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// AdminChecksOverride Override a check's conclusion (admin).
@@ -7172,6 +7463,9 @@ type ServerInterface interface {
 	// Health Liveness and store status.
 	// (GET /health)
 	Health(w http.ResponseWriter, r *http.Request)
+	// NotificationsList Notification deliveries (webhooks, Slack), newest first (admin).
+	// (GET /notifications)
+	NotificationsList(w http.ResponseWriter, r *http.Request, params NotificationsListParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -8084,6 +8378,65 @@ func (siw *ServerInterfaceWrapper) Health(w http.ResponseWriter, r *http.Request
 	handler.ServeHTTP(w, r)
 }
 
+// NotificationsList operation middleware
+func (siw *ServerInterfaceWrapper) NotificationsList(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params NotificationsListParams
+
+	// ------------- Optional query parameter "status" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "status", r.URL.Query(), &params.Status, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "status"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "status", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", r.URL.Query(), &params.Before, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.NotificationsList(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -8230,6 +8583,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/log", wrapper.LogRead)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/drift", wrapper.DriftList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/audit", wrapper.AuditList)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/notifications", wrapper.NotificationsList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/health", wrapper.Health)
 
 	return m
@@ -9292,6 +9646,45 @@ func (response HealthdefaultJSONResponse) VisitHealthResponse(w http.ResponseWri
 	return err
 }
 
+type NotificationsListRequestObject struct {
+	Params NotificationsListParams
+}
+
+type NotificationsListResponseObject interface {
+	VisitNotificationsListResponse(w http.ResponseWriter) error
+}
+
+type NotificationsList200JSONResponse []Notification
+
+func (response NotificationsList200JSONResponse) VisitNotificationsListResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type NotificationsListdefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response NotificationsListdefaultJSONResponse) VisitNotificationsListResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// AdminChecksOverride Override a check's conclusion (admin).
@@ -9375,6 +9768,9 @@ type StrictServerInterface interface {
 	// Health Liveness and store status.
 	// (GET /health)
 	Health(ctx context.Context, request HealthRequestObject) (HealthResponseObject, error)
+	// NotificationsList Notification deliveries (webhooks, Slack), newest first (admin).
+	// (GET /notifications)
+	NotificationsList(ctx context.Context, request NotificationsListRequestObject) (NotificationsListResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -10190,6 +10586,32 @@ func (sh *strictHandler) Health(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(HealthResponseObject); ok {
 		if err := validResponse.VisitHealthResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// NotificationsList operation middleware
+func (sh *strictHandler) NotificationsList(w http.ResponseWriter, r *http.Request, params NotificationsListParams) {
+	var request NotificationsListRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.NotificationsList(ctx, request.(NotificationsListRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "NotificationsList")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(NotificationsListResponseObject); ok {
+		if err := validResponse.VisitNotificationsListResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -24,6 +24,10 @@ func TestRoutesFollowIndependentRoleRules(t *testing.T) {
 			if role != auth.RoleAdmin {
 				t.Errorf("%s needs %q, want admin", key, role)
 			}
+		case key == "GET /notifications": // receivers' answers and the events of every repository
+			if role != auth.RoleAdmin {
+				t.Errorf("%s needs %q, want admin", key, role)
+			}
 		case path == "/health":
 			if role != "" {
 				t.Errorf("%s needs %q, want no authentication", key, role)

@@ -193,6 +193,7 @@ var routes = map[string]route{
 	"GET /executions/{id}/gates":    {"ExecutionGates", auth.RoleViewer, nil, 0},
 	"GET /drift":                    {"DriftList", auth.RoleViewer, nil, 0},
 	"GET /audit":                    {"AuditList", auth.RoleViewer, nil, 0},
+	"GET /notifications":            {"NotificationsList", auth.RoleAdmin, nil, 0},
 	"GET /health":                   {"Health", "", nil, 0},
 }
 

@@ -112,12 +112,14 @@ func (u *UI) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler)
 	mux.Handle("GET /ui/gates", g(u.gates))
 	mux.Handle("GET /ui/audit", g(u.audit))
 	mux.Handle("GET /ui/drift", g(u.drift))
+	mux.Handle("GET /ui/notifications", g(u.notifications))
 	mux.Handle("GET /ui/stream/executions", g(u.streamList))
 	mux.Handle("GET /ui/stream/executions/{id}", g(u.streamExecution))
 	mux.HandleFunc("POST /ui/login", u.login)
 	mux.HandleFunc("POST /ui/logout", u.logout)
 	mux.HandleFunc("POST /ui/executions/{id}/approve", u.approve)
 	mux.HandleFunc("POST /ui/executions/{id}/revoke", u.revoke)
+	mux.HandleFunc("POST /ui/notifications/{id}/redeliver", u.redeliver)
 }
 
 // render renders a page; one a session reads shows its sign-out form.
