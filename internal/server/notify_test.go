@@ -32,7 +32,8 @@ func failedDelivery(t *testing.T, st store.Store) int64 {
 	if err != nil || len(held) != 1 {
 		t.Fatalf("claim: %v %v", held, err)
 	}
-	if ok, err := ob.FinishDelivery(ctx, held[0].ID, held[0].NextAt, store.DeliveryResult{Status: 410, Err: "HTTP 410: gone", Failed: true, At: now}); !ok || err != nil {
+	if ok, err := ob.FinishDeliveries(ctx, []store.Finished{{ID: held[0].ID, HeldUntil: held[0].NextAt,
+		Result: store.DeliveryResult{Status: 410, Err: "HTTP 410: gone", Failed: true, At: now}}}); err != nil || !ok[0] {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	return held[0].ID

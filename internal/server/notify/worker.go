@@ -82,8 +82,6 @@ type Worker struct {
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-
-	freed chan struct{}
 }
 
 // Metrics are the notification metrics.
@@ -126,16 +124,33 @@ func (w *Worker) target(name string) (Target, bool) {
 	return Target{}, false
 }
 
+// Gather is how long a worker woken by Wake waits before it looks at the outbox: the events
+// written meanwhile are taken together, one store write for many (on SQLite, every write waits
+// for the single writer the runners' requests wait for too).
+const Gather = 5 * time.Millisecond
+
+// maxFinishBatch bounds the results one store write records.
+const maxFinishBatch = 256
+
+// outcome is one attempt's result, on its way to the store.
+type outcome struct {
+	f    store.Finished
+	name string // the metrics' outcome
+}
+
 // Run sends deliveries as they come due until ctx ends; the requests out then are abandoned
 // (their deliveries stay pending, to be sent again once their hold ends).
 func (w *Worker) Run(ctx context.Context) {
 	conc := cmpOr(w.Concurrency, DefaultConcurrency)
 	poll := cmpOr(w.Poll, DefaultPoll)
 	hold := cmpOr(w.Timeout, DefaultTimeout) + 20*time.Second
-	w.freed = make(chan struct{}, 1)
+	freed := make(chan struct{}, 1)
 	slots := make(chan struct{}, conc)
+	results := make(chan outcome, conc)
+	finished := make(chan struct{})
+	go func() { defer close(finished); w.finish(ctx, results) }()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { wg.Wait(); close(results); <-finished }()
 	lastHousekeeping := time.Time{}
 	for ctx.Err() == nil {
 		if now := w.now(); now.Sub(lastHousekeeping) >= 5*time.Second {
@@ -154,14 +169,14 @@ func (w *Worker) Run(ctx context.Context) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer func() {
-						<-slots
-						select {
-						case w.freed <- struct{}{}:
-						default:
-						}
-					}()
-					w.send(ctx, d)
+					if o, ok := w.send(ctx, d); ok {
+						results <- o // before the slot is freed: a slow store slows the sending
+					}
+					<-slots
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
 				}()
 			}
 			claimed = len(ds)
@@ -180,9 +195,53 @@ func (w *Worker) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-t.C:
 		case <-w.Wake:
-		case <-w.freed:
+			t.Reset(Gather)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		case <-freed:
 		}
 		t.Stop()
+	}
+}
+
+// finish records the results that come on results, as many together as are waiting, until
+// results is closed.
+func (w *Worker) finish(ctx context.Context, results <-chan outcome) {
+	for o := range results {
+		batch := []outcome{o}
+	more:
+		for len(batch) < maxFinishBatch {
+			select {
+			case o, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		fs := make([]store.Finished, len(batch))
+		for i, o := range batch {
+			fs[i] = o.f
+		}
+		// The results are recorded even when the worker stops meanwhile.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		ok, err := w.Store.FinishDeliveries(fctx, fs)
+		cancel()
+		if err != nil {
+			w.log("record deliveries", err)
+			continue
+		}
+		if w.Metrics != nil {
+			for i, o := range batch {
+				if ok[i] {
+					w.Metrics.deliveries.WithLabelValues(o.name).Inc()
+				}
+			}
+		}
 	}
 }
 
@@ -222,19 +281,19 @@ func (w *Worker) housekeeping(ctx context.Context, now time.Time) {
 	w.Metrics.age.Set(age)
 }
 
-// send makes one attempt of d and records its result.
-func (w *Worker) send(ctx context.Context, d store.Delivery) {
-	held := d.NextAt
+// send makes one attempt of d and returns its result; ok is false when the worker stopped
+// meanwhile (the delivery stays held, then pending: a stopping server records nothing).
+func (w *Worker) send(ctx context.Context, d store.Delivery) (o outcome, ok bool) {
 	r := w.attempt(ctx, d)
 	if ctx.Err() != nil {
-		return // the delivery stays held, then pending: a stopping server records nothing
+		return outcome{}, false
 	}
 	r.At = w.now()
-	outcome := "delivered"
+	name := "delivered"
 	switch {
 	case r.Delivered:
 	case r.Failed:
-		outcome = "failed"
+		name = "failed"
 	default:
 		backoff := w.Backoff
 		if backoff == nil {
@@ -242,23 +301,13 @@ func (w *Worker) send(ctx context.Context, d store.Delivery) {
 		}
 		r.Next = r.At.Add(backoff(d.Attempts + 1))
 		if r.Next.Sub(d.CreatedAt) > cmpOr(w.MaxAge, DefaultMaxAge) {
-			r.Failed, outcome = true, "failed"
+			r.Failed, name = true, "failed"
 			r.Err = strings.TrimSpace(r.Err + " (given up: retried for " + cmpOr(w.MaxAge, DefaultMaxAge).String() + ")")
 		} else {
-			outcome = "retried"
+			name = "retried"
 		}
 	}
-	// The result is recorded even when the worker stops meanwhile.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	ok, err := w.Store.FinishDelivery(fctx, d.ID, held, r)
-	if err != nil {
-		w.log("record delivery", err)
-		return
-	}
-	if ok && w.Metrics != nil {
-		w.Metrics.deliveries.WithLabelValues(outcome).Inc()
-	}
+	return outcome{f: store.Finished{ID: d.ID, HeldUntil: d.NextAt, Result: r}, name: name}, true
 }
 
 // maxAnswer is how much of a receiver's answer is kept with a failed attempt.

@@ -53,6 +53,14 @@ type DeliveryResult struct {
 	At                time.Time
 }
 
+// Finished is an attempt's result for FinishDeliveries.
+type Finished struct {
+	// ID is the delivery's, HeldUntil the hold ClaimDeliveries gave it.
+	ID        int64
+	HeldUntil time.Time
+	Result    DeliveryResult
+}
+
 // DeliveryFilter selects deliveries, newest (highest ID) first.
 type DeliveryFilter struct {
 	// Status, when set, keeps only deliveries of that status.
@@ -80,10 +88,10 @@ type Outbox interface {
 	// another, takes them only after that. The returned deliveries' NextAt is the hold, which
 	// FinishDelivery names.
 	ClaimDeliveries(ctx context.Context, now time.Time, hold time.Duration, limit int) ([]Delivery, error)
-	// FinishDelivery records an attempt's result of a delivery held until heldUntil; it
-	// reports false when the hold was lost meanwhile (another worker took it), and then
-	// records nothing.
-	FinishDelivery(ctx context.Context, id int64, heldUntil time.Time, r DeliveryResult) (bool, error)
+	// FinishDeliveries records the results of attempts, in one transaction: each of a delivery
+	// held until its HeldUntil. It reports, for each, whether it was recorded: false when the
+	// hold was lost meanwhile (another worker took the delivery), and then records nothing.
+	FinishDeliveries(ctx context.Context, fs []Finished) ([]bool, error)
 	// Deliveries lists deliveries, newest first.
 	Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, error)
 	// Redeliver makes a delivery pending again, due at now, with the same delivery id; or

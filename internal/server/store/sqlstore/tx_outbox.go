@@ -109,22 +109,28 @@ func (s *DB) ClaimDeliveries(ctx context.Context, now time.Time, hold time.Durat
 	return out, err
 }
 
-// FinishDelivery records an attempt's result, unless the hold was lost.
-func (s *DB) FinishDelivery(ctx context.Context, id int64, heldUntil time.Time, r store.DeliveryResult) (bool, error) {
-	var ok bool
+// FinishDeliveries records attempts' results, each unless its hold was lost.
+func (s *DB) FinishDeliveries(ctx context.Context, fs []store.Finished) ([]bool, error) {
+	ok := make([]bool, len(fs))
 	err := s.Write(ctx, func(tx store.Tx) error {
-		status, next, delivered := store.DeliveryPending, ns(r.Next), int64(0)
-		switch {
-		case r.Delivered:
-			status, next, delivered = store.DeliveryDelivered, 0, ns(r.At)
-		case r.Failed:
-			status, next = store.DeliveryFailed, 0
+		for i, f := range fs {
+			r := f.Result
+			status, next, delivered := store.DeliveryPending, ns(r.Next), int64(0)
+			switch {
+			case r.Delivered:
+				status, next, delivered = store.DeliveryDelivered, 0, ns(r.At)
+			case r.Failed:
+				status, next = store.DeliveryFailed, 0
+			}
+			n, err := tx.(*sqlTx).exec("UPDATE notify_outbox SET status = ?, attempts = attempts + 1, last_status = ?, last_error = ?, "+
+				"last_at = ?, next_at = ?, delivered_at = ? WHERE id = ? AND status = ? AND next_at = ?",
+				status, r.Status, r.Err, ns(r.At), next, delivered, f.ID, store.DeliveryPending, ns(f.HeldUntil))
+			if err != nil {
+				return err
+			}
+			ok[i] = n == 1
 		}
-		n, err := tx.(*sqlTx).exec("UPDATE notify_outbox SET status = ?, attempts = attempts + 1, last_status = ?, last_error = ?, "+
-			"last_at = ?, next_at = ?, delivered_at = ? WHERE id = ? AND status = ? AND next_at = ?",
-			status, r.Status, r.Err, ns(r.At), next, delivered, id, store.DeliveryPending, ns(heldUntil))
-		ok = n == 1
-		return err
+		return nil
 	})
 	return ok, err
 }
