@@ -159,7 +159,9 @@ func (w *Worker) Run(ctx context.Context) {
 		}
 		free := conc - len(slots)
 		claimed := 0
-		if free > 0 {
+		// Claims are taken for half the slots or more at once (one store write for many).
+		tried := 2*free >= conc
+		if tried {
 			ds, err := w.Store.ClaimDeliveries(ctx, w.now(), hold, free)
 			if err != nil && ctx.Err() == nil {
 				w.log("claim deliveries", err)
@@ -181,11 +183,11 @@ func (w *Worker) Run(ctx context.Context) {
 			}
 			claimed = len(ds)
 		}
-		if free > 0 && claimed == free {
+		if claimed > 0 && claimed == free {
 			continue // more may be due
 		}
 		wait := poll
-		if free > 0 {
+		if tried {
 			if due, err := w.Store.NextDue(ctx); err == nil && !due.IsZero() {
 				wait = min(poll, max(due.Sub(w.now()), time.Millisecond))
 			}

@@ -354,3 +354,73 @@ func TestNotifyPolicyErrors(t *testing.T) {
 		t.Fatal("environments and repositories do not select")
 	}
 }
+
+// TestNotifyHangingReceiverDoesNotHoldRequests: while the receiver holds every request open,
+// runners' finalizes that cause events still complete (were they to wait for the delivery, they
+// would wait for the receiver, which answers only once they are done).
+func TestNotifyHangingReceiverDoesNotHoldRequests(t *testing.T) {
+	b := storetest.Backends()[0]
+	release := make(chan struct{})
+	rc := newReceiver(t, "hang-secret")
+	rc.answer = func(n int, r received) int {
+		<-release
+		return http.StatusOK
+	}
+	defer close(release)
+	f := notifyFixture(t, b, rc, notify.FormatJSON)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&notify.Worker{Store: f.Store.(store.Outbox), Targets: f.Policy.Notify, Timeout: time.Minute, Poll: 10 * time.Millisecond}).Run(runCtx)
+	}()
+	defer func() { stop(); <-done }()
+	f.plan("p0", "prod", 1, "abc", map[string]api.Class{"db": "destructive"})
+	for len(rc.requests()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 20 {
+		f.plan(fmt.Sprint("p", i+1), "prod", i+2, "abc", map[string]api.Class{"db": "destructive"})
+	}
+	ds, err := f.Store.(store.Outbox).Deliveries(ctx, store.DeliveryFilter{Status: store.DeliveryPending})
+	f.must(err)
+	if len(ds) != 21 {
+		t.Fatalf("%d deliveries pending, want the 21 events'", len(ds))
+	}
+}
+
+// TestNotifyGivesUpAfterMaxAge: a delivery no attempt delivered for MaxAge is marked failed,
+// and stays listed.
+func TestNotifyGivesUpAfterMaxAge(t *testing.T) {
+	b := storetest.Backends()[0]
+	rc := newReceiver(t, "dead-secret")
+	rc.answer = func(int, received) int { return http.StatusBadGateway }
+	f := notifyFixture(t, b, rc, notify.FormatJSON)
+	f.plan("p1", "prod", 7, "abc", map[string]api.Class{"db": "destructive"})
+	ob := f.Store.(store.Outbox)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start, base := time.Now(), f.now
+	go func() {
+		defer close(done)
+		(&notify.Worker{Store: ob, Targets: f.Policy.Notify, Poll: 10 * time.Millisecond, MaxAge: time.Hour,
+			// A clock a thousand times as fast: an hour of retries takes seconds.
+			Now: func() time.Time { return base.Add(time.Since(start) * 1000) }}).Run(runCtx)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	var ds []store.Delivery
+	for time.Now().Before(deadline) {
+		var err error
+		ds, err = ob.Deliveries(ctx, store.DeliveryFilter{Status: store.DeliveryFailed})
+		f.must(err)
+		if len(ds) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if len(ds) != 1 || ds[0].LastStatus != http.StatusBadGateway || !strings.Contains(ds[0].LastError, "given up") || ds[0].Attempts < 2 {
+		t.Fatalf("failed deliveries %+v", ds)
+	}
+}

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS notify_outbox (
   last_at BIGINT NOT NULL DEFAULT 0,
   delivered_at BIGINT NOT NULL DEFAULT 0
 );
--- The worker takes the pending rows due first.
-CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox (status, next_at);
+-- The worker takes the pending rows due first, in the order of this index (no sort of the outbox).
+CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox (status, next_at, id);
 -- Retention takes the rows written first.
 CREATE INDEX IF NOT EXISTS notify_outbox_created ON notify_outbox (created_at);
