@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -241,4 +242,42 @@ func BenchmarkEval(b *testing.B) {
 			b.ReportMetric(float64(sum["engine"].PeakRSS)/float64(sum["naive"].PeakRSS), "rss-ratio")
 		})
 	}
+}
+
+// BenchmarkReadInput compares, in process, reading a 6 MB plan into a Rego value with
+// ReadInput and the naive way (encoding/json into Go values, then ast.InterfaceToValue, as
+// rego.EvalInput does).
+func BenchmarkReadInput(b *testing.B) {
+	defer func() {
+		if benchDir != "" {
+			os.RemoveAll(benchDir)
+		}
+	}()
+	path, size := benchPlan(b, planShape{Changes: 5000, Payload: 300})
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("engine", func(b *testing.B) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ReadInput(bytes.NewReader(data)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("naive", func(b *testing.B) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			var x any
+			if err := json.Unmarshal(data, &x); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := ast.InterfaceToValue(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
