@@ -11,6 +11,11 @@ import (
 // Budget bounds the plan bytes being evaluated at once when several stacks evaluate in
 // parallel: a plan's memory as a Rego value grows with its size, so the sum of the sizes in
 // flight bounds the memory. A plan larger than the whole budget waits until it is alone.
+//
+// A plan read by ReadInput takes about five times its size in live heap while it is
+// evaluated (BenchmarkEval: 510 MB for a plan of 105 MB, 34 MB for one of 7 MB), so a budget of
+// a fifth of the memory set aside for policy checks (less the Go runtime's headroom, GOGC)
+// keeps them within it.
 type Budget struct {
 	sem   *semaphore.Weighted
 	total int64

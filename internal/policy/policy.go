@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -223,7 +224,7 @@ func Compile(ctx context.Context, defs []Definition) (*Set, error) {
 
 // hashDefinition feeds the policy's settings and its files' names and bytes to h, each
 // length-prefixed so that no two different policies feed the same bytes.
-func hashDefinition(h interface{ Write([]byte) (int, error) }, d Definition, files []sourceFile) {
+func hashDefinition(h io.Writer, d Definition, files []sourceFile) {
 	field := func(b []byte) {
 		_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
 		_, _ = h.Write(b)

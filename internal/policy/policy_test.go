@@ -501,3 +501,44 @@ func TestDocumentedExamples(t *testing.T) {
 		t.Errorf("the deletions finding's details %v", d)
 	}
 }
+
+// One Set evaluates plans from several goroutines at once, within a budget that lets only some
+// through at a time, with the results of sequential evaluation.
+func TestEvalConcurrent(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"p.rego": `package main
+
+deny contains rc.address if {
+	some rc in input.resource_changes
+	"delete" in rc.change.actions
+}
+
+warn contains rc.address if {
+	some rc in input.resource_changes
+	"create" in rc.change.actions
+}
+`})
+	s := compile(t, Definition{Name: "p", Files: []string{"p.rego"}, BaseDir: dir})
+	plans := []string{"mixed", "delete", "create", "update", "replace", "deposed"}
+	want := map[string]*Result{}
+	for _, p := range plans {
+		want[p] = evalFile(t, s, recordedPlan(p))
+	}
+	b := NewBudget(12_000) // two or three of these plans at once
+	errs := make(chan error, 4*len(plans))
+	for range 4 {
+		for _, p := range plans {
+			go func() {
+				r, err := b.EvalFile(context.Background(), s, recordedPlan(p))
+				if err == nil && !reflect.DeepEqual(r, want[p]) {
+					err = errors.New(p + ": the result differs from the sequential one")
+				}
+				errs <- err
+			}()
+		}
+	}
+	for range 4 * len(plans) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
