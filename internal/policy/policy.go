@@ -10,7 +10,8 @@
 // with an error naming the file and line; one whose evaluation fails counts as a failure of
 // that policy (fail closed), never as a pass. A package without any of those rules, or no such
 // package at all, reports nothing, as conftest does; Set.Rules tells which rules a policy has,
-// so a caller can say so.
+// so a caller can say so. A plan that cannot be read (ReadInput's error) is the caller's to
+// count as a failure.
 package policy
 
 import (
