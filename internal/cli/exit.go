@@ -16,6 +16,7 @@ const (
 	ExitUsage      = 2 // bad flags, unknown command, bare invocation
 	ExitGateDenied = 3 // the apply-time gate check did not allow the apply
 	ExitDrift      = 4 // run drift --fail-on-drift: a stack drifted
+	ExitPolicy     = 5 // policy test: a policy failed a plan
 )
 
 // UsageError is a command-line mistake: it exits 2.
@@ -58,6 +59,8 @@ func ExitCode(err error) int {
 		return ExitGateDenied
 	case errors.Is(err, ErrDrift):
 		return ExitDrift
+	case errors.Is(err, ErrPolicyFailed):
+		return ExitPolicy
 	case errors.Is(err, context.Canceled):
 		return ExitFailure
 	default:

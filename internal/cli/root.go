@@ -79,6 +79,7 @@ func NewRootCmd(ios *IO) *cobra.Command {
 	root.AddCommand(newExecutionsCmd(ios))
 	root.AddCommand(newLogsCmd(ios))
 	root.AddCommand(newCompletionCmd(ios))
+	root.AddCommand(newPolicyCmd(ios))
 	// Later verbs register here, one line each.
 
 	// Unknown sub-commands of a command group are usage errors, not silent help.

@@ -87,7 +87,7 @@ func TestConfigDocumented(t *testing.T) {
 // TestExitCodesDocumented: docs/exit-codes.md has a row for each exit code.
 func TestExitCodesDocumented(t *testing.T) {
 	doc := readDoc(t, "exit-codes.md")
-	for _, code := range []int{cli.ExitOK, cli.ExitFailure, cli.ExitUsage, cli.ExitGateDenied} {
+	for _, code := range []int{cli.ExitOK, cli.ExitFailure, cli.ExitUsage, cli.ExitGateDenied, cli.ExitDrift, cli.ExitPolicy} {
 		if !strings.Contains(doc, "\n| "+string(rune('0'+code))+" |") {
 			t.Errorf("docs/exit-codes.md has no row for exit code %d", code)
 		}
