@@ -1,0 +1,19 @@
+# Planned with -target=terraform_data.a (plan.args): b's change is not planned. The check fails,
+# and its message carries a secret let out with nonsensitive().
+variable "token" {
+  type      = string
+  sensitive = true
+  default   = "tok-9f8e7d6c5b"
+}
+resource "terraform_data" "a" {
+  input = "a2"
+}
+resource "terraform_data" "b" {
+  input = "b2"
+}
+check "health" {
+  assert {
+    condition     = terraform_data.a.input == "a1"
+    error_message = "a is ${terraform_data.a.input}, token ${nonsensitive(var.token)}"
+  }
+}
