@@ -56,7 +56,7 @@ func fitMarkdown(r *Report, limit int) string {
 		// Only pathological stack names or errors get here; cut on a line boundary, and keep
 		// the link to the execution page after the cut. best holds at least the first limit
 		// bytes of the render.
-		link := sec.scrub(executionLink(r))
+		link := executionLink(r)
 		if len(link)+len(cutNote) > limit {
 			link = ""
 		}
@@ -66,25 +66,12 @@ func fitMarkdown(r *Report, limit int) string {
 	return best
 }
 
-// fitSlack is how far past the limit a budgeted render goes before it stops: the scrub of the
-// secrets in the text can only be told for what is followed by enough text.
-const fitSlack = 4 << 10
-
-// fitLevel renders the markdown of v at level (see markdown), scrubbed, and reports whether
-// it fits in limit bytes. When it does not, the text returned is the beginning of the scrubbed
-// render, of more than limit bytes.
+// fitLevel renders the markdown of v at level (see markdown) and reports whether it fits in
+// limit bytes. When it does not, the text returned is the beginning of the render, of more
+// than limit bytes.
 func fitLevel(v *redactedView, level mdLevel, keepDestructive, limit int) (string, bool) {
-	for budget := limit + fitSlack; ; budget *= 2 {
-		raw, whole := markdown(v, level, keepDestructive, budget)
-		if whole {
-			out := v.sec.scrub(raw)
-			return out, len(out) <= limit
-		}
-		if out := v.sec.scrubBeginning(raw); len(out) > limit {
-			return out, false
-		}
-		// The scrub shortened the text (long secrets in stack names): render further.
-	}
+	out, whole := markdown(v, level, keepDestructive, limit)
+	return out, whole && len(out) <= limit
 }
 
 const cutNote = "\n_… cut to fit the size limit._\n"
@@ -111,7 +98,7 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	over := func() bool { return b.Len() > budget }
 	b.WriteString(mdHeading(r))
 	fmt.Fprintf(&b, "**Totals:** %s\n\n", totalsLine(r, " · "))
-	b.WriteString(mdNotes(r))
+	b.WriteString(mdNotes(r, v.sec))
 
 	listed, omitted := destructiveCount(r)
 	if listed > 0 || omitted > 0 {

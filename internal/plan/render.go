@@ -16,12 +16,6 @@ const (
 	MaxCommentChars = 65536
 )
 
-// minScrub is the shortest secret the final scrub of rendered text replaces: the same bound as
-// the masking of values, so that no secret the model masks can reach a render. Shorter ones
-// (which would collide with counts and words) are masked where they appear as values, keys or
-// index keys only.
-const minScrub = minSecretSubstring
-
 // classBadge is a class with a colour-coded marker for markdown.
 func classBadge(c events.Class) string {
 	switch c {
@@ -275,11 +269,11 @@ func mdHeading(r *Report) string {
 	return head + classBadge(r.Class()) + "\n\n"
 }
 
-// mdNotes is the caller's notes, each as its own paragraph.
-func mdNotes(r *Report) string {
+// mdNotes is the caller's notes, each as its own paragraph, masked as free text with sec.
+func mdNotes(r *Report, sec *secretSet) string {
 	var b strings.Builder
 	for _, n := range r.Notes {
-		b.WriteString(strings.TrimRight(n, "\n"))
+		b.WriteString(strings.TrimRight(sec.redactText(n), "\n"))
 		b.WriteString("\n\n")
 	}
 	return b.String()
