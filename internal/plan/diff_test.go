@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 )
 
 // TestDiffAfterUnknownCountsInTheSizeBound: after_unknown is part of what a diff reads (every
-// one of its paths is a path of the diff), so a change whose after_unknown alone is larger than
-// maxDetailBytes gets no attribute diff, like one whose values are too large.
+// one of its paths is a path of the diff), so an attribute whose after_unknown alone is larger
+// than maxDetailBytes is not diffed, like one whose values are too large: a resource change
+// shows its other attributes and counts that one as not shown, with its size; an output (one
+// value) gets no diff.
 func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
 	small, large := string(benchUnknownJSON(10)), string(benchUnknownJSON(maxDetailBytes/5+1))
 	for _, tc := range []struct {
@@ -27,8 +30,17 @@ func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := len(s.Changes[0].Attributes) > 0; got != tc.detail {
-			t.Errorf("after_unknown of %d bytes: resource diff shown %v, want %v", len(tc.unknown), got, tc.detail)
+		c := s.Changes[0]
+		var paths []string
+		for _, a := range c.Attributes {
+			paths = append(paths, a.Path)
+		}
+		listed := slices.ContainsFunc(paths, func(p string) bool { return strings.HasPrefix(p, "list") })
+		if listed != tc.detail || !slices.Contains(paths, "a") {
+			t.Errorf("after_unknown of %d bytes: resource diff paths %q, want a and the list's only when small", len(tc.unknown), paths)
+		}
+		if wantOmitted := !tc.detail; (c.AttributesOmitted == 1 && c.AttributesOmittedBytes == int64(len(tc.unknown)-len(`{"list":}`))) != wantOmitted {
+			t.Errorf("after_unknown of %d bytes: %d attributes omitted, %d bytes", len(tc.unknown), c.AttributesOmitted, c.AttributesOmittedBytes)
 		}
 		if got := len(s.Outputs[0].Attributes) > 0; got != tc.detail {
 			t.Errorf("after_unknown of %d bytes: output diff shown %v, want %v", len(tc.unknown), got, tc.detail)
@@ -170,19 +182,9 @@ func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, af
 	for _, p := range sorted {
 		bv, hasB := bl[p]
 		av, hasA := al[p]
-		isUnk := underAny(p)
-		if hasA && hasB && av.cmp == bv.cmp && !isUnk {
+		d, changed := attrDiff(p, bv, av, hasB, hasA, underAny(p))
+		if !changed {
 			continue
-		}
-		d := AttrDiff{Path: p, Before: Null, After: Null}
-		if hasB {
-			d.Before, d.beforeRaw, d.beforeParts = bv.text, bv.raw, bv.parts
-		}
-		switch {
-		case hasA:
-			d.After, d.afterRaw, d.afterParts = av.text, av.raw, av.parts
-		case isUnk:
-			d.After = Unknown
 		}
 		if len(diffs) == maxAttrs {
 			omitted++

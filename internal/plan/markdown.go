@@ -165,6 +165,20 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 			return b.String(), false
 		}
 	}
+	for i := range r.Stacks {
+		if !r.Stacks[i].Partial && len(r.Stacks[i].Checks) == 0 {
+			continue
+		}
+		s := v.stack(i, viewHead)
+		b.WriteString("> [!WARNING]\n")
+		for _, w := range stackWarnings(s) {
+			fmt.Fprintf(&b, "> %s: %s\n", code(s.Name), cell(w))
+		}
+		b.WriteString("\n")
+		if over() {
+			return b.String(), false
+		}
+	}
 	if n := len(unc) - len(shown); n > 0 {
 		fmt.Fprintf(&b, "> [!WARNING]\n> … and %s could not be classified (treated as unclassified)", plural(n, "more stack", "more stacks"))
 		if r.ExecutionURL != "" {
@@ -210,7 +224,7 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	if level <= mdNoAttributes {
 		for i := range r.Stacks {
 			s := v.stack(i, viewDetail)
-			lines := detailLines(s, level == mdFull)
+			lines := detailLines(s, level == mdFull, r.ExecutionURL)
 			if len(lines) == 0 {
 				continue
 			}

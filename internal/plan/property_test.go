@@ -144,8 +144,8 @@ func TestPlanMarkdownDegradesInOrder(t *testing.T) {
 	}
 	sec := r.secrets()
 	at := func(level mdLevel) string {
-		raw, _ := markdown(newRedactedView(r, sec), level, -1, math.MaxInt)
-		return sec.scrub(raw)
+		out, _ := markdown(newRedactedView(r, sec), level, -1, math.MaxInt)
+		return out
 	}
 	prev := len(at(mdFull)) + 1
 	for level := mdFull; level < mdTrimDestroy; level++ {

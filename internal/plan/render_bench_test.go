@@ -266,19 +266,9 @@ func BenchmarkClassifyUnknown(b *testing.B) {
 }
 
 // BenchmarkReportSecrets makes the union of the secrets of 2,000 stacks (20 each: 40,000) and
-// what its masking needs, as every render did (legacy: the union's strings.Replacers and
-// forms) and as a report's first render does (matcher); the next renders of the report reuse it.
+// its matcher, as a report's first render does; the next renders of the report reuse it.
 func BenchmarkReportSecrets(b *testing.B) {
 	r := benchSecretReport(2000, 20, 0)
-	b.Run("legacy", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			sec := legacyUnion(r)
-			_ = sec.scrub("x")
-			_ = sec.redactText("text")
-			_ = sec.sensitive("text")
-		}
-	})
 	b.Run("matcher", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
