@@ -3,8 +3,8 @@ package plan
 import (
 	"encoding/base64"
 	"encoding/json"
-	"net/url"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
