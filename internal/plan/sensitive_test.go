@@ -264,7 +264,9 @@ func shownValues(t *testing.T, jsonRender []byte) []string {
 		for _, d := range diffs {
 			out = append(out, d.Before, d.After)
 			for _, l := range d.Lines {
-				out = append(out, l.Text)
+				if l.Op != LineHidden { // "3 unchanged lines": a count, not a value
+					out = append(out, l.Text)
+				}
 			}
 		}
 	}
