@@ -52,18 +52,22 @@ func fitMarkdown(r *Report, limit int) string {
 			hi = mid - 1
 		}
 	}
-	if len(best) > limit {
-		// Only pathological stack names or errors get here; cut on a line boundary, and keep
-		// the link to the execution page after the cut. best holds at least the first limit
-		// bytes of the render.
-		link := executionLink(r)
-		if len(link)+len(cutNote) > limit {
-			link = ""
-		}
-		keep := max(0, limit-len(cutNote)-len(link))
-		best = best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
+	return cutToFit(r, best, limit)
+}
+
+// cutToFit is the smallest render of r, best, cut to limit bytes when it is longer: only
+// pathological stack names or errors get there. It is cut on a line boundary, keeping the link
+// to the execution page after the cut. best holds at least the first limit bytes of the render.
+func cutToFit(r *Report, best string, limit int) string {
+	if len(best) <= limit {
+		return best
 	}
-	return best
+	link := executionLink(r)
+	if len(link)+len(cutNote) > limit {
+		link = ""
+	}
+	keep := max(0, limit-len(cutNote)-len(link))
+	return best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
 }
 
 // fitLevel renders the markdown of v at level (see markdown) and reports whether it fits in

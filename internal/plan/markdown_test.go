@@ -10,7 +10,7 @@ import (
 )
 
 // fitOracle is fitMarkdown done the slow way: every level rendered whole and measured, the
-// destructive list cut one entry at a time, the last resort cut on a line.
+// destructive list cut one entry at a time, then the same last resort (cutToFit).
 func fitOracle(r *Report, limit int) string {
 	v := newRedactedView(r, r.secrets())
 	whole := func(level mdLevel, keep int) string {
@@ -31,15 +31,7 @@ func fitOracle(r *Report, limit int) string {
 		}
 		best = out
 	}
-	if len(best) > limit {
-		link := executionLink(r)
-		if len(link)+len(cutNote) > limit {
-			link = ""
-		}
-		keep := max(0, limit-len(cutNote)-len(link))
-		best = best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
-	}
-	return best
+	return cutToFit(r, best, limit)
 }
 
 // TestFitMarkdownMatchesWholeRendersAtTheLimits holds the budgeted markdown renders to

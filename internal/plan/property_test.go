@@ -233,28 +233,22 @@ func withSecrets(t *testing.T, plan []byte, values []string) []byte {
 	if err := json.Unmarshal(plan, &doc); err != nil {
 		t.Fatal(err)
 	}
-	vars, _ := doc["variables"].(map[string]any)
-	if vars == nil {
-		vars = map[string]any{}
+	// object is the object at key of m, made when absent.
+	object := func(m map[string]any, key string) map[string]any {
+		o, ok := m[key].(map[string]any)
+		if !ok {
+			o = map[string]any{}
+			m[key] = o
+		}
+		return o
 	}
-	cfg, _ := doc["configuration"].(map[string]any)
-	if cfg == nil {
-		cfg = map[string]any{}
-	}
-	root, _ := cfg["root_module"].(map[string]any)
-	if root == nil {
-		root = map[string]any{}
-	}
-	decl, _ := root["variables"].(map[string]any)
-	if decl == nil {
-		decl = map[string]any{}
-	}
+	vars := object(doc, "variables")
+	decl := object(object(object(doc, "configuration"), "root_module"), "variables")
 	for i, v := range values {
 		name := fmt.Sprintf("property_secret_%d", i)
 		vars[name] = map[string]any{"value": v}
 		decl[name] = map[string]any{"sensitive": true}
 	}
-	doc["variables"], root["variables"], cfg["root_module"], doc["configuration"] = vars, decl, root, cfg
 	out, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
