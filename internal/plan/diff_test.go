@@ -220,3 +220,80 @@ func FuzzUnmarshalNumber(f *testing.F) {
 		}
 	})
 }
+
+// TestMatchSequencesIsALongestCommonSubsequence: on random short sequences, matchSequences
+// visits every element of both once, in order, matches only equal elements, and matches as
+// many as the longest common subsequence found by trying every subsequence of the first; past
+// maxMatchCells it matches only the common beginning and end.
+func TestMatchSequencesIsALongestCommonSubsequence(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 38))
+	seq := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = string(rune('a' + rng.IntN(3)))
+		}
+		return out
+	}
+	isSubsequence := func(sub, of []string) bool {
+		j := 0
+		for _, v := range of {
+			if j < len(sub) && sub[j] == v {
+				j++
+			}
+		}
+		return j == len(sub)
+	}
+	for range 2000 {
+		x, y := seq(rng.IntN(9)), seq(rng.IntN(9))
+		steps := matchSequences(x, y)
+		i, j, matched := 0, 0, 0
+		for _, m := range steps {
+			switch {
+			case m.i >= 0 && m.j >= 0:
+				if m.i != i || m.j != j || x[m.i] != y[m.j] {
+					t.Fatalf("%q %q: step %+v at %d, %d", x, y, m, i, j)
+				}
+				i, j, matched = i+1, j+1, matched+1
+			case m.i >= 0:
+				if m.i != i {
+					t.Fatalf("%q %q: step %+v at %d, %d", x, y, m, i, j)
+				}
+				i++
+			default:
+				if m.j != j {
+					t.Fatalf("%q %q: step %+v at %d, %d", x, y, m, i, j)
+				}
+				j++
+			}
+		}
+		if i != len(x) || j != len(y) {
+			t.Fatalf("%q %q: steps end at %d, %d", x, y, i, j)
+		}
+		best := 0
+		for mask := range 1 << len(x) {
+			var sub []string
+			for k := range x {
+				if mask&(1<<k) != 0 {
+					sub = append(sub, x[k])
+				}
+			}
+			if len(sub) > best && isSubsequence(sub, y) {
+				best = len(sub)
+			}
+		}
+		if matched != best {
+			t.Fatalf("%q %q: %d matched, the longest common subsequence has %d", x, y, matched, best)
+		}
+	}
+	// Too large to match: the middle is removed, then added.
+	n := 1100
+	x, y := make([]string, n), make([]string, n)
+	for k := range n {
+		x[k], y[k] = fmt.Sprint("x", k), fmt.Sprint("y", k)
+	}
+	x[0], y[0] = "same", "same"
+	steps := matchSequences(x, y)
+	if len(steps) != 2*n-1 || steps[0] != (seqMatch{0, 0}) || steps[1] != (seqMatch{1, -1}) || steps[n] != (seqMatch{-1, 1}) {
+		t.Fatalf("a middle past maxMatchCells: %d steps, first %+v", len(steps), steps[:3])
+	}
+}
