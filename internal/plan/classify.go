@@ -871,6 +871,8 @@ func (c *classifier) outputChanges() error {
 			if err != nil {
 				return fmt.Errorf("output %s: %w", name, err)
 			}
+		} else {
+			out.ValueOmittedBytes = int64(max(len(ch.Before), len(ch.After), len(ch.AfterUnknown)))
 		}
 		c.s.Outputs = append(c.s.Outputs, out)
 		return nil

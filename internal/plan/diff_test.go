@@ -16,7 +16,7 @@ import (
 // one of its paths is a path of the diff), so an attribute whose after_unknown alone is larger
 // than maxDetailBytes is not diffed, like one whose values are too large: a resource change
 // shows its other attributes and counts that one as not shown, with its size; an output (one
-// value) gets no diff.
+// value) gets no diff, and its size.
 func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
 	small, large := string(benchUnknownJSON(10)), string(benchUnknownJSON(maxDetailBytes/5+1))
 	for _, tc := range []struct {
@@ -44,6 +44,9 @@ func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
 		}
 		if got := len(s.Outputs[0].Attributes) > 0; got != tc.detail {
 			t.Errorf("after_unknown of %d bytes: output diff shown %v, want %v", len(tc.unknown), got, tc.detail)
+		}
+		if got := s.Outputs[0].ValueOmittedBytes; (got == int64(len(tc.unknown))) == tc.detail {
+			t.Errorf("after_unknown of %d bytes: output value omitted %d bytes", len(tc.unknown), got)
 		}
 	}
 }

@@ -259,6 +259,9 @@ type OutputChange struct {
 	Name       string     `json:"name"`
 	Action     Action     `json:"action"`
 	Attributes []AttrDiff `json:"attributes,omitempty"`
+	// ValueOmittedBytes is the size of the value (its JSON, the larger side) when it is too
+	// large to show.
+	ValueOmittedBytes int64 `json:"value_omitted_bytes,omitempty"`
 }
 
 // Stack is one stack's classified plan: the per-stack model every render uses.

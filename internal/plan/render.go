@@ -227,7 +227,11 @@ func detailLines(s *Stack, attrs bool, link string) []string {
 				continue
 			}
 			// A scalar output is one line: "~ output.a (update): "one" -> "uno"".
-			lines := attrLines(o.Action, o.Attributes, 0, 0, link, "    ")
+			omitted := 0
+			if o.ValueOmittedBytes > 0 {
+				omitted = 1
+			}
+			lines := attrLines(o.Action, o.Attributes, omitted, o.ValueOmittedBytes, link, "    ")
 			if len(lines) == 1 && len(o.Attributes) == 1 && o.Attributes[0].Path == o.Name {
 				_, value, _ := strings.Cut(lines[0], o.Name)
 				out = append(out, head+value)
