@@ -271,7 +271,10 @@ func stackWarnings(s *Stack) []string {
 			out = append(out, fmt.Sprintf("… and %s", plural(len(s.Checks)-i, "more failed check", "more failed checks")))
 			break
 		}
-		line := fmt.Sprintf("check %s %s", c.Address, c.Status)
+		line := c.Address + " failed"
+		if c.Status == "error" {
+			line = c.Address + " could not be evaluated"
+		}
 		if len(c.Problems) > 0 {
 			line += ": " + strings.Join(c.Problems, "; ")
 		}
