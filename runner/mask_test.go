@@ -95,8 +95,9 @@ func TestMaskAddMaskCommand(t *testing.T) {
 		m := NewMasker()
 		got := string(maskStreamAll(t, m, data, []int{cut}))
 		// The value is masked from its announcement on; an earlier occurrence read in the same
-		// window may be masked too (over-masking is harmless).
-		want := "::add-mask::***\n::add-mask key=v::***%0A***25\nnow *** and *** and ***\n::add-masks::nope\nnope\n"
+		// window may be masked too (over-masking is harmless). The announcement of the
+		// multi-line value is its URL-encoded form, masked whole.
+		want := "::add-mask::***\n::add-mask key=v::***\nnow *** and *** and ***\n::add-masks::nope\nnope\n"
 		if got != "before s3cr3t\n  "+want && got != "before ***\n  "+want {
 			t.Fatalf("cut at %d:\n got %q\nwant ...%q", cut, got, want)
 		}

@@ -259,29 +259,48 @@ func TestScenarioCollections(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", addr, got, want)
 		}
 	}
-	allShow(t, renders, `"b"`, `"e"`)
-	if !strings.Contains(renders[".txt"], `- input[1] = "b"`) || !strings.Contains(renders[".txt"], `+ input[3] = "e"`) {
-		t.Errorf("the text render does not show the set element removed and added:\n%s", renders[".txt"])
+	for _, ext := range []string{".txt", ".md", ".comment.md"} {
+		if !strings.Contains(renders[ext], `- input[1] = "b"`) || !strings.Contains(renders[ext], `+ input[3] = "e"`) {
+			t.Errorf("render %s does not show the set element removed and added:\n%s", ext, renders[ext])
+		}
 	}
 }
 
-// Item 8: a failed check block is listed with its message masked, and a -target plan is
-// marked partial, in every format.
-func TestScenarioFailedCheckAndPartialPlan(t *testing.T) {
-	s, renders := renderScenario(t, "checks-target")
-	plan := recorded(t, "checks-target", "plan.json")
+// Item 8: a failed check block is listed with its message masked, in every format.
+func TestScenarioFailedCheck(t *testing.T) {
+	s, renders := renderScenario(t, "failed-check")
+	plan := recorded(t, "failed-check", "plan.json")
 	if !strings.Contains(plan, "tok-9f8e7d6c5b") || !strings.Contains(plan, `"status":"fail"`) {
 		t.Fatal("the recording carries no failed check with the secret; the test would prove nothing")
+	}
+	if len(s.Checks) != 1 || s.Checks[0].Address != "check.health" || s.Checks[0].Status != "fail" ||
+		len(s.Checks[0].Problems) != 1 || s.Checks[0].Problems[0] != "a is a2, token "+Masked {
+		t.Fatalf("failed checks %+v, want check.health with its message masked", s.Checks)
+	}
+	if s.Partial {
+		t.Error("a plan of every object is marked partial")
+	}
+	noneShows(t, renders, "tok-9f8e7d6c5b", "partial")
+	allShow(t, renders, "check.health", "a is a2, token "+Masked)
+}
+
+// Item 8: a -target plan is marked partial, with how many objects it leaves out, in every
+// format.
+func TestScenarioTargetPlanIsPartial(t *testing.T) {
+	s, renders := renderScenario(t, "target-partial")
+	if !strings.Contains(recorded(t, "target-partial", "plan.txt"), "Resource targeting is in effect") {
+		t.Fatal("the recording is not of a -target plan; the test would prove nothing")
 	}
 	if !s.Partial || s.Unplanned != 1 {
 		t.Errorf("partial %v, %d unplanned; want partial, 1 (terraform_data.b)", s.Partial, s.Unplanned)
 	}
-	if len(s.Checks) != 1 || s.Checks[0].Address != "check.health" || s.Checks[0].Status != "fail" {
-		t.Fatalf("failed checks %+v, want check.health", s.Checks)
+	allShow(t, renders, "partial")
+	for _, ext := range []string{".txt", ".md", ".comment.md"} {
+		if !strings.Contains(renders[ext], "(partial plan)") || !strings.Contains(renders[ext], "1 object of the state not planned") {
+			t.Errorf("render %s does not say the plan is partial:\n%s", ext, renders[ext])
+		}
 	}
-	noneShows(t, renders, "tok-9f8e7d6c5b")
-	allShow(t, renders, "partial", "check.health")
-	if !strings.Contains(renders[".json"], `"partial": true`) {
+	if !strings.Contains(renders[".json"], `"partial": true`) || !strings.Contains(renders[".json"], `"unplanned": 1`) {
 		t.Errorf("the JSON render does not say the plan is partial:\n%s", renders[".json"])
 	}
 }

@@ -1,5 +1,4 @@
-# Planned with -target=terraform_data.a (plan.args): b's change is not planned. The check fails,
-# and its message carries a secret let out with nonsensitive().
+# The check fails, and its message carries a secret let out with nonsensitive().
 variable "token" {
   type      = string
   sensitive = true
@@ -9,7 +8,7 @@ resource "terraform_data" "a" {
   input = "a2"
 }
 resource "terraform_data" "b" {
-  input = "b2"
+  input = "b1"
 }
 check "health" {
   assert {
