@@ -197,8 +197,8 @@ const maxMatchCells = 1 << 20
 // arrays): the elements both hold in order (a longest common subsequence) are compared in
 // place, an element of before only is "removed" and one of after only "added", each shown
 // whole under its own index (keyed by elemKey); between two matched elements, removed and
-// added collections are paired in order and compared attribute by attribute, as an element
-// that changed.
+// added elements are paired in order and compared (a collection attribute by attribute), as
+// an element that changed in place: ["v1"] to ["v2"] is "[0]: "v1" -> "v2"".
 func pairLists(b, a []any, bMask, aMask any, path string, unknown func(string) bool, bl, al map[string]leaf) {
 	bml, _ := bMask.([]any)
 	aml, _ := aMask.([]any)
@@ -212,7 +212,7 @@ func pairLists(b, a []any, bMask, aMask any, path string, unknown func(string) b
 	var removed, added []int
 	flush := func() {
 		n := 0
-		for n < len(removed) && n < len(added) && nonEmptyCollection(b[removed[n]]) && nonEmptyCollection(a[added[n]]) {
+		for n < len(removed) && n < len(added) {
 			j := added[n]
 			pairLeaves(b[removed[n]], a[j], index(bml, removed[n]), index(aml, j), indexPath(path, j), false, unknown, bl, al)
 			n++
