@@ -323,7 +323,7 @@ func matchSequences(x, y []string) []seqMatch {
 // flatten adds the leaves of v under path to out; a leaf under a true mask shows as Masked.
 // Null leaves are left out (they show as absent).
 func flatten(v, mask any, path string, out map[string]leaf) {
-	if m, ok := mask.(bool); ok && m {
+	if isTrue(mask) {
 		if v != nil {
 			cmp, _ := json.Marshal(v)
 			out[path] = leaf{text: Masked, cmp: string(cmp)}
@@ -415,14 +415,6 @@ func elemKey(p, elem string) string {
 		return p + "\x00~"
 	}
 	return p
-}
-
-// maskAt is the mask of an element: the element's own, or true when the whole parent is.
-func maskAt(parent, own any) any {
-	if m, ok := parent.(bool); ok && m {
-		return true
-	}
-	return own
 }
 
 // compact writes v on one line as tofu shows values: strings quoted, lists in brackets,
