@@ -36,7 +36,7 @@ type Masker struct {
 type secretSet struct {
 	values [][]byte
 	size   int64 // the values' bytes
-	forms  int   // how many of values are base64 forms of the others
+	forms  int   // how many of values are base64 or URL forms of the others
 
 	// For sets of more than naiveSecrets values: an automaton over values[:auto.covered], carried
 	// over from the previous snapshot; the values after those are searched one at a time until
@@ -66,7 +66,8 @@ func NewMasker(values ...string) *Masker {
 // all-whitespace lines are ignored since masking them would destroy the log, not protect it. A
 // line longer than MaxSecretLength is refused with an error and not masked. The base64 forms
 // of the value and of each line (plan.Base64Forms: at each byte alignment, at least
-// plan.MinBase64Form characters) are masked too.
+// plan.MinBase64Form characters) and their URL-encoded forms (plan.URLForms: query and path
+// escaping) are masked too.
 func (m *Masker) Add(value string) error { return m.add([]string{value}) }
 
 // add is Add for several values at once: one new snapshot for all of them.
@@ -82,14 +83,15 @@ func (m *Masker) add(values []string) error {
 	for _, value := range values {
 		// The base64 forms (of the whole value and of each line) as GitHub Actions' masker
 		// adds them: a secret base64-encoded with what precedes it shows in none of its own
-		// bytes. A form longer than MaxSecretLength is left out (the value itself still counts).
+		// bytes; and the URL-encoded forms (a password in a query string or a path). A form
+		// longer than MaxSecretLength is left out (the value itself still counts).
 		var forms []string
 		if strings.TrimSpace(value) != "" {
-			forms = plan.Base64Forms(value)
+			forms = append(plan.Base64Forms(value), plan.URLForms(value)...)
 		}
 		for _, line := range strings.Split(value, "\n") {
 			if line = strings.TrimSuffix(line, "\r"); line != value && strings.TrimSpace(line) != "" {
-				forms = append(forms, plan.Base64Forms(line)...)
+				forms = append(append(forms, plan.Base64Forms(line)...), plan.URLForms(line)...)
 			}
 		}
 		for _, f := range forms {
@@ -128,7 +130,7 @@ func (m *Masker) add(values []string) error {
 	return nil
 }
 
-// Len returns how many distinct values are masked, not counting their base64 forms.
+// Len returns how many distinct values are masked, not counting their base64 and URL forms.
 func (m *Masker) Len() int {
 	s := m.set.Load()
 	return len(s.values) - s.forms

@@ -95,8 +95,9 @@ func TestMaskAddMaskCommand(t *testing.T) {
 		m := NewMasker()
 		got := string(maskStreamAll(t, m, data, []int{cut}))
 		// The value is masked from its announcement on; an earlier occurrence read in the same
-		// window may be masked too (over-masking is harmless).
-		want := "::add-mask::***\n::add-mask key=v::***%0A***25\nnow *** and *** and ***\n::add-masks::nope\nnope\n"
+		// window may be masked too (over-masking is harmless). The announcement of the
+		// multi-line value is its URL-encoded form, masked whole.
+		want := "::add-mask::***\n::add-mask key=v::***\nnow *** and *** and ***\n::add-masks::nope\nnope\n"
 		if got != "before s3cr3t\n  "+want && got != "before ***\n  "+want {
 			t.Fatalf("cut at %d:\n got %q\nwant ...%q", cut, got, want)
 		}
@@ -277,5 +278,48 @@ func TestMaskBase64OfSecret(t *testing.T) {
 	short := NewMasker("abcd")
 	if got := short.Mask([]byte("YWJjZA== abcd")); string(got) != "YWJjZA== ***" {
 		t.Errorf("a 4-byte secret masked %q", got)
+	}
+}
+
+// TestMaskURLAndLinesOfSecret: tofu's own output of plans recorded with real OpenTofu that let
+// a secret out URL-encoded (urlencode) and a multi-line secret out YAML-encoded (each line
+// indented) shows neither once masked; the path-escaped form is masked too.
+func TestMaskURLAndLinesOfSecret(t *testing.T) {
+	dir := filepath.Join("..", "internal", "plan", "testdata", "render")
+	out, err := os.ReadFile(filepath.Join(dir, "urlencode-secret", "plan.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pw, query = "p@ss/w0rd#1", "p%40ss%2Fw0rd%231"
+	if !bytes.Contains(out, []byte(query)) {
+		t.Fatalf("the recording does not show %s; the test would prove nothing", query)
+	}
+	m := NewMasker(pw)
+	got := maskStreamAll(t, m, append(out, "\npath: https://svc/u/p@ss%2Fw0rd%231/x\n"...), []int{7, 300, 13})
+	for _, leak := range []string{query, "p@ss%2Fw0rd%231"} {
+		if bytes.Contains(got, []byte(leak)) {
+			t.Errorf("the masked output shows %s:\n%s", leak, got)
+		}
+	}
+	if !bytes.Contains(got, []byte("https://svc/login?pw=***")) || m.Len() != 1 {
+		t.Errorf("len %d; masked output:\n%s", m.Len(), got)
+	}
+
+	out, err = os.ReadFile(filepath.Join(dir, "yamlencode-secret", "plan.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\nMsW4d1k2vT9pQ0aXc3Lr5eNf8yZ6hJ1u\n-----END PRIVATE KEY-----\n"
+	lines := strings.Split(strings.TrimSpace(pem), "\n")[1:4]
+	for _, l := range lines {
+		if !bytes.Contains(out, []byte(l)) {
+			t.Fatalf("the recording does not show the line %s; the test would prove nothing", l)
+		}
+	}
+	got = maskStreamAll(t, NewMasker(pem), out, []int{5, 300, 17})
+	for _, l := range lines {
+		if bytes.Contains(got, []byte(l)) {
+			t.Errorf("the masked output shows the line %s:\n%s", l, got)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,6 +114,8 @@ func classify(stack, file string, r io.Reader, bufSize int) (*Stack, error) {
 	forgotten = len(c.s.Destructive) - forgotten
 	c.s.Class = ClassOfOutputs(c.s.Counts, c.s.OutputsChanged, c.s.OutputsDeleted)
 	c.s.Class = events.MaxClass(c.s.Class, classOfRecordedDrift(forgotten, c.s.DriftRecorded))
+	c.s.Unplanned = c.unplanned()
+	c.s.Partial = c.s.Unplanned > 0
 	c.s.redact()
 	c.secrets.release()
 	return c.s, nil
@@ -151,6 +155,10 @@ type classifier struct {
 	uncovered    map[string]Change
 	changedFirst map[uint64]struct{}
 	seed         maphash.Seed
+
+	// The hashes of the addresses of the resource changes (no-ops too) and of the managed
+	// objects of the prior state: a state object with no change means a partial plan.
+	planned, stateObjects addressSet
 
 	rc  rawResourceChange // reused for every resource change
 	res rawResource       // reused for every state resource
@@ -221,6 +229,7 @@ type rawResourceChange struct {
 // rawResource is a resource of planned_values or prior_state, values kept raw.
 type rawResource struct {
 	Address         string          `json:"address"`
+	Mode            string          `json:"mode"`
 	Values          json.RawMessage `json:"values"`
 	SensitiveValues json.RawMessage `json:"sensitive_values"`
 }
@@ -453,14 +462,14 @@ func (c *classifier) topLevel(key string) error {
 		return c.decode(&c.variables)
 	case "planned_values":
 		c.sawPlanned = true
-		return c.stateValues()
+		return c.stateValues(false)
 	case "values":
 		c.sawState = true
 		return c.skip()
 	case "prior_state":
 		return c.object(func(key string) error {
 			if key == "values" {
-				return c.stateValues()
+				return c.stateValues(true)
 			}
 			return c.skip()
 		})
@@ -475,8 +484,65 @@ func (c *classifier) topLevel(key string) error {
 		return c.configuration()
 	case "errored":
 		return c.decode(&c.errored)
+	case "checks":
+		return c.checks()
 	}
 	return c.skip()
+}
+
+// rawCheck is an element of the plan's checks: a checkable object (a check block, or a
+// resource or output with conditions) and the status of each of its instances.
+type rawCheck struct {
+	Address   checkAddress `json:"address"`
+	Status    string       `json:"status"`
+	Instances []struct {
+		Address  checkAddress `json:"address"`
+		Status   string       `json:"status"`
+		Problems []struct {
+			Message string `json:"message"`
+		} `json:"problems"`
+	} `json:"instances"`
+}
+
+type checkAddress struct {
+	ToDisplay string `json:"to_display"`
+}
+
+// failedCheck reports whether a check status is a failure: "fail" (a condition is false) or
+// "error" (it could not be evaluated).
+func failedCheck(status string) bool { return status == "fail" || status == "error" }
+
+// checks reads the plan's checks and keeps the failed ones: a failed check block is only a
+// warning, and the plan goes on.
+func (c *classifier) checks() error {
+	var checks []rawCheck
+	if err := c.decode(&checks); err != nil {
+		return fmt.Errorf("checks: %w", err)
+	}
+	for _, ch := range checks {
+		if !failedCheck(ch.Status) {
+			continue
+		}
+		found := false
+		for _, in := range ch.Instances {
+			if !failedCheck(in.Status) {
+				continue
+			}
+			res := CheckResult{Address: in.Address.ToDisplay, Status: in.Status}
+			if res.Address == "" {
+				res.Address = ch.Address.ToDisplay
+			}
+			for _, p := range in.Problems {
+				res.Problems = append(res.Problems, p.Message)
+			}
+			c.s.Checks = append(c.s.Checks, res)
+			found = true
+		}
+		if !found {
+			c.s.Checks = append(c.s.Checks, CheckResult{Address: ch.Address.ToDisplay, Status: ch.Status})
+		}
+	}
+	return nil
 }
 
 // actionOf maps a change's actions to the one action it counts as; importing and moved (its
@@ -528,6 +594,9 @@ func (c *classifier) resourceChange(drift bool) error {
 	if err := c.secrets.collectChange(ch); err != nil {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
 	}
+	if !drift {
+		c.planned.add(c, rc.Address)
+	}
 	importing, err := ch.importing()
 	if err != nil {
 		return fmt.Errorf("resource %s: %w", rc.Address, err)
@@ -572,7 +641,10 @@ func (c *classifier) resourceChange(drift bool) error {
 	}
 	if !c.sawDrift {
 		if c.changedFirst == nil {
-			c.changedFirst, c.seed = map[uint64]struct{}{}, maphash.MakeSeed()
+			c.changedFirst = map[uint64]struct{}{}
+			if c.seed == (maphash.Seed{}) {
+				c.seed = maphash.MakeSeed()
+			}
 		}
 		c.changedFirst[c.keyHash(rc)] = struct{}{}
 	}
@@ -609,13 +681,124 @@ func (c *classifier) resourceChange(drift bool) error {
 // detail sets the attribute differences of out, the change ch, while fewer than MaxDetailed
 // changes (and drift entries) have them and ch is small enough.
 func (c *classifier) detail(out *Change, ch *rawChange) error {
-	if c.detailed >= MaxDetailed || ch.detailBytes() > maxDetailBytes {
+	if c.detailed >= MaxDetailed {
 		return nil
 	}
 	c.detailed++
+	before, after, unknown := ch.Before, ch.After, ch.AfterUnknown
+	if ch.detailBytes() > maxDetailBytes {
+		var err error
+		before, after, unknown, out.AttributesOmitted, out.AttributesOmittedBytes, err = shownAttributes(ch)
+		if err != nil || before == nil && after == nil {
+			return err
+		}
+	}
+	var omitted int
 	var err error
-	out.Attributes, out.AttributesOmitted, err = diffValues("", ch.Before, ch.After, ch.AfterUnknown, ch.BeforeSensitive, ch.AfterSensitive)
+	out.Attributes, omitted, err = diffValues("", before, after, unknown, ch.BeforeSensitive, ch.AfterSensitive)
+	out.AttributesOmitted += omitted
 	return err
+}
+
+// shownAttributes is the part of a change too large to show whole (over maxDetailBytes) that
+// can be shown: its top-level attributes that change, the smallest first while they fit in
+// maxDetailBytes together, as before, after and after_unknown objects. omitted counts the
+// others and omittedBytes is their size (the largest of before, after and after_unknown). A change whose values are
+// not objects gets nothing shown (nil values) and counts as one attribute.
+func shownAttributes(ch *rawChange) (before, after, unknown json.RawMessage, omitted int, omittedBytes int64, err error) {
+	var b, a, u map[string]json.RawMessage
+	for _, d := range []struct {
+		raw json.RawMessage
+		dst *map[string]json.RawMessage
+	}{{ch.Before, &b}, {ch.After, &a}, {ch.AfterUnknown, &u}} {
+		v := bytes.TrimSpace(d.raw)
+		if len(v) == 0 || v[0] == 'n' {
+			continue
+		}
+		if v[0] != '{' {
+			return nil, nil, nil, 1, int64(max(len(ch.Before), len(ch.After))), nil
+		}
+		if err := unmarshalLegacy(v, d.dst); err != nil {
+			return nil, nil, nil, 0, 0, err
+		}
+	}
+	type attr struct {
+		name string
+		size int
+	}
+	var changed []attr
+	seen := map[string]bool{}
+	for _, m := range []map[string]json.RawMessage{b, a, u} {
+		for k := range m {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if _, unk := u[k]; !unk && bytes.Equal(b[k], a[k]) {
+				continue
+			}
+			changed = append(changed, attr{k, len(b[k]) + len(a[k]) + len(u[k])})
+		}
+	}
+	slices.SortFunc(changed, func(x, y attr) int { return cmp.Or(cmp.Compare(x.size, y.size), strings.Compare(x.name, y.name)) })
+	sb, sa, su := map[string]json.RawMessage{}, map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	total := 0
+	for _, at := range changed {
+		if total+at.size > maxDetailBytes {
+			omitted++
+			omittedBytes += int64(max(len(b[at.name]), len(a[at.name]), len(u[at.name])))
+			continue
+		}
+		total += at.size
+		for _, x := range []struct{ from, to map[string]json.RawMessage }{{b, sb}, {a, sa}, {u, su}} {
+			if v, ok := x.from[at.name]; ok {
+				x.to[at.name] = v
+			}
+		}
+	}
+	// A side that is null (a create, a delete) stays null: the change lists its attributes.
+	if b != nil {
+		before, _ = json.Marshal(sb)
+	}
+	if a != nil {
+		after, _ = json.Marshal(sa)
+	}
+	unknown, _ = json.Marshal(su)
+	return before, after, unknown, omitted, omittedBytes, nil
+}
+
+// addressSet is a set of addresses, by their hashes (a plan may hold hundreds of thousands).
+type addressSet map[uint64]struct{}
+
+func (s *addressSet) add(c *classifier, address string) {
+	if *s == nil {
+		*s = addressSet{}
+	}
+	(*s)[c.addressHash(address)] = struct{}{}
+}
+
+// addressHash is the hash of an address with the classifier's seed.
+func (c *classifier) addressHash(address string) uint64 {
+	if c.seed == (maphash.Seed{}) {
+		c.seed = maphash.MakeSeed()
+	}
+	return maphash.String(c.seed, address)
+}
+
+// unplanned counts the managed objects of the prior state that no resource change is about:
+// the plan was made with -target or -exclude. A plan without resource changes (refresh-only)
+// plans no object, and leaves none out.
+func (c *classifier) unplanned() int {
+	if len(c.planned) == 0 {
+		return 0
+	}
+	n := 0
+	for h := range c.stateObjects {
+		if _, ok := c.planned[h]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // objectKey names the object a resource change or drift entry is about: its address and
@@ -688,14 +871,16 @@ func (c *classifier) outputChanges() error {
 			if err != nil {
 				return fmt.Errorf("output %s: %w", name, err)
 			}
+		} else {
+			out.ValueOmittedBytes = int64(max(len(ch.Before), len(ch.After), len(ch.AfterUnknown)))
 		}
 		c.s.Outputs = append(c.s.Outputs, out)
 		return nil
 	})
 }
 
-// stateValues reads planned_values or prior_state.values: outputs and the module tree.
-func (c *classifier) stateValues() error {
+// stateValues reads planned_values or prior_state.values (prior): outputs and the module tree.
+func (c *classifier) stateValues(prior bool) error {
 	return c.object(func(key string) error {
 		switch key {
 		case "outputs":
@@ -715,14 +900,15 @@ func (c *classifier) stateValues() error {
 			}
 			return nil
 		case "root_module":
-			return c.module()
+			return c.module(prior)
 		}
 		return c.skip()
 	})
 }
 
-// module reads one module of a state's module tree, one resource at a time.
-func (c *classifier) module() error {
+// module reads one module of a state's module tree (of the prior state: prior), one resource
+// at a time.
+func (c *classifier) module(prior bool) error {
 	return c.object(func(key string) error {
 		switch key {
 		case "resources":
@@ -735,10 +921,13 @@ func (c *classifier) module() error {
 				if err := c.secrets.collectRaw(r.Values, r.SensitiveValues); err != nil {
 					return fmt.Errorf("%s: %w", r.Address, err)
 				}
+				if prior && r.Mode == "managed" {
+					c.stateObjects.add(c, r.Address)
+				}
 				return nil
 			})
 		case "child_modules":
-			return c.array("child_modules", c.module)
+			return c.array("child_modules", func() error { return c.module(prior) })
 		}
 		return c.skip()
 	})
@@ -753,12 +942,16 @@ type configModule struct {
 	} `json:"variables"`
 	ModuleCalls map[string]struct {
 		Module configModule `json:"module"`
+		// Expressions are the arguments of the call, by variable: an object, with
+		// constant_value when the argument is a literal.
+		Expressions map[string]json.RawMessage `json:"expressions"`
 	} `json:"module_calls"`
 }
 
 // configuration reads which root variables are sensitive, and collects the defaults of
-// sensitive variables of every module (a module's variable values are not in the plan's
-// variables, but its default may still reach an unflagged attribute).
+// sensitive variables of every module and the literals the calls pass them (a module's
+// variable values are not in the plan's variables, but they may still reach an unflagged
+// attribute through nonsensitive()).
 func (c *classifier) configuration() error {
 	var cfg struct {
 		RootModule configModule `json:"root_module"`
@@ -787,13 +980,32 @@ func (c *classifier) collectDefaults(m *configModule, depth int) error {
 			}
 		}
 	}
-	for _, call := range m.ModuleCalls {
+	for callName, call := range m.ModuleCalls {
+		// A literal passed to a sensitive variable of the module is as secret as its default.
+		for name, v := range call.Module.Variables {
+			expr := bytes.TrimSpace(call.Expressions[name])
+			if !v.Sensitive || len(expr) == 0 || expr[0] != '{' {
+				continue
+			}
+			var e struct {
+				ConstantValue json.RawMessage `json:"constant_value"`
+			}
+			if err := unmarshalLegacy(expr, &e); err != nil {
+				return fmt.Errorf("configuration: module %s: argument %s: %w", strconv.Quote(callName), strconv.Quote(name), err)
+			}
+			if err := c.secrets.collectRaw(e.ConstantValue, json.RawMessage("true")); err != nil {
+				return fmt.Errorf("configuration: module %s: argument %s: %w", strconv.Quote(callName), strconv.Quote(name), err)
+			}
+		}
 		if err := c.collectDefaults(&call.Module, depth+1); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// unmarshalLegacy decodes raw into v as the classifier reads the plan (readAsV1).
+func unmarshalLegacy(raw []byte, v any) error { return jsonv2.Unmarshal(raw, v, readAsV1...) }
 
 // collectVariables adds the values of sensitive root variables to the secrets. Without a
 // configuration the plan does not say which are sensitive, so every variable counts as one.

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 )
 
 // TestDiffAfterUnknownCountsInTheSizeBound: after_unknown is part of what a diff reads (every
-// one of its paths is a path of the diff), so a change whose after_unknown alone is larger than
-// maxDetailBytes gets no attribute diff, like one whose values are too large.
+// one of its paths is a path of the diff), so an attribute whose after_unknown alone is larger
+// than maxDetailBytes is not diffed, like one whose values are too large: a resource change
+// shows its other attributes and counts that one as not shown, with its size; an output (one
+// value) gets no diff, and its size.
 func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
 	small, large := string(benchUnknownJSON(10)), string(benchUnknownJSON(maxDetailBytes/5+1))
 	for _, tc := range []struct {
@@ -27,11 +30,23 @@ func TestDiffAfterUnknownCountsInTheSizeBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := len(s.Changes[0].Attributes) > 0; got != tc.detail {
-			t.Errorf("after_unknown of %d bytes: resource diff shown %v, want %v", len(tc.unknown), got, tc.detail)
+		c := s.Changes[0]
+		var paths []string
+		for _, a := range c.Attributes {
+			paths = append(paths, a.Path)
+		}
+		listed := slices.ContainsFunc(paths, func(p string) bool { return strings.HasPrefix(p, "list") })
+		if listed != tc.detail || !slices.Contains(paths, "a") {
+			t.Errorf("after_unknown of %d bytes: resource diff paths %q, want a and the list's only when small", len(tc.unknown), paths)
+		}
+		if wantOmitted := !tc.detail; (c.AttributesOmitted == 1 && c.AttributesOmittedBytes == int64(len(tc.unknown)-len(`{"list":}`))) != wantOmitted {
+			t.Errorf("after_unknown of %d bytes: %d attributes omitted, %d bytes", len(tc.unknown), c.AttributesOmitted, c.AttributesOmittedBytes)
 		}
 		if got := len(s.Outputs[0].Attributes) > 0; got != tc.detail {
 			t.Errorf("after_unknown of %d bytes: output diff shown %v, want %v", len(tc.unknown), got, tc.detail)
+		}
+		if got := s.Outputs[0].ValueOmittedBytes; (got == int64(len(tc.unknown))) == tc.detail {
+			t.Errorf("after_unknown of %d bytes: output value omitted %d bytes", len(tc.unknown), got)
 		}
 	}
 }
@@ -170,19 +185,9 @@ func scanningDiffValues(root string, before, after, afterUnknown, beforeSens, af
 	for _, p := range sorted {
 		bv, hasB := bl[p]
 		av, hasA := al[p]
-		isUnk := underAny(p)
-		if hasA && hasB && av.cmp == bv.cmp && !isUnk {
+		d, changed := attrDiff(p, bv, av, hasB, hasA, underAny(p))
+		if !changed {
 			continue
-		}
-		d := AttrDiff{Path: p, Before: Null, After: Null}
-		if hasB {
-			d.Before, d.beforeRaw, d.beforeParts = bv.text, bv.raw, bv.parts
-		}
-		switch {
-		case hasA:
-			d.After, d.afterRaw, d.afterParts = av.text, av.raw, av.parts
-		case isUnk:
-			d.After = Unknown
 		}
 		if len(diffs) == maxAttrs {
 			omitted++
@@ -217,4 +222,81 @@ func FuzzUnmarshalNumber(f *testing.F) {
 			t.Fatalf("%q: %#v, encoding/json reads %#v", data, got, want)
 		}
 	})
+}
+
+// TestMatchSequencesIsALongestCommonSubsequence: on random short sequences, matchSequences
+// visits every element of both once, in order, matches only equal elements, and matches as
+// many as the longest common subsequence found by trying every subsequence of the first; past
+// maxMatchCells it matches only the common beginning and end.
+func TestMatchSequencesIsALongestCommonSubsequence(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 38))
+	seq := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = string(rune('a' + rng.IntN(3)))
+		}
+		return out
+	}
+	isSubsequence := func(sub, of []string) bool {
+		j := 0
+		for _, v := range of {
+			if j < len(sub) && sub[j] == v {
+				j++
+			}
+		}
+		return j == len(sub)
+	}
+	for range 2000 {
+		x, y := seq(rng.IntN(9)), seq(rng.IntN(9))
+		steps := matchSequences(x, y)
+		i, j, matched := 0, 0, 0
+		for _, m := range steps {
+			switch {
+			case m.i >= 0 && m.j >= 0:
+				if m.i != i || m.j != j || x[m.i] != y[m.j] {
+					t.Fatalf("%q %q: step %+v at %d, %d", x, y, m, i, j)
+				}
+				i, j, matched = i+1, j+1, matched+1
+			case m.i >= 0:
+				if m.i != i {
+					t.Fatalf("%q %q: step %+v at %d, %d", x, y, m, i, j)
+				}
+				i++
+			default:
+				if m.j != j {
+					t.Fatalf("%q %q: step %+v at %d, %d", x, y, m, i, j)
+				}
+				j++
+			}
+		}
+		if i != len(x) || j != len(y) {
+			t.Fatalf("%q %q: steps end at %d, %d", x, y, i, j)
+		}
+		best := 0
+		for mask := range 1 << len(x) {
+			var sub []string
+			for k := range x {
+				if mask&(1<<k) != 0 {
+					sub = append(sub, x[k])
+				}
+			}
+			if len(sub) > best && isSubsequence(sub, y) {
+				best = len(sub)
+			}
+		}
+		if matched != best {
+			t.Fatalf("%q %q: %d matched, the longest common subsequence has %d", x, y, matched, best)
+		}
+	}
+	// Too large to match: the middle is removed, then added.
+	n := 1100
+	x, y := make([]string, n), make([]string, n)
+	for k := range n {
+		x[k], y[k] = fmt.Sprint("x", k), fmt.Sprint("y", k)
+	}
+	x[0], y[0] = "same", "same"
+	steps := matchSequences(x, y)
+	if len(steps) != 2*n-1 || steps[0] != (seqMatch{0, 0}) || steps[1] != (seqMatch{1, -1}) || steps[n] != (seqMatch{-1, 1}) {
+		t.Fatalf("a middle past maxMatchCells: %d steps, first %+v", len(steps), steps[:3])
+	}
 }

@@ -66,7 +66,6 @@ func FuzzClassify(f *testing.F) {
 		if err := Text(&text, r, true); err != nil {
 			t.Fatal(err)
 		}
-		fuzzNoSecret(t, s.secrets, map[string]string{"comment": comment, "markdown": Markdown(r), "text": text.String()})
 		var js bytes.Buffer
 		if err := JSON(&js, r); err != nil {
 			t.Fatal(err)
@@ -74,19 +73,29 @@ func FuzzClassify(f *testing.F) {
 		if !json.Valid(js.Bytes()) {
 			t.Fatalf("JSON render is not valid JSON:\n%s", js.String())
 		}
+		fuzzNoSecret(t, s.secrets, js.Bytes())
 	})
 }
 
-// fuzzNoSecret fails if a render shows a secret of at least minSecretSubstring bytes (shorter
-// ones are masked as values and keys only: they collide with counts and words). The mask text
-// itself is left out first, since a secret may be a word of it.
-func fuzzNoSecret(t *testing.T, sec *secretSet, renders map[string]string) {
+// fuzzNoSecret fails if a value the JSON render shows (see shownValues) is a secret or holds
+// one of at least minSecretSubstring bytes: names, keys and addresses are not values, and are
+// never masked. What a render writes for no value, an unknown or masked one, and booleans
+// (never secrets) are left out, and so is the mask text inside values, since a secret may be
+// a word of it.
+func fuzzNoSecret(t *testing.T, sec *secretSet, jsonRender []byte) {
 	t.Helper()
-	for name, out := range renders {
-		out = strings.ReplaceAll(out, Masked, "\x00")
-		for _, v := range sec.longValues() {
-			if strings.Contains(out, v) {
-				t.Fatalf("%s render shows the secret %q:\n%s", name, v, out)
+	for _, v := range shownValues(t, jsonRender) {
+		switch v {
+		case Null, Unknown, Masked, "true", "false":
+			continue // what a render writes for no value, an unknown one, a masked one, or a boolean
+		}
+		if _, ok := sec.values[v]; ok {
+			t.Fatalf("the JSON render shows the secret %q as a value", v)
+		}
+		v = strings.ReplaceAll(v, Masked, "\x00")
+		for s := range sec.values {
+			if len(s) >= minSecretSubstring && strings.Contains(v, s) {
+				t.Fatalf("the JSON render shows the secret %q in the value %q", s, v)
 			}
 		}
 	}

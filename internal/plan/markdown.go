@@ -52,39 +52,30 @@ func fitMarkdown(r *Report, limit int) string {
 			hi = mid - 1
 		}
 	}
-	if len(best) > limit {
-		// Only pathological stack names or errors get here; cut on a line boundary, and keep
-		// the link to the execution page after the cut. best holds at least the first limit
-		// bytes of the render.
-		link := sec.scrub(executionLink(r))
-		if len(link)+len(cutNote) > limit {
-			link = ""
-		}
-		keep := max(0, limit-len(cutNote)-len(link))
-		best = best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
-	}
-	return best
+	return cutToFit(r, best, limit)
 }
 
-// fitSlack is how far past the limit a budgeted render goes before it stops: the scrub of the
-// secrets in the text can only be told for what is followed by enough text.
-const fitSlack = 4 << 10
-
-// fitLevel renders the markdown of v at level (see markdown), scrubbed, and reports whether
-// it fits in limit bytes. When it does not, the text returned is the beginning of the scrubbed
-// render, of more than limit bytes.
-func fitLevel(v *redactedView, level mdLevel, keepDestructive, limit int) (string, bool) {
-	for budget := limit + fitSlack; ; budget *= 2 {
-		raw, whole := markdown(v, level, keepDestructive, budget)
-		if whole {
-			out := v.sec.scrub(raw)
-			return out, len(out) <= limit
-		}
-		if out := v.sec.scrubBeginning(raw); len(out) > limit {
-			return out, false
-		}
-		// The scrub shortened the text (long secrets in stack names): render further.
+// cutToFit is the smallest render of r, best, cut to limit bytes when it is longer: only
+// pathological stack names or errors get there. It is cut on a line boundary, keeping the link
+// to the execution page after the cut. best holds at least the first limit bytes of the render.
+func cutToFit(r *Report, best string, limit int) string {
+	if len(best) <= limit {
+		return best
 	}
+	link := executionLink(r)
+	if len(link)+len(cutNote) > limit {
+		link = ""
+	}
+	keep := max(0, limit-len(cutNote)-len(link))
+	return best[:strings.LastIndexByte(best[:keep], '\n')+1] + cutNote + link
+}
+
+// fitLevel renders the markdown of v at level (see markdown) and reports whether it fits in
+// limit bytes. When it does not, the text returned is the beginning of the render, of more
+// than limit bytes.
+func fitLevel(v *redactedView, level mdLevel, keepDestructive, limit int) (string, bool) {
+	out, whole := markdown(v, level, keepDestructive, limit)
+	return out, whole && len(out) <= limit
 }
 
 const cutNote = "\n_… cut to fit the size limit._\n"
@@ -111,7 +102,7 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	over := func() bool { return b.Len() > budget }
 	b.WriteString(mdHeading(r))
 	fmt.Fprintf(&b, "**Totals:** %s\n\n", totalsLine(r, " · "))
-	b.WriteString(mdNotes(r))
+	b.WriteString(mdNotes(r, v.sec))
 
 	listed, omitted := destructiveCount(r)
 	if listed > 0 || omitted > 0 {
@@ -178,6 +169,20 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 			return b.String(), false
 		}
 	}
+	for i := range r.Stacks {
+		if !r.Stacks[i].Partial && len(r.Stacks[i].Checks) == 0 {
+			continue
+		}
+		s := v.stack(i, viewHead)
+		b.WriteString("> [!WARNING]\n")
+		for _, w := range stackWarnings(s) {
+			fmt.Fprintf(&b, "> %s: %s\n", code(s.Name), cell(w))
+		}
+		b.WriteString("\n")
+		if over() {
+			return b.String(), false
+		}
+	}
 	if n := len(unc) - len(shown); n > 0 {
 		fmt.Fprintf(&b, "> [!WARNING]\n> … and %s could not be classified (treated as unclassified)", plural(n, "more stack", "more stacks"))
 		if r.ExecutionURL != "" {
@@ -223,7 +228,7 @@ func markdown(v *redactedView, level mdLevel, keepDestructive, budget int) (text
 	if level <= mdNoAttributes {
 		for i := range r.Stacks {
 			s := v.stack(i, viewDetail)
-			lines := detailLines(s, level == mdFull)
+			lines := detailLines(s, level == mdFull, r.ExecutionURL)
 			if len(lines) == 0 {
 				continue
 			}

@@ -2,19 +2,43 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
-// TestFitMarkdownMatchesLegacyAtTheLimits holds the budgeted markdown renders to the previous
-// renders (every level rendered whole, then scrubbed, then measured) where the budget decides:
-// stacks at the most detail, whose first levels are megabytes; stack names holding a long
-// secret, which the scrub shortens so much that the render must go on past its first budget;
-// thousands of destructive changes, cut by the binary search; names too long for any level,
-// cut on a line.
-func TestFitMarkdownMatchesLegacyAtTheLimits(t *testing.T) {
+// fitOracle is fitMarkdown done the slow way: every level rendered whole and measured, the
+// destructive list cut one entry at a time, then the same last resort (cutToFit).
+func fitOracle(r *Report, limit int) string {
+	v := newRedactedView(r, r.secrets())
+	whole := func(level mdLevel, keep int) string {
+		out, _ := markdown(v, level, keep, math.MaxInt)
+		return out
+	}
+	for level := mdFull; level < mdTrimDestroy; level++ {
+		if out := whole(level, -1); len(out) <= limit {
+			return out
+		}
+	}
+	listed, _ := destructiveCount(r)
+	best := whole(mdTrimDestroy, 0)
+	for keep := 1; keep <= listed; keep++ {
+		out := whole(mdTrimDestroy, keep)
+		if len(out) > limit {
+			break
+		}
+		best = out
+	}
+	return cutToFit(r, best, limit)
+}
+
+// TestFitMarkdownMatchesWholeRendersAtTheLimits holds the budgeted markdown renders to
+// fitOracle where the budget decides: stacks at the most detail, whose first levels are
+// megabytes; long stack names; thousands of destructive changes, cut by the binary search;
+// names too long for any level, cut on a line.
+func TestFitMarkdownMatchesWholeRendersAtTheLimits(t *testing.T) {
 	template := benchDetailTemplate()
 	detailed := &Report{ExecutionURL: planExecutionURL}
 	for i := range 6 {
@@ -46,7 +70,7 @@ func TestFitMarkdownMatchesLegacyAtTheLimits(t *testing.T) {
 
 	for name, r := range map[string]*Report{"detailed": detailed, "named": named, "destructive": destructive, "huge": huge} {
 		for _, limit := range []int{MaxCommentChars, MaxSummaryBytes, 3000, 20000, 150000} {
-			if got, want := fitMarkdown(r, limit), legacyFitMarkdown(r, limit); got != want {
+			if got, want := fitMarkdown(r, limit), fitOracle(r, limit); got != want {
 				t.Fatalf("%s, limit %d: differs:\n%s", name, limit, planFirstDiff(got, want))
 			}
 		}

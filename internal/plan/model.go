@@ -192,11 +192,39 @@ type AttrDiff struct {
 	Path   string `json:"path"`
 	Before string `json:"before"`
 	After  string `json:"after"`
+	// Element is "removed" or "added" for an element of a list or set that only one side
+	// holds: elements are matched by value, as tofu does, not by position.
+	Element string `json:"element,omitempty"`
+	// Lines is the line diff of a multi-line string that changes (Before and After are then
+	// each side on one line, cut): every changed line, with unchanged ones around them.
+	Lines []LineDiff `json:"lines,omitempty"`
 
 	// beforeRaw/afterRaw are the leaf values before quoting, kept to compare with secrets;
 	// beforeParts/afterParts the scalars (and keys) of a whole collection shown as one value.
 	beforeRaw, afterRaw     string
 	beforeParts, afterParts []string
+}
+
+// Ops of a LineDiff.
+const (
+	LineSame    = " " // a line both sides hold
+	LineRemoved = "-" // a line of the old value only
+	LineAdded   = "+" // a line of the new value only
+	LineHidden  = "…" // unchanged lines left out: Text says how many
+)
+
+// LineDiff is one line of the diff of a multi-line string.
+type LineDiff struct {
+	Op   string `json:"op"`
+	Text string `json:"text"`
+}
+
+// CheckResult is a check that failed (a `check` block's assertion, or another checkable
+// object's condition): tofu warns of it and the plan goes on.
+type CheckResult struct {
+	Address  string   `json:"address"`
+	Status   string   `json:"status"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Change is one resource instance change (or drift) as listed in renders.
@@ -221,6 +249,9 @@ type Change struct {
 	Attributes []AttrDiff `json:"attributes,omitempty"`
 	// AttributesOmitted counts differences not kept in Attributes.
 	AttributesOmitted int `json:"attributes_omitted,omitempty"`
+	// AttributesOmittedBytes is the size of the values of the omitted attributes that were
+	// too large to show (their JSON, the larger side of each), when known.
+	AttributesOmittedBytes int64 `json:"attributes_omitted_bytes,omitempty"`
 }
 
 // OutputChange is one changed root output.
@@ -228,6 +259,9 @@ type OutputChange struct {
 	Name       string     `json:"name"`
 	Action     Action     `json:"action"`
 	Attributes []AttrDiff `json:"attributes,omitempty"`
+	// ValueOmittedBytes is the size of the value (its JSON, the larger side) when it is too
+	// large to show.
+	ValueOmittedBytes int64 `json:"value_omitted_bytes,omitempty"`
 }
 
 // Stack is one stack's classified plan: the per-stack model every render uses.
@@ -272,6 +306,15 @@ type Stack struct {
 	// the class (see classOfRecordedDrift); the objects deleted outside are in Destructive, as
 	// forgets. Drift a resource change covers is reported, not classified.
 	DriftRecorded int `json:"drift_recorded,omitempty"`
+
+	// Checks lists the checks that failed, their messages masked.
+	Checks []CheckResult `json:"failed_checks,omitempty"`
+
+	// Partial: the plan leaves out objects of the state (it was made with -target or
+	// -exclude); Unplanned is how many it leaves out. Applying it changes only part of the
+	// configuration.
+	Partial   bool `json:"partial,omitempty"`
+	Unplanned int  `json:"unplanned,omitempty"`
 
 	// Error says why the plan could not be classified (Class is then unclassified).
 	Error string `json:"error,omitempty"`
@@ -351,7 +394,7 @@ type Report struct {
 	Environment, Dir string
 	// Notes are markdown sections the caller adds after the totals (what the plan needs before
 	// its apply, why stacks failed, ...): every markdown render keeps them whole, so the caller
-	// bounds their size. They are scrubbed of the report's secrets like the rest.
+	// bounds their size. They are free text: the report's secrets are masked inside them.
 	Notes []string
 
 	// union is the last union of the stacks' secrets a render made, with its matcher: the
@@ -427,7 +470,7 @@ func (r *Report) secrets() *secretSet {
 		all.merge(s)
 	}
 	if len(all.values) > 0 {
-		all.matcher(true)
+		all.matcher()
 	}
 	r.union = &reportSecrets{from: from, sizes: sizes, set: all}
 	return all

@@ -2,9 +2,13 @@ package plan
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -144,8 +148,8 @@ func TestPlanMarkdownDegradesInOrder(t *testing.T) {
 	}
 	sec := r.secrets()
 	at := func(level mdLevel) string {
-		raw, _ := markdown(newRedactedView(r, sec), level, -1, math.MaxInt)
-		return sec.scrub(raw)
+		out, _ := markdown(newRedactedView(r, sec), level, -1, math.MaxInt)
+		return out
 	}
 	prev := len(at(mdFull)) + 1
 	for level := mdFull; level < mdTrimDestroy; level++ {
@@ -207,5 +211,126 @@ func TestPlanPropertyCommentUnclassified(t *testing.T) {
 				t.Errorf("comment does not count the unclassified stacks it does not name:\n%.3000s", comment)
 			}
 		})
+	}
+}
+
+// secretWords are sensitive values a property test draws: words a render is made of (keys of
+// the JSON render, counts, markup, addresses' parts) and short tokens, JSON punctuation among
+// them.
+var secretWords = []string{
+	"class", "stack", "stacks", "data", "port", "import", "prod", "delete", "code", "details",
+	"create", "update", "replace", "forget", "read", "totals", "counts", "changes", "address",
+	"action", "terraform", "terraform_data", "summary", "destructive", "mutating", "additive",
+	"input", "output", "null", "true", "false", "drift", "plan", "1.2", "v1", "sensitive",
+	"a", "b", "x", "1", "0", "id", "->", ":", "\"", "{", "}", "[", "]", ",", " ", "\n", "  ",
+	"(known after apply)", "(sensitive value)", "<", ">", "|", "`", "#", "-", "+", "~", "±",
+}
+
+// withSecrets is the plan JSON plan with sensitive root variables holding values.
+func withSecrets(t *testing.T, plan []byte, values []string) []byte {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal(plan, &doc); err != nil {
+		t.Fatal(err)
+	}
+	// object is the object at key of m, made when absent.
+	object := func(m map[string]any, key string) map[string]any {
+		o, ok := m[key].(map[string]any)
+		if !ok {
+			o = map[string]any{}
+			m[key] = o
+		}
+		return o
+	}
+	vars := object(doc, "variables")
+	decl := object(object(object(doc, "configuration"), "root_module"), "variables")
+	for i, v := range values {
+		name := fmt.Sprintf("property_secret_%d", i)
+		vars[name] = map[string]any{"value": v}
+		decl[name] = map[string]any{"sensitive": true}
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// jsonShape is what a CI step reads of the JSON render: the class, the totals, and each
+// stack's class, counts and the addresses of its changes and destructive changes.
+type jsonShape struct {
+	Class  events.Class `json:"class"`
+	Totals Counts       `json:"totals"`
+	Stacks []struct {
+		Class       events.Class `json:"class"`
+		Counts      Counts       `json:"counts"`
+		Changes     []Change     `json:"changes"`
+		Destructive []Change     `json:"destructive"`
+	} `json:"stacks"`
+}
+
+// renderShape classifies plan and returns the shape of its JSON render, which must parse.
+func renderShape(t *testing.T, name string, plan []byte) (jsonShape, *Stack) {
+	t.Helper()
+	s, err := Classify(name, "plan.json", bytes.NewReader(plan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js bytes.Buffer
+	if err := JSON(&js, &Report{Stacks: []*Stack{s}, ExecutionURL: planExecutionURL}); err != nil {
+		t.Fatal(err)
+	}
+	var shape jsonShape
+	if err := json.Unmarshal(js.Bytes(), &shape); err != nil {
+		t.Fatalf("%s: the JSON render does not parse: %v\n%s", name, err, js.String())
+	}
+	for i := range shape.Stacks {
+		for _, list := range [][]Change{shape.Stacks[i].Changes, shape.Stacks[i].Destructive} {
+			for j := range list {
+				list[j].Attributes = nil // values: masked with secrets, as they should be
+			}
+		}
+	}
+	return shape, s
+}
+
+// TestPlanPropertySecretsNeverCorruptTheRender: for random sensitive values drawn from the
+// words a render is made of and short tokens, the JSON render of every recorded plan still
+// parses to the same class, totals, counts and addresses as with no secret, and no value it
+// shows holds one of them; the markdown keeps its markup.
+func TestPlanPropertySecretsNeverCorruptTheRender(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(planTofuDir, "*", "plan.json"))
+	more, _ := filepath.Glob(filepath.Join("testdata", "render", "*", "plan.json"))
+	paths = append(paths, more...)
+	if len(paths) < 10 {
+		t.Fatalf("only %d recorded plans; the test would prove little", len(paths))
+	}
+	rng := rand.New(rand.NewPCG(38, 1))
+	for _, p := range paths {
+		plan, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(filepath.Dir(p))
+		want, clean := renderShape(t, name, plan)
+		for round := range 8 {
+			var values []string
+			for range 1 + rng.IntN(6) {
+				values = append(values, secretWords[rng.IntN(len(secretWords))])
+			}
+			got, s := renderShape(t, name, withSecrets(t, plan, values))
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s round %d, secrets %q: the JSON render reads\n%+v\nwithout them\n%+v", name, round, values, got, want)
+			}
+			r := &Report{Stacks: []*Stack{s}}
+			if got, want := strings.Count(Markdown(r), "<details>"), strings.Count(Markdown(&Report{Stacks: []*Stack{clean}}), "<details>"); got != want {
+				t.Fatalf("%s round %d, secrets %q: %d <details> tags, %d without them", name, round, values, got, want)
+			}
+			var js bytes.Buffer
+			if err := JSON(&js, r); err != nil {
+				t.Fatal(err)
+			}
+			fuzzNoSecret(t, s.secrets, js.Bytes())
+		}
 	}
 }

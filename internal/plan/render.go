@@ -16,12 +16,6 @@ const (
 	MaxCommentChars = 65536
 )
 
-// minScrub is the shortest secret the final scrub of rendered text replaces: the same bound as
-// the masking of values, so that no secret the model masks can reach a render. Shorter ones
-// (which would collide with counts and words) are masked where they appear as values, keys or
-// index keys only.
-const minScrub = minSecretSubstring
-
 // classBadge is a class with a colour-coded marker for markdown.
 func classBadge(c events.Class) string {
 	switch c {
@@ -148,37 +142,77 @@ func actionDetail(c Change) string {
 }
 
 // attrLines are the indented attribute diffs of a change with action a: a create shows the
-// new values, a delete the old ones, anything else old -> new. A forget or a move shows none
-// (nothing changes in the infrastructure).
-func attrLines(a Action, diffs []AttrDiff, omitted int, indent string) []string {
+// new values, a delete the old ones, anything else old -> new (a list element only one side
+// holds as "- path = old" or "+ path = new", a multi-line string as its line diff). A forget or
+// a move shows none (nothing changes in the infrastructure). omitted counts the attributes not
+// shown, omittedBytes the size of those too large to show; link is where the whole plan is
+// shown ("" when unknown).
+func attrLines(a Action, diffs []AttrDiff, omitted int, omittedBytes int64, link, indent string) []string {
 	if a == ActionForget || a == ActionMove {
 		return nil
 	}
 	var out []string
 	for _, d := range diffs {
-		switch a {
-		case ActionCreate, ActionRead:
+		switch {
+		case a == ActionCreate || a == ActionRead:
 			out = append(out, fmt.Sprintf("%s%s = %s", indent, d.Path, d.After))
-		case ActionDelete:
+		case a == ActionDelete:
 			out = append(out, fmt.Sprintf("%s%s = %s", indent, d.Path, d.Before))
+		case d.Element == "removed":
+			out = append(out, fmt.Sprintf("%s- %s = %s", indent, d.Path, d.Before))
+		case d.Element == "added":
+			out = append(out, fmt.Sprintf("%s+ %s = %s", indent, d.Path, d.After))
+		case len(d.Lines) > 0:
+			out = append(out, fmt.Sprintf("%s%s: <<-EOT", indent, d.Path))
+			for _, l := range d.Lines {
+				if l.Op == LineHidden {
+					out = append(out, fmt.Sprintf("%s    … %s", indent, l.Text))
+				} else {
+					out = append(out, fmt.Sprintf("%s  %s %s", indent, l.Op, l.Text))
+				}
+			}
+			out = append(out, indent+"  EOT")
 		default:
 			out = append(out, fmt.Sprintf("%s%s: %s -> %s", indent, d.Path, d.Before, d.After))
 		}
 	}
 	if omitted > 0 {
-		out = append(out, fmt.Sprintf("%s… %s not shown", indent, plural(omitted, "more attribute", "more attributes")))
+		more := "more "
+		if len(diffs) == 0 {
+			more = ""
+		}
+		line := fmt.Sprintf("%s… %s not shown", indent, plural(omitted, more+"attribute", more+"attributes"))
+		if omittedBytes > 0 {
+			line += ": " + byteSize(omittedBytes)
+			if link != "" {
+				line += " (see " + link + ")"
+			}
+		}
+		out = append(out, line)
 	}
 	return out
 }
 
+// byteSize is n as "512 B", "100.0 KB" or "1.0 MB" (decimal units).
+func byteSize(n int64) string {
+	switch {
+	case n < 1000:
+		return fmt.Sprintf("%d B", n)
+	case n < 1000*1000:
+		return fmt.Sprintf("%.1f KB", float64(n)/1000)
+	}
+	return fmt.Sprintf("%.1f MB", float64(n)/1000/1000)
+}
+
 // detailLines are the per-stack detail lines (changes, outputs, drift) shared by the
-// markdown and text renders; attrs includes attribute-level diffs.
-func detailLines(s *Stack, attrs bool) []string {
+// markdown and text renders; attrs includes attribute-level diffs; link is the execution
+// page, "" when there is none.
+func detailLines(s *Stack, attrs bool, link string) []string {
 	var out []string
 	for _, c := range s.Changes {
 		out = append(out, c.Head())
 		if attrs {
-			out = append(out, attrLines(c.Action, c.Attributes, c.AttributesOmitted, "    ")...)
+			out = append(out, attrLines(c.Action, c.Attributes, c.AttributesOmitted, c.AttributesOmittedBytes, link, "    ")...)
 		}
 	}
 	if s.ChangesOmitted > 0 {
@@ -193,7 +227,11 @@ func detailLines(s *Stack, attrs bool) []string {
 				continue
 			}
 			// A scalar output is one line: "~ output.a (update): "one" -> "uno"".
-			lines := attrLines(o.Action, o.Attributes, 0, "    ")
+			omitted := 0
+			if o.ValueOmittedBytes > 0 {
+				omitted = 1
+			}
+			lines := attrLines(o.Action, o.Attributes, omitted, o.ValueOmittedBytes, link, "    ")
 			if len(lines) == 1 && len(o.Attributes) == 1 && o.Attributes[0].Path == o.Name {
 				_, value, _ := strings.Cut(lines[0], o.Name)
 				out = append(out, head+value)
@@ -212,11 +250,47 @@ func detailLines(s *Stack, attrs bool) []string {
 		for _, d := range s.Drift {
 			out = append(out, d.Head())
 			if attrs {
-				out = append(out, attrLines(d.Action, d.Attributes, d.AttributesOmitted, "    ")...)
+				out = append(out, attrLines(d.Action, d.Attributes, d.AttributesOmitted, d.AttributesOmittedBytes, link, "    ")...)
 			}
 		}
 	}
 	return out
+}
+
+// stackWarnings are what a stack's plan warns of besides its changes: that it is partial, and
+// each failed check with its (masked) messages, at most maxCollapsedWarnings of them; the
+// renders show them in every format.
+func stackWarnings(s *Stack) []string {
+	var out []string
+	if s.Partial {
+		out = append(out, fmt.Sprintf("partial plan: %s of the state not planned (-target or -exclude); applying it changes only part of the configuration",
+			plural(s.Unplanned, "object", "objects")))
+	}
+	for i, c := range s.Checks {
+		if i == maxCollapsedWarnings {
+			out = append(out, fmt.Sprintf("… and %s", plural(len(s.Checks)-i, "more failed check", "more failed checks")))
+			break
+		}
+		line := c.Address + " failed"
+		if c.Status == "error" {
+			line = c.Address + " could not be evaluated"
+		}
+		if len(c.Problems) > 0 {
+			line += ": " + strings.Join(c.Problems, "; ")
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// partialReport reports whether a stack of r has a partial plan.
+func partialReport(r *Report) bool {
+	for _, s := range r.Stacks {
+		if s.Partial {
+			return true
+		}
+	}
+	return false
 }
 
 // section separates a new section from lines above it, if any, with a blank line.
@@ -272,14 +346,18 @@ func mdHeading(r *Report) string {
 	if s := subject(r, code); s != "" {
 		head += s + " — "
 	}
-	return head + classBadge(r.Class()) + "\n\n"
+	head += classBadge(r.Class())
+	if partialReport(r) {
+		head += " (partial plan)"
+	}
+	return head + "\n\n"
 }
 
-// mdNotes is the caller's notes, each as its own paragraph.
-func mdNotes(r *Report) string {
+// mdNotes is the caller's notes, each as its own paragraph, masked as free text with sec.
+func mdNotes(r *Report, sec *secretSet) string {
 	var b strings.Builder
 	for _, n := range r.Notes {
-		b.WriteString(strings.TrimRight(n, "\n"))
+		b.WriteString(strings.TrimRight(sec.redactText(n), "\n"))
 		b.WriteString("\n\n")
 	}
 	return b.String()

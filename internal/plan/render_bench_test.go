@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
@@ -265,19 +266,9 @@ func BenchmarkClassifyUnknown(b *testing.B) {
 }
 
 // BenchmarkReportSecrets makes the union of the secrets of 2,000 stacks (20 each: 40,000) and
-// what its masking needs, as every render did (legacy: the union's strings.Replacers and
-// forms) and as a report's first render does (matcher); the next renders of the report reuse it.
+// its matcher, as a report's first render does; the next renders of the report reuse it.
 func BenchmarkReportSecrets(b *testing.B) {
 	r := benchSecretReport(2000, 20, 0)
-	b.Run("legacy", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			sec := legacyUnion(r)
-			_ = sec.scrub("x")
-			_ = sec.redactText("text")
-			_ = sec.sensitive("text")
-		}
-	})
 	b.Run("matcher", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -285,4 +276,42 @@ func BenchmarkReportSecrets(b *testing.B) {
 			_ = r.secrets()
 		}
 	})
+}
+
+// BenchmarkRenderPlan3000 renders a classified plan of 3,000 resource changes (generated, with
+// a sensitive root variable whose value reaches unflagged attributes) in the four formats, as
+// the runner does for one stack: s/op is the seconds of the four renders, alloc-MB/op the
+// bytes they allocate; classify-s is the seconds of classifying the plan once.
+func BenchmarkRenderPlan3000(b *testing.B) {
+	var plan bytes.Buffer
+	if _, err := writePlan(&plan, genOptions{Changes: 3000, Seed: 7, Payload: 500, Secret: "bench-secret-value", Outputs: 10, Drift: 20}); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	s, err := Classify("stacks/prod/app", "plan.json", bytes.NewReader(plan.Bytes()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	classify := time.Since(start)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start = time.Now()
+	n := 0
+	for b.Loop() {
+		n++
+		r := &Report{Stacks: []*Stack{s}, ExecutionURL: planExecutionURL}
+		if err := Text(io.Discard, r, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := JSON(io.Discard, r); err != nil {
+			b.Fatal(err)
+		}
+		_, _ = Comment(r), Markdown(r)
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(elapsed.Seconds()/float64(n), "s/op")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(n)/1e6, "alloc-MB/op")
+	b.ReportMetric(classify.Seconds(), "classify-s")
+	b.ReportMetric(float64(plan.Len())/1e6, "plan-MB")
 }

@@ -14,12 +14,9 @@ const (
 	// kindInner: an encoded form of a secret of at least minSecretSubstring bytes; a value
 	// containing it is sensitive.
 	kindInner
-	// kindText: a kindInner form, or its Go-quoted form; masked inside text by redactText,
-	// the longest first.
+	// kindText: a kindInner form, or its Go-quoted form; masked inside free text by
+	// redactText, the longest first.
 	kindText
-	// kindScrub: an escaped form of a secret of at least minScrub bytes; masked in rendered
-	// text by scrub, in the order of secretPattern.rank.
-	kindScrub
 )
 
 // matchPrefix is how many bytes of a pattern the automaton holds: a pattern longer than that
@@ -31,12 +28,10 @@ const matchPrefix = 64
 // A head's length must fit the matcher's depths.
 const _ = uint8(matchPrefix)
 
-// secretPattern is one text to find, of the kinds in kinds; rank orders the kindScrub patterns
-// (lower first) where several start at one place.
+// secretPattern is one text to find, of the kinds in kinds.
 type secretPattern struct {
 	text  string
 	kinds uint8
-	rank  int32
 }
 
 // secretMatcher is an Aho-Corasick automaton over the first matchPrefix bytes of a set of
@@ -60,7 +55,7 @@ type secretMatcher struct {
 }
 
 // newSecretMatcher builds the matcher of pats; a text given more than once is one pattern of
-// all its kinds and of its lowest rank.
+// all its kinds.
 func newSecretMatcher(pats []secretPattern) *secretMatcher {
 	slices.SortFunc(pats, func(a, b secretPattern) int { return strings.Compare(a.text, b.text) })
 	merged := pats[:0]
@@ -69,11 +64,7 @@ func newSecretMatcher(pats []secretPattern) *secretMatcher {
 			continue
 		}
 		if n := len(merged); n > 0 && merged[n-1].text == p.text {
-			last := &merged[n-1]
-			last.kinds |= p.kinds
-			if p.rank >= 0 && (last.rank < 0 || p.rank < last.rank) {
-				last.rank = p.rank
-			}
+			merged[n-1].kinds |= p.kinds
 			continue
 		}
 		merged = append(merged, p)
@@ -144,7 +135,7 @@ func (m *secretMatcher) contains(v string, kind uint8) bool {
 			continue
 		}
 		for t := n; t != 0; t = m.ac.Fail(t) {
-			if m.ends[t]&kind != 0 && m.at(v, i+1-int(m.depth[t]), t, kind, false) == matchFound {
+			if m.ends[t]&kind != 0 && m.at(v, i+1-int(m.depth[t]), t, kind) {
 				return true
 			}
 		}
@@ -152,42 +143,24 @@ func (m *secretMatcher) contains(v string, kind uint8) bool {
 	return false
 }
 
-// A match found in text that may be only the beginning of the text to search (partial).
-type matchState uint8
-
-const (
-	matchFound  matchState = iota // a match [start, end)
-	matchNone                     // none starts before cut (len(text) unless partial)
-	matchUnsure                   // none starts before cut; whether one starts there needs more text
-)
-
-// at tells whether a pattern of kind among those node t ends starts at s in text: found, none,
-// or (partial: text may go on) unsure when text ends inside one.
-func (m *secretMatcher) at(text string, s int, t int32, kind uint8, partial bool) matchState {
+// at reports whether a pattern of kind among those node t ends starts at s in text.
+func (m *secretMatcher) at(text string, s int, t int32, kind uint8) bool {
 	rest := text[s:]
-	state := matchNone
 	for _, p := range m.ended(t) {
-		switch {
-		case p.kinds&kind == 0:
-		case strings.HasPrefix(rest, p.text):
-			return matchFound
-		case partial && len(rest) < len(p.text) && strings.HasPrefix(p.text, rest):
-			state = matchUnsure
+		if p.kinds&kind != 0 && strings.HasPrefix(rest, p.text) {
+			return true
 		}
 	}
-	return state
+	return false
 }
 
 // next finds the leftmost place at or after from where a pattern of kind starts, and there the
-// pattern of kind that the replacements take: the longest for kindText, the lowest rank for
-// kindScrub (as a strings.Replacer given the patterns in that order does). With partial, text
-// may be only the beginning of the text to search: next then tells only what the rest cannot
-// change, and cut is where what it cannot tell starts.
-func (m *secretMatcher) next(text string, from int, kind uint8, partial bool) (start, end int, state matchState, cut int) {
-	best, unsure := -1, len(text)
+// longest pattern of kind (as a strings.Replacer given the patterns longest first does); ok is
+// false when there is none.
+func (m *secretMatcher) next(text string, from int, kind uint8) (start, end int, ok bool) {
+	best := -1
 	n := int32(0)
-	i := from
-	for ; i < len(text); i++ {
+	for i := from; i < len(text); i++ {
 		n = m.ac.Step(n, text[i])
 		if m.chain[n]&kind != 0 {
 			// Deepest first: the starts only grow along the chain.
@@ -199,11 +172,8 @@ func (m *secretMatcher) next(text string, from int, kind uint8, partial bool) (s
 				if best >= 0 && s >= best {
 					break
 				}
-				switch m.at(text, s, t, kind, partial) {
-				case matchFound:
+				if m.at(text, s, t, kind) {
 					best = s
-				case matchUnsure:
-					unsure = min(unsure, s)
 				}
 			}
 		}
@@ -212,64 +182,40 @@ func (m *secretMatcher) next(text string, from int, kind uint8, partial bool) (s
 			break
 		}
 	}
-	if partial && i == len(text) {
-		unsure = min(unsure, len(text)-int(m.depth[n]))
-	}
-	if best < 0 || unsure <= best {
-		if unsure < len(text) || partial {
-			return 0, 0, matchUnsure, unsure
-		}
-		return 0, 0, matchNone, len(text)
+	if best < 0 {
+		return 0, 0, false
 	}
 	// Every pattern starting at best has its head on the trie path of text[best:].
-	end, bestRank := -1, int32(0)
+	end = -1
 	t := int32(0)
 	for j := best; j < len(text) && j-best < matchPrefix; j++ {
 		if t = m.ac.Child(t, text[j]); t == 0 {
 			break
 		}
-		if partial && j == len(text)-1 && m.ac.HasChildren(t) {
-			return 0, 0, matchUnsure, best // a longer head may follow
-		}
 		if m.ends[t]&kind == 0 {
 			continue
 		}
 		for _, p := range m.ended(t) {
-			if p.kinds&kind == 0 {
-				continue
-			}
-			if !strings.HasPrefix(text[best:], p.text) {
-				if partial && len(text)-best < len(p.text) && strings.HasPrefix(p.text, text[best:]) {
-					return 0, 0, matchUnsure, best
-				}
-				continue
-			}
-			rank := p.rank
-			if kind == kindText {
-				rank = -int32(len(p.text))
-			}
-			if end < 0 || rank < bestRank {
-				end, bestRank = best+len(p.text), rank
+			if p.kinds&kind != 0 && best+len(p.text) > end && strings.HasPrefix(text[best:], p.text) {
+				end = best + len(p.text)
 			}
 		}
 	}
-	return best, end, matchFound, best
+	return best, end, true
 }
 
 // replace masks the patterns of kind in text, left to right, each where it starts with the
-// one next picks, as a strings.Replacer of the patterns in their order does. It returns text
-// itself when there is nothing to mask. With partial, text may be only the beginning of the
-// text to mask: replace then masks and returns only the beginning that the rest cannot change.
-func (m *secretMatcher) replace(text string, kind uint8, partial bool) string {
+// one next picks. It returns text itself when there is nothing to mask.
+func (m *secretMatcher) replace(text string, kind uint8) string {
 	var b strings.Builder
 	pos := 0
 	for {
-		start, end, state, cut := m.next(text, pos, kind, partial)
-		if state != matchFound {
-			if pos == 0 && cut == len(text) {
+		start, end, ok := m.next(text, pos, kind)
+		if !ok {
+			if pos == 0 {
 				return text
 			}
-			b.WriteString(text[pos:cut])
+			b.WriteString(text[pos:])
 			return b.String()
 		}
 		if pos == 0 {

@@ -4,8 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -18,15 +18,20 @@ const Masked = "(sensitive value)"
 // so that a sensitive "1" does not mask every value containing the digit.
 const minSecretSubstring = 4
 
+// minSecretLine is the shortest line of a multi-line secret that is a secret of its own: an
+// encoding that breaks the secret into lines (yamlencode's block style indents each) shows
+// each line apart from the others. Shorter lines ("-----", "}") are everywhere.
+const minSecretLine = 8
+
 // secretSet holds the scalar values found in sensitive positions, as text (strings unquoted,
-// numbers in their JSON form). Booleans, null and "" are never secrets: masking every true or
-// empty string would hide the plan, and they carry no secret.
+// numbers in their JSON form), and the lines of the multi-line ones (see minSecretLine).
+// Booleans, null and "" are never secrets: masking every true or empty string would hide the
+// plan, and they carry no secret.
 type secretSet struct {
 	values map[string]struct{}
-	// match caches the matcher of the values' forms (scrubbing: with the kindScrub forms); nil
-	// when stale. Classify drops it once the stack is redacted (release).
-	match     *secretMatcher
-	scrubbing bool
+	// match caches the matcher of the values' forms; nil when stale. Classify drops it once
+	// the stack is redacted (release).
+	match *secretMatcher
 }
 
 func newSecretSet() *secretSet { return &secretSet{values: map[string]struct{}{}} }
@@ -35,9 +40,19 @@ func (s *secretSet) add(v string) {
 	if v == "" {
 		return
 	}
-	if _, ok := s.values[v]; !ok {
-		s.values[v] = struct{}{}
-		s.match = nil
+	if _, ok := s.values[v]; ok {
+		return
+	}
+	s.values[v] = struct{}{}
+	s.match = nil
+	if !strings.Contains(v, "\n") {
+		return
+	}
+	for _, line := range strings.Split(v, "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line != v && len(strings.TrimSpace(line)) >= minSecretLine {
+			s.add(line)
+		}
 	}
 }
 
@@ -54,61 +69,26 @@ func (s *secretSet) merge(o *secretSet) {
 // one for the secrets of all its stacks.
 func (s *secretSet) release() { s.match = nil }
 
-// longValues returns the values of at least minSecretSubstring bytes, longest first (a new
-// slice each time: the matcher, itself cached, is built from it once).
-func (s *secretSet) longValues() []string {
-	long := []string{}
-	for v := range s.values {
-		if len(v) >= minSecretSubstring {
-			long = append(long, v)
-		}
-	}
-	sortLongestFirst(long)
-	return long
-}
-
-// matcher returns the matcher of the secrets' forms, with the kindScrub ones when scrub.
-func (s *secretSet) matcher(scrub bool) *secretMatcher {
-	if s.match != nil && (s.scrubbing || !scrub) {
+// matcher returns the matcher of the secrets' forms (built once, until a value is added).
+func (s *secretSet) matcher() *secretMatcher {
+	if s.match != nil {
 		return s.match
 	}
 	pats := make([]secretPattern, 0, 2*len(s.values))
 	for v := range s.values {
 		if len(v) < minSecretSubstring {
 			for _, f := range encodedForms(v) {
-				pats = append(pats, secretPattern{text: f, kinds: kindExact, rank: -1})
+				pats = append(pats, secretPattern{text: f, kinds: kindExact})
 			}
-		} else if !scrub {
-			forms, plain := secretForms(v)
-			pats = appendLongPatterns(pats, forms, plain)
-			pats = appendBase64Patterns(pats, v, -1)
+			continue
+		}
+		forms, plain := secretForms(v)
+		pats = appendLongPatterns(pats, forms, plain)
+		for _, f := range append(Base64Forms(v), URLForms(v)...) {
+			pats = append(pats, secretPattern{text: f, kinds: kindInner | kindText})
 		}
 	}
-	if scrub {
-		// The long secrets' patterns; and their escaped forms, from the same encoded forms,
-		// ranked as scrub says: the longest secret first, each of its forms in turn.
-		// Every long value is scrubbed: minScrub is not above minSecretSubstring (the constant
-		// below fails to compile if it is).
-		const _ = uint(minSecretSubstring - minScrub)
-		rank := int32(0)
-		for _, sec := range s.longValues() {
-			forms, plain := secretForms(sec)
-			pats = appendLongPatterns(pats, forms, plain)
-			escaped := forms // escapedForms(sec)
-			if !plain {
-				escaped = escapeEncoded(forms)
-			}
-			for _, v := range escaped {
-				if len(v) >= minScrub {
-					pats = append(pats, secretPattern{text: v, kinds: kindScrub, rank: rank})
-					rank++
-				}
-			}
-			pats = appendBase64Patterns(pats, sec, rank)
-			rank += 3
-		}
-	}
-	s.match, s.scrubbing = newSecretMatcher(pats), scrub
+	s.match = newSecretMatcher(pats)
 	return s.match
 }
 
@@ -117,31 +97,14 @@ func (s *secretSet) matcher(scrub bool) *secretMatcher {
 // literal where quoting changes it (never for a plain secret).
 func appendLongPatterns(pats []secretPattern, forms []string, plain bool) []secretPattern {
 	for _, f := range forms {
-		pats = append(pats, secretPattern{text: f, kinds: kindExact | kindInner | kindText, rank: -1})
+		pats = append(pats, secretPattern{text: f, kinds: kindExact | kindInner | kindText})
 		if plain {
 			continue
 		}
 		goQuoted := strconv.Quote(f)
 		if q := goQuoted[1 : len(goQuoted)-1]; q != f {
-			pats = append(pats, secretPattern{text: q, kinds: kindText, rank: -1})
+			pats = append(pats, secretPattern{text: q, kinds: kindText})
 		}
-	}
-	return pats
-}
-
-// appendBase64Patterns appends the patterns of Base64Forms(sec): a value holding one is
-// sensitive (and masked inside text); with rank >= 0 they are scrubbed too, ranked from rank.
-func appendBase64Patterns(pats []secretPattern, sec string, rank int32) []secretPattern {
-	kinds := kindInner | kindText
-	if rank >= 0 {
-		kinds |= kindScrub
-	}
-	for i, f := range Base64Forms(sec) {
-		r := int32(-1)
-		if rank >= 0 {
-			r = rank + int32(i)
-		}
-		pats = append(pats, secretPattern{text: f, kinds: kinds, rank: r})
 	}
 	return pats
 }
@@ -171,15 +134,6 @@ func Base64Forms(secret string) []string {
 	return out
 }
 
-func sortLongestFirst(v []string) {
-	sort.Slice(v, func(i, j int) bool {
-		if len(v[i]) != len(v[j]) {
-			return len(v[i]) > len(v[j])
-		}
-		return v[i] < v[j]
-	})
-}
-
 // sensitive reports whether the leaf text v must be masked: it equals a secret, or contains
 // one of at least minSecretSubstring bytes, raw or in one of its encoded forms (a secret
 // re-encoded by jsonencode in an unflagged value).
@@ -190,8 +144,21 @@ func (s *secretSet) sensitive(v string) bool {
 	if _, ok := s.values[v]; ok {
 		return true
 	}
-	m := s.matcher(false)
+	m := s.matcher()
 	return m.equal(v, kindExact) || m.contains(v, kindInner)
+}
+
+// URLForms are the forms of secret that URL-encoding writes where they differ from it: query
+// escaping (urlencode, a space as +) and path escaping (a space as %20). A form shorter than
+// minSecretSubstring is left out.
+func URLForms(secret string) []string {
+	var out []string
+	for _, f := range []string{url.QueryEscape(secret), url.PathEscape(secret)} {
+		if f != secret && len(f) >= minSecretSubstring && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // maxEncodings is how many times over encodedForms encodes a secret.
@@ -235,15 +202,15 @@ func encodeAll(sec string) []string {
 	return forms
 }
 
-// plainSecret reports whether no encoding or escaping of encodedForms and escapedForms changes
-// sec: it is printable ASCII without a quote, a backslash, <, >, & or |. Most secrets (tokens,
-// passwords) are; their forms are found without encoding them a dozen times.
+// plainSecret reports whether no encoding of encodedForms or Go quoting changes sec: it is
+// printable ASCII without a quote, a backslash, <, > or &. Most secrets (tokens, passwords)
+// are; their forms are found without encoding them a dozen times.
 func plainSecret(sec string) bool {
 	for i := 0; i < len(sec); i++ {
 		switch c := sec[i]; {
 		case c < 0x20 || c > 0x7e:
 			return false
-		case c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c == '|':
+		case c == '"' || c == '\\' || c == '<' || c == '>' || c == '&':
 			return false
 		}
 	}
@@ -260,64 +227,6 @@ func jsonInner(v string, html bool) string {
 	return q[1 : len(q)-1]
 }
 
-// scrubBeginning is scrub of the beginning of a text: it returns the beginning of the scrubbed
-// text that the rest of the text cannot change.
-func (s *secretSet) scrubBeginning(text string) string {
-	if len(s.values) == 0 {
-		return text
-	}
-	return s.matcher(true).replace(text, kindScrub, true)
-}
-
-// scrub replaces every occurrence of a secret of at least minScrub bytes in rendered text, raw
-// or in any escaped form a render produces: a last line of defence behind the redaction of the
-// model (Stack.redact, Report.redacted). Where several start at one place, the longest secret's
-// forms come first, and a secret's forms in the order of escapedForms.
-func (s *secretSet) scrub(text string) string {
-	if len(s.values) == 0 {
-		return text
-	}
-	return s.matcher(true).replace(text, kindScrub, false)
-}
-
-// escapedForms are sec as it may appear in a render: each of its encoded forms (encodedForms:
-// as the plan may carry it), raw, quoted (Go, JSON, HCL addresses), escaped for a markdown
-// code span or table cell, HTML-escaped, and with control characters replaced for a terminal.
-func escapedForms(sec string) []string {
-	if plainSecret(sec) {
-		return []string{sec}
-	}
-	return escapeAll(sec)
-}
-
-// escapeAll is escapedForms, computed.
-func escapeAll(sec string) []string { return escapeEncoded(encodedForms(sec)) }
-
-// escapeEncoded is escapeAll of the secret whose encoded forms (encodedForms) are encoded.
-func escapeEncoded(encoded []string) []string {
-	var forms []string
-	seen := map[string]bool{}
-	add := func(f string) {
-		if !seen[f] {
-			seen[f] = true
-			forms = append(forms, f)
-		}
-	}
-	for _, e := range encoded {
-		goQuoted := strconv.Quote(e)
-		add(e)
-		add(goQuoted[1 : len(goQuoted)-1])
-		add(jsonInner(e, false))
-		add(Printable(e))
-		for _, f := range []string{e, Printable(e)} {
-			add(cellEscaper.Replace(f))
-			add(htmlEscaper.Replace(f))
-			add(strings.ReplaceAll(f, "|", "\\|"))
-		}
-	}
-	return forms
-}
-
 // redactText masks a string that is not a plan value but may hold one (a reason, an error, a
 // version): whole when it equals a secret, otherwise every secret of at least
 // minSecretSubstring bytes inside it, raw or quoted.
@@ -329,44 +238,7 @@ func (s *secretSet) redactText(v string) string {
 		return Masked
 	}
 	// Every encoded form of the long secrets, raw or Go-quoted, the longest first.
-	return s.matcher(false).replace(v, kindText, false)
-}
-
-// redactPath masks the secrets in a resource address (names: false; only index keys are
-// values there) or an attribute path (names: true; every step is a key): a step equal to a
-// secret is masked whatever its length, then redactText masks the longer secrets inside.
-func (s *secretSet) redactPath(p string, names bool) string {
-	if p == "" || len(s.values) == 0 {
-		return p
-	}
-	var b strings.Builder
-	for rest := p; rest != ""; {
-		if strings.HasPrefix(rest, "[\"") {
-			if q, err := strconv.QuotedPrefix(rest[1:]); err == nil {
-				rest = rest[1+len(q):]
-				if key, err := strconv.Unquote(q); err == nil && s.sensitive(key) {
-					q = strconv.Quote(Masked)
-				}
-				b.WriteString("[" + q)
-				continue
-			}
-		}
-		// A name (or a numeric index, a position, not a value) up to the next step.
-		n := strings.IndexAny(rest[1:], ".[")
-		if n < 0 {
-			n = len(rest)
-		} else {
-			n++
-		}
-		step := rest[:n]
-		name := strings.TrimPrefix(step, ".")
-		if names && !strings.HasPrefix(step, "[") && s.sensitive(name) {
-			step = strings.TrimSuffix(step, name) + Masked
-		}
-		b.WriteString(step)
-		rest = rest[n:]
-	}
-	return s.redactText(b.String())
+	return s.matcher().replace(v, kindText)
 }
 
 // collectAll adds every scalar leaf of v.
@@ -377,9 +249,10 @@ func (s *secretSet) collectAll(v any) {
 	case json.Number:
 		s.add(t.String())
 	case map[string]any:
-		// The keys of a sensitive map are as secret as its values (a map of tokens by user).
-		for k, e := range t {
-			s.add(k)
+		// Not the keys: a sensitive map is shown as one masked value, so its keys are hidden
+		// with it, as tofu does; a key ("class", "stack") counted as a secret would mask every
+		// value that holds the word.
+		for _, e := range t {
 			s.collectAll(e)
 		}
 	case []any:
@@ -450,37 +323,32 @@ func (s *secretSet) collectChange(ch *rawChange) error {
 	return nil
 }
 
-// maskDiffs replaces every display value that is or contains a secret, and masks the secrets
-// in the attribute paths (map keys).
+// maskDiffs masks every display value that is or holds a secret (in its lines, for a line
+// diff). Paths are names and keys, never rewritten: a sensitive map is one masked value.
 func (s *secretSet) maskDiffs(diffs []AttrDiff) {
 	for i := range diffs {
 		d := &diffs[i]
 		if s.sensitive(d.beforeRaw) || slices.ContainsFunc(d.beforeParts, s.sensitive) {
-			d.Before = Masked
+			d.Before, d.Lines = Masked, nil
 		}
 		if s.sensitive(d.afterRaw) || slices.ContainsFunc(d.afterParts, s.sensitive) {
-			d.After = Masked
+			d.After, d.Lines = Masked, nil
 		}
 		d.beforeRaw, d.afterRaw, d.beforeParts, d.afterParts = "", "", nil, nil
-		d.Path = s.redactPath(d.Path, true)
-		d.Before, d.After = s.redactText(d.Before), s.redactText(d.After)
 	}
 }
 
-// redactChanges masks the secrets in the addresses, reasons and attribute diffs of changes.
+// redactChanges masks the secrets in the attribute diffs of changes. Addresses, reasons (an
+// enumeration of tofu's) and counts are names, never rewritten.
 func (s *secretSet) redactChanges(changes []Change) {
 	for i := range changes {
-		c := &changes[i]
-		c.Address = s.redactPath(c.Address, false)
-		c.PreviousAddress = s.redactPath(c.PreviousAddress, false)
-		c.Reason = s.redactText(c.Reason)
-		s.maskDiffs(c.Attributes)
+		s.maskDiffs(changes[i].Attributes)
 	}
 }
 
-// redact masks every value the stack holds, and every secret in the strings taken from the
-// plan (addresses, reasons, paths, output names, versions, the error). Classify calls it last,
-// with the stack's secrets; renders call it again on a copy with the report's.
+// redact masks every value the stack holds, and every secret in its free text (the error,
+// why, versions, the failed checks' messages). Classify calls it last, with the stack's
+// secrets; renders call it again on a copy with the report's.
 func (st *Stack) redact() {
 	st.redactWith(st.secrets)
 }
@@ -491,7 +359,8 @@ func (st *Stack) redactWith(s *secretSet) {
 	st.redactDetail(s)
 }
 
-// redactHead masks the secrets in what a stack's summary shows: its error, versions and why.
+// redactHead masks the secrets in the free text a stack's summary shows: its error, versions,
+// why, and the messages of its failed checks.
 func (st *Stack) redactHead(s *secretSet) {
 	st.Error = s.redactText(st.Error)
 	st.FormatVersion = s.redactText(st.FormatVersion)
@@ -499,17 +368,20 @@ func (st *Stack) redactHead(s *secretSet) {
 	for i := range st.Why {
 		st.Why[i] = s.redactText(st.Why[i])
 	}
+	for i := range st.Checks {
+		c := &st.Checks[i]
+		for j := range c.Problems {
+			c.Problems[j] = s.redactText(c.Problems[j])
+		}
+	}
 }
 
-// redactDetail masks the secrets in a stack's changes, outputs and drift.
+// redactDetail masks the secrets in the values of a stack's changes, outputs and drift.
 func (st *Stack) redactDetail(s *secretSet) {
 	s.redactChanges(st.Changes)
 	s.redactChanges(st.Drift)
 	for i := range st.Outputs {
-		o := &st.Outputs[i]
-		name := s.redactPath(o.Name, true)
-		s.maskDiffs(o.Attributes)
-		o.Name = name
+		s.maskDiffs(st.Outputs[i].Attributes)
 	}
 }
 
@@ -555,6 +427,10 @@ func (v *redactedView) stack(i int, parts uint8) *Stack {
 	need := parts &^ v.done[i]
 	if need&viewHead != 0 {
 		c.Why = slices.Clone(c.Why)
+		c.Checks = slices.Clone(c.Checks)
+		for j := range c.Checks {
+			c.Checks[j].Problems = slices.Clone(c.Checks[j].Problems)
+		}
 		c.redactHead(v.sec)
 	}
 	if need&viewDestructive != 0 {

@@ -2,8 +2,10 @@ package plan
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -97,11 +99,11 @@ func TestPlanTextHasNoControlCharactersFromThePlan(t *testing.T) {
 	}
 }
 
-// TestPlanSecretsOutsideValues: secrets reach addresses (index keys), map keys, action
-// reasons, output names and error text; a short secret (7 bytes) and secrets with characters
-// every render escapes (| < & ") must not appear raw or escaped in any render.
+// TestPlanSecretsOutsideValues: secrets that reach names (the index keys of addresses, the keys
+// of a map that is not sensitive, an action reason) are names there, shown as the plan writes
+// them: no render rewrites an address or a key. Secrets in free text (the error of an
+// unreadable plan that quotes an address) are masked there.
 func TestPlanSecretsOutsideValues(t *testing.T) {
-	secrets := []string{"hunter2", "hunter2key", `pa<ss|wo"rd99`, "pa<ss|word99&x"}
 	var stacks []*Stack
 	for _, name := range []string{"leak-keys.json", "leak-escaped.json"} {
 		s, err := ClassifyFile(name, filepath.Join("testdata", name))
@@ -110,30 +112,57 @@ func TestPlanSecretsOutsideValues(t *testing.T) {
 		}
 		stacks = append(stacks, s)
 	}
-	// An unreadable plan whose error quotes the address holding the secret.
 	const bad = `{"format_version":"1.2","variables":{"s":{"value":"hunter2"}},
 	  "resource_changes":[{"address":"x.a[\"hunter2\"]","change":{"actions":["bogus"]}}]}`
 	s, err := Classify("bad", "plan.json", strings.NewReader(bad))
 	if err == nil {
 		t.Fatal("a plan with unknown actions was accepted")
 	}
-	if strings.Contains(err.Error(), "hunter2") {
+	if strings.Contains(err.Error(), "hunter2") || strings.Contains(s.Error, "hunter2") {
 		t.Errorf("the error shows the secret: %v", err)
 	}
 	stacks = append(stacks, s)
-	for ext, out := range planRenders(t, &Report{Stacks: stacks}) {
-		for _, sec := range secrets {
-			for _, form := range escapedForms(sec) {
-				if strings.Contains(out, form) {
-					t.Errorf("render %s shows %q (secret %q):\n%s", ext, form, sec, out)
-				}
-			}
+	r := &Report{Stacks: stacks}
+	var js bytes.Buffer
+	if err := JSON(&js, r); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Stacks []struct {
+			Changes []Change `json:"changes"`
+			Error   string   `json:"error"`
+		} `json:"stacks"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{`null_resource.a["hunter2"]`, `null_resource.b["pa<ss|wo\"rd99"]`},
+		{`null_resource.b["pa<ss|word99&x"]`},
+		nil,
+	}
+	for i, st := range doc.Stacks {
+		var got []string
+		for _, c := range st.Changes {
+			got = append(got, c.Address)
 		}
-		// The changes are still listed, with the secret masked out of their addresses.
-		for _, visible := range []string{"null_resource.a[", "null_resource.b[", "delete_because_"} {
-			if !strings.Contains(out, visible) {
-				t.Errorf("render %s lost %q:\n%s", ext, visible, out)
-			}
+		if !slices.Equal(got, want[i]) {
+			t.Errorf("stack %d: addresses %q, want %q as the plan writes them", i, got, want[i])
+		}
+	}
+	if doc.Stacks[0].Changes[1].Reason != "delete_because_hunter2" {
+		t.Errorf("the action reason was rewritten: %q", doc.Stacks[0].Changes[1].Reason)
+	}
+	if strings.Contains(doc.Stacks[2].Error, "hunter2") || !strings.Contains(doc.Stacks[2].Error, Masked) {
+		t.Errorf("the error is not masked: %q", doc.Stacks[2].Error)
+	}
+	var text strings.Builder
+	if err := Text(&text, r, false); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"text": text.String(), "markdown": Markdown(r), "comment": Comment(r)} {
+		if !strings.Contains(out, `null_resource.a["hunter2"]`) || !strings.Contains(out, "tags.hunter2") {
+			t.Errorf("%s render rewrote an address or a key:\n%s", name, out)
 		}
 	}
 }
@@ -180,7 +209,7 @@ func TestPlanSensitiveJSONEncoded(t *testing.T) {
 	}
 	for ext, out := range planRenders(t, &Report{Stacks: []*Stack{s}, ExecutionURL: planExecutionURL}) {
 		for _, sec := range []string{"hunter<2>&v1", "hunter<2>&v2"} {
-			for _, form := range escapedForms(sec) {
+			for _, form := range renderedForms(sec) {
 				if strings.Contains(out, form) {
 					t.Errorf("render %s shows %q (secret %q):\n%s", ext, form, sec, out)
 				}
@@ -204,4 +233,68 @@ func TestPlanSensitiveJSONEncoded(t *testing.T) {
 			t.Errorf("%q is not masked", v)
 		}
 	}
+}
+
+// shownValues are the values a JSON render shows: every attribute's before and after (and the
+// lines of a line diff) of every change, destructive change, drift entry and output, the
+// failed checks' messages, the errors and the reasons why a stack runs: what masking covers.
+func shownValues(t *testing.T, jsonRender []byte) []string {
+	t.Helper()
+	var doc struct {
+		Stacks []struct {
+			Changes, Destructive []struct {
+				Attributes []AttrDiff `json:"attributes"`
+			}
+			DriftChanges []struct {
+				Attributes []AttrDiff `json:"attributes"`
+			} `json:"drift_changes"`
+			Outputs []struct {
+				Attributes []AttrDiff `json:"attributes"`
+			} `json:"outputs"`
+			Checks []CheckResult `json:"failed_checks"`
+			Error  string        `json:"error"`
+			Why    []string      `json:"why"`
+		} `json:"stacks"`
+	}
+	if err := json.Unmarshal(jsonRender, &doc); err != nil {
+		t.Fatalf("the JSON render does not parse: %v", err)
+	}
+	var out []string
+	attrs := func(diffs []AttrDiff) {
+		for _, d := range diffs {
+			out = append(out, d.Before, d.After)
+			for _, l := range d.Lines {
+				if l.Op != LineHidden { // "3 unchanged lines": a count, not a value
+					out = append(out, l.Text)
+				}
+			}
+		}
+	}
+	for _, s := range doc.Stacks {
+		for _, list := range [][]struct {
+			Attributes []AttrDiff `json:"attributes"`
+		}{s.Changes, s.Destructive, s.DriftChanges} {
+			for _, c := range list {
+				attrs(c.Attributes)
+			}
+		}
+		for _, o := range s.Outputs {
+			attrs(o.Attributes)
+		}
+		for _, c := range s.Checks {
+			out = append(out, c.Problems...)
+		}
+		out = append(append(out, s.Error), s.Why...)
+	}
+	return out
+}
+
+// renderedForms are the texts a render could show sec as: its forms (secretTestForms), each
+// also escaped for markdown (a table cell, HTML) and made printable.
+func renderedForms(sec string) []string {
+	var out []string
+	for _, f := range secretTestForms(sec) {
+		out = append(out, f, cellEscaper.Replace(f), htmlEscaper.Replace(f), Printable(f))
+	}
+	return out
 }

@@ -65,7 +65,11 @@ func Text(w io.Writer, r *Report, color bool) error {
 	if about != "" {
 		about += ":"
 	}
-	fmt.Fprintf(&b, "%s %s\n", p.paint(ansiBold, strings.TrimSpace("tfstackplan: "+about)), p.paint(classStyle(r.Class()), string(r.Class())))
+	partial := ""
+	if partialReport(r) {
+		partial = " (partial plan)"
+	}
+	fmt.Fprintf(&b, "%s %s%s\n", p.paint(ansiBold, strings.TrimSpace("tfstackplan: "+about)), p.paint(classStyle(r.Class()), string(r.Class())), partial)
 	fmt.Fprintf(&b, "Totals: %s\n", totalsLine(r, ", "))
 	if list, omitted := destructiveList(r); len(list)+omitted > 0 {
 		fmt.Fprintf(&b, "\n%s\n", p.paint(ansiBold+ansiRed, fmt.Sprintf("WARNING: %s",
@@ -85,7 +89,10 @@ func Text(w io.Writer, r *Report, color bool) error {
 		if len(s.Why) > 0 {
 			fmt.Fprintf(&b, "  why: %s\n", Printable(strings.Join(s.Why, "; ")))
 		}
-		for _, line := range detailLines(s, true) {
+		for _, w := range stackWarnings(s) {
+			fmt.Fprintf(&b, "  %s %s\n", p.paint(ansiBold+ansiYellow, "warning:"), Printable(w))
+		}
+		for _, line := range detailLines(s, true, r.ExecutionURL) {
 			if line == "" {
 				b.WriteString("\n")
 				continue
@@ -98,7 +105,7 @@ func Text(w io.Writer, r *Report, color bool) error {
 	if r.ExecutionURL != "" {
 		fmt.Fprintf(&b, "\nExecution: %s\n", Printable(r.ExecutionURL))
 	}
-	_, err := io.WriteString(w, sec.scrub(b.String()))
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 
@@ -109,7 +116,9 @@ type jsonReport struct {
 	OutputsChanged int          `json:"outputs_changed"`
 	Drift          int          `json:"drift"`
 	ExecutionURL   string       `json:"execution_url,omitempty"`
-	Stacks         []*Stack     `json:"stacks"`
+	// Partial: a stack's plan is partial (see Stack.Partial).
+	Partial bool     `json:"partial,omitempty"`
+	Stacks  []*Stack `json:"stacks"`
 }
 
 // JSON renders r as an indented JSON document: the execution's class and totals, and every stack with its class and counts (all seven actions always present, and
@@ -120,25 +129,14 @@ func JSON(w io.Writer, r *Report) error {
 	doc := jsonReport{
 		Class: r.Class(), Totals: r.Totals(),
 		OutputsChanged: r.OutputsChanged(), Drift: r.DriftCount(), ExecutionURL: r.ExecutionURL,
-		Stacks: r.Stacks,
+		Partial: partialReport(r), Stacks: r.Stacks,
 	}
 	if doc.Stacks == nil {
 		doc.Stacks = []*Stack{}
 	}
-	// Without HTML escaping, so that the scrub sees the text as the model holds it.
-	var buf strings.Builder
-	enc := json.NewEncoder(&buf)
+	// The model is masked value by value: its encoding is never rewritten.
+	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return err
-	}
-	out := sec.scrub(buf.String())
-	if !json.Valid([]byte(out)) {
-		// A secret equal to JSON punctuation (`": "`) was scrubbed out of the structure, not
-		// out of a string; the redacted model holds no secret, so its encoding is safe as is.
-		out = buf.String()
-	}
-	_, err := io.WriteString(w, out)
-	return err
+	return enc.Encode(doc)
 }

@@ -4,6 +4,10 @@
 #
 #   scripts/capture/tofu.sh [TOFU_BINARY]        (default: $TFSTACKPLAN_TOFU)
 #   scripts/capture/tofu.sh TOFU_BINARY CASE...  only these cases (nothing of _cli/ is recorded)
+#   scripts/capture/tofu.sh TOFU_BINARY --render [CASE...]
+#                                                the render scenarios of internal/plan/testdata/render
+#                                                instead (each recorded as a staged case, below;
+#                                                nothing of _cli/ is recorded)
 #
 # Needs: bash, a real `tofu` (the recordings are of 1.12.6, built from source by
 # shared/tools/build-real-tools.sh, which reports itself as 1.12.6-dev), and `go` (it runs
@@ -38,6 +42,7 @@
 #   outside.json  copied into the working directory before v2 is planned: the test provider's
 #                 objects change outside OpenTofu (see below)
 #   plan.args     more plan arguments, on one line (e.g. -refresh-only)
+# and a modules/ directory, copied next to main.tf (local modules need no registry),
 # and its configuration may use the provider tfstackplan.test/test/simple: OpenTofu's own test
 # provider (internal/provider-simple of OpenTofu v1.12.6) with a refresh that applies
 # outside.json (scripts/capture/driftprovider/main.go.txt: an object whose value is a key of it
@@ -78,9 +83,12 @@ tofu=${1:-${TFSTACKPLAN_TOFU:-}}
 [ -n "$tofu" ] || { echo "usage: $0 TOFU_BINARY   (or set TFSTACKPLAN_TOFU)" >&2; exit 2; }
 tofu=$(command -v "$tofu") || { echo "$0: no such binary: ${1:-$TFSTACKPLAN_TOFU}" >&2; exit 2; }
 [ $# -gt 0 ] && shift
+render=
+if [ "${1:-}" = --render ]; then render=1; shift; fi
 only=("$@")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 fx=$root/testdata/tofu
+[ -z "$render" ] || fx=$root/internal/plan/testdata/render
 cli=$fx/_cli
 
 while IFS='=' read -r v _; do unset "$v"; done < <(env | grep '^TF_' || true)
@@ -184,7 +192,7 @@ sig() {
 for c in "${only[@]}"; do
   [ -f "$fx/$c/v1.tf" ] && [ -f "$fx/$c/v2.tf" ] || die "no case $c (v1.tf and v2.tf) in $fx"
 done
-if [ ${#only[@]} -eq 0 ]; then
+if [ ${#only[@]} -eq 0 ] && [ -z "$render" ]; then
 rm -rf "$cli"
 mkdir -p "$cli"
 
@@ -200,7 +208,7 @@ fi
 
 # staged DIR: whether the case in DIR is a staged case (see the header).
 staged() {
-  [ -f "$1/v1b.tf" ] || [ -f "$1/outside.json" ] || [ -f "$1/plan.args" ] || grep -q 'tfstackplan.test/' "$1/v1.tf"
+  [ -n "$render" ] || [ -f "$1/v1b.tf" ] || [ -f "$1/outside.json" ] || [ -f "$1/plan.args" ] || grep -q 'tfstackplan.test/' "$1/v1.tf"
 }
 
 # providers: builds the test provider into a filesystem mirror once, and writes the CLI
@@ -236,6 +244,7 @@ record_staged() {
     providers
     export TF_CLI_CONFIG_FILE=$tmp/cli.tfrc
   fi
+  if [ -d "$d/modules" ]; then cp -R "$d/modules" "$w/modules"; fi
   cp "$d/v1.tf" "$w/main.tf"
   q "$w" init -input=false -no-color
   q "$w" apply -auto-approve -input=false -no-color
@@ -313,7 +322,7 @@ for d in "$fx"/*/; do
   echo "$report" >&2
 done
 
-if [ ${#only[@]} -gt 0 ]; then
+if [ ${#only[@]} -gt 0 ] || [ -n "$render" ]; then
   echo "recorded ${only[*]} into $fx" >&2
   exit 0
 fi

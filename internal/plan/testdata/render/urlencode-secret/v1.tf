@@ -1,0 +1,3 @@
+resource "terraform_data" "login" {
+  input = "https://svc/login"
+}
