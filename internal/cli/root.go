@@ -9,10 +9,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	// The common `run tick` calls are answered by this package's init function, before the
-	// heavy packages this one links are initialized; see its documentation.
-	_ "github.com/tfstackplan/tfstackplan/internal/earlytick"
 )
 
 // IO is the standard streams a command uses; tests give it buffers.
