@@ -144,31 +144,18 @@ func NewClientTokenSource(baseURL string, token TokenFunc) (*Client, error) {
 	return c, nil
 }
 
+// newTransport is the client's transport. It sets no bound on the wait for an answer: each
+// call's context bounds its attempts (an attempt of a best-effort call, the gate check's, the
+// operator's --timeout of a strict one).
 func newTransport() *http.Transport {
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: GateAttemptTimeout,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       60 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}
-}
-
-// sameHostRedirects follows a redirect only to the configured scheme and host: a bearer token
-// must never reach another host.
-func sameHostRedirects(base *url.URL) func(*http.Request, []*http.Request) error {
-	return func(req *http.Request, via []*http.Request) error {
-		if len(via) > MaxRedirects {
-			return fmt.Errorf("stopped after %d redirects", MaxRedirects)
-		}
-		if !gauth.SameOrigin(base, req.URL) {
-			// Not followed: the 3xx itself becomes the answer (a non-2xx, so an error).
-			return http.ErrUseLastResponse
-		}
-		return nil
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 5 * time.Second,
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     60 * time.Second,
+		ForceAttemptHTTP2:   true,
 	}
 }
 

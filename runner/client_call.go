@@ -19,6 +19,7 @@ import (
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
 )
 
 // uploadTime is how long size bytes take to upload at SlowestUpload: what a post of that size
@@ -44,6 +45,11 @@ func (c *Client) call(ctx context.Context, op string, idempotent bool, send func
 // each, get the time that many bytes take at SlowestUpload on top of the usual bounds. It reads
 // at most maxBody bytes of the answer.
 func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size, maxBody int, send func(context.Context) (*http.Response, error)) ([]byte, error) {
+	o := callOptionsOf(ctx)
+	op = o.opName(op)
+	if o.Strict {
+		return c.callStrict(ctx, op, send)
+	}
 	if !c.breaker.allow() {
 		return nil, &TransportError{Op: op, Err: ErrCircuitOpen}
 	}
@@ -69,13 +75,7 @@ func (c *Client) callSized(ctx context.Context, op string, idempotent bool, size
 	if res.transport != nil {
 		return nil, res.transport
 	}
-	if res.status < 200 || res.status > 299 {
-		return nil, res.apiError(op)
-	}
-	if !isJSON(res.contentType) {
-		return nil, fmt.Errorf("%s: answer is %q, not JSON", op, res.contentType)
-	}
-	return res.body, nil
+	return res.answer(op)
 }
 
 // result is the outcome of the last attempt of a call.
@@ -87,21 +87,41 @@ type result struct {
 	transport   *TransportError
 }
 
+// answer is the 2xx JSON body of r, or the error that says why there is none.
+func (r result) answer(op string) ([]byte, error) {
+	if r.status < 200 || r.status > 299 {
+		return nil, r.apiError(op)
+	}
+	if !isJSON(r.contentType) {
+		return nil, fmt.Errorf("%s: answer is %q, not JSON", op, r.contentType)
+	}
+	return r.body, nil
+}
+
+// apiError is r's non-2xx answer as an *APIError, the server's message bounded and made safe
+// for a terminal.
 func (r result) apiError(op string) *APIError {
 	e := &APIError{Op: op, StatusCode: r.status, Code: codes.Unknown}
 	var body api.Error
 	if err := json.Unmarshal(r.body, &body); err == nil && body.Code != "" {
-		e.CodeName = body.Code
-		e.Message = truncate(body.Message, 512)
+		e.CodeName = truncate(termsafe.Line(body.Code), maxCodeBytes)
+		e.Message = truncate(termsafe.Line(body.Message), maxMessageBytes)
 		var code codes.Code
 		if err := code.UnmarshalJSON([]byte(strconv.Quote(body.Code))); err == nil {
 			e.Code = code
 		}
 	} else {
-		e.Message = truncate(strings.TrimSpace(string(r.body)), 256)
+		e.Message = truncate(termsafe.Line(strings.TrimSpace(string(r.body))), maxRawMessageBytes)
 	}
 	return e
 }
+
+// Bounds of the server's message in an APIError.
+const (
+	maxMessageBytes    = 1024 // a message of the server's JSON error body
+	maxRawMessageBytes = 256  // an answer that is not one (a proxy's page)
+	maxCodeBytes       = 64   // the code the body names
+)
 
 // retryable statuses: the server is overloaded or restarting.
 func retryable(status int) bool {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 )
@@ -35,26 +36,51 @@ func (e *CancelledError) Error() string {
 // Is makes errors.Is(err, ErrCancelRequested) true.
 func (e *CancelledError) Is(target error) bool { return target == ErrCancelRequested }
 
-// APIError is a non-2xx answer from the server.
+// APIError is a non-2xx answer from the server, for every call of the client: the driver's
+// best-effort reports and an operator's strict calls alike.
 type APIError struct {
-	Op         string     // the operation, e.g. "Phase"
+	Op         string     // the operation, e.g. "Phase", or the command that made the call
 	StatusCode int        // HTTP status
 	Code       codes.Code // the grpc code named in the body; codes.Unknown when absent or unparsable
 	CodeName   string     // the code as the server spelled it
-	Message    string     // the server's message, bounded
+	Message    string     // the server's message, bounded and safe for a terminal
 }
 
-// Error names the operation, the HTTP status, the code and the server's message.
+// Error names the operation, what the status means, the server's message, and the code the
+// server gave when the status does not say it already, with a hint on how to authenticate
+// after a 401.
 func (e *APIError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = http.StatusText(e.StatusCode)
+	var what, implied string
+	switch e.StatusCode {
+	case http.StatusBadRequest:
+		what, implied = "invalid argument", "INVALID_ARGUMENT"
+	case http.StatusUnauthorized:
+		what, implied = "unauthenticated", "UNAUTHENTICATED"
+	case http.StatusForbidden:
+		what, implied = "permission denied", "PERMISSION_DENIED"
+	case http.StatusNotFound:
+		what, implied = "not found", "NOT_FOUND"
+	case http.StatusConflict:
+		what, implied = "already exists", "ALREADY_EXISTS"
+	case http.StatusPreconditionFailed:
+		what, implied = "failed precondition", "FAILED_PRECONDITION"
+	case http.StatusTooManyRequests:
+		what = "rate limited (retry later)"
+	default:
+		what = fmt.Sprintf("the server failed (HTTP %d)", e.StatusCode)
 	}
-	name := e.CodeName
-	if name == "" {
-		name = "no code"
+	// The server's messages start with the same words (its error kinds): say them once.
+	s := e.Op + ": " + what
+	if msg := strings.TrimPrefix(e.Message, what+": "); msg != "" && msg != what {
+		s += ": " + msg
 	}
-	return fmt.Sprintf("%s: server answered %d (%s): %s", e.Op, e.StatusCode, name, msg)
+	if e.CodeName != "" && e.CodeName != implied {
+		s += " (" + e.CodeName + ")"
+	}
+	if e.StatusCode == http.StatusUnauthorized {
+		s += " (set TFSTACKPLAN_TOKEN to a token of the server's tokens file, or --audience/TFSTACKPLAN_AUDIENCE for Google ID tokens)"
+	}
+	return s
 }
 
 // TransportError is a failure to get any answer: refused, reset, timeout, TLS, DNS, redirect

@@ -196,3 +196,82 @@ func isNotFound(err error) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound
 }
+
+// ExecutionsList returns one page of executions as params select them, newest first (an
+// operator's listing); ErrDisabled when no server is configured.
+func (c *Client) ExecutionsList(ctx context.Context, params *api.ExecutionsListParams) ([]api.Execution, error) {
+	if !c.Enabled() {
+		return nil, ErrDisabled
+	}
+	list, err := readJSON[[]api.Execution](ctx, c, "ExecutionsList", MaxResponseBytes, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ExecutionsList(ctx, params)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return *list, nil
+}
+
+// ExecutionGet returns execution id with its stacks and edges; ErrDisabled when no server is
+// configured.
+func (c *Client) ExecutionGet(ctx context.Context, id string) (*api.Execution, error) {
+	if !c.Enabled() {
+		return nil, ErrDisabled
+	}
+	return readJSON[api.Execution](ctx, c, "ExecutionGet", MaxExecutionBytes, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ExecutionGet(ctx, id)
+	})
+}
+
+// GatesList returns the gates of a PR's plans in an environment, as params select them;
+// ErrDisabled when no server is configured.
+func (c *Client) GatesList(ctx context.Context, params *api.GatesListParams) ([]api.Gate, error) {
+	if !c.Enabled() {
+		return nil, ErrDisabled
+	}
+	gates, err := readJSON[[]api.Gate](ctx, c, "GatesList", MaxResponseBytes, func(ctx context.Context) (*http.Response, error) {
+		return c.api.GatesList(ctx, params)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return *gates, nil
+}
+
+// LogRead returns the bytes of a stack's log of execution id from params' offset: of the
+// generation params name, or of the latest one when latest is set; ErrDisabled when no server
+// is configured.
+func (c *Client) LogRead(ctx context.Context, id string, params api.LogReadParams, latest bool) (*api.LogSlice, error) {
+	if !c.Enabled() {
+		return nil, ErrDisabled
+	}
+	var editors []api.RequestEditorFn
+	if latest {
+		// The generated client always sends generation (0 when unset); the latest generation is
+		// asked for by leaving it out.
+		editors = append(editors, func(_ context.Context, req *http.Request) error {
+			q := req.URL.Query()
+			q.Del("generation")
+			req.URL.RawQuery = q.Encode()
+			return nil
+		})
+	}
+	return readJSON[api.LogSlice](ctx, c, "LogRead", MaxResponseBytes, func(ctx context.Context) (*http.Response, error) {
+		return c.api.LogRead(ctx, id, &params, editors...)
+	})
+}
+
+// readJSON sends one idempotent read (an answer of up to maxBody bytes) and decodes its JSON
+// answer.
+func readJSON[T any](ctx context.Context, c *Client, op string, maxBody int, send func(context.Context) (*http.Response, error)) (*T, error) {
+	op = callOptionsOf(ctx).opName(op)
+	body, err := c.callSized(ctx, op, true, 0, maxBody, send)
+	if err != nil {
+		return nil, err
+	}
+	var out T
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("%s: malformed answer: %w", op, err)
+	}
+	return &out, nil
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
 )
 
 // IO is the standard streams a command uses; tests give it buffers.
@@ -30,7 +32,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = &UsageError{Err: err}
 	}
 	if err != nil && !errors.Is(err, ErrSilent) {
-		fmt.Fprintln(stderr, "tfstackplan:", err)
+		// Errors carry what servers and tools said: through the one sanitizer.
+		fmt.Fprintln(stderr, "tfstackplan:", termsafe.Text(err.Error()))
 	}
 	return ExitCode(err)
 }
