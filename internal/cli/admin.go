@@ -94,25 +94,25 @@ func newAdminCmd(ios *IO) *cobra.Command {
 			"which the server's audit log records.",
 	}
 	checks := &cobra.Command{Use: "checks", Short: "Override check conclusions"}
-	checks.AddCommand(newAdminChecksOverrideCmd(ios))
+	checks.AddCommand(newAdminChecksOverrideCmd(ios, nil))
 	executions := &cobra.Command{Use: "executions", Short: "Cancel executions"}
-	executions.AddCommand(newAdminExecutionsCancelCmd(ios))
+	executions.AddCommand(newAdminExecutionsCancelCmd(ios, nil))
 	gates := &cobra.Command{Use: "gates", Short: "Satisfy gates"}
-	gates.AddCommand(newAdminGatesSatisfyCmd(ios))
+	gates.AddCommand(newAdminGatesSatisfyCmd(ios, nil))
 	grants := &cobra.Command{Use: "grants", Short: "Release grants"}
-	grants.AddCommand(newAdminGrantsReleaseCmd(ios))
+	grants.AddCommand(newAdminGrantsReleaseCmd(ios, nil))
 	cmd.AddCommand(checks, executions, gates, grants)
 	return cmd
 }
 
-func newAdminChecksOverrideCmd(ios *IO) *cobra.Command {
+func newAdminChecksOverrideCmd(ios *IO, runF RunFunc[AdminChecksOverrideOptions]) *cobra.Command {
 	opts := &AdminChecksOverrideOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "override [--repo OWNER/NAME] --environment ENV --pr N --check NAME --conclusion C --reason TEXT",
 		Short: "Set a check's conclusion by hand until the PR's next execution concludes it",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAdminChecksOverride(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminChecksOverride, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -152,7 +152,7 @@ func validConclusion(conclusion string) error {
 	return nil
 }
 
-func newAdminExecutionsCancelCmd(ios *IO) *cobra.Command {
+func newAdminExecutionsCancelCmd(ios *IO, runF RunFunc[AdminExecutionsCancelOptions]) *cobra.Command {
 	opts := &AdminExecutionsCancelOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "cancel EXECUTION --reason TEXT",
@@ -160,7 +160,7 @@ func newAdminExecutionsCancelCmd(ios *IO) *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Execution = args[0]
-			return runAdminExecutionsCancel(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminExecutionsCancel, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -182,7 +182,7 @@ func runAdminExecutionsCancel(ctx context.Context, opts *AdminExecutionsCancelOp
 	})
 }
 
-func newAdminGatesSatisfyCmd(ios *IO) *cobra.Command {
+func newAdminGatesSatisfyCmd(ios *IO, runF RunFunc[AdminGatesSatisfyOptions]) *cobra.Command {
 	opts := &AdminGatesSatisfyOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "satisfy [--repo OWNER/NAME] --environment ENV --pr N --class CLASS --target GLOB (--execution PLAN|--latest) [--expires-at TIME|--expires-in DURATION] --reason TEXT",
@@ -196,7 +196,7 @@ func newAdminGatesSatisfyCmd(ios *IO) *cobra.Command {
 			"the approved content on those stacks; a re-plan that changes it needs a new grant.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAdminGatesSatisfy(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminGatesSatisfy, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -359,14 +359,14 @@ func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env s
 	return id, nil
 }
 
-func newAdminGrantsReleaseCmd(ios *IO) *cobra.Command {
+func newAdminGrantsReleaseCmd(ios *IO, runF RunFunc[AdminGrantsReleaseOptions]) *cobra.Command {
 	opts := &AdminGrantsReleaseOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "release [--repo OWNER/NAME] --environment ENV --pr N --class CLASS --target GLOB --reason TEXT",
 		Short: "End the active grants of a gate; releasing none is not an error",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAdminGrantsRelease(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminGrantsRelease, opts)
 		},
 	}
 	addRepoFlag(cmd.Flags(), &opts.Repo)

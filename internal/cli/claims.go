@@ -45,18 +45,18 @@ func newClaimsCmd(ios *IO) *cobra.Command {
 		Long: "A finalized plan claims its changed stacks for its pull request until that PR applies them\n" +
 			"(or the claim expires); another PR's apply of a claimed stack is denied.",
 	}
-	cmd.AddCommand(newClaimsListCmd(ios), newClaimsReleaseCmd(ios))
+	cmd.AddCommand(newClaimsListCmd(ios, nil), newClaimsReleaseCmd(ios, nil))
 	return cmd
 }
 
-func newClaimsListCmd(ios *IO) *cobra.Command {
+func newClaimsListCmd(ios *IO, runF RunFunc[ClaimsListOptions]) *cobra.Command {
 	opts := &ClaimsListOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "list [--repo OWNER/NAME] [--environment ENV] [--json]",
 		Short: "List the current claims",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClaimsList(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runClaimsList, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -92,7 +92,7 @@ func runClaimsList(ctx context.Context, opts *ClaimsListOptions) error {
 	})
 }
 
-func newClaimsReleaseCmd(ios *IO) *cobra.Command {
+func newClaimsReleaseCmd(ios *IO, runF RunFunc[ClaimsReleaseOptions]) *cobra.Command {
 	opts := &ClaimsReleaseOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "release [--repo OWNER/NAME] --environment ENV --pr N [--stack STACK] [--execution ID] --reason TEXT",
@@ -103,7 +103,7 @@ func newClaimsReleaseCmd(ios *IO) *cobra.Command {
 			"Releasing what is not held is not an error.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClaimsRelease(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runClaimsRelease, opts)
 		},
 	}
 	f := cmd.Flags()

@@ -45,18 +45,18 @@ func newExecutionsCmd(ios *IO) *cobra.Command {
 		Use:   "executions",
 		Short: "List executions and show one with its stacks",
 	}
-	cmd.AddCommand(newExecutionsListCmd(ios), newExecutionsShowCmd(ios))
+	cmd.AddCommand(newExecutionsListCmd(ios, nil), newExecutionsShowCmd(ios, nil))
 	return cmd
 }
 
-func newExecutionsListCmd(ios *IO) *cobra.Command {
+func newExecutionsListCmd(ios *IO, runF RunFunc[ExecutionsListOptions]) *cobra.Command {
 	opts := &ExecutionsListOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "list [--repo OWNER/NAME] [--environment ENV] [--pr N] [--limit N] [--json]",
 		Short: "List executions, newest first",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExecutionsList(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runExecutionsList, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -103,7 +103,7 @@ func runExecutionsList(ctx context.Context, opts *ExecutionsListOptions) error {
 	})
 }
 
-func newExecutionsShowCmd(ios *IO) *cobra.Command {
+func newExecutionsShowCmd(ios *IO, runF RunFunc[ExecutionsShowOptions]) *cobra.Command {
 	opts := &ExecutionsShowOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "show EXECUTION [--json]",
@@ -111,7 +111,7 @@ func newExecutionsShowCmd(ios *IO) *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Execution = args[0]
-			return runExecutionsShow(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runExecutionsShow, opts)
 		},
 	}
 	f := cmd.Flags()

@@ -41,7 +41,7 @@ type LogsOptions struct {
 	Signals <-chan os.Signal
 }
 
-func newLogsCmd(ios *IO) *cobra.Command {
+func newLogsCmd(ios *IO, runF RunFunc[LogsOptions]) *cobra.Command {
 	opts := &LogsOptions{IO: ios}
 	var generation int64
 	cmd := &cobra.Command{
@@ -58,7 +58,7 @@ func newLogsCmd(ios *IO) *cobra.Command {
 			if cmd.Flags().Changed("generation") {
 				opts.Generation = &generation
 			}
-			return runLogs(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runLogs, opts)
 		},
 	}
 	f := cmd.Flags()
