@@ -46,9 +46,9 @@ type APIError struct {
 	Message    string     // the server's message, bounded and safe for a terminal
 }
 
-// Error names the operation, what the status means, the server's message, and the code the
-// server gave when the status does not say it already, with a hint on how to authenticate
-// after a 401.
+// Error names the operation, what the status means, the server's message, the status and
+// the code the server gave when the status does not say it already, with a hint on how to
+// authenticate after a 401.
 func (e *APIError) Error() string {
 	var what, implied string
 	switch e.StatusCode {
@@ -74,8 +74,15 @@ func (e *APIError) Error() string {
 	if msg := strings.TrimPrefix(e.Message, what+": "); msg != "" && msg != what {
 		s += ": " + msg
 	}
+	var detail []string
+	if !strings.Contains(what, "(HTTP ") {
+		detail = append(detail, fmt.Sprintf("HTTP %d", e.StatusCode))
+	}
 	if e.CodeName != "" && e.CodeName != implied {
-		s += " (" + e.CodeName + ")"
+		detail = append(detail, e.CodeName)
+	}
+	if len(detail) > 0 {
+		s += " (" + strings.Join(detail, ", ") + ")"
 	}
 	if e.StatusCode == http.StatusUnauthorized {
 		s += " (set TFSTACKPLAN_TOKEN to a token of the server's tokens file, or --audience/TFSTACKPLAN_AUDIENCE for Google ID tokens)"
