@@ -44,11 +44,14 @@ type APIError struct {
 	Code       codes.Code // the grpc code named in the body; codes.Unknown when absent or unparsable
 	CodeName   string     // the code as the server spelled it
 	Message    string     // the server's message, bounded and safe for a terminal
+	// Strict says a strict call (an operator's command) got the answer: its message is the
+	// command's words alone, without the status and code the driver's messages end with.
+	Strict bool
 }
 
-// Error names the operation, what the status means, the server's message, the status and
-// the code the server gave when the status does not say it already, with a hint on how to
-// authenticate after a 401.
+// Error names the operation, what the status means and the server's message, then (unless
+// Strict) the status and the code the server gave when the status does not say it already,
+// with a hint on how to authenticate after a 401.
 func (e *APIError) Error() string {
 	var what, implied string
 	switch e.StatusCode {
@@ -75,10 +78,10 @@ func (e *APIError) Error() string {
 		s += ": " + msg
 	}
 	var detail []string
-	if !strings.Contains(what, "(HTTP ") {
+	if !e.Strict && !strings.Contains(what, "(HTTP ") {
 		detail = append(detail, fmt.Sprintf("HTTP %d", e.StatusCode))
 	}
-	if e.CodeName != "" && e.CodeName != implied {
+	if !e.Strict && e.CodeName != "" && e.CodeName != implied {
 		detail = append(detail, e.CodeName)
 	}
 	if len(detail) > 0 {

@@ -4,6 +4,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -79,7 +80,12 @@ func (c *Client) callStrict(ctx context.Context, op string, send func(context.Co
 	if res.transport != nil {
 		return nil, res.transport
 	}
-	return res.answer(op)
+	body, err := res.answer(op)
+	var ae *APIError
+	if errors.As(err, &ae) {
+		ae.Strict = true
+	}
+	return body, err
 }
 
 // sameHostRedirects follows a redirect only to the configured scheme and host: a bearer token
