@@ -11,16 +11,18 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
-	"github.com/tfstackplan/tfstackplan/internal/tickfile"
-	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
 
 // EnvTickDir names the directory where `run tick` records each tick for the driver that
 // started the scripts (set by `run plan|apply`, one directory per script run).
-const EnvTickDir = tickline.EnvDir
+const EnvTickDir = "TFSTACKPLAN_TICK_DIR"
 
 // tickFile is the file in EnvTickDir that ticks are appended to, one JSON object a line.
-const tickFile = tickline.Name
+const tickFile = "ticks.jsonl"
+
+// maxTickField bounds each field of a recorded tick in bytes, so that one append stays one
+// small write.
+const maxTickField = 1024
 
 // TickBudget bounds the whole online tick: building the client (minting a token included)
 // and one Phase event.
@@ -41,7 +43,13 @@ type TickOptions struct {
 }
 
 // tickRecord is one line of the tick file.
-type tickRecord = tickline.Record
+type tickRecord struct {
+	Stack   string `json:"stack"`
+	Phase   string `json:"phase"`
+	Status  string `json:"status,omitempty"`
+	Message string `json:"message,omitempty"`
+	At      int64  `json:"at"` // unix nanoseconds
+}
 
 // ErrTickUsage is returned when a tick has no phase, or no stack where it would report one.
 var ErrTickUsage = errors.New("run tick needs --phase and a stack (--stack or TFSTACKPLAN_STACK)")
@@ -112,9 +120,33 @@ func Tick(ctx context.Context, o TickOptions) (warning string, err error) {
 	}
 }
 
-// recordTick appends one line to the tick file (fields clipped to tickline.MaxField).
-// Failing to record is silent: the driver then relies on terramate's output alone.
-func recordTick(dir string, r tickRecord) { _ = tickfile.Append(dir, r) }
+// recordTick appends one line to the tick file. Failing to record is silent: the driver then
+// relies on terramate's output alone.
+func recordTick(dir string, r tickRecord) { _ = appendTick(dir, r) }
+
+// appendTick appends r, each field clipped to maxTickField bytes (a rune cut in half becomes
+// U+FFFD), as one line to the tick file in dir. O_APPEND and a single write keep the lines of
+// concurrent ticks (parallel stacks) from interleaving; the file is its owner's alone, as a
+// message may say more than a log line should.
+func appendTick(dir string, r tickRecord) error {
+	r.Stack, r.Phase, r.Status, r.Message = clipTick(r.Stack), clipTick(r.Phase), clipTick(r.Status), clipTick(r.Message)
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tickFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(line, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// clipTick cuts s to maxTickField bytes.
+func clipTick(s string) string { return s[:min(len(s), maxTickField)] }
 
 // tickReader reads the tick file as it grows: each call to next returns the complete lines
 // appended since the last call. Lines that do not parse are skipped. What the ticks say about

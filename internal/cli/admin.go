@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // Check conclusions and change classes, as `admin` flags accept them.
@@ -92,25 +94,25 @@ func newAdminCmd(ios *IO) *cobra.Command {
 			"which the server's audit log records.",
 	}
 	checks := &cobra.Command{Use: "checks", Short: "Override check conclusions"}
-	checks.AddCommand(newAdminChecksOverrideCmd(ios))
+	checks.AddCommand(newAdminChecksOverrideCmd(ios, nil))
 	executions := &cobra.Command{Use: "executions", Short: "Cancel executions"}
-	executions.AddCommand(newAdminExecutionsCancelCmd(ios))
+	executions.AddCommand(newAdminExecutionsCancelCmd(ios, nil))
 	gates := &cobra.Command{Use: "gates", Short: "Satisfy gates"}
-	gates.AddCommand(newAdminGatesSatisfyCmd(ios))
+	gates.AddCommand(newAdminGatesSatisfyCmd(ios, nil))
 	grants := &cobra.Command{Use: "grants", Short: "Release grants"}
-	grants.AddCommand(newAdminGrantsReleaseCmd(ios))
+	grants.AddCommand(newAdminGrantsReleaseCmd(ios, nil))
 	cmd.AddCommand(checks, executions, gates, grants)
 	return cmd
 }
 
-func newAdminChecksOverrideCmd(ios *IO) *cobra.Command {
+func newAdminChecksOverrideCmd(ios *IO, runF RunFunc[AdminChecksOverrideOptions]) *cobra.Command {
 	opts := &AdminChecksOverrideOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "override [--repo OWNER/NAME] --environment ENV --pr N --check NAME --conclusion C --reason TEXT",
 		Short: "Set a check's conclusion by hand until the PR's next execution concludes it",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAdminChecksOverride(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminChecksOverride, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -125,36 +127,32 @@ func newAdminChecksOverrideCmd(ios *IO) *cobra.Command {
 }
 
 func runAdminChecksOverride(ctx context.Context, opts *AdminChecksOverrideOptions) error {
-	if err := firstError(requireFlag("environment", opts.Environment), requirePR(opts.PR),
-		requireFlag("check", opts.Check), requireFlag("conclusion", opts.Conclusion)); err != nil {
-		return err
+	repo, repoErr := opts.Conn.repoOr(opts.Repo)
+	checks := []error{requireFlag("environment", opts.Environment), requirePR(opts.PR), requireFlag("check", opts.Check),
+		requireFlag("conclusion", opts.Conclusion), validConclusion(opts.Conclusion), requireReason(opts.Reason), repoErr}
+	return operate(ctx, &opts.Conn, checks, func(ctx context.Context, c *opClient) error {
+		body := api.ChecksOverride{Repo: repo, Environment: opts.Environment, PR: opts.PR, Check: opts.Check,
+			Conclusion: api.ChecksOverrideConclusion(opts.Conclusion), Reason: opts.Reason}
+		if err := opDo(ctx, c, "admin checks override", func(ctx context.Context, rc *runner.Client) error {
+			return rc.AdminChecksOverride(ctx, body)
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(opts.IO.Out, "check %s of %s PR #%d overridden: %s\n", opts.Check, where(repo, opts.Environment), opts.PR, opts.Conclusion)
+		return nil
+	})
+}
+
+// validConclusion refuses a --conclusion that is not one of checkConclusions (an empty one is
+// requireFlag's to refuse).
+func validConclusion(conclusion string) error {
+	if conclusion != "" && !api.ChecksOverrideConclusion(conclusion).Valid() {
+		return Usagef("--conclusion %q: want one of %s", conclusion, strings.Join(checkConclusions, ", "))
 	}
-	if !api.ChecksOverrideConclusion(opts.Conclusion).Valid() {
-		return Usagef("--conclusion %q: want one of %s", opts.Conclusion, strings.Join(checkConclusions, ", "))
-	}
-	if err := requireReason(opts.Reason); err != nil {
-		return err
-	}
-	repo, err := opts.Conn.repoOr(opts.Repo)
-	if err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	body := api.ChecksOverride{Repo: repo, Environment: opts.Environment, PR: opts.PR, Check: opts.Check,
-		Conclusion: api.ChecksOverrideConclusion(opts.Conclusion), Reason: opts.Reason}
-	if _, err := call[api.Ack](orBackground(ctx), c, "admin checks override", func(ctx context.Context) (*api.AdminChecksOverrideResponse, error) {
-		return c.api.AdminChecksOverrideWithResponse(ctx, body)
-	}); err != nil {
-		return err
-	}
-	fmt.Fprintf(opts.IO.Out, "check %s of %s PR #%d overridden: %s\n", opts.Check, where(repo, opts.Environment), opts.PR, opts.Conclusion)
 	return nil
 }
 
-func newAdminExecutionsCancelCmd(ios *IO) *cobra.Command {
+func newAdminExecutionsCancelCmd(ios *IO, runF RunFunc[AdminExecutionsCancelOptions]) *cobra.Command {
 	opts := &AdminExecutionsCancelOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "cancel EXECUTION --reason TEXT",
@@ -162,7 +160,7 @@ func newAdminExecutionsCancelCmd(ios *IO) *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Execution = args[0]
-			return runAdminExecutionsCancel(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminExecutionsCancel, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -172,24 +170,19 @@ func newAdminExecutionsCancelCmd(ios *IO) *cobra.Command {
 }
 
 func runAdminExecutionsCancel(ctx context.Context, opts *AdminExecutionsCancelOptions) error {
-	if err := firstError(requireFlag("execution", opts.Execution), requireReason(opts.Reason)); err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	body := api.ExecutionsCancel{ExecutionID: opts.Execution, Reason: opts.Reason}
-	if _, err := call[api.Ack](orBackground(ctx), c, "admin executions cancel", func(ctx context.Context) (*api.AdminExecutionsCancelResponse, error) {
-		return c.api.AdminExecutionsCancelWithResponse(ctx, body)
-	}); err != nil {
-		return err
-	}
-	fmt.Fprintf(opts.IO.Out, "execution %s cancelled (a runner still running stops at its next report)\n", opts.Execution)
-	return nil
+	checks := []error{requireFlag("execution", opts.Execution), requireReason(opts.Reason)}
+	return operate(ctx, &opts.Conn, checks, func(ctx context.Context, c *opClient) error {
+		if err := opDo(ctx, c, "admin executions cancel", func(ctx context.Context, rc *runner.Client) error {
+			return rc.AdminExecutionsCancel(ctx, opts.Execution, opts.Reason)
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(opts.IO.Out, "execution %s cancelled (a runner still running stops at its next report)\n", opts.Execution)
+		return nil
+	})
 }
 
-func newAdminGatesSatisfyCmd(ios *IO) *cobra.Command {
+func newAdminGatesSatisfyCmd(ios *IO, runF RunFunc[AdminGatesSatisfyOptions]) *cobra.Command {
 	opts := &AdminGatesSatisfyOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "satisfy [--repo OWNER/NAME] --environment ENV --pr N --class CLASS --target GLOB (--execution PLAN|--latest) [--expires-at TIME|--expires-in DURATION] --reason TEXT",
@@ -203,7 +196,7 @@ func newAdminGatesSatisfyCmd(ios *IO) *cobra.Command {
 			"the approved content on those stacks; a re-plan that changes it needs a new grant.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAdminGatesSatisfy(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminGatesSatisfy, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -239,63 +232,60 @@ func checkGrantKey(env string, pr int, class, target string) error {
 }
 
 func runAdminGatesSatisfy(ctx context.Context, opts *AdminGatesSatisfyOptions) error {
-	if err := checkGrantKey(opts.Environment, opts.PR, opts.Class, opts.Target); err != nil {
-		return err
-	}
-	if (opts.Execution == "") == !opts.Latest {
-		return Usagef("name the plan you approve: --execution ID (the plan you reviewed) or --latest (the PR's latest plan, printed first)")
-	}
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	var expires time.Time
-	switch {
-	case opts.ExpiresAt != "" && opts.ExpiresIn != 0:
-		return Usagef("--expires-at and --expires-in exclude each other")
-	case opts.ExpiresAt != "":
-		t, err := time.Parse(time.RFC3339, opts.ExpiresAt)
-		if err != nil {
-			return Usagef("--expires-at %q: want an RFC 3339 time, e.g. 2030-01-02T15:04:05Z", opts.ExpiresAt)
+	expires, expiresErr := grantExpiry(opts.ExpiresAt, opts.ExpiresIn, now)
+	var planErr error
+	if (opts.Execution == "") == !opts.Latest {
+		planErr = Usagef("name the plan you approve: --execution ID (the plan you reviewed) or --latest (the PR's latest plan, printed first)")
+	}
+	repo, repoErr := opts.Conn.repoOr(opts.Repo)
+	checks := []error{checkGrantKey(opts.Environment, opts.PR, opts.Class, opts.Target), planErr, expiresErr, requireReason(opts.Reason), repoErr}
+	return operate(ctx, &opts.Conn, checks, func(ctx context.Context, c *opClient) error {
+		execution := opts.Execution
+		if opts.Latest {
+			var err error
+			if execution, err = showLatestPlan(ctx, c, opts.IO.Out, repo, opts.Environment, opts.PR); err != nil {
+				return err
+			}
 		}
-		expires = t
-	case opts.ExpiresIn < 0:
-		return Usagef("--expires-in must be positive, not %s", opts.ExpiresIn)
-	case opts.ExpiresIn > 0:
-		expires = now().Add(opts.ExpiresIn)
-	}
-	if err := requireReason(opts.Reason); err != nil {
-		return err
-	}
-	repo, err := opts.Conn.repoOr(opts.Repo)
-	if err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	ctx = orBackground(ctx)
-	execution := opts.Execution
-	if opts.Latest {
-		if execution, err = showLatestPlan(ctx, c, opts.IO.Out, repo, opts.Environment, opts.PR); err != nil {
+		body := api.GatesSatisfy{Repo: repo, Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target,
+			ExecutionID: execution, ExpiresAt: expires, Reason: opts.Reason}
+		if err := opDo(ctx, c, "admin gates satisfy", func(ctx context.Context, rc *runner.Client) error {
+			return rc.AdminGatesSatisfy(ctx, body)
+		}); err != nil {
 			return err
 		}
+		until := "until released"
+		if !expires.IsZero() {
+			until = "until " + stamp(expires)
+		}
+		fmt.Fprintf(opts.IO.Out, "gate %s on %q of %s PR #%d satisfied: plan %s approved, %s\n",
+			opts.Class, opts.Target, where(repo, opts.Environment), opts.PR, termsafe.Line(execution), until)
+		return nil
+	})
+}
+
+// grantExpiry is when a grant ends, from --expires-at or --expires-in (counted from now); the
+// zero time when neither is given: it lasts until released.
+func grantExpiry(at string, in time.Duration, now func() time.Time) (time.Time, error) {
+	switch {
+	case at != "" && in != 0:
+		return time.Time{}, Usagef("--expires-at and --expires-in exclude each other")
+	case at != "":
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return time.Time{}, Usagef("--expires-at %q: want an RFC 3339 time, e.g. 2030-01-02T15:04:05Z", at)
+		}
+		return t, nil
+	case in < 0:
+		return time.Time{}, Usagef("--expires-in must be positive, not %s", in)
+	case in > 0:
+		return now().Add(in), nil
 	}
-	body := api.GatesSatisfy{Repo: repo, Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target,
-		ExecutionID: execution, ExpiresAt: expires, Reason: opts.Reason}
-	if _, err := call[api.Ack](ctx, c, "admin gates satisfy", func(ctx context.Context) (*api.AdminGatesSatisfyResponse, error) {
-		return c.api.AdminGatesSatisfyWithResponse(ctx, body)
-	}); err != nil {
-		return err
-	}
-	until := "until released"
-	if !expires.IsZero() {
-		until = "until " + stamp(expires)
-	}
-	fmt.Fprintf(opts.IO.Out, "gate %s on %q of %s PR #%d satisfied: plan %s approved, %s\n",
-		opts.Class, opts.Target, where(repo, opts.Environment), opts.PR, execution, until)
-	return nil
+	return time.Time{}, nil
 }
 
 // where names an environment of a repository in messages ("acme/infra prod", or the
@@ -314,14 +304,14 @@ func where(repo, env string) string {
 func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env string, pr int) (string, error) {
 	limit := MaxExecutionsLimit
 	params := &api.ExecutionsListParams{Repo: repo, Environment: env, Pr: pr, Limit: &limit}
-	list, err := call[[]api.Execution](ctx, c, "executions list", func(ctx context.Context) (*api.ExecutionsListResponse, error) {
-		return c.api.ExecutionsListWithResponse(ctx, params)
+	list, err := opCall(ctx, c, "executions list", func(ctx context.Context, rc *runner.Client) ([]api.Execution, error) {
+		return rc.ExecutionsList(ctx, params)
 	})
 	if err != nil {
 		return "", err
 	}
 	var id string
-	for _, e := range *list {
+	for _, e := range list {
 		if e.Op == api.ExecutionOpPlan {
 			id = e.ExecutionID
 			break
@@ -330,20 +320,22 @@ func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env s
 	if id == "" {
 		return "", fmt.Errorf("%s PR #%d has no plan to approve", where(repo, env), pr)
 	}
-	x, err := call[api.Execution](ctx, c, "executions show", func(ctx context.Context) (*api.ExecutionGetResponse, error) {
-		return c.api.ExecutionGetWithResponse(ctx, id)
-	})
+	x, err := getExecution(ctx, c, "executions show", id)
 	if err != nil {
 		return "", err
 	}
 	gparams := &api.GatesListParams{Repo: repo, Environment: env, Pr: pr}
-	gates, err := call[[]api.Gate](ctx, c, "gates list", func(ctx context.Context) (*api.GatesListResponse, error) {
-		return c.api.GatesListWithResponse(ctx, gparams)
+	gates, err := opCall(ctx, c, "gates list", func(ctx context.Context, rc *runner.Client) ([]api.Gate, error) {
+		return rc.GatesList(ctx, gparams)
 	})
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(out, "latest plan of %s PR #%d: %s (%s, commit %s, %s)\n", where(x.Repo, env), pr, x.ExecutionID, x.Status, short(x.SHA, 12), stamp(x.StartedAt))
+	// Every field the server sent goes through the one sanitizer: a plan's job chose its sha,
+	// and an escape sequence there must not hide or forge what follows.
+	safe := termsafe.Line
+	fmt.Fprintf(out, "latest plan of %s PR #%d: %s (%s, commit %s, %s)\n", safe(where(x.Repo, env)), pr, safe(x.ExecutionID),
+		safe(string(x.Status)), safe(short(x.SHA, 12)), stamp(x.StartedAt))
 	t := newTable(out)
 	row(t, "  STACK", "CLASS", "CHANGES", "PLAN HASH")
 	for _, st := range x.Stacks {
@@ -355,9 +347,9 @@ func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env s
 		return "", err
 	}
 	n := 0
-	for _, g := range *gates {
+	for _, g := range gates {
 		if g.ExecutionID == id {
-			fmt.Fprintf(out, "gate: %s on %s (stacks %s)\n", g.Class, g.Target, strings.Join(g.Stacks, ", "))
+			fmt.Fprintf(out, "gate: %s on %s (stacks %s)\n", safe(g.Class), safe(g.Target), safe(strings.Join(g.Stacks, ", ")))
 			n++
 		}
 	}
@@ -367,14 +359,14 @@ func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env s
 	return id, nil
 }
 
-func newAdminGrantsReleaseCmd(ios *IO) *cobra.Command {
+func newAdminGrantsReleaseCmd(ios *IO, runF RunFunc[AdminGrantsReleaseOptions]) *cobra.Command {
 	opts := &AdminGrantsReleaseOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "release [--repo OWNER/NAME] --environment ENV --pr N --class CLASS --target GLOB --reason TEXT",
 		Short: "End the active grants of a gate; releasing none is not an error",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAdminGrantsRelease(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runAdminGrantsRelease, opts)
 		},
 	}
 	addRepoFlag(cmd.Flags(), &opts.Repo)
@@ -385,28 +377,18 @@ func newAdminGrantsReleaseCmd(ios *IO) *cobra.Command {
 }
 
 func runAdminGrantsRelease(ctx context.Context, opts *AdminGrantsReleaseOptions) error {
-	if err := checkGrantKey(opts.Environment, opts.PR, opts.Class, opts.Target); err != nil {
-		return err
-	}
-	if err := requireReason(opts.Reason); err != nil {
-		return err
-	}
-	repo, err := opts.Conn.repoOr(opts.Repo)
-	if err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	body := api.GrantsRelease{Repo: repo, Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target, Reason: opts.Reason}
-	if _, err := call[api.Ack](orBackground(ctx), c, "admin grants release", func(ctx context.Context) (*api.AdminGrantsReleaseResponse, error) {
-		return c.api.AdminGrantsReleaseWithResponse(ctx, body)
-	}); err != nil {
-		return err
-	}
-	fmt.Fprintf(opts.IO.Out, "active grants of gate %s on %q of %s PR #%d released\n", opts.Class, opts.Target, where(repo, opts.Environment), opts.PR)
-	return nil
+	repo, repoErr := opts.Conn.repoOr(opts.Repo)
+	checks := []error{checkGrantKey(opts.Environment, opts.PR, opts.Class, opts.Target), requireReason(opts.Reason), repoErr}
+	return operate(ctx, &opts.Conn, checks, func(ctx context.Context, c *opClient) error {
+		body := api.GrantsRelease{Repo: repo, Environment: opts.Environment, PR: opts.PR, Class: opts.Class, Target: opts.Target, Reason: opts.Reason}
+		if err := opDo(ctx, c, "admin grants release", func(ctx context.Context, rc *runner.Client) error {
+			return rc.AdminGrantsRelease(ctx, body)
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(opts.IO.Out, "active grants of gate %s on %q of %s PR #%d released\n", opts.Class, opts.Target, where(repo, opts.Environment), opts.PR)
+		return nil
+	})
 }
 
 // firstError returns the first non-nil error.

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // ClaimsListOptions are the options of `tfstackplan claims list`.
@@ -44,18 +45,18 @@ func newClaimsCmd(ios *IO) *cobra.Command {
 		Long: "A finalized plan claims its changed stacks for its pull request until that PR applies them\n" +
 			"(or the claim expires); another PR's apply of a claimed stack is denied.",
 	}
-	cmd.AddCommand(newClaimsListCmd(ios), newClaimsReleaseCmd(ios))
+	cmd.AddCommand(newClaimsListCmd(ios, nil), newClaimsReleaseCmd(ios, nil))
 	return cmd
 }
 
-func newClaimsListCmd(ios *IO) *cobra.Command {
+func newClaimsListCmd(ios *IO, runF RunFunc[ClaimsListOptions]) *cobra.Command {
 	opts := &ClaimsListOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "list [--repo OWNER/NAME] [--environment ENV] [--json]",
 		Short: "List the current claims",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClaimsList(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runClaimsList, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -67,37 +68,31 @@ func newClaimsListCmd(ios *IO) *cobra.Command {
 }
 
 func runClaimsList(ctx context.Context, opts *ClaimsListOptions) error {
-	repo, err := opts.Conn.repoOr(opts.Repo)
-	if err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	params := &api.ClaimsListParams{Repo: repo, Environment: opts.Environment}
-	claims, err := call[[]api.Claim](orBackground(ctx), c, "claims list", func(ctx context.Context) (*api.ClaimsListResponse, error) {
-		return c.api.ClaimsListWithResponse(ctx, params)
+	repo, repoErr := opts.Conn.repoOr(opts.Repo)
+	return operate(ctx, &opts.Conn, []error{repoErr}, func(ctx context.Context, c *opClient) error {
+		claims, err := opCall(ctx, c, "claims list", func(ctx context.Context, rc *runner.Client) ([]api.Claim, error) {
+			return rc.ClaimsList(ctx, repo, opts.Environment)
+		})
+		if err != nil {
+			return err
+		}
+		if opts.JSON {
+			return writeJSON(opts.IO.Out, claims)
+		}
+		if len(claims) == 0 {
+			fmt.Fprintln(opts.IO.ErrOut, "no claims")
+			return nil
+		}
+		t := newTable(opts.IO.Out)
+		row(t, "REPOSITORY", "ENVIRONMENT", "STACK", "PR", "EXECUTION", "SHA", "CLAIMED", "EXPIRES")
+		for _, cl := range claims {
+			row(t, cl.Repo, cl.Environment, cl.Stack, strconv.Itoa(cl.PR), cl.ExecutionID, short(cl.SHA, 12), stamp(cl.ClaimedAt), stamp(cl.ExpiresAt))
+		}
+		return t.Flush()
 	})
-	if err != nil {
-		return err
-	}
-	if opts.JSON {
-		return writeJSON(opts.IO.Out, *claims)
-	}
-	if len(*claims) == 0 {
-		fmt.Fprintln(opts.IO.ErrOut, "no claims")
-		return nil
-	}
-	t := newTable(opts.IO.Out)
-	row(t, "REPOSITORY", "ENVIRONMENT", "STACK", "PR", "EXECUTION", "SHA", "CLAIMED", "EXPIRES")
-	for _, cl := range *claims {
-		row(t, cl.Repo, cl.Environment, cl.Stack, strconv.Itoa(cl.PR), cl.ExecutionID, short(cl.SHA, 12), stamp(cl.ClaimedAt), stamp(cl.ExpiresAt))
-	}
-	return t.Flush()
 }
 
-func newClaimsReleaseCmd(ios *IO) *cobra.Command {
+func newClaimsReleaseCmd(ios *IO, runF RunFunc[ClaimsReleaseOptions]) *cobra.Command {
 	opts := &ClaimsReleaseOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "release [--repo OWNER/NAME] --environment ENV --pr N [--stack STACK] [--execution ID] --reason TEXT",
@@ -108,7 +103,7 @@ func newClaimsReleaseCmd(ios *IO) *cobra.Command {
 			"Releasing what is not held is not an error.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClaimsRelease(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runClaimsRelease, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -122,36 +117,23 @@ func newClaimsReleaseCmd(ios *IO) *cobra.Command {
 }
 
 func runClaimsRelease(ctx context.Context, opts *ClaimsReleaseOptions) error {
-	if err := requireFlag("environment", opts.Environment); err != nil {
-		return err
-	}
-	if err := requirePR(opts.PR); err != nil {
-		return err
-	}
-	if err := requireReason(opts.Reason); err != nil {
-		return err
-	}
-	repo, err := opts.Conn.repoOr(opts.Repo)
-	if err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	body := api.ClaimsRelease{Repo: repo, Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution, Reason: opts.Reason}
-	if _, err := call[api.Ack](orBackground(ctx), c, "claims release", func(ctx context.Context) (*api.ClaimsReleaseResponse, error) {
-		return c.api.ClaimsReleaseWithResponse(ctx, body)
-	}); err != nil {
-		return err
-	}
-	what := "all stacks"
-	if opts.Stack != "" {
-		what = "stack " + opts.Stack
-	}
-	if opts.Execution != "" {
-		what += " of execution " + opts.Execution
-	}
-	fmt.Fprintf(opts.IO.Out, "released the claims of %s PR #%d: %s\n", where(repo, opts.Environment), opts.PR, what)
-	return nil
+	repo, repoErr := opts.Conn.repoOr(opts.Repo)
+	checks := []error{requireFlag("environment", opts.Environment), requirePR(opts.PR), requireReason(opts.Reason), repoErr}
+	return operate(ctx, &opts.Conn, checks, func(ctx context.Context, c *opClient) error {
+		body := api.ClaimsRelease{Repo: repo, Environment: opts.Environment, PR: opts.PR, Stack: opts.Stack, ExecutionID: opts.Execution, Reason: opts.Reason}
+		if err := opDo(ctx, c, "claims release", func(ctx context.Context, rc *runner.Client) error {
+			return rc.ClaimsRelease(ctx, body)
+		}); err != nil {
+			return err
+		}
+		what := "all stacks"
+		if opts.Stack != "" {
+			what = "stack " + opts.Stack
+		}
+		if opts.Execution != "" {
+			what += " of execution " + opts.Execution
+		}
+		fmt.Fprintf(opts.IO.Out, "released the claims of %s PR #%d: %s\n", where(repo, opts.Environment), opts.PR, what)
+		return nil
+	})
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +18,7 @@ type CopyOptions struct {
 	Source string
 }
 
-func newCopyCmd(ios *IO) *cobra.Command {
+func newCopyCmd(ios *IO, runF RunFunc[CopyOptions]) *cobra.Command {
 	opts := &CopyOptions{IO: ios}
 	return &cobra.Command{
 		Use:   "copy DEST",
@@ -28,12 +29,12 @@ func newCopyCmd(ios *IO) *cobra.Command {
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Dest = args[0]
-			return runCopy(opts)
+			return runWith(cmd.Context(), runF, runCopy, opts)
 		},
 	}
 }
 
-func runCopy(opts *CopyOptions) error {
+func runCopy(_ context.Context, opts *CopyOptions) error {
 	if opts.Dest == "" {
 		return Usagef("copy needs a destination")
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
-	"github.com/tfstackplan/tfstackplan/internal/plan"
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // MaxExecutionsLimit is the most executions one `executions list` asks for (the API's bound).
@@ -44,18 +45,18 @@ func newExecutionsCmd(ios *IO) *cobra.Command {
 		Use:   "executions",
 		Short: "List executions and show one with its stacks",
 	}
-	cmd.AddCommand(newExecutionsListCmd(ios), newExecutionsShowCmd(ios))
+	cmd.AddCommand(newExecutionsListCmd(ios, nil), newExecutionsShowCmd(ios, nil))
 	return cmd
 }
 
-func newExecutionsListCmd(ios *IO) *cobra.Command {
+func newExecutionsListCmd(ios *IO, runF RunFunc[ExecutionsListOptions]) *cobra.Command {
 	opts := &ExecutionsListOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "list [--repo OWNER/NAME] [--environment ENV] [--pr N] [--limit N] [--json]",
 		Short: "List executions, newest first",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExecutionsList(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runExecutionsList, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -69,44 +70,40 @@ func newExecutionsListCmd(ios *IO) *cobra.Command {
 }
 
 func runExecutionsList(ctx context.Context, opts *ExecutionsListOptions) error {
+	var limitErr, prErr error
 	if opts.Limit < 1 || opts.Limit > MaxExecutionsLimit {
-		return Usagef("--limit must be between 1 and %d (got %d)", MaxExecutionsLimit, opts.Limit)
+		limitErr = Usagef("--limit must be between 1 and %d (got %d)", MaxExecutionsLimit, opts.Limit)
 	}
 	if opts.PR < 0 {
-		return Usagef("--pr must be a pull request number (got %d)", opts.PR)
+		prErr = Usagef("--pr must be a pull request number (got %d)", opts.PR)
 	}
-	repo, err := opts.Conn.repoOr(opts.Repo)
-	if err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	params := &api.ExecutionsListParams{Repo: repo, Environment: opts.Environment, Pr: opts.PR, Limit: &opts.Limit}
-	list, err := call[[]api.Execution](orBackground(ctx), c, "executions list", func(ctx context.Context) (*api.ExecutionsListResponse, error) {
-		return c.api.ExecutionsListWithResponse(ctx, params)
+	repo, repoErr := opts.Conn.repoOr(opts.Repo)
+	return operate(ctx, &opts.Conn, []error{limitErr, prErr, repoErr}, func(ctx context.Context, c *opClient) error {
+		params := &api.ExecutionsListParams{Repo: repo, Environment: opts.Environment, Pr: opts.PR, Limit: &opts.Limit}
+		list, err := opCall(ctx, c, "executions list", func(ctx context.Context, rc *runner.Client) ([]api.Execution, error) {
+			return rc.ExecutionsList(ctx, params)
+		})
+		if err != nil {
+			return err
+		}
+		if opts.JSON {
+			return writeJSON(opts.IO.Out, list)
+		}
+		if len(list) == 0 {
+			fmt.Fprintln(opts.IO.ErrOut, "no executions")
+			return nil
+		}
+		t := newTable(opts.IO.Out)
+		row(t, "EXECUTION", "REPOSITORY", "ENVIRONMENT", "PR", "OP", "STATUS", "CLASS", "CHANGES", "STARTED", "DURATION", "ACTOR")
+		for _, e := range list {
+			row(t, e.ExecutionID, e.Repo, e.Environment, prCell(e.PR), string(e.Op), string(e.Status), string(e.Class),
+				countsCell(e.Counts), stamp(e.StartedAt), duration(e.StartedAt, e.FinishedAt), e.Actor)
+		}
+		return t.Flush()
 	})
-	if err != nil {
-		return err
-	}
-	if opts.JSON {
-		return writeJSON(opts.IO.Out, *list)
-	}
-	if len(*list) == 0 {
-		fmt.Fprintln(opts.IO.ErrOut, "no executions")
-		return nil
-	}
-	t := newTable(opts.IO.Out)
-	row(t, "EXECUTION", "REPOSITORY", "ENVIRONMENT", "PR", "OP", "STATUS", "CLASS", "CHANGES", "STARTED", "DURATION", "ACTOR")
-	for _, e := range *list {
-		row(t, e.ExecutionID, e.Repo, e.Environment, prCell(e.PR), string(e.Op), string(e.Status), string(e.Class),
-			countsCell(e.Counts), stamp(e.StartedAt), duration(e.StartedAt, e.FinishedAt), e.Actor)
-	}
-	return t.Flush()
 }
 
-func newExecutionsShowCmd(ios *IO) *cobra.Command {
+func newExecutionsShowCmd(ios *IO, runF RunFunc[ExecutionsShowOptions]) *cobra.Command {
 	opts := &ExecutionsShowOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "show EXECUTION [--json]",
@@ -114,7 +111,7 @@ func newExecutionsShowCmd(ios *IO) *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Execution = args[0]
-			return runExecutionsShow(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runExecutionsShow, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -124,27 +121,22 @@ func newExecutionsShowCmd(ios *IO) *cobra.Command {
 }
 
 func runExecutionsShow(ctx context.Context, opts *ExecutionsShowOptions) error {
-	if err := requireFlag("execution", opts.Execution); err != nil {
-		return err
-	}
-	c, err := opts.Conn.dial()
-	if err != nil {
-		return err
-	}
-	e, err := getExecution(orBackground(ctx), c, "executions show", opts.Execution)
-	if err != nil {
-		return err
-	}
-	if opts.JSON {
-		return writeJSON(opts.IO.Out, e)
-	}
-	return writeExecution(opts.IO.Out, e)
+	return operate(ctx, &opts.Conn, []error{requireFlag("execution", opts.Execution)}, func(ctx context.Context, c *opClient) error {
+		e, err := getExecution(ctx, c, "executions show", opts.Execution)
+		if err != nil {
+			return err
+		}
+		if opts.JSON {
+			return writeJSON(opts.IO.Out, e)
+		}
+		return writeExecution(opts.IO.Out, e)
+	})
 }
 
 // getExecution reads one execution with its stacks.
 func getExecution(ctx context.Context, c *opClient, op, id string) (*api.Execution, error) {
-	return call[api.Execution](ctx, c, op, func(ctx context.Context) (*api.ExecutionGetResponse, error) {
-		return c.api.ExecutionGetWithResponse(ctx, id)
+	return opCall(ctx, c, op, func(ctx context.Context, rc *runner.Client) (*api.Execution, error) {
+		return rc.ExecutionGet(ctx, id)
 	})
 }
 
@@ -192,16 +184,16 @@ func writeExecution(w io.Writer, e *api.Execution) error {
 		}
 		fmt.Fprintln(w, "\n"+title)
 		for _, ed := range e.Edges {
-			fmt.Fprintf(w, "  %s -> %s\n", plan.Printable(ed.From), plan.Printable(ed.To))
+			fmt.Fprintf(w, "  %s -> %s\n", termsafe.Line(ed.From), termsafe.Line(ed.To))
 		}
 	}
 	if e.Error != "" {
 		fmt.Fprintln(w, "\nerror:")
-		fmt.Fprintln(w, indent(plan.PrintableText(e.Error), "  "))
+		fmt.Fprintln(w, indent(termsafe.Text(e.Error), "  "))
 	}
 	for _, st := range e.Stacks {
 		if st.Error != "" {
-			fmt.Fprintf(w, "\nerror of stack %s:\n%s\n", plan.Printable(st.Stack), indent(plan.PrintableText(st.Error), "  "))
+			fmt.Fprintf(w, "\nerror of stack %s:\n%s\n", termsafe.Line(st.Stack), indent(termsafe.Text(st.Error), "  "))
 		}
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"syscall"
 )
@@ -44,16 +43,12 @@ var ErrSilent = errors.New("")
 func ExitCode(err error) int {
 	var ue *UsageError
 	var se *SignalError
-	var ae *APIError
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &se):
 		return se.Code()
 	case errors.As(err, &ue):
-		return ExitUsage
-	case errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest:
-		// The server found the operator's arguments invalid (a bad class, a past expiry).
 		return ExitUsage
 	case errors.Is(err, ErrGateDenied):
 		return ExitGateDenied

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,7 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
-	"github.com/tfstackplan/tfstackplan/internal/plan"
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // Bounds of the --follow poll interval: it starts at the minimum, doubles while nothing new
@@ -41,7 +41,7 @@ type LogsOptions struct {
 	Signals <-chan os.Signal
 }
 
-func newLogsCmd(ios *IO) *cobra.Command {
+func newLogsCmd(ios *IO, runF RunFunc[LogsOptions]) *cobra.Command {
 	opts := &LogsOptions{IO: ios}
 	var generation int64
 	cmd := &cobra.Command{
@@ -58,7 +58,7 @@ func newLogsCmd(ios *IO) *cobra.Command {
 			if cmd.Flags().Changed("generation") {
 				opts.Generation = &generation
 			}
-			return runLogs(cmd.Context(), opts)
+			return runWith(cmd.Context(), runF, runLogs, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -69,29 +69,26 @@ func newLogsCmd(ios *IO) *cobra.Command {
 }
 
 func runLogs(ctx context.Context, opts *LogsOptions) error {
-	if err := firstError(requireFlag("execution", opts.Execution), requireFlag("stack", opts.Stack)); err != nil {
-		return err
-	}
+	var genErr error
 	if opts.Generation != nil && *opts.Generation < 0 {
-		return Usagef("--generation must not be negative (got %d)", *opts.Generation)
+		genErr = Usagef("--generation must not be negative (got %d)", *opts.Generation)
 	}
-	c, err := opts.Conn.dial()
-	if err != nil {
+	checks := []error{requireFlag("execution", opts.Execution), requireFlag("stack", opts.Stack), genErr}
+	return operate(ctx, &opts.Conn, checks, func(ctx context.Context, c *opClient) error {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		if opts.Follow {
+			stop := watchSignals(opts.Signals, cancel)
+			defer stop()
+		}
+		err := followLog(ctx, c, opts)
+		var se *SignalError
+		if errors.As(context.Cause(ctx), &se) {
+			// Interrupting --follow is how it is meant to end: exit 128+signal, without a message.
+			return errors.Join(ErrSilent, se)
+		}
 		return err
-	}
-	ctx, cancel := context.WithCancelCause(orBackground(ctx))
-	defer cancel(nil)
-	if opts.Follow {
-		stop := watchSignals(opts.Signals, cancel)
-		defer stop()
-	}
-	err = followLog(ctx, c, opts)
-	var se *SignalError
-	if errors.As(context.Cause(ctx), &se) {
-		// Interrupting --follow is how it is meant to end: exit 128+signal, without a message.
-		return errors.Join(ErrSilent, se)
-	}
-	return err
+	})
 }
 
 // watchSignals cancels with a SignalError on the first of sigs (nil: SIGINT and SIGTERM); the
@@ -222,20 +219,9 @@ func (r *logReader) drain(ctx context.Context) (bool, error) {
 
 // read asks for the bytes from the reader's offset.
 func (r *logReader) read(ctx context.Context) (*api.LogSlice, error) {
-	params := &api.LogReadParams{Stack: r.stack, Generation: r.gen, Offset: r.offset}
-	var editors []api.RequestEditorFn
-	if !r.known {
-		// The generated client always sends generation (0 when unset); the latest generation is
-		// asked for by leaving it out.
-		editors = append(editors, func(_ context.Context, req *http.Request) error {
-			q := req.URL.Query()
-			q.Del("generation")
-			req.URL.RawQuery = q.Encode()
-			return nil
-		})
-	}
-	return call[api.LogSlice](ctx, r.c, "logs", func(ctx context.Context) (*api.LogReadResponse, error) {
-		return r.c.api.LogReadWithResponse(ctx, r.id, params, editors...)
+	params := api.LogReadParams{Stack: r.stack, Generation: r.gen, Offset: r.offset}
+	return opCall(ctx, r.c, "logs", func(ctx context.Context, rc *runner.Client) (*api.LogSlice, error) {
+		return rc.LogRead(ctx, r.id, params, !r.known)
 	})
 }
 
@@ -257,7 +243,7 @@ func resolveStack(e *api.Execution, name string) (string, error) {
 			return st.Stack, nil
 		}
 	}
-	return "", fmt.Errorf("logs: execution %s has no stack %q (its stacks: %s)", e.ExecutionID, name, plan.Printable(strings.Join(names, ", ")))
+	return "", fmt.Errorf("logs: execution %s has no stack %q (its stacks: %s)", e.ExecutionID, name, termsafe.Line(strings.Join(names, ", ")))
 }
 
 func stackState(e *api.Execution, stack string) *api.StackState {

@@ -1,9 +1,10 @@
 package cli
 
-// The operator commands (claims, admin, executions, logs) talk to the control plane through the
-// generated API client, not through the runner's reporting client: an operator's call is not
+// The operator commands (claims, admin, executions, logs) talk to the control plane through
+// runner.Client, the driver's client, with the strict call policy: an operator's call is not
 // best-effort. It is not retried behind a circuit breaker, it has its own time budget
-// (--timeout), and a refusal is shown with the server's message.
+// (--timeout), and a refusal is shown with the server's message. Each command takes one path:
+// operate checks its flags, dials, and runs its calls, which print.
 
 import (
 	"context"
@@ -11,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -23,27 +23,20 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/gauth"
-	"github.com/tfstackplan/tfstackplan/internal/httpcap"
-	"github.com/tfstackplan/tfstackplan/internal/plan"
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // DefaultOperatorTimeout is the default --timeout of an operator request.
 const DefaultOperatorTimeout = 30 * time.Second
 
-// Bounds of an operator connection.
-const (
-	// maxAnswerBytes caps an answer's body; the largest legitimate one, a 4 MiB log slice, is
-	// about 5.6 MB once base64-encoded.
-	maxAnswerBytes = 64 << 20
-	// maxRedirects caps the redirects followed, all to the configured server.
-	maxRedirects = 5
-	// maxMessageLen caps the server's message shown in an error.
-	maxMessageLen = 1024
-)
-
 // ErrNoServer reports that an operator command has no control plane to talk to.
 var ErrNoServer = errors.New("no server configured: set TFSTACKPLAN_SERVER or --server")
+
+// APIError is the control plane's refusal of a request (a non-2xx answer), the one type the
+// driver and the operator commands share. An operator command's INVALID_ARGUMENT (the request
+// as given is wrong) is a usage error: Main exits 2 for it, 1 for the others.
+type APIError = runner.APIError
 
 // ConnOptions say how an operator command reaches the control plane. Authentication follows
 // the runner's rules: TFSTACKPLAN_TOKEN (a static bearer) or ID tokens for an audience
@@ -73,9 +66,43 @@ func addConnFlags(f *pflag.FlagSet, c *ConnOptions) {
 
 // opClient is an operator's connection to the control plane.
 type opClient struct {
-	api     *api.ClientWithResponses
+	rc      *runner.Client
 	server  string
 	timeout time.Duration
+}
+
+// operate is the one path of an operator command: the first of checks that failed (its flags,
+// in the order the command checks them) ends it; otherwise it dials the control plane and
+// runs call, which makes the requests (through opCall) and prints.
+func operate(ctx context.Context, conn *ConnOptions, checks []error, call func(context.Context, *opClient) error) error {
+	if err := firstError(checks...); err != nil {
+		return err
+	}
+	c, err := conn.dial()
+	if err != nil {
+		return err
+	}
+	return call(orBackground(ctx), c)
+}
+
+// opCall makes one request of an operator command, named op in its errors: strict, within the
+// connection's --timeout. The error says why there is no answer.
+func opCall[T any](ctx context.Context, c *opClient, op string, send func(context.Context, *runner.Client) (T, error)) (T, error) {
+	rctx, cancel := context.WithTimeout(runner.WithCallOptions(ctx, runner.CallOptions{Strict: true, Op: op}), c.timeout)
+	defer cancel()
+	v, err := send(rctx, c.rc)
+	if err != nil {
+		return v, c.explain(ctx, rctx, op, err)
+	}
+	return v, nil
+}
+
+// opDo is opCall for a request whose answer is only its success.
+func opDo(ctx context.Context, c *opClient, op string, send func(context.Context, *runner.Client) error) error {
+	_, err := opCall(ctx, c, op, func(ctx context.Context, rc *runner.Client) (struct{}, error) {
+		return struct{}{}, send(ctx, rc)
+	})
+	return err
 }
 
 // dial checks the connection options and builds the client; nothing is sent yet.
@@ -112,125 +139,31 @@ func (c *ConnOptions) dial() (*opClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	hc := &http.Client{
-		Transport:     &gauth.Transport{Origin: base, Token: tok, Next: httpcap.Transport(transport, maxAnswerBytes)},
-		CheckRedirect: sameServerRedirects(base),
-	}
-	gen, err := api.NewClientWithResponses(strings.TrimSuffix(base.String(), "/")+"/api/v1", api.WithHTTPClient(hc))
+	rc, err := runner.NewClientTokenSource(base.String(), tok)
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("server URL %q: %w", server, err)}
 	}
-	return &opClient{api: gen, server: base.String(), timeout: c.Timeout}, nil
+	return &opClient{rc: rc, server: base.String(), timeout: c.Timeout}, nil
 }
 
-// redirectError is a redirect the client refused to follow.
-type redirectError struct{ to, server string }
-
-func (e *redirectError) Error() string {
-	return fmt.Sprintf("the server redirected to %s; not followed: credentials go only to %s", e.to, e.server)
-}
-
-// sameServerRedirects follows redirects only within the configured scheme and host: a bearer
-// token must never reach another host.
-func sameServerRedirects(base *url.URL) func(*http.Request, []*http.Request) error {
-	return func(req *http.Request, via []*http.Request) error {
-		if !gauth.SameOrigin(base, req.URL) {
-			return &redirectError{to: req.URL.Redacted(), server: base.Redacted()}
+// explain says why a request got no usable answer: the server refused it (an INVALID_ARGUMENT
+// is the operator's mistake, a usage error), the caller gave up (ctx), the budget ran out
+// (rctx), a redirect was refused, no token could be minted, the server is out of reach, or its
+// answer could not be read.
+func (c *opClient) explain(ctx, rctx context.Context, op string, err error) error {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		if ae.StatusCode == 400 {
+			return &UsageError{Err: err}
 		}
-		if len(via) >= maxRedirects {
-			return fmt.Errorf("stopped after %d redirects", maxRedirects)
-		}
-		return nil
+		return err
 	}
-}
-
-// APIError is the control plane's refusal of an operator's request (a non-2xx answer): Main
-// exits 2 for INVALID_ARGUMENT (the request as given is wrong), 1 otherwise.
-type APIError struct {
-	// Op is the command, e.g. "claims release".
-	Op string
-	// StatusCode is the HTTP status.
-	StatusCode int
-	// Code is the grpc code name the server gave ("" when it gave none).
-	Code string
-	// Message is the server's message, bounded and printable.
-	Message string
-}
-
-// Error names the command, what the status means and the server's message.
-func (e *APIError) Error() string {
-	var what string
-	switch e.StatusCode {
-	case http.StatusBadRequest:
-		what = "invalid argument"
-	case http.StatusUnauthorized:
-		what = "unauthenticated"
-	case http.StatusForbidden:
-		what = "permission denied"
-	case http.StatusNotFound:
-		what = "not found"
-	case http.StatusConflict:
-		what = "already exists"
-	case http.StatusPreconditionFailed:
-		what = "failed precondition"
-	case http.StatusTooManyRequests:
-		what = "rate limited (retry later)"
-	default:
-		what = fmt.Sprintf("the server failed (HTTP %d)", e.StatusCode)
+	var te *runner.TransportError
+	if !errors.As(err, &te) {
+		return err // a malformed answer: its error says so
 	}
-	// The server's messages start with the same words (its error kinds): say them once.
-	s := e.Op + ": " + what
-	if msg := strings.TrimPrefix(e.Message, what+": "); msg != "" && msg != what {
-		s += ": " + msg
-	}
-	if e.StatusCode == http.StatusUnauthorized {
-		s += " (set TFSTACKPLAN_TOKEN to a token of the server's tokens file, or --audience/TFSTACKPLAN_AUDIENCE for Google ID tokens)"
-	}
-	return s
-}
-
-// apiAnswer is what every generated <Op>Response offers.
-type apiAnswer[T any] interface {
-	GetJSON200() *T
-	GetJSONDefault() *api.Error
-	GetBody() []byte
-	StatusCode() int
-	ContentType() string
-}
-
-// call sends one request within the connection's budget and returns the 200 answer, or the
-// error that says why there is none.
-func call[T any, R apiAnswer[T]](ctx context.Context, c *opClient, op string, send func(context.Context) (R, error)) (*T, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	r, err := send(rctx)
-	if err != nil {
-		return nil, c.transportError(ctx, rctx, op, err)
-	}
-	if r.StatusCode() != http.StatusOK {
-		e := &APIError{Op: op, StatusCode: r.StatusCode()}
-		if d := r.GetJSONDefault(); d != nil {
-			e.Code, e.Message = d.Code, d.Message
-		} else {
-			e.Message = strings.TrimSpace(string(r.GetBody()))
-		}
-		e.Message = clipText(plan.Printable(e.Message), maxMessageLen)
-		return nil, e
-	}
-	v := r.GetJSON200()
-	if v == nil {
-		return nil, fmt.Errorf("%s: the answer of %s is not JSON (%q)", op, c.server, r.ContentType())
-	}
-	return v, nil
-}
-
-// transportError explains a request that got no usable answer: the caller gave up (ctx), the
-// budget ran out (rctx), a redirect was refused, no token could be minted, the server is out of
-// reach, or its answer could not be read.
-func (c *opClient) transportError(ctx, rctx context.Context, op string, err error) error {
-	var re *redirectError
-	var te *gauth.TokenError
+	var re *runner.RedirectError
+	var tokErr *gauth.TokenError
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: %w", op, ctx.Err())
@@ -238,22 +171,15 @@ func (c *opClient) transportError(ctx, rctx context.Context, op string, err erro
 		return fmt.Errorf("%s: no answer from %s within %s (--timeout): %w", op, c.server, c.timeout, context.DeadlineExceeded)
 	case errors.As(err, &re):
 		return fmt.Errorf("%s: %w", op, re)
-	case errors.As(err, &te):
-		return fmt.Errorf("%s: %w", op, te)
+	case errors.As(err, &tokErr):
+		return fmt.Errorf("%s: %w", op, tokErr)
 	}
 	var ue *url.Error
 	if !errors.As(err, &ue) {
-		// Not the HTTP client's: the body could not be read or decoded.
-		return fmt.Errorf("%s: reading the answer of %s: %w", op, c.server, err)
+		// Not the HTTP client's: the body could not be read.
+		return fmt.Errorf("%s: reading the answer of %s: %w", op, c.server, te.Err)
 	}
 	return fmt.Errorf("%s: cannot reach %s: %w", op, c.server, ue.Err)
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // addEnvPRFlags registers the required --environment and --pr of an action on a PR.
@@ -334,14 +260,14 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 }
 
-// row writes one table row: the cells, made printable (a server's text never drives the
-// terminal), "-" for an empty one.
+// row writes one table row: the cells, through the one sanitizer (a server's text never
+// drives the terminal), "-" for an empty one.
 func row(w io.Writer, cells ...string) {
 	for i, c := range cells {
 		if c == "" {
 			c = "-"
 		}
-		cells[i] = plan.Printable(c)
+		cells[i] = termsafe.Line(c)
 	}
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }

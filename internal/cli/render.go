@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ type RenderOptions struct {
 	Color *bool
 }
 
-func newRenderCmd(ios *IO) *cobra.Command {
+func newRenderCmd(ios *IO, runF RunFunc[RenderOptions]) *cobra.Command {
 	opts := &RenderOptions{IO: ios}
 	var color string
 	cmd := &cobra.Command{
@@ -52,7 +53,7 @@ func newRenderCmd(ios *IO) *cobra.Command {
 			default:
 				return Usagef("--color must be auto, always or never, not %q", color)
 			}
-			return runRender(opts)
+			return runWith(cmd.Context(), runF, runRender, opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Plan, "plan", "", "`FILE` with the plan JSON (tofu show -json PLANFILE > plan.json)")
@@ -63,7 +64,7 @@ func newRenderCmd(ios *IO) *cobra.Command {
 	return cmd
 }
 
-func runRender(opts *RenderOptions) error {
+func runRender(_ context.Context, opts *RenderOptions) error {
 	if opts.Plan == "" {
 		return Usagef("--plan FILE is required")
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -68,7 +69,7 @@ func TestRenderFormats(t *testing.T) {
 func TestRenderTextColourOnlyWhenAsked(t *testing.T) {
 	var out bytes.Buffer
 	opts := &RenderOptions{IO: &IO{Out: &out, ErrOut: &out}, Plan: renderPlanPath("mixed"), Format: "text"}
-	if err := runRender(opts); err != nil {
+	if err := runRender(context.Background(), opts); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "\x1b[") {
@@ -76,7 +77,7 @@ func TestRenderTextColourOnlyWhenAsked(t *testing.T) {
 	}
 	out.Reset()
 	opts.Color = new(true)
-	if err := runRender(opts); err != nil {
+	if err := runRender(context.Background(), opts); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "\x1b[") {

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,9 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	// The common `run tick` calls are answered by this package's init function, before the
-	// heavy packages this one links are initialized; see its documentation.
-	_ "github.com/tfstackplan/tfstackplan/internal/earlytick"
+	"github.com/tfstackplan/tfstackplan/internal/termsafe"
 )
 
 // IO is the standard streams a command uses; tests give it buffers.
@@ -34,9 +33,23 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = &UsageError{Err: err}
 	}
 	if err != nil && !errors.Is(err, ErrSilent) {
-		fmt.Fprintln(stderr, "tfstackplan:", err)
+		// Errors carry what servers and tools said: through the one sanitizer.
+		fmt.Fprintln(stderr, "tfstackplan:", termsafe.Text(err.Error()))
 	}
 	return ExitCode(err)
+}
+
+// RunFunc runs a command with its parsed options. Each command's constructor takes one, in
+// GitHub CLI's NewCmdX(f, runF) shape: nil runs the command; a test passes one that keeps the
+// options, so that flag parsing is tested apart from running.
+type RunFunc[O any] func(context.Context, *O) error
+
+// runWith runs opts with runF, or with run when runF is nil.
+func runWith[O any](ctx context.Context, runF, run RunFunc[O], opts *O) error {
+	if runF == nil {
+		runF = run
+	}
+	return runF(orBackground(ctx), opts)
 }
 
 // NewRootCmd builds the command tree.
@@ -52,7 +65,7 @@ func NewRootCmd(ios *IO) *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if versionFlag != "" {
-				return runVersion(ios, versionFlag == "raw")
+				return runVersion(cmd.Context(), &VersionOptions{IO: ios, Raw: versionFlag == "raw"})
 			}
 			cmd.SetOut(ios.ErrOut)
 			_ = cmd.Usage()
@@ -69,15 +82,15 @@ func NewRootCmd(ios *IO) *cobra.Command {
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
 
-	root.AddCommand(newVersionCmd(ios))
-	root.AddCommand(newRenderCmd(ios))
-	root.AddCommand(newServeCmd(ios))
+	root.AddCommand(newVersionCmd(ios, nil))
+	root.AddCommand(newRenderCmd(ios, nil))
+	root.AddCommand(newServeCmd(ios, nil))
 	root.AddCommand(newRunCmd(ios))
-	root.AddCommand(newCopyCmd(ios))
+	root.AddCommand(newCopyCmd(ios, nil))
 	root.AddCommand(newClaimsCmd(ios))
 	root.AddCommand(newAdminCmd(ios))
 	root.AddCommand(newExecutionsCmd(ios))
-	root.AddCommand(newLogsCmd(ios))
+	root.AddCommand(newLogsCmd(ios, nil))
 	root.AddCommand(newCompletionCmd(ios))
 	root.AddCommand(newPolicyCmd(ios))
 	// Later verbs register here, one line each.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tfstackplan/tfstackplan/internal/server/web"
 	"log/slog"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/web"
 
 	"github.com/spf13/cobra"
 
@@ -88,7 +89,7 @@ const minMetricsToken = 16
 // credentials file on a stalled network mount would hang it for good.
 const DefaultGranterSetupTimeout = time.Minute
 
-func newServeCmd(ios *IO) *cobra.Command {
+func newServeCmd(ios *IO, runF RunFunc[ServeOptions]) *cobra.Command {
 	opts := &ServeOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -97,12 +98,12 @@ func newServeCmd(ios *IO) *cobra.Command {
 			"checks and an audit log in SQLite (default) or PostgreSQL (several replicas may share one).",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			if !cmd.Flags().Changed("metrics-token") {
 				opts.MetricsToken = os.Getenv(EnvMetricsToken)
 			}
-			return runServe(ctx, opts)
+			ctx, stop := signal.NotifyContext(orBackground(cmd.Context()), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runWith(ctx, runF, runServe, opts)
 		},
 	}
 	f := cmd.Flags()

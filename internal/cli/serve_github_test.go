@@ -49,7 +49,7 @@ func TestServeGitHubFlags(t *testing.T) {
 	}
 	// The flag is in the command's help.
 	var help strings.Builder
-	cmd := newServeCmd(&IO{Out: &help, ErrOut: &help})
+	cmd := newServeCmd(&IO{Out: &help, ErrOut: &help}, nil)
 	cmd.SetOut(&help)
 	cmd.SetArgs([]string{"--help"})
 	if err := cmd.Execute(); err != nil || !strings.Contains(help.String(), "--github-issuer") {

@@ -84,7 +84,7 @@ func TestServeRefusesUnsafeOrBrokenConfig(t *testing.T) {
 func TestServeReadsTheMetricsTokenFromTheEnvironment(t *testing.T) {
 	t.Setenv(EnvMetricsToken, "from-env")
 	for _, args := range [][]string{{}, {"--metrics-token", "from-flag"}} {
-		cmd := newServeCmd(&IO{Out: io.Discard, ErrOut: io.Discard})
+		cmd := newServeCmd(&IO{Out: io.Discard, ErrOut: io.Discard}, nil)
 		cmd.SetArgs(append([]string{"--listen", "127.0.0.1:0", "--insecure-no-auth"}, args...))
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -14,25 +15,25 @@ type VersionOptions struct {
 	Raw bool
 }
 
-func newVersionCmd(ios *IO) *cobra.Command {
+func newVersionCmd(ios *IO, runF RunFunc[VersionOptions]) *cobra.Command {
 	opts := &VersionOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version and build information",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runVersion(opts.IO, opts.Raw)
+			return runWith(cmd.Context(), runF, runVersion, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Raw, "raw", false, "print the full build information")
 	return cmd
 }
 
-func runVersion(ios *IO, raw bool) error {
-	if raw {
-		_, err := fmt.Fprint(ios.Out, buildinfo.Raw())
+func runVersion(_ context.Context, opts *VersionOptions) error {
+	if opts.Raw {
+		_, err := fmt.Fprint(opts.IO.Out, buildinfo.Raw())
 		return err
 	}
-	_, err := fmt.Fprintf(ios.Out, "tfstackplan %s\n", buildinfo.Version())
+	_, err := fmt.Fprintf(opts.IO.Out, "tfstackplan %s\n", buildinfo.Version())
 	return err
 }

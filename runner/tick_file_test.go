@@ -1,4 +1,4 @@
-package tickfile
+package runner
 
 import (
 	"bufio"
@@ -10,12 +10,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/tfstackplan/tfstackplan/internal/tickline"
 )
 
 // Concurrent appends (parallel stacks ticking at once) each land as one whole line.
-func TestAppendConcurrentLinesStayWhole(t *testing.T) {
+func TestAppendTickConcurrentLinesStayWhole(t *testing.T) {
 	dir := t.TempDir()
 	const writers, each = 8, 50
 	var wg sync.WaitGroup
@@ -24,8 +22,8 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				r := tickline.Record{Stack: "stacks/s" + string(rune('a'+w)), Phase: "plan", Message: strings.Repeat("m", 900), At: int64(i)}
-				if err := Append(dir, r); err != nil {
+				r := tickRecord{Stack: "stacks/s" + string(rune('a'+w)), Phase: "plan", Message: strings.Repeat("m", 900), At: int64(i)}
+				if err := appendTick(dir, r); err != nil {
 					t.Error(err)
 					return
 				}
@@ -33,7 +31,7 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	f, err := os.Open(tickline.Path(dir))
+	f, err := os.Open(filepath.Join(dir, tickFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +41,7 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 	perStack := map[string]int64{}
 	n := 0
 	for sc.Scan() {
-		var r tickline.Record
+		var r tickRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("line %d does not parse: %v", n+1, err)
 		}
@@ -58,52 +56,51 @@ func TestAppendConcurrentLinesStayWhole(t *testing.T) {
 	}
 }
 
-func TestAppendClipsFields(t *testing.T) {
+// Every field is clipped to maxTickField bytes, and the line is what encoding/json makes of
+// the clipped record.
+func TestAppendTickClipsFields(t *testing.T) {
 	dir := t.TempDir()
-	long := strings.Repeat("y", 3*tickline.MaxField)
-	if err := Append(dir, tickline.Record{Stack: long, Phase: long, Status: long, Message: long}); err != nil {
+	long := strings.Repeat("y", 3*maxTickField)
+	if err := appendTick(dir, tickRecord{Stack: long, Phase: long, Status: long, Message: long, At: 3}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(tickline.Path(dir))
+	b, err := os.ReadFile(filepath.Join(dir, tickFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r tickline.Record
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{r.Stack, r.Phase, r.Status, r.Message} {
-		if len(f) != tickline.MaxField {
-			t.Fatalf("a field kept %d bytes, want %d", len(f), tickline.MaxField)
-		}
+	clipped := long[:maxTickField]
+	want := `{"stack":"` + clipped + `","phase":"` + clipped + `","status":"` + clipped + `","message":"` + clipped + `","at":3}` + "\n"
+	if string(b) != want {
+		t.Fatalf("tick file = %.80q..., want %.80q...", b, want)
 	}
 }
 
-func TestAppendReportsAMissingDirectory(t *testing.T) {
+func TestAppendTickReportsAMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	err := Append(dir, tickline.Record{Stack: "a", Phase: "p"})
-	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), tickline.Path(dir)) {
-		t.Fatalf("Append into a missing directory: %v, want a not-exist error naming %s", err, tickline.Path(dir))
+	err := appendTick(dir, tickRecord{Stack: "a", Phase: "p"})
+	if path := filepath.Join(dir, tickFile); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("appendTick into a missing directory: %v, want a not-exist error naming %s", err, path)
 	}
 }
 
 // The tick file is created readable by its owner only (a message may say more than a log
-// line should), and each Append adds exactly its line.
-func TestAppendCreatesAPrivateFile(t *testing.T) {
+// line should), and each append adds exactly its line.
+func TestAppendTickCreatesAPrivateFile(t *testing.T) {
 	dir := t.TempDir()
 	for _, phase := range []string{"init", "plan"} {
-		if err := Append(dir, tickline.Record{Stack: "a", Phase: phase, At: 7}); err != nil {
+		if err := appendTick(dir, tickRecord{Stack: "a", Phase: phase, At: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fi, err := os.Stat(tickline.Path(dir))
+	path := filepath.Join(dir, tickFile)
+	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("tick file mode %v, want 0600", fi.Mode().Perm())
 	}
-	b, err := os.ReadFile(tickline.Path(dir))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
