@@ -193,3 +193,29 @@ func openResolved(path string) (*os.File, os.FileInfo, error) {
 	}
 	return f, fi, nil
 }
+
+// StackRoot is a project root resolved once, for a caller that resolves many stack paths
+// beneath it: the job resolves every stack's plan, log and lock files under the repository.
+type StackRoot struct {
+	sr stackRoot
+}
+
+// NewStackRoot resolves root: it must be named and exist.
+func NewStackRoot(root string) (StackRoot, error) {
+	sr, err := newStackRoot(root)
+	return StackRoot{sr: sr}, err
+}
+
+// Dir is the root, absolute and symlink-free.
+func (r StackRoot) Dir() string { return r.sr.real }
+
+// StackPath is ResolveStackPath under r.
+func (r StackRoot) StackPath(stack string) (string, error) { return r.sr.stackPath(stack) }
+
+// StackFile is ResolveStackFile under r.
+func (r StackRoot) StackFile(stack, file string) (string, error) { return r.sr.stackFile(stack, file) }
+
+// StackFileInfo is StackFile, with the lstat of the resolved path (nil: nothing is there).
+func (r StackRoot) StackFileInfo(stack, file string) (string, os.FileInfo, error) {
+	return r.sr.stackFileInfo(stack, file)
+}

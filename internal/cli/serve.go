@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tfstackplan/tfstackplan/internal/server/web"
 	"log/slog"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/web"
 
 	"github.com/spf13/cobra"
 

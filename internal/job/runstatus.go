@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // scriptWatcher passes terramate's combined output through to w and notes, per stack (root-
@@ -165,7 +167,7 @@ func (s *scriptWatcher) snapshot() (started, failed map[string]bool) {
 // scriptOutcome is what one `terramate script run` told about each stack.
 type scriptOutcome struct {
 	started, failed map[string]bool
-	ticks           map[string]tickSummary
+	ticks           map[string]runner.TickStatus
 	exitOK          bool // terramate exited 0
 	cancelled       bool // the run was interrupted (signal or server cancel)
 	// failedBefore, set when the run was interrupted, holds the stacks that had failed by then;
@@ -188,10 +190,10 @@ func (o scriptOutcome) status(path string, fresh bool) string {
 		return StatusFailed
 	}
 	ticked := o.ticks[path]
-	if ticked.failed {
+	if ticked.Failed {
 		return StatusFailed
 	}
-	done := ticked.done
+	done := ticked.Done
 	if !o.started[path] {
 		if done {
 			return StatusSucceeded // ticked done: it ran (terramate's echo was not seen)

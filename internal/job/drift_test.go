@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 func TestStackDrifted(t *testing.T) {
 	classified := func(fixture string) *plan.Stack {
 		t.Helper()
-		s, err := plan.ClassifyFile("s", "../testdata/tofu/"+fixture+"/plan.json")
+		s, err := plan.ClassifyFile("s", "../../testdata/tofu/"+fixture+"/plan.json")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // TestRunAsksGitForHeadAndOrigin: with neither flags nor GitHub's environment naming them, the
@@ -20,7 +22,7 @@ func TestRunAsksGitForHeadAndOrigin(t *testing.T) {
 	root := discoveryProject(t, 3)
 	gitOut(t, root, "remote", "set-url", "origin", "https://github.com/Acme/Infra.git")
 	head := strings.TrimSpace(gitOut(t, root, "rev-parse", "HEAD"))
-	server, err := NewClient("http://127.0.0.1:1")
+	server, err := runner.NewClient("http://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func TestRunAsksGitForHeadAndOrigin(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := RunOptions{
 				Op: OpPlan, Environment: "bench", WorkDir: root, DryRun: true,
-				ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Bin: fakeTerramate(t)},
+				ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &runner.Terramate{Bin: fakeTerramate(t)},
 				Getenv: func(string) string { return "" },
 			}
 			c.tune(&o)

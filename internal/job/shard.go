@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -386,4 +387,19 @@ func executionURL(server, id string) string {
 		return ""
 	}
 	return strings.TrimSuffix(server, "/") + "/ui/executions/" + id
+}
+
+// parseShard reads "K/N" (1 <= K <= N).
+func parseShard(s string) (k, n int, err error) {
+	ks, ns, ok := strings.Cut(s, "/")
+	if ok {
+		k, err = strconv.Atoi(ks)
+		if err == nil {
+			n, err = strconv.Atoi(ns)
+		}
+	}
+	if !ok || err != nil || n < 1 || k < 1 || k > n {
+		return 0, 0, fmt.Errorf("--shard %q must be K/N with 1 <= K <= N, e.g. 2/8", s)
+	}
+	return k, n, nil
 }

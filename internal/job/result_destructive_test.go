@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // deletePlan is a plan JSON of n deletes of terraform_data.d[0..n-1].
@@ -29,7 +31,7 @@ func deletePlan(n int) []byte {
 // the renders list names every one of them.
 func TestResultNamesEveryDestructiveAddress(t *testing.T) {
 	const n = 1500
-	c, err := NewClient("")
+	c, err := runner.NewClient("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +39,10 @@ func TestResultNamesEveryDestructiveAddress(t *testing.T) {
 	root := runRepo(t, stacks)
 	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), deletePlan(n), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile), deletePlan(n), 0o644); err != nil {
 			return err
 		}
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		return nil
 	})
 	if len(res.Stacks) != 1 || res.Stacks[0].Counts.Delete != n {

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/events"
 )
@@ -49,7 +51,7 @@ func (r *run) startJobLog(step string) (*os.File, *jobLog) {
 		w: r.out, step: step, total: len(r.paths), actions: r.gh.Actions, terminal: r.o.Terminal && !r.gh.Actions, now: r.now,
 		started: map[string]time.Time{}, ended: map[string]bool{}, masker: masker,
 		logOf: func(stack string) ([]byte, int64) {
-			file, err := r.root.stackFile(stack, r.o.LogFile)
+			file, err := r.root.StackFile(stack, r.o.LogFile)
 			if err != nil {
 				return nil, 0
 			}
@@ -73,7 +75,7 @@ type jobLog struct {
 	// logOf returns the masked end of a stack's log, and how many bytes were left out before it.
 	logOf func(stack string) ([]byte, int64)
 	// masker masks what the job log prints of the scripts' output.
-	masker *Masker
+	masker *runner.Masker
 
 	mu      sync.Mutex
 	started map[string]time.Time
@@ -191,7 +193,7 @@ func writeUncommanded(w io.Writer, b []byte) {
 // maskedTail returns the last n bytes of the file at path masked by m, and how many bytes come
 // before them. The bytes before are read too, for the values their `::add-mask::` lines
 // announce.
-func maskedTail(m *Masker, path string, n int64) ([]byte, int64) {
+func maskedTail(m *runner.Masker, path string, n int64) ([]byte, int64) {
 	b, skipped := tailOfFile(path, n)
 	if skipped > 0 {
 		if f, err := os.Open(path); err == nil {

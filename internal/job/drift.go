@@ -1,4 +1,4 @@
-package runner
+package job
 
 // This file is what `run drift` adds to `run plan`: the same flow over every stack of the
 // environment (a plan refreshes, so it sees what changed outside), of no pull request, then

@@ -1,4 +1,4 @@
-package runner
+package job
 
 // This file is the CI job: `run plan` and `run apply`, top to bottom.
 //
@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -116,9 +118,9 @@ type RunOptions struct {
 	IssueFile string
 
 	// Terramate runs terramate (nil: the `terramate` on PATH). Its Dir is set by the run.
-	Terramate *Terramate
+	Terramate *runner.Terramate
 	// Client is the control plane (nil: built with RunClient from the environment block).
-	Client *Client
+	Client *runner.Client
 	// Getenv reads the environment (os.Getenv when nil).
 	Getenv func(string) string
 	// Stdout receives terramate's output and the summary; Stderr warnings.
@@ -133,7 +135,7 @@ type RunOptions struct {
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Pump tunes the log pump (zero: defaults).
-	Pump PumpOptions
+	Pump runner.PumpOptions
 	// TickRelay is how often ticks are relayed to the server (zero: TickRelayInterval).
 	TickRelay time.Duration
 	// Heartbeat is how often the run tells the server it goes on (zero: HeartbeatInterval).
@@ -165,12 +167,12 @@ type run struct {
 	gh     GitHub
 	head   *call[string] // git's answer for HEAD, when setup had to ask (awaitHead)
 
-	root    stackRoot // the repository's root (root.real: absolute and symlink-free)
-	tierAbs string    // absolute terramate directory
-	tierRel string    // tierAbs relative to the root, "" at the root
-	block   Environment
-	client  *Client
-	tm      *Terramate
+	root    runner.StackRoot // the repository's root (root.real: absolute and symlink-free)
+	tierAbs string           // absolute terramate directory
+	tierRel string           // tierAbs relative to the root, "" at the root
+	block   runner.Environment
+	client  *runner.Client
+	tm      *runner.Terramate
 	script  string // the op's script
 	planScr string // the plan script (apply runs it first)
 
@@ -218,7 +220,7 @@ type run struct {
 	draining *pendingDrain
 	// masker is the run's masks, shared with the log pump: the failed stacks' log tails are
 	// masked with it.
-	masker *Masker
+	masker *runner.Masker
 	// subset: the run's stacks are a part of what terramate would select (a shard), and the
 	// scripts run stack by stack (ScriptRunStacks).
 	subset bool
@@ -316,7 +318,7 @@ func newRun(o RunOptions) *run {
 	}
 	r.gh = GitHubFromEnv(r.getenv)
 	if r.o.Pump.Masker == nil {
-		r.o.Pump.Masker = NewMasker()
+		r.o.Pump.Masker = runner.NewMasker()
 	}
 	r.masker = r.o.Pump.Masker
 	start := r.now()
@@ -384,7 +386,7 @@ func (r *run) setup() bool {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
 		return false
 	}
-	if r.root, err = newStackRoot(FindRepoRoot(wd)); err != nil {
+	if r.root, err = runner.NewStackRoot(runner.FindRepoRoot(wd)); err != nil {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
 		return false
 	}
@@ -394,24 +396,24 @@ func (r *run) setup() bool {
 	// (awaitHead), so that its call overlaps terramate's.
 	var origin *call[string]
 	if o.Repo == "" && strings.TrimSpace(r.gh.Repo) == "" {
-		origin = goCall(func() (string, error) { return gitOrigin(r.root.real), nil })
+		origin = goCall(func() (string, error) { return gitOrigin(r.root.Dir()), nil })
 	}
 	if o.SHA == "" && r.gh.SHA == "" {
-		r.head = goCall(func() (string, error) { return gitHead(r.root.real), nil })
+		r.head = goCall(func() (string, error) { return gitHead(r.root.Dir()), nil })
 	}
-	cfg, err := LoadRepoConfig(r.root.real)
+	cfg, err := runner.LoadRepoConfig(r.root.Dir())
 	if err != nil {
 		r.fail(newResultError(KindConfig, "config", err.Error()))
 		return false
 	}
-	block := Environment{Name: o.Environment}
+	block := runner.Environment{Name: o.Environment}
 	if cfg != nil {
 		if block, err = cfg.Environment(o.Environment); err != nil {
 			r.fail(newResultError(KindConfig, "config", err.Error()))
 			return false
 		}
 	} else {
-		block.applyDefaults()
+		block.ApplyDefaults()
 	}
 	r.block = block
 
@@ -421,7 +423,7 @@ func (r *run) setup() bool {
 			r.tierAbs = filepath.Join(wd, o.Dir)
 		}
 	} else {
-		r.tierAbs = filepath.Join(r.root.real, filepath.FromSlash(block.Dir))
+		r.tierAbs = filepath.Join(r.root.Dir(), filepath.FromSlash(block.Dir))
 	}
 	if real, err := filepath.EvalSymlinks(r.tierAbs); err == nil {
 		r.tierAbs = real
@@ -429,9 +431,9 @@ func (r *run) setup() bool {
 		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s: %v", r.tierAbs, err)))
 		return false
 	}
-	rel, err := filepath.Rel(r.root.real, r.tierAbs)
+	rel, err := filepath.Rel(r.root.Dir(), r.tierAbs)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.root.real)))
+		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.root.Dir())))
 		return false
 	}
 	if rel == "." {
@@ -495,7 +497,7 @@ func (r *run) setup() bool {
 
 	r.client = o.Client
 	if r.client == nil {
-		c, err := RunClient(block, r.getenv)
+		c, err := runner.RunClient(block, r.getenv)
 		switch {
 		case err == nil:
 			r.client = c
@@ -517,7 +519,7 @@ func (r *run) setup() bool {
 
 	r.tm = o.Terramate
 	if r.tm == nil {
-		r.tm = &Terramate{}
+		r.tm = &runner.Terramate{}
 	}
 	tm := *r.tm
 	tm.Dir = r.tierAbs
@@ -531,11 +533,11 @@ func (r *run) setup() bool {
 func (r *run) unusable(err error, warning string) bool {
 	if r.o.Op == OpApply {
 		r.fail(newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error()))
-		r.res.Gate = &GateResult{Verdict: VerdictNotSatisfied.String(), Message: err.Error()}
+		r.res.Gate = &GateResult{Verdict: runner.VerdictNotSatisfied.String(), Message: err.Error()}
 		return false
 	}
 	r.warn("%s", warning)
-	r.client = BrokenClient(err)
+	r.client = runner.BrokenClient(err)
 	return true
 }
 
@@ -587,10 +589,10 @@ func (r *run) discover(ctx context.Context) bool {
 	// once, and the last two are stopped when the list fails or is empty.
 	cctx, stopCalls := context.WithCancel(ctx)
 	defer stopCalls()
-	graph := goCall(func() (RunGraphResult, error) { return r.tm.RunGraphDetailed(cctx) })
+	graph := goCall(func() (runner.RunGraphResult, error) { return r.tm.RunGraphDetailed(cctx) })
 	var why *call[[]string]
 	if !r.o.All {
-		why = goCall(func() ([]string, error) { return r.tm.whyLines(cctx, r.o.Base) })
+		why = goCall(func() ([]string, error) { return r.tm.WhyLines(cctx, r.o.Base) })
 	}
 	abandon := func() {
 		stopCalls()
@@ -618,7 +620,7 @@ func (r *run) discover(ctx context.Context) bool {
 			p = path.Join(r.tierRel, s)
 		}
 		p = path.Clean(p)
-		if _, err := r.root.stackPath(p); err != nil {
+		if _, err := r.root.StackPath(p); err != nil {
 			abandon()
 			r.fail(newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err)))
 			return false
@@ -642,7 +644,7 @@ func (r *run) discover(ctx context.Context) bool {
 			r.failTerramate("discover", err, ctx)
 			return false
 		}
-		for _, cr := range parseWhyLines(lines, listed) {
+		for _, cr := range runner.ParseWhyLines(lines, listed) {
 			if p := r.rootPath(cr.Stack); p != "" {
 				cr.Stack = p
 				r.why[p] = append(r.why[p], cr.Raw)
@@ -655,7 +657,7 @@ func (r *run) discover(ctx context.Context) bool {
 		r.failTerramate("discover", err, ctx)
 		return false
 	}
-	r.res.Edges = NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
+	r.res.Edges = runner.NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
 	r.res.EdgesApproximate = g.Approximate
 	r.entry = make(map[string]int, len(r.paths))
 	for _, p := range r.paths {
@@ -746,7 +748,7 @@ func (r *run) failCancelled(ctx context.Context) { r.failCancelledIn(ctx, r.step
 // message.
 func (r *run) failCancelledIn(ctx context.Context, step, detail string) {
 	cause := context.Cause(ctx)
-	var sc SignalCause
+	var sc runner.SignalCause
 	if errors.As(cause, &sc) {
 		r.res.Signal = sc.Signal
 	}
@@ -760,7 +762,7 @@ func (r *run) failCancelledIn(ctx context.Context, step, detail string) {
 func (r *run) dryRun(ctx context.Context) {
 	r.begin("dry-run")
 	w := newScriptWatcher(r.out)
-	err := r.tm.ScriptRun(ctx, w, ScriptRunOptions{
+	err := r.tm.ScriptRun(ctx, w, runner.ScriptRunOptions{
 		Script: r.script, Changed: !r.o.All, Base: r.o.Base, Parallel: r.o.Parallel,
 		ContinueOnError: r.o.ContinueOnError, DryRun: true, Env: r.scriptEnv("", nil),
 	})
@@ -783,7 +785,7 @@ func (r *run) event(op string, err error) {
 	if err == nil {
 		return
 	}
-	if errors.Is(err, ErrCancelRequested) {
+	if errors.Is(err, runner.ErrCancelRequested) {
 		r.cancelRun(err)
 		return
 	}
@@ -850,7 +852,7 @@ func fitInit(in *events.Init, limit int) ([]byte, bool, error) {
 // is not waited for: the scripts start while it is in flight (a slow server costs the build
 // no time here), and everything sent for the execution waits for its answer (see refusal and
 // cancellingPoster). awaitInit, on the flow's goroutine, says what the answer was.
-func (r *run) init(ctx context.Context) *LogPump {
+func (r *run) init(ctx context.Context) *runner.LogPump {
 	r.begin("init")
 	if !r.client.Enabled() {
 		return nil
@@ -907,12 +909,12 @@ func (r *run) init(ctx context.Context) *LogPump {
 		defer catchPanic(&r.initPanic)
 		r.initErr = encErr
 		if encErr == nil {
-			r.initErr = r.client.initBody(ctx, body)
+			r.initErr = r.client.InitJSON(ctx, body)
 		}
 		switch {
 		case refusedForGood(r.initErr):
 			r.refused = r.initErr
-		case errors.Is(r.initErr, ErrCancelRequested):
+		case errors.Is(r.initErr, runner.ErrCancelRequested):
 			r.cancelRun(r.initErr) // an administrator cancelled it already: stop the scripts
 		}
 	}()
@@ -953,10 +955,6 @@ func (r *run) named(path string) bool {
 	_, odd := r.unnamed[path]
 	return !odd
 }
-
-// errSilenced wraps why nothing is sent for the execution (run.silenced) where a post was
-// refused for it: the pump stops at once (PumpOptions.Permanent).
-var errSilenced = errors.New("nothing is sent for this execution")
 
 // errInitPanicked stops the run, and what is sent for it, when sending Init panicked.
 var errInitPanicked = errors.New("sending the execution's Init panicked")
@@ -1017,7 +1015,7 @@ func (r *run) awaitInit(raise bool) {
 // or its 400 (a request it will never take as it stands; every later event would then be
 // answered "no such execution").
 func refusedForGood(err error) bool {
-	var ae *APIError
+	var ae *runner.APIError
 	return errors.As(err, &ae) && (ae.StatusCode == http.StatusForbidden || ae.StatusCode == http.StatusBadRequest)
 }
 
@@ -1048,7 +1046,7 @@ func catchPanic(p **goPanic) {
 // cancellingPoster is the pump's poster: a server-side cancel seen on a log post stops the run.
 // It posts nothing before announced is closed (the execution's Init was answered).
 type cancellingPoster struct {
-	c         *Client
+	c         *runner.Client
 	cancel    context.CancelCauseFunc
 	announced <-chan struct{}
 	silenced  func() error // why nothing is sent for the execution (run.silenced), read once announced is closed
@@ -1068,11 +1066,11 @@ func (p cancellingPoster) post(ctx context.Context, send func() error) error {
 	}
 	if p.silenced != nil {
 		if err := p.silenced(); err != nil {
-			return fmt.Errorf("%w: %w", errSilenced, err)
+			return fmt.Errorf("%w: %w", runner.ErrSilenced, err)
 		}
 	}
 	err := send()
-	if errors.Is(err, ErrCancelRequested) {
+	if errors.Is(err, runner.ErrCancelRequested) {
 		p.cancel(err)
 	}
 	return err
@@ -1094,11 +1092,11 @@ var announcedLongAgo = func() <-chan struct{} {
 }()
 
 // startPump starts the log pump over the run's stacks; it posts once announced is closed.
-func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump {
+func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *runner.LogPump {
 	if !r.client.Enabled() || len(r.paths) == 0 {
 		return nil
 	}
-	p := NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, silenced: r.silenced}, r.root.real, r.o.LogFile, r.o.ExecutionID)
+	p := runner.NewLogPump(cancellingPoster{c: r.client, cancel: r.cancelRun, announced: announced, silenced: r.silenced}, r.root.Dir(), r.o.LogFile, r.o.ExecutionID)
 	opts := r.o.Pump
 	// Each script run starts the stacks' logs afresh, numbered after the generations an
 	// earlier script run of this execution posted (run apply's plan script).
@@ -1125,13 +1123,13 @@ func (r *run) startPump(ctx context.Context, announced <-chan struct{}) *LogPump
 // startDrain starts draining p (bounded): the scripts have stopped writing, so the pump's last
 // looks and posts go on while the flow does what follows (the tick relay's last round, the
 // classification of the last stacks) instead of after it. drain waits for it.
-func (r *run) startDrain(ctx context.Context, p *LogPump) {
+func (r *run) startDrain(ctx context.Context, p *runner.LogPump) {
 	if p == nil || r.draining != nil && r.draining.pump == p {
 		return
 	}
 	budget := r.drainBudget(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-	r.draining = &pendingDrain{pump: p, budget: budget, cancel: cancel, call: goCall(func() (DrainReport, error) {
+	r.draining = &pendingDrain{pump: p, budget: budget, cancel: cancel, call: goCall(func() (runner.DrainReport, error) {
 		defer cancel()
 		return p.Drain(dctx), nil
 	})}
@@ -1151,15 +1149,15 @@ func (r *run) drainBudget(ctx context.Context) time.Duration {
 
 // pendingDrain is a pump's drain under way (startDrain).
 type pendingDrain struct {
-	pump   *LogPump
-	call   *call[DrainReport]
+	pump   *runner.LogPump
+	call   *call[runner.DrainReport]
 	budget time.Duration      // what it was given
 	cancel context.CancelFunc // ends it
 }
 
 // drain waits for the pump's drain (starting it when startDrain did not) and says what did not
 // reach the server.
-func (r *run) drain(ctx context.Context, p *LogPump) {
+func (r *run) drain(ctx context.Context, p *runner.LogPump) {
 	if p == nil {
 		return
 	}
@@ -1181,7 +1179,7 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 	switch {
 	case rep.Stopped != nil && errors.Is(rep.Stopped, r.silenced()):
 		// Said when Init was refused (or panicked).
-	case rep.Stopped != nil && !errors.Is(rep.Stopped, ErrCancelRequested):
+	case rep.Stopped != nil && !errors.Is(rep.Stopped, runner.ErrCancelRequested):
 		r.warn("logs: the server refused them (%d bytes not sent): %v", rep.LostBytes(), rep.Stopped)
 	case !rep.Complete && rep.Stopped == nil:
 		r.warn("logs: %d bytes did not reach the server", rep.LostBytes())
@@ -1195,26 +1193,26 @@ func (r *run) drain(ctx context.Context, p *LogPump) {
 func (r *run) scriptEnv(tickDir string, extra []string) []string {
 	env := []string{
 		EnvOp + "=" + r.o.Op,
-		EnvEnvironment + "=" + r.o.Environment,
-		EnvExecution + "=" + r.o.ExecutionID,
+		runner.EnvEnvironment + "=" + r.o.Environment,
+		runner.EnvExecution + "=" + r.o.ExecutionID,
 		EnvLogFile + "=" + r.o.LogFile,
 		EnvPlanOut + "=" + r.o.PlanOut,
 		EnvPlanJSON + "=" + r.o.PlanJSON,
 		EnvLockTimeout + "=" + r.o.LockTimeout,
 		EnvForceUnlock + "=" + r.o.ForceUnlock,
-		EnvTickDir + "=" + tickDir,
-		EnvServer + "=" + r.client.BaseURL(),
+		runner.EnvTickDir + "=" + tickDir,
+		runner.EnvServer + "=" + r.client.BaseURL(),
 	}
 	if r.client.Enabled() {
 		// The scripts' ticks authenticate the way the driver does (a static token is
 		// inherited as it is).
 		if a := r.client.Audience(); a != "" {
-			env = append(env, EnvAudience+"="+a, EnvAuth+"="+r.client.AuthMode())
+			env = append(env, runner.EnvAudience+"="+a, runner.EnvAuth+"="+r.client.AuthMode())
 		} else {
-			env = append(env, EnvAuth+"=")
+			env = append(env, runner.EnvAuth+"=")
 		}
 	} else {
-		env = append(env, EnvAudience+"=", EnvToken+"=", EnvAuth+"=")
+		env = append(env, runner.EnvAudience+"=", runner.EnvToken+"=", runner.EnvAuth+"=")
 	}
 	if dir := ensureSelfOnPath(r.getenv); dir != "" {
 		env = append(env, "PATH="+dir+string(os.PathListSeparator)+r.getenv("PATH"))
@@ -1251,7 +1249,7 @@ func ensureSelfOnPath(getenv func(string) string) string {
 
 // scriptRun runs one terramate script over the selected stacks and says what happened to each;
 // pump (nil: none) tails their logs, and its drain starts as soon as terramate returns.
-func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string, pump *LogPump) (scriptOutcome, error) {
+func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string, pump *runner.LogPump) (scriptOutcome, error) {
 	r.begin(step)
 	tickDir, err := os.MkdirTemp("", "tfstackplan-ticks-")
 	if err != nil {
@@ -1280,10 +1278,10 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		resume = randomDelimiter()
 		fmt.Fprintf(r.out, "::stop-commands::%s\n", resume)
 	}
-	var ticks *tickReader
+	var ticks *runner.TickReader
 	stopRelay := func() {}
 	if tickDir != "" {
-		ticks = newTickReader(tickDir, func(stack string) bool { _, ok := r.byPath[stack]; return ok })
+		ticks = runner.NewTickReader(tickDir, func(stack string) bool { _, ok := r.byPath[stack]; return ok })
 		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.planning(), jl)
 		defer stopRelay() // on a panic too
 	}
@@ -1297,7 +1295,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 	}
 	stopWatch := context.AfterFunc(ctx, w.interrupt)
 	defer stopWatch()
-	sro := ScriptRunOptions{
+	sro := runner.ScriptRunOptions{
 		Script: script, Changed: !r.o.All, Base: r.o.Base, Parallel: r.o.Parallel,
 		ContinueOnError: r.o.ContinueOnError, Env: r.scriptEnv(tickDir, extraEnv),
 		StackFiles: []string{r.o.LogFile, r.o.PlanOut, r.o.PlanJSON},
@@ -1314,7 +1312,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		fmt.Fprintf(r.out, "\n::%s::\n::endgroup::\n", resume)
 	}
 	started, failed := w.snapshot()
-	var te *TerramateError
+	var te *runner.TerramateError
 	if errors.As(runErr, &te) {
 		for _, s := range te.FailedStacks {
 			failed[strings.TrimPrefix(s, "/")] = true
@@ -1325,7 +1323,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		out.failedBefore = w.failedBefore()
 	}
 	if ticks != nil {
-		out.ticks = ticks.stacks
+		out.ticks = ticks.Stacks()
 	}
 	if jl != nil {
 		jl.finish(func(stack string) (string, events.Class) {
@@ -1363,12 +1361,12 @@ const TickRelayInterval = 500 * time.Millisecond
 // left, posts it, and waits. Without a server a plan still classifies early (the run's end then
 // has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses,
 // unless jl (the job's own log, nil when off) is to hear of each stack that ticks done.
-func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool, jl *jobLog) (stop func()) {
+func (r *run) relayTicks(ctx context.Context, t *runner.TickReader, live bool, jl *jobLog) (stop func()) {
 	if !r.client.Enabled() && !live && jl == nil {
 		var once sync.Once
-		return func() { once.Do(func() { t.next() }) }
+		return func() { once.Do(func() { t.Next() }) }
 	}
-	post := func(recs []tickRecord) {
+	post := func(recs []runner.TickRecord) {
 		// Waits for Init's answer (sent as the scripts started); the ticks wait in their file.
 		reporting := r.reporting()
 		r.sayInit()
@@ -1389,11 +1387,9 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool, jl *jobL
 				done = append(done, rec.Stack)
 			}
 			if jl != nil && rec.Phase == "done" {
-				var s tickSummary
-				s.add(rec)
 				ended = append(ended, rec.Stack)
 				endStatus[rec.Stack] = StatusSucceeded
-				if s.failed {
+				if (runner.TickStatus{}).Add(rec).Failed {
 					endStatus[rec.Stack] = StatusFailed
 				}
 			}
@@ -1441,10 +1437,10 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool, jl *jobL
 		for {
 			select {
 			case <-done:
-				post(t.next())
+				post(t.Next())
 				return
 			case <-tick.C:
-				post(t.next())
+				post(t.Next())
 			}
 		}
 	}()
@@ -1465,7 +1461,7 @@ func (r *run) relayTicks(ctx context.Context, t *tickReader, live bool, jl *jobL
 func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx context.Context) bool {
 	if ctx.Err() != nil {
 		// Named after the step interrupted, not the classification that followed it.
-		r.failCancelledIn(ctx, step, r.interruptedLocks(out, errors.Is(runErr, ErrKilledAfterGrace)))
+		r.failCancelledIn(ctx, step, r.interruptedLocks(out, errors.Is(runErr, runner.ErrKilledAfterGrace)))
 		return true
 	}
 	var failedStacks []string
@@ -1476,7 +1472,7 @@ func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx con
 	}
 	if runErr != nil {
 		kind := KindTerramate
-		if len(failedStacks) > 0 || errors.Is(runErr, ErrScriptFailed) {
+		if len(failedStacks) > 0 || errors.Is(runErr, runner.ErrScriptFailed) {
 			kind = KindScript
 		}
 		msg := runErr.Error()
@@ -1549,7 +1545,7 @@ func (r *run) classify(out scriptOutcome, report bool) {
 // planFile resolves a stack's plan JSON inside the repository and tells whether this run
 // wrote it.
 func (r *run) planFile(path string) (file string, fresh bool, err error) {
-	file, fi, err := r.root.stackFileInfo(path, r.o.PlanJSON)
+	file, fi, err := r.root.StackFileInfo(path, r.o.PlanJSON)
 	fresh = err == nil && fi != nil && !fi.ModTime().Before(r.res.StartedAt.Add(-time.Second))
 	return file, fresh, err
 }
@@ -1744,7 +1740,7 @@ func (r *run) revoke(ctx context.Context, requester, outcome string) {
 	err := r.client.GateRevoke(cctx, events.GateRevoke{
 		ExecutionID: r.o.ExecutionID, Environment: r.o.Environment, PR: r.o.PR, Requester: requester, Outcome: outcome,
 	})
-	if err != nil && !errors.Is(err, ErrCancelRequested) {
+	if err != nil && !errors.Is(err, runner.ErrCancelRequested) {
 		r.warn("GateRevoke: %v (the lease expires on its own)", err)
 		return
 	}
@@ -1763,7 +1759,7 @@ func (r *run) finish(ctx context.Context) {
 		r.failCancelled(ctx)
 	}
 	if res.Signal == nil {
-		var sc SignalCause
+		var sc runner.SignalCause
 		if errors.As(context.Cause(ctx), &sc) {
 			res.Signal = sc.Signal
 		}
@@ -1850,9 +1846,9 @@ func (r *run) finalize(ctx context.Context) {
 		// tried again when the breaker's cool-down ends within the budget.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeBudget(len(body)))
 		defer cancel()
-		err = r.client.finalizeRetrying(cctx, body)
+		err = r.client.FinalizeJSONRetrying(cctx, body)
 	}
-	if err != nil && !errors.Is(err, ErrCancelRequested) {
+	if err != nil && !errors.Is(err, runner.ErrCancelRequested) {
 		r.warn("Finalize not reported: %v", err)
 	}
 }
@@ -1888,7 +1884,7 @@ func (r *run) heartbeat(ctx context.Context, announced <-chan struct{}) (stop fu
 				return
 			case <-t.C:
 			}
-			if err := r.client.Heartbeat(hctx, r.o.ExecutionID); errors.Is(err, ErrCancelRequested) {
+			if err := r.client.Heartbeat(hctx, r.o.ExecutionID); errors.Is(err, runner.ErrCancelRequested) {
 				r.cancelRun(err)
 			}
 		}
@@ -1900,8 +1896,7 @@ func (r *run) heartbeat(ctx context.Context, announced <-chan struct{}) (stop fu
 // for each attempt the upload time the client gives each attempt (a Finalize of thousands of
 // stacks is megabytes; capped at CleanupBudget it had no time for a retry).
 func finalizeBudget(size int) time.Duration {
-	budget, _ := sizedBounds(CleanupBudget, 0, MaxAttempts, size)
-	return budget
+	return runner.SizedBudget(CleanupBudget, size)
 }
 
 // writeOutputs writes the terminal summary, the GitHub outputs, the comment file and the result.
@@ -2037,4 +2032,12 @@ func (r *run) terminalSummary(w io.Writer) {
 	if res.Error != nil {
 		fmt.Fprintf(w, "error (%s, %s): %s\n", res.Error.Kind, res.Error.Step, plan.PrintableText(tailOf(res.Error.Tail, 2048)))
 	}
+}
+
+// truncate cuts s to n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/testkit"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // In GitHub Actions the job's log has a line per stack as it starts and as it ends (status,
@@ -31,9 +32,9 @@ func TestJobLogInActions(t *testing.T) {
 		dir := func(s string) string { return filepath.Join(root, "stacks/prod", s) }
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> tofu plan")
 		fmt.Fprintln(stdout, "/stacks/prod/b (script:0 job:0.0)> tofu plan")
-		must(t, os.WriteFile(filepath.Join(dir("a"), DefaultLogFile), []byte("::add-mask::hunter2-secret\nPlan: 1 to add (password hunter2-secret)\n::endgroup::\n::error::forged by the log\n"), 0o644))
-		must(t, os.WriteFile(filepath.Join(dir("a"), DefaultPlanJSONFile), plan, 0o644))
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		must(t, os.WriteFile(filepath.Join(dir("a"), runner.DefaultLogFile), []byte("::add-mask::hunter2-secret\nPlan: 1 to add (password hunter2-secret)\n::endgroup::\n::error::forged by the log\n"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir("a"), runner.DefaultPlanJSONFile), plan, 0o644))
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		// a's end comes from its tick, before terramate's run is over.
 		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "stacks/prod/a  plan  succeeded"); {
 			if time.Now().After(deadline) {
@@ -41,9 +42,9 @@ func TestJobLogInActions(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		must(t, os.WriteFile(filepath.Join(dir("b"), DefaultLogFile), []byte("Error: boom\n"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir("b"), runner.DefaultLogFile), []byte("Error: boom\n"), 0o644))
 		fmt.Fprintln(stdout, "> execution failed: running tofu plan (in /stacks/prod/b): exit status 1")
-		return fmt.Errorf("%w: exit status 1", ErrScriptFailed)
+		return fmt.Errorf("%w: exit status 1", runner.ErrScriptFailed)
 	})
 	if res.Error == nil || res.Error.Kind != KindScript {
 		t.Fatalf("error = %+v, want the script's failure", res.Error)
@@ -91,7 +92,7 @@ func TestJobLogOnTerminal(t *testing.T) {
 	}, func(_, tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> tofu plan")
 		fmt.Fprintln(stdout, "> execution failed: running tofu plan (in /stacks/prod/a): exit status 1")
-		return fmt.Errorf("%w: exit status 1", ErrScriptFailed)
+		return fmt.Errorf("%w: exit status 1", runner.ErrScriptFailed)
 	})
 	log := out.String()
 	m := regexp.MustCompile(`tfstackplan: terramate's own output: (\S+)\n`).FindStringSubmatch(log)

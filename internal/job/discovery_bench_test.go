@@ -1,6 +1,6 @@
 //go:build unix
 
-package runner
+package job
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // BenchmarkDiscovery measures what `run plan` spends before any stack runs (setup, discover
@@ -36,7 +38,7 @@ func BenchmarkDiscovery(b *testing.B) {
 			}
 			root := discoveryProject(b, n)
 			var busy tmBusy
-			tm := &Terramate{Bin: bin, Exec: busy.exec}
+			tm := &runner.Terramate{Bin: bin, Exec: busy.exec}
 			ctx := context.Background()
 			self0, children0 := rusage(b)
 			b.ResetTimer()
@@ -102,7 +104,7 @@ func (t *tmBusy) exec(ctx context.Context, name string, args []string, dir strin
 		}
 		t.mu.Unlock()
 	}()
-	return tmRealExec(ctx, nil, DefaultInterruptGrace, name, args, dir, env, stdout, stderr)
+	return runner.RealExec(ctx, nil, runner.DefaultInterruptGrace, name, args, dir, env, stdout, stderr)
 }
 
 // total returns the busy time and the number of invocations so far.

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"flag"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/plan"
@@ -63,7 +65,7 @@ func TestCommentAndSummaryGoldens(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			stacks := []string{"a", "b"}
 			root := runRepo(t, stacks)
-			var c *Client
+			var c *runner.Client
 			base := ""
 			if tc.server {
 				m, client := memClient(t)
@@ -86,12 +88,12 @@ func TestCommentAndSummaryGoldens(t *testing.T) {
 				}
 			}, func(_, _ string, stdout io.Writer) error {
 				fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-				if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), mixed, 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile), mixed, 0o644); err != nil {
 					return err
 				}
 				fmt.Fprintln(stdout, "/stacks/prod/b (script:0 job:0.0)> plan")
 				if !tc.fail {
-					return os.WriteFile(filepath.Join(root, "stacks/prod/b", DefaultPlanJSONFile), create, 0o644)
+					return os.WriteFile(filepath.Join(root, "stacks/prod/b", runner.DefaultPlanJSONFile), create, 0o644)
 				}
 				var log strings.Builder
 				log.WriteString("::add-mask::hunter2\n")
@@ -99,7 +101,7 @@ func TestCommentAndSummaryGoldens(t *testing.T) {
 					fmt.Fprintf(&log, "line %02d of the plan\n", i)
 				}
 				log.WriteString("Error: authenticating with password hunter2 failed\n")
-				if err := os.WriteFile(filepath.Join(root, "stacks/prod/b", DefaultLogFile), []byte(log.String()), 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(root, "stacks/prod/b", runner.DefaultLogFile), []byte(log.String()), 0o644); err != nil {
 					return err
 				}
 				fmt.Fprintln(stdout, "Error: one or more commands failed")
@@ -235,7 +237,7 @@ func TestNeedsOfDistrustsTheAnswer(t *testing.T) {
 	plan := recordedPlan(t, "mixed")
 	res := runScripted(t, c, root, []string{"a"}, OpPlan, goldenExec, func(_, _ string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		return os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), plan, 0o644)
+		return os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile), plan, 0o644)
 	})
 	if res.Gates == nil || res.Gates.Status != GatesUnavailable || !strings.Contains(res.Gates.Message, "not about execution") {
 		t.Fatalf("gates %+v, want unavailable", res.Gates)
@@ -266,7 +268,7 @@ func TestLogTail(t *testing.T) {
 	for i := range 100 {
 		fmt.Fprintf(&log, "line %03d early-secret late secret run-secret\n", i)
 	}
-	m := NewMasker("run-secret")
+	m := runner.NewMasker("run-secret")
 	got := logTail(write("long.log", log.String()), m)
 	lines := strings.Split(got, "\n")
 	if len(lines) != MaxLogTailLines || lines[len(lines)-1] != "line 099 *** *** *** ***" || lines[0] != "line 070 *** *** *** ***" {
@@ -277,14 +279,14 @@ func TestLogTail(t *testing.T) {
 	for i := range 40 {
 		fmt.Fprintf(&w, "%02d %s\n", i, wide)
 	}
-	got = logTail(write("wide.log", w.String()), NewMasker())
+	got = logTail(write("wide.log", w.String()), runner.NewMasker())
 	if len(got) > MaxLogTailBytes || !strings.HasSuffix(got, "39 "+wide) || !strings.HasPrefix(got, fmt.Sprint(40-strings.Count(got, "\n")-1)+" ") {
 		t.Fatalf("a tail of %d bytes, want whole lines within %d:\n%.200s", len(got), MaxLogTailBytes, got)
 	}
-	if got := logTail(filepath.Join(dir, "missing.log"), NewMasker()); got != "" {
+	if got := logTail(filepath.Join(dir, "missing.log"), runner.NewMasker()); got != "" {
 		t.Errorf("a missing log has the tail %q", got)
 	}
-	if got := logTail(write("empty.log", ""), NewMasker()); got != "" {
+	if got := logTail(write("empty.log", ""), runner.NewMasker()); got != "" {
 		t.Errorf("an empty log has the tail %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // unlockError is what tofu prints when it fails to release its own lock (clistate's
@@ -19,7 +21,7 @@ const unlockError = "\nError: Error releasing the state lock\n\nError message: l
 // local backend's lock file. The ID of a lock tofu failed to acquire (another run's: recorded
 // from the real tofu) is never taken, nor anything unfit for a command line.
 func TestLockIDs(t *testing.T) {
-	acquire, err := os.ReadFile("../testdata/tofu/_cli/plan-locked-0s.stderr")
+	acquire, err := os.ReadFile("../../testdata/tofu/_cli/plan-locked-0s.stderr")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,23 +81,23 @@ func TestRunInterruptNamesStepAndLocks(t *testing.T) {
 			res := Run(ctx, RunOptions{
 				Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"),
 				ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc",
-				Terramate: &Terramate{Exec: scriptedTerramate(stacks, func(ctx context.Context, stdout, _ io.Writer) error {
+				Terramate: &runner.Terramate{Exec: scriptedTerramate(stacks, func(ctx context.Context, stdout, _ io.Writer) error {
 					for _, s := range []string{"a", "b", "c"} {
 						fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> tofu plan\n", s)
 					}
 					for _, f := range []struct{ stack, name, content string }{
-						{"a", DefaultLogFile, unlockError},
+						{"a", runner.DefaultLogFile, unlockError},
 						{"b", localLockFile, `{"ID":"b-lock-id"}`},
-						{"c", DefaultLogFile, "Stopping operation...\n"},
+						{"c", runner.DefaultLogFile, "Stopping operation...\n"},
 					} {
 						if err := os.WriteFile(filepath.Join(root, "stacks/prod", f.stack, f.name), []byte(f.content), 0o644); err != nil {
 							return err
 						}
 					}
-					cancel(SignalCause{Signal: syscall.SIGINT})
+					cancel(runner.SignalCause{Signal: syscall.SIGINT})
 					<-ctx.Done()
 					if killed {
-						return fmt.Errorf("%w after 6s: %w", ErrKilledAfterGrace, ctx.Err())
+						return fmt.Errorf("%w after 6s: %w", runner.ErrKilledAfterGrace, ctx.Err())
 					}
 					return ctx.Err()
 				})},

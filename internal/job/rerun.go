@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path"
 	"slices"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -36,7 +38,7 @@ func (r *run) selectRerun(ctx context.Context) bool {
 	}
 	prev, err := r.client.LatestExecution(ctx, r.o.Repo, r.o.Environment, r.o.PR, OpPlan)
 	switch {
-	case errors.Is(err, ErrNoExecution):
+	case errors.Is(err, runner.ErrNoExecution):
 		return all("PR #%d has no earlier plan of %s", r.o.PR, r.o.Environment)
 	case err != nil:
 		return all("the pull request's latest plan could not be read: %v", err)

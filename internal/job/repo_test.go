@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 func TestRepoFromRemote(t *testing.T) {
@@ -55,7 +57,7 @@ func runRepoOpts(t *testing.T, root, op string, tune func(*RunOptions)) *Result 
 	plan := recordedPlan(t, "create") // changes: an apply asks the gate
 	return runScriptedWith(t, nil, root, []string{"a"}, op, "", tune, func(_, _ string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		return os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), plan, 0o644)
+		return os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile), plan, 0o644)
 	})
 }
 
@@ -110,7 +112,7 @@ func TestRunRepoInvalid(t *testing.T) {
 func TestRunRepoWithServer(t *testing.T) {
 	m := newMemServer()
 	srv := m.start(t)
-	getenv := mapEnv(map[string]string{EnvServer: srv.URL})
+	getenv := mapEnv(map[string]string{runner.EnvServer: srv.URL})
 	root := runRepo(t, []string{"a"})
 
 	res := runRepoOpts(t, root, OpPlan, func(o *RunOptions) { o.Getenv = getenv; o.ExecutionID = "with-repo" })
@@ -142,7 +144,7 @@ func TestRunRepoWithServer(t *testing.T) {
 	}
 	res = runRepoOpts(t, root, OpApply, func(o *RunOptions) { o.Getenv = getenv })
 	if res.Error == nil || res.Error.Kind != KindGate || res.Error.Tail != "the gate cannot be checked: "+ErrNoRepo.Error() ||
-		res.Gate == nil || res.Gate.Verdict != VerdictNotSatisfied.String() {
+		res.Gate == nil || res.Gate.Verdict != runner.VerdictNotSatisfied.String() {
 		t.Errorf("apply: error %+v, gate %+v", res.Error, res.Gate)
 	}
 	m.mu.Lock()

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/testkit"
@@ -159,11 +161,11 @@ func (e exitErr) ExitCode() int { return int(e) }
 
 func TestScriptRunStacksOrdersRunsInParallelAndKeepsLinesWhole(t *testing.T) {
 	se := &scriptedExec{}
-	tm := &Terramate{Exec: se.exec}
+	tm := &runner.Terramate{Exec: se.exec}
 	var out testkit.SyncBuffer
 	stacks := []string{"a", "b", "c", "d", "e"}
 	after := map[string][]string{"c": {"a"}, "e": {"c", "d", "elsewhere"}}
-	if err := tm.ScriptRunStacks(context.Background(), &out, ScriptRunOptions{Script: "plan", Parallel: 2}, stacks, after); err != nil {
+	if err := tm.ScriptRunStacks(context.Background(), &out, runner.ScriptRunOptions{Script: "plan", Parallel: 2}, stacks, after); err != nil {
 		t.Fatal(err)
 	}
 	pos := func(ev string) int { return slices.Index(se.order, ev) }
@@ -190,9 +192,9 @@ func TestScriptRunStacksStopsAtTheFirstFailureUnlessToldToGoOn(t *testing.T) {
 	stacks := []string{"a", "b", "c"}
 	after := map[string][]string{"b": {"a"}, "c": {"b"}}
 	se := &scriptedExec{fail: map[string]bool{"a": true}}
-	err := (&Terramate{Exec: se.exec}).ScriptRunStacks(context.Background(), io.Discard, ScriptRunOptions{Script: "plan"}, stacks, after)
-	var te *TerramateError
-	if !errors.As(err, &te) || !errors.Is(te, ErrScriptFailed) || !slices.Equal(te.FailedStacks, []string{"/a"}) {
+	err := (&runner.Terramate{Exec: se.exec}).ScriptRunStacks(context.Background(), io.Discard, runner.ScriptRunOptions{Script: "plan"}, stacks, after)
+	var te *runner.TerramateError
+	if !errors.As(err, &te) || !errors.Is(te, runner.ErrScriptFailed) || !slices.Equal(te.FailedStacks, []string{"/a"}) {
 		t.Fatalf("error %v (%#v), want a script failure of /a", err, te)
 	}
 	if !slices.Equal(se.order, []string{"start a", "end a"}) {
@@ -200,7 +202,7 @@ func TestScriptRunStacksStopsAtTheFirstFailureUnlessToldToGoOn(t *testing.T) {
 	}
 
 	se = &scriptedExec{fail: map[string]bool{"a": true, "c": true}}
-	err = (&Terramate{Exec: se.exec}).ScriptRunStacks(context.Background(), io.Discard, ScriptRunOptions{Script: "plan", ContinueOnError: true}, stacks, after)
+	err = (&runner.Terramate{Exec: se.exec}).ScriptRunStacks(context.Background(), io.Discard, runner.ScriptRunOptions{Script: "plan", ContinueOnError: true}, stacks, after)
 	if !errors.As(err, &te) || !slices.Equal(te.FailedStacks, []string{"/a", "/c"}) {
 		t.Fatalf("error %v, want failures of /a and /c", err)
 	}
@@ -211,7 +213,7 @@ func TestScriptRunStacksStopsAtTheFirstFailureUnlessToldToGoOn(t *testing.T) {
 
 func TestScriptRunStacksRefusesACycle(t *testing.T) {
 	se := &scriptedExec{}
-	err := (&Terramate{Exec: se.exec}).ScriptRunStacks(context.Background(), io.Discard, ScriptRunOptions{Script: "plan"},
+	err := (&runner.Terramate{Exec: se.exec}).ScriptRunStacks(context.Background(), io.Discard, runner.ScriptRunOptions{Script: "plan"},
 		[]string{"a", "b", "c"}, map[string][]string{"b": {"c"}, "c": {"b"}})
 	if err == nil || !strings.Contains(err.Error(), "cycle") {
 		t.Fatalf("error %v, want a cycle", err)

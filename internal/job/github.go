@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"crypto/rand"

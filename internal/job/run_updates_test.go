@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -24,13 +24,14 @@ import (
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // manyStacksPlan runs `run plan` over stacks s00..s<n-1> against client. The script writes
 // a line to every stack's log, every plan but the last stack's (recorded plans of several classes), ticks the first
 // early stacks done in one write to the tick file (so the relay sees them in one period or
 // two), echoes the others as started, and ticks the last one failed.
-func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
+func manyStacksPlan(t *testing.T, c *runner.Client, id string, n, early int) *Result {
 	t.Helper()
 	var stacks []string
 	for i := range n {
@@ -47,19 +48,19 @@ func manyStacksPlan(t *testing.T, c *Client, id string, n, early int) *Result {
 		now := time.Now().UnixNano()
 		for i, s := range stacks {
 			path := "stacks/prod/" + s
-			if err := os.WriteFile(filepath.Join(root, path, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(root, path, runner.DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
 				return err
 			}
 			if i == n-1 {
 				fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
-				recordTick(stage, tickRecord{Stack: path, Phase: "plan", Status: "failed", At: now})
+				recordTick(stage, runner.TickRecord{Stack: path, Phase: "plan", Status: "failed", At: now})
 				continue
 			}
-			if err := os.WriteFile(filepath.Join(root, path, DefaultPlanJSONFile), plans[kinds[i%len(kinds)]], 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(root, path, runner.DefaultPlanJSONFile), plans[kinds[i%len(kinds)]], 0o644); err != nil {
 				return err
 			}
 			if i < early {
-				recordTick(stage, tickRecord{Stack: path, Phase: "done", Status: "succeeded", At: now})
+				recordTick(stage, runner.TickRecord{Stack: path, Phase: "done", Status: "succeeded", At: now})
 			} else {
 				fmt.Fprintf(stdout, "/%s (script:0 job:0.%d)> plan\n", path, i)
 			}
@@ -103,7 +104,7 @@ func TestRunPlanBatchesUpdates(t *testing.T) {
 		srv.ServeHTTP(w, r)
 	}))
 	t.Cleanup(ts.Close)
-	c, err := NewClient(ts.URL)
+	c, err := runner.NewClient(ts.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestRunPlanUpdatesAnOlderServer(t *testing.T) {
 
 // twoRunners serves the real server (SQLite) to two runner tokens, "mine" and "theirs", and
 // returns a client for each and the requests it handled by path.
-func twoRunners(t *testing.T) (mine, theirs *Client, svc *service.Service, requests func() map[string]int) {
+func twoRunners(t *testing.T) (mine, theirs *runner.Client, svc *service.Service, requests func() map[string]int) {
 	t.Helper()
 	a := &auth.Authenticator{}
 	if err := a.ParseTokens("tokens.hcl", []byte(`
@@ -204,10 +205,10 @@ token "theirs" {
 	}))
 	t.Cleanup(ts.Close)
 	for _, c := range []struct {
-		c      **Client
+		c      **runner.Client
 		secret string
 	}{{&mine, "mine-secret-0123456789"}, {&theirs, "theirs-secret-0123456789"}} {
-		if *c.c, err = NewClientTokenSource(ts.URL, StaticToken(c.secret)); err != nil {
+		if *c.c, err = runner.NewClientTokenSource(ts.URL, runner.StaticToken(c.secret)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -302,7 +303,7 @@ func TestRunApplyRefusedExecutionDoesNotAskTheGate(t *testing.T) {
 		scripts = append(scripts, script)
 		if script == "plan" {
 			fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-			return os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), planJSON, 0o644)
+			return os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile), planJSON, 0o644)
 		}
 		return nil
 	})
@@ -331,7 +332,7 @@ func TestRunFitsChangeReasonsToTheServer(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	c, err := NewClient(ts.URL)
+	c, err := runner.NewClient(ts.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +401,7 @@ func endOfRunPlan(t *testing.T, id string, wrap func(w http.ResponseWriter, r *h
 	}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { wrap(w, r, srv) }))
 	t.Cleanup(ts.Close)
-	c, err := NewClient(ts.URL)
+	c, err := runner.NewClient(ts.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,13 +423,13 @@ func endOfRunPlan(t *testing.T, id string, wrap func(w http.ResponseWriter, r *h
 		for _, s := range stacks {
 			dir := filepath.Join(root, "stacks/prod", s)
 			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
-			if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, runner.DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, runner.DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 				return err
 			}
-			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+			recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		}
 		atEnd()
 		return nil
@@ -515,7 +516,7 @@ func TestRunDrainCutShortWhenTheServerDiesAtTheEnd(t *testing.T) {
 	}
 	// The relay's last round: one call budget (with its retry); the drain then 200 ms; the
 	// Finalize fails fast on the open breaker. Without the cut the drain alone takes 10 s.
-	if bound := 2*CallBudget + DrainBudget/4; end > bound {
+	if bound := 2*runner.CallBudget + DrainBudget/4; end > bound {
 		t.Errorf("the run took %v after the scripts ended against a dead server, bound %v (warnings %v)", end, bound, res.Warnings)
 	}
 	t.Logf("%v after the scripts ended; warnings %v", end, res.Warnings)
@@ -552,14 +553,14 @@ func TestRunReportsTheStacksTheServerCanName(t *testing.T) {
 		for _, s := range stacks {
 			dir := filepath.Join(root, "stacks/prod", s)
 			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
-			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "plan", At: time.Now().UnixNano()})
-			if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
+			recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/" + s, Phase: "plan", At: time.Now().UnixNano()})
+			if err := os.WriteFile(filepath.Join(dir, runner.DefaultLogFile), []byte("planning "+s+"\n"), 0o644); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, runner.DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 				return err
 			}
-			recordTick(tickDir, tickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+			recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/" + s, Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		}
 		return nil
 	})
@@ -620,7 +621,7 @@ func TestRunApplyDeniedForAStackTheServerCannotName(t *testing.T) {
 		}
 		for _, s := range stacks {
 			fmt.Fprintf(stdout, "/stacks/prod/%s (script:0 job:0.0)> plan\n", s)
-			if err := os.WriteFile(filepath.Join(root, "stacks/prod", s, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(root, "stacks/prod", s, runner.DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 				return err
 			}
 		}
@@ -654,13 +655,13 @@ func TestRunInvalidInitSendsNothingMore(t *testing.T) {
 	res := runScriptedWith(t, mine, root, stacks, OpPlan, "", func(o *RunOptions) { o.SHA = strings.Repeat("f", 300) }, func(_, tickDir string, stdout io.Writer) error {
 		dir := filepath.Join(root, "stacks/prod/a")
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, runner.DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, runner.DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 			return err
 		}
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		return nil
 	})
 	took := time.Since(start)
@@ -691,7 +692,7 @@ func TestRunApplyLogsFollowThePlansOnTheServer(t *testing.T) {
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
 	dir := filepath.Join(root, "stacks/prod/a")
-	logFile := filepath.Join(dir, DefaultLogFile)
+	logFile := filepath.Join(dir, runner.DefaultLogFile)
 	if err := os.WriteFile(logFile, []byte("stale: the log of an earlier run\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -719,7 +720,7 @@ func TestRunApplyLogsFollowThePlansOnTheServer(t *testing.T) {
 			if !posted("plan script") {
 				return errors.New("the plan's log was not posted")
 			}
-			return os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644)
+			return os.WriteFile(filepath.Join(dir, runner.DefaultPlanJSONFile), planJSON, 0o644)
 		}
 		return os.WriteFile(logFile, []byte("apply: the apply script's own log\n"), 0o644)
 	})

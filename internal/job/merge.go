@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/plan"
@@ -31,7 +33,7 @@ type MergeOptions struct {
 	CommentFile string
 	// IssueFile receives a drift fan-out's issue body (RunOptions.IssueFile).
 	IssueFile string
-	Client    *Client
+	Client    *runner.Client
 	Getenv    func(string) string
 	Stdout    io.Writer
 	Stderr    io.Writer

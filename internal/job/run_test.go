@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,12 +19,12 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/events"
-	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/runner"
 )
 
 // scriptedTerramate is an ExecFunc that answers the discovery commands for the stacks under
 // the tier "stacks/prod" and runs script with the script run's arguments.
-func scriptedTerramate(stacks []string, script func(ctx context.Context, stdout, stderr io.Writer) error) ExecFunc {
+func scriptedTerramate(stacks []string, script func(ctx context.Context, stdout, stderr io.Writer) error) runner.ExecFunc {
 	return func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 		switch {
 		case slices.Equal(args, []string{"list", "--changed"}):
@@ -72,7 +71,7 @@ func runRepo(t *testing.T, stacks []string) string {
 // recordedPlan is the plan JSON recorded for kind (testdata/tofu/KIND/plan.json).
 func recordedPlan(t *testing.T, kind string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("../testdata/tofu", kind, "plan.json"))
+	b, err := os.ReadFile(filepath.Join("../../testdata/tofu", kind, "plan.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +80,20 @@ func recordedPlan(t *testing.T, kind string) []byte {
 
 // runPlanScripted runs `run plan` over stacks (see runRepo) against c as execution id ("": a
 // new one), with script as the script run; script gets the tick directory the driver set.
-func runPlanScripted(t *testing.T, c *Client, root string, stacks []string, id string, script func(tickDir string, stdout io.Writer) error) *Result {
+func runPlanScripted(t *testing.T, c *runner.Client, root string, stacks []string, id string, script func(tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
 	return runScripted(t, c, root, stacks, OpPlan, id, func(_, tickDir string, stdout io.Writer) error { return script(tickDir, stdout) })
 }
 
 // runScripted runs `run op` (an apply for PR 5) as runPlanScripted does; script also gets the
 // name of the script terramate runs.
-func runScripted(t *testing.T, c *Client, root string, stacks []string, op, id string, script func(name, tickDir string, stdout io.Writer) error) *Result {
+func runScripted(t *testing.T, c *runner.Client, root string, stacks []string, op, id string, script func(name, tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
 	return runScriptedWith(t, c, root, stacks, op, id, nil, script)
 }
 
 // runScriptedWith is runScripted with the run's options changed by tune (nil: none).
-func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, id string, tune func(*RunOptions), script func(name, tickDir string, stdout io.Writer) error) *Result {
+func runScriptedWith(t *testing.T, c *runner.Client, root string, stacks []string, op, id string, tune func(*RunOptions), script func(name, tickDir string, stdout io.Writer) error) *Result {
 	t.Helper()
 	exec := scriptedTerramate(stacks, nil)
 	pr := 0
@@ -105,13 +104,13 @@ func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, 
 		Op: op, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
 		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", PR: pr, ExecutionID: id,
 		Getenv: func(string) string { return "" },
-		Terramate: &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
+		Terramate: &runner.Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 			if len(args) < 2 || args[0] != "script" {
 				return exec(ctx, name, args, dir, env, stdout, stderr)
 			}
 			tickDir := ""
 			for _, kv := range env {
-				if v, ok := strings.CutPrefix(kv, EnvTickDir+"="); ok {
+				if v, ok := strings.CutPrefix(kv, runner.EnvTickDir+"="); ok {
 					tickDir = v
 				}
 			}
@@ -126,20 +125,20 @@ func runScriptedWith(t *testing.T, c *Client, root string, stacks []string, op, 
 
 // runPlanWith runs `run plan` for environment prod of root, terramate's calls going to exec;
 // c nil reports to no server.
-func runPlanWith(t *testing.T, c *Client, root string, exec ExecFunc, dryRun bool) *Result {
+func runPlanWith(t *testing.T, c *runner.Client, root string, exec runner.ExecFunc, dryRun bool) *Result {
 	t.Helper()
 	return Run(context.Background(), RunOptions{
 		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c, DryRun: dryRun,
-		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &Terramate{Exec: exec},
+		ResultPath: filepath.Join(t.TempDir(), "result.json"), Terramate: &runner.Terramate{Exec: exec},
 		Getenv: func(string) string { return "" },
 	})
 }
 
 // memClient starts an in-memory control plane and returns it with a client of it.
-func memClient(t *testing.T) (*memServer, *Client) {
+func memClient(t *testing.T) (*memServer, *runner.Client) {
 	t.Helper()
 	m := newMemServer()
-	c, err := NewClient(m.start(t).URL)
+	c, err := runner.NewClient(m.start(t).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +168,7 @@ func TestRunRecoversPanicAndFinalizes(t *testing.T) {
 	res := Run(context.Background(), RunOptions{
 		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
 		ResultPath: resPath, SHA: "abc", PR: 3,
-		Terramate: &Terramate{Exec: scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error {
+		Terramate: &runner.Terramate{Exec: scriptedTerramate(stacks, func(context.Context, io.Writer, io.Writer) error {
 			panic("boom in the script run")
 		})},
 		Getenv: func(string) string { return "" },
@@ -201,7 +200,7 @@ func TestRunStopsWhenTheServerCancels(t *testing.T) {
 	res := Run(context.Background(), RunOptions{
 		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
 		ResultPath: filepath.Join(t.TempDir(), "r.json"), ExecutionID: id, SHA: "abc",
-		Terramate: &Terramate{Exec: scriptedTerramate(stacks, func(ctx context.Context, _, _ io.Writer) error {
+		Terramate: &runner.Terramate{Exec: scriptedTerramate(stacks, func(ctx context.Context, _, _ io.Writer) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -230,18 +229,18 @@ func TestRunStopsWhenTheServerCancels(t *testing.T) {
 
 // Each stack's status comes from terramate's output and the ticks.
 func TestScriptOutcomeStatus(t *testing.T) {
-	records := map[string][]tickRecord{
+	records := map[string][]runner.TickRecord{
 		"done":      {{Phase: "plan"}, {Phase: "done", Status: "succeeded"}},
 		"tickfail":  {{Phase: "plan", Status: "FAILED"}, {Phase: "done"}},
 		"ticked":    {{Phase: "done"}},
 		"half":      {{Phase: "plan"}},
 		"failedtoo": {{Phase: "done"}},
 	}
-	ticks := map[string]tickSummary{}
+	ticks := map[string]runner.TickStatus{}
 	for stack, rs := range records {
-		var s tickSummary
+		var s runner.TickStatus
 		for _, r := range rs {
-			s.add(r)
+			s = s.Add(r)
 		}
 		ticks[stack] = s
 	}
@@ -277,7 +276,7 @@ func TestScriptOutcomeStatus(t *testing.T) {
 // The watcher reads which stacks started and failed from what real terramate printed
 // (testdata/terramate/cases/19-script-run-fail), however the output is split into writes.
 func TestScriptWatcherRecordedFailure(t *testing.T) {
-	b, err := os.ReadFile("../testdata/terramate/cases/19-script-run-fail.stderr")
+	b, err := os.ReadFile("../../testdata/terramate/cases/19-script-run-fail.stderr")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,15 +322,15 @@ func TestNormalizeEdgesInTier(t *testing.T) {
 		{From: "/stacks/nonprod/net", To: "/stacks/nonprod/a"},
 		{From: "/stacks/prod/net", To: "/stacks/prod/cluster/a"},
 	}
-	got := NormalizeEdgesIn("stacks/nonprod", listed, edges)
+	got := runner.NormalizeEdgesIn("stacks/nonprod", listed, edges)
 	want := []events.Edge{{From: "net", To: "a"}, {From: "net", To: "cluster/a"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("NormalizeEdgesIn = %v, want %v", got, want)
 	}
-	if old := NormalizeEdges(listed, edges); len(old) >= len(want) {
+	if old := runner.NormalizeEdges(listed, edges); len(old) >= len(want) {
 		t.Logf("NormalizeEdges (no tier) = %v", old)
 	}
-	root := NormalizeEdgesIn("", []string{"stacks/x", "stacks/y"}, []events.Edge{{From: "/stacks/x", To: "/stacks/y"}})
+	root := runner.NormalizeEdgesIn("", []string{"stacks/x", "stacks/y"}, []events.Edge{{From: "/stacks/x", To: "/stacks/y"}})
 	if !slices.Equal(root, []events.Edge{{From: "stacks/x", To: "stacks/y"}}) {
 		t.Errorf("at the root: %v", root)
 	}
@@ -339,27 +338,27 @@ func TestNormalizeEdgesInTier(t *testing.T) {
 
 func TestRunClientRefusesAmbiguousOrBrokenServers(t *testing.T) {
 	env := mapEnv
-	if _, err := RunClient(Environment{}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t", EnvAudience: "aud"})); !errors.Is(err, ErrAmbiguousAuth) {
+	if _, err := runner.RunClient(runner.Environment{}, env(map[string]string{runner.EnvServer: "http://127.0.0.1:1", runner.EnvToken: "t", runner.EnvAudience: "aud"})); !errors.Is(err, runner.ErrAmbiguousAuth) {
 		t.Errorf("token and audience: err = %v", err)
 	}
-	if _, err := RunClient(Environment{Audience: "aud"}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t"})); !errors.Is(err, ErrAmbiguousAuth) {
+	if _, err := runner.RunClient(runner.Environment{Audience: "aud"}, env(map[string]string{runner.EnvServer: "http://127.0.0.1:1", runner.EnvToken: "t"})); !errors.Is(err, runner.ErrAmbiguousAuth) {
 		t.Errorf("token and the block's audience: err = %v", err)
 	}
-	if _, err := RunClient(Environment{}, env(map[string]string{EnvServer: "ftp://x"})); err == nil {
+	if _, err := runner.RunClient(runner.Environment{}, env(map[string]string{runner.EnvServer: "ftp://x"})); err == nil {
 		t.Error("a malformed server is accepted")
 	}
-	c, err := RunClient(Environment{Gated: true}, env(nil))
+	c, err := runner.RunClient(runner.Environment{Gated: true}, env(nil))
 	if err != nil || c.Enabled() {
 		t.Fatalf("no server: %v, enabled %v", err, c.Enabled())
 	}
 	if v := c.GateCheck(context.Background(), events.GateCheck{}); v.Allowed() {
 		t.Error("a gated environment without a server allowed the apply")
 	}
-	b := BrokenClient(errors.New("server URL is malformed"))
+	b := runner.BrokenClient(errors.New("server URL is malformed"))
 	if v := b.GateCheck(context.Background(), events.GateCheck{}); v.Allowed() || !strings.Contains(v.String(), "malformed") {
 		t.Errorf("broken client: verdict %v", v)
 	}
-	ok, err := RunClient(Environment{}, env(map[string]string{EnvServer: "http://127.0.0.1:1", EnvToken: "t"}))
+	ok, err := runner.RunClient(runner.Environment{}, env(map[string]string{runner.EnvServer: "http://127.0.0.1:1", runner.EnvToken: "t"}))
 	if err != nil || !ok.Enabled() {
 		t.Fatalf("static token: %v", err)
 	}
@@ -423,57 +422,6 @@ func parseGitHubOutput(t *testing.T, p string) map[string]string {
 	return out
 }
 
-// The tick file is read as it grows; a torn last line waits for its end.
-func TestTickReaderIncremental(t *testing.T) {
-	dir := t.TempDir()
-	r := newTickReader(dir, func(stack string) bool { return stack != "c" })
-	if got := r.next(); len(got) != 0 {
-		t.Fatalf("no file: %v", got)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, tickFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fmt.Fprint(f, `{"stack":"a","phase":"plan","at":1}`+"\n"+`{"stack":"b","pha`)
-	if got := r.next(); len(got) != 1 || got[0].Stack != "a" {
-		t.Fatalf("first read = %v", got)
-	}
-	fmt.Fprint(f, `se":"done","at":2}`+"\nnot json\n"+`{"stack":"c","phase":"done","at":3}`+"\n"+`{"stack":"a","phase":"x","status":"Error","at":4}`+"\n")
-	if got := r.next(); len(got) != 3 || got[0].Stack != "b" || got[0].Phase != "done" || got[1].Stack != "c" {
-		t.Fatalf("second read = %v", got)
-	}
-	want := map[string]tickSummary{"a": {failed: true}, "b": {done: true}}
-	if !maps.Equal(r.stacks, want) {
-		t.Errorf("stacks = %v, want %v (c is not a stack of the run)", r.stacks, want)
-	}
-}
-
-// Offline, a tick reads only the environment and touches no network: with a server set but no
-// execution it returns at once; under the driver it only appends to the tick file.
-func TestTickOfflineAndUnderDriver(t *testing.T) {
-	if w, err := Tick(context.Background(), TickOptions{Phase: "plan", Getenv: func(string) string { return "" }}); err != nil || w != "" {
-		t.Errorf("no stack, offline: %q %v (an offline tick does nothing)", w, err)
-	}
-	if w, err := Tick(context.Background(), TickOptions{Stack: "s", Getenv: func(string) string { return "" }}); !errors.Is(err, ErrTickUsage) || w != "" {
-		t.Errorf("no phase: %q %v", w, err)
-	}
-	dir := t.TempDir()
-	for _, kv := range []map[string]string{{EnvTickDir: dir}, {EnvServer: "http://127.0.0.1:1", EnvExecution: "e"}} {
-		if w, err := Tick(context.Background(), TickOptions{Phase: "plan", Getenv: func(k string) string { return kv[k] }}); !errors.Is(err, ErrTickUsage) || w != "" {
-			t.Errorf("no stack with %v: %q %v", kv, w, err)
-		}
-	}
-	kv := map[string]string{EnvStack: "stacks/a", EnvTickDir: dir, EnvServer: "http://127.0.0.1:1", EnvExecution: "e"}
-	w, err := Tick(context.Background(), TickOptions{Phase: "plan", Status: "ok", Getenv: func(k string) string { return kv[k] }})
-	if err != nil || w != "" {
-		t.Fatalf("under the driver: %q %v", w, err)
-	}
-	if got := newTickReader(dir, func(string) bool { return true }).next(); len(got) != 1 || got[0].Stack != "stacks/a" || got[0].Status != "ok" {
-		t.Errorf("recorded = %v", got)
-	}
-}
-
 // `run plan` reports a stack's class as soon as the stack ticks done, while terramate still
 // runs the others.
 func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
@@ -484,10 +432,10 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 	var seenWhileRunning []string
 	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 			return err
 		}
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) && len(seenWhileRunning) == 0 {
 			m.mu.Lock()
@@ -528,21 +476,21 @@ func TestRunPlanReportsStacksAsTheyFinish(t *testing.T) {
 // early look leaves the stack unclassified, and the run classifies it again at its end, from
 // the plan written there by then.
 func TestRunPlanOfflineClassifiesAsStacksFinish(t *testing.T) {
-	c, err := NewClient("")
+	c, err := runner.NewClient("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
 	planJSON := recordedPlan(t, "create")
-	planPath := filepath.Join(root, "stacks/prod/a", DefaultPlanJSONFile)
+	planPath := filepath.Join(root, "stacks/prod/a", runner.DefaultPlanJSONFile)
 	openedWhileRunning := false
 	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
 		if err := syscall.Mkfifo(planPath, 0o600); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		// Opening a pipe's write end without blocking fails until someone reads it.
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if f, err := os.OpenFile(planPath, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
@@ -817,7 +765,7 @@ func FuzzStartedStack(f *testing.F) {
 
 // heldInitClient is memClient with a server that holds its answers to Init until hold is
 // closed.
-func heldInitClient(t *testing.T) (*memServer, *Client, chan struct{}) {
+func heldInitClient(t *testing.T) (*memServer, *runner.Client, chan struct{}) {
 	t.Helper()
 	m, c := memClient(t)
 	hold := make(chan struct{})
@@ -841,13 +789,13 @@ func TestRunSendsInitAsTheScriptsStart(t *testing.T) {
 	res := runScriptedWith(t, c, root, stacks, OpPlan, "", func(o *RunOptions) { o.TickRelay = relay }, func(_, tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
 		dir := filepath.Join(root, "stacks/prod/a")
-		if err := os.WriteFile(filepath.Join(dir, DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, runner.DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, DefaultPlanJSONFile), planJSON, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, runner.DefaultPlanJSONFile), planJSON, 0o644); err != nil {
 			return err
 		}
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "done", Status: "succeeded", At: time.Now().UnixNano()})
 		// The relay and the pump have had something to send for a while (the pump's chunk is
 		// due Coalesce, 250 ms, after it was read); Init's attempt (500 ms) has not timed out.
 		time.Sleep(3*relay + 50*time.Millisecond)
@@ -901,18 +849,15 @@ func (p panicOn) RoundTrip(req *http.Request) (*http.Response, error) {
 // the run's internal error at step init, and leaves nothing but Finalize to be sent.
 func TestRunInitPanicStopsTheRun(t *testing.T) {
 	m, c := memClient(t)
-	gen, err := api.NewClient(strings.TrimSuffix(c.base.String(), "/")+"/api/v1",
-		api.WithHTTPClient(&http.Client{Transport: panicOn{path: "/api/v1/events/init", next: http.DefaultTransport}}))
-	if err != nil {
+	if err := c.SetTransport(panicOn{path: "/api/v1/events/init", next: http.DefaultTransport}); err != nil {
 		t.Fatal(err)
 	}
-	c.api = gen
 	stacks := []string{"a"}
 	root := runRepo(t, stacks)
 	stopped := false
 	script := func(ctx context.Context, stdout, _ io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, "stacks/prod/a", runner.DefaultLogFile), []byte("planning a\n"), 0o644); err != nil {
 			return err
 		}
 		select {
@@ -926,7 +871,7 @@ func TestRunInitPanicStopsTheRun(t *testing.T) {
 	res := Run(context.Background(), RunOptions{
 		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
 		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc",
-		Terramate: &Terramate{Exec: scriptedTerramate(stacks, script)},
+		Terramate: &runner.Terramate{Exec: scriptedTerramate(stacks, script)},
 		Getenv:    func(string) string { return "" },
 	})
 	if !stopped {
@@ -985,9 +930,9 @@ func TestRunSaysInitFailedFirst(t *testing.T) {
 	root := runRepo(t, stacks)
 	res := runPlanScripted(t, c, root, stacks, "", func(tickDir string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "/stacks/prod/a (script:0 job:0.0)> plan")
-		recordTick(tickDir, tickRecord{Stack: "stacks/prod/a", Phase: "plan", At: time.Now().UnixNano()})
+		recordTick(tickDir, runner.TickRecord{Stack: "stacks/prod/a", Phase: "plan", At: time.Now().UnixNano()})
 		// Init's call budget, and a relay interval for the tick to be posted after it.
-		time.Sleep(CallBudget + 2*TickRelayInterval)
+		time.Sleep(runner.CallBudget + 2*TickRelayInterval)
 		return nil
 	})
 	if len(res.Warnings) < 2 || !strings.HasPrefix(res.Warnings[0], "Init not reported") || !strings.HasPrefix(res.Warnings[1], "Phase not reported") {
@@ -1012,7 +957,7 @@ func TestRunAnnotatesFailuresAndWarnings(t *testing.T) {
 	res := Run(context.Background(), RunOptions{
 		Op: OpPlan, Environment: "prod", WorkDir: root, Dir: filepath.Join(root, "stacks/prod"), Client: c,
 		ResultPath: filepath.Join(t.TempDir(), "r.json"), SHA: "abc", Stdout: &out, Stderr: io.Discard,
-		Terramate: &Terramate{Exec: tm},
+		Terramate: &runner.Terramate{Exec: tm},
 		Getenv: func(k string) string {
 			if k == "GITHUB_ACTIONS" {
 				return "true"
@@ -1098,8 +1043,8 @@ func TestFinalizeBudgetGrowsWithItsSize(t *testing.T) {
 		big.Stacks = append(big.Stacks, events.StackResult{Stack: fmt.Sprintf("stacks/platform/region-%02d/service-%05d", i%20, i), Status: "succeeded", Class: "no-changes", PlanHash: "v1:" + strings.Repeat("0", 64)})
 	}
 	b, _ := json.Marshal(big)
-	perAttempt := time.Duration(int64(len(b)) * int64(time.Second) / SlowestUpload)
-	if d := finalizeBudget(len(b)); d != CleanupBudget+MaxAttempts*perAttempt || perAttempt < 4*time.Second {
+	perAttempt := time.Duration(int64(len(b)) * int64(time.Second) / runner.SlowestUpload)
+	if d := finalizeBudget(len(b)); d != CleanupBudget+runner.MaxAttempts*perAttempt || perAttempt < 4*time.Second {
 		t.Fatalf("a %d-byte Finalize gets %v (%v per attempt)", len(b), d, perAttempt)
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"bytes"
@@ -70,12 +70,12 @@ func lockIDInFile(b []byte) string {
 // ID from its log or from the local backend's lock file when either names it.
 func (r *run) stateLock(path string, killed bool) *StateLock {
 	id := ""
-	if file, err := r.root.stackFile(path, r.o.LogFile); err == nil {
+	if file, err := r.root.StackFile(path, r.o.LogFile); err == nil {
 		b, _ := tailOfFile(file, lockScanBytes)
 		id = lockIDInLog(b)
 	}
 	if id == "" && killed {
-		if file, err := r.root.stackFile(path, localLockFile); err == nil {
+		if file, err := r.root.StackFile(path, localLockFile); err == nil {
 			b, _ := tailOfFile(file, 4<<10)
 			id = lockIDInFile(b)
 		}

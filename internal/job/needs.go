@@ -1,4 +1,4 @@
-package runner
+package job
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/plan"
@@ -191,7 +193,7 @@ func (r *run) fillLogTails() {
 		if e.Status != StatusFailed && e.Status != StatusCancelled || e.LogTail != "" || r.o.LogFile == "" {
 			continue
 		}
-		file, _, err := r.root.stackFileInfo(e.Path, r.o.LogFile)
+		file, _, err := r.root.StackFileInfo(e.Path, r.o.LogFile)
 		if err != nil {
 			continue
 		}
@@ -202,7 +204,7 @@ func (r *run) fillLogTails() {
 // logTail is the end of the log at path, masked: at most MaxLogTailLines lines and
 // MaxLogTailBytes bytes, "" when there is none. The whole log (up to tailScanLimit) is read
 // for its `::add-mask::` lines first, so that a value announced early is masked at the end.
-func logTail(path string, m *Masker) string {
+func logTail(path string, m *runner.Masker) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
@@ -226,13 +228,15 @@ func logTail(path string, m *Masker) string {
 			break
 		}
 		if !long && !more {
-			if v, ok := parseAddMask(line); ok {
+			if v, ok := runner.ParseAddMask(line); ok {
 				values = append(values, v)
 			}
 		}
 		long = more
 	}
-	_ = m.add(values) // a value too long to mask is cut from the tail below as far as possible
+	for _, v := range values {
+		_ = m.Add(v) // a value too long to mask is cut from the tail below as far as possible
+	}
 	// The tail: the last lines of the last few KiB. The first line of the window may be cut,
 	// and with it a secret (masked by the line): it is dropped.
 	window := int64(4 * MaxLogTailBytes)
