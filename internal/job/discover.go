@@ -1,0 +1,142 @@
+package job
+
+// Discovery: the stacks terramate lists (changed or all), why they changed, and the run
+// graph between them, asked at once.
+
+import (
+	"context"
+	"fmt"
+	"path"
+
+	"github.com/tfstackplan/tfstackplan/runner"
+)
+
+// discover lists the stacks (changed or all), why they changed, and the edges between them.
+func (r *run) discover(ctx context.Context) bool {
+	r.begin("discover")
+	// The list, why its stacks changed and the run graph are three terramate calls that read
+	// the same files (about 100 ms each with real terramate on a small project): they run at
+	// once, and the last two are stopped when the list fails or is empty.
+	cctx, stopCalls := context.WithCancel(ctx)
+	defer stopCalls()
+	graph := goCall(func() (runner.RunGraphResult, error) { return r.tm.RunGraphDetailed(cctx) })
+	var why *call[[]string]
+	if !r.o.All {
+		why = goCall(func() ([]string, error) { return r.tm.WhyLines(cctx, r.o.Base) })
+	}
+	abandon := func() {
+		stopCalls()
+		_, _ = graph.wait()
+		if why != nil {
+			_, _ = why.wait()
+		}
+	}
+	var listed []string
+	var err error
+	if r.o.All {
+		listed, err = r.tm.List(ctx)
+	} else {
+		listed, err = r.tm.ChangedStacks(ctx, r.o.Base)
+	}
+	if err != nil {
+		abandon()
+		r.failTerramate("discover", err, ctx)
+		return false
+	}
+	r.byPath = map[string]string{}
+	for _, s := range listed {
+		p := s
+		if r.tierRel != "" {
+			p = path.Join(r.tierRel, s)
+		}
+		p = path.Clean(p)
+		if _, err := r.root.StackPath(p); err != nil {
+			abandon()
+			r.fail(newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err)))
+			return false
+		}
+		if _, dup := r.byPath[p]; dup {
+			continue
+		}
+		r.byPath[p] = s
+		r.listed = append(r.listed, s)
+		r.paths = append(r.paths, p)
+	}
+	r.why = map[string][]string{}
+	if len(r.listed) == 0 {
+		abandon()
+		return true
+	}
+	if why != nil {
+		lines, err := why.wait()
+		if err != nil {
+			abandon()
+			r.failTerramate("discover", err, ctx)
+			return false
+		}
+		for _, cr := range runner.ParseWhyLines(lines, listed) {
+			if p := r.rootPath(cr.Stack); p != "" {
+				cr.Stack = p
+				r.why[p] = append(r.why[p], cr.Raw)
+				r.reasons = append(r.reasons, cr)
+			}
+		}
+	}
+	g, err := graph.wait()
+	if err != nil {
+		r.failTerramate("discover", err, ctx)
+		return false
+	}
+	r.res.Edges = runner.NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
+	r.res.EdgesApproximate = g.Approximate
+	r.entry = make(map[string]int, len(r.paths))
+	for _, p := range r.paths {
+		r.entry[p] = len(r.res.Stacks)
+		r.res.Stacks = append(r.res.Stacks, StackEntry{
+			Stack: r.byPath[p], Path: p, Status: StatusNotRun, Destructive: []string{}, Why: r.why[p],
+		})
+	}
+	return true
+}
+
+// call is a function running on its own goroutine (goCall).
+type call[T any] struct {
+	done  chan struct{}
+	value T
+	err   error
+	panic *goPanic
+}
+
+// goCall starts f on its own goroutine.
+func goCall[T any](f func() (T, error)) *call[T] {
+	c := &call[T]{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer catchPanic(&c.panic)
+		c.value, c.err = f()
+	}()
+	return c
+}
+
+// wait returns what the call returned once it has, and raises its panic again on the
+// caller's goroutine (where Run recovers it).
+func (c *call[T]) wait() (T, error) {
+	<-c.done
+	if c.panic != nil {
+		panic(*c.panic)
+	}
+	return c.value, c.err
+}
+
+// rootPath maps a stack as listed to its root-relative path ("" when not selected).
+func (r *run) rootPath(listed string) string {
+	p := listed
+	if r.tierRel != "" {
+		p = path.Join(r.tierRel, listed)
+	}
+	p = path.Clean(p)
+	if _, ok := r.byPath[p]; ok {
+		return p
+	}
+	return ""
+}

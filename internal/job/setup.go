@@ -1,0 +1,250 @@
+package job
+
+// The job's first step: the configuration (tfstackplan.hcl, the flags over it), the
+// directories, the repository, the server client and the GitHub context.
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/runner"
+)
+
+// setup resolves the configuration: the environment block, the flags over it, the directory,
+// the server client and the GitHub context.
+func (r *run) setup() bool {
+	o := &r.o
+	if o.Op != OpPlan && o.Op != OpApply && !r.setupDrift() {
+		return false
+	}
+	if strings.TrimSpace(o.Environment) == "" {
+		r.fail(newResultError(KindUsage, "config", "--environment is required"))
+		return false
+	}
+	if o.Parallel < 0 {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--parallel must not be negative, got %d", o.Parallel)))
+		return false
+	}
+	if o.PR < 0 {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--pr must be a positive pull request number, got %d", o.PR)))
+		return false
+	}
+	if msg := cmp.Or(fanOutUsage(o), rerunUsage(o)); msg != "" {
+		r.fail(newResultError(KindUsage, "config", msg))
+		return false
+	}
+	wd := o.WorkDir
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
+			r.fail(newResultError(KindConfig, "config", err.Error()))
+			return false
+		}
+	}
+	wd, err := filepath.Abs(wd)
+	if err != nil {
+		r.fail(newResultError(KindConfig, "config", err.Error()))
+		return false
+	}
+	if r.root, err = runner.NewStackRoot(runner.FindRepoRoot(wd)); err != nil {
+		r.fail(newResultError(KindConfig, "config", err.Error()))
+		return false
+	}
+	// When neither the flags nor GitHub's environment name the repository and the commit, git
+	// does: a process of about 10 ms each, nearly all of setup's time when run one after the
+	// other. Both start here, side by side; HEAD's answer is waited for only after discovery
+	// (awaitHead), so that its call overlaps terramate's.
+	var origin *call[string]
+	if o.Repo == "" && strings.TrimSpace(r.gh.Repo) == "" {
+		origin = goCall(func() (string, error) { return gitOrigin(r.root.Dir()), nil })
+	}
+	if o.SHA == "" && r.gh.SHA == "" {
+		r.head = goCall(func() (string, error) { return gitHead(r.root.Dir()), nil })
+	}
+	cfg, err := runner.LoadRepoConfig(r.root.Dir())
+	if err != nil {
+		r.fail(newResultError(KindConfig, "config", err.Error()))
+		return false
+	}
+	block := runner.Environment{Name: o.Environment}
+	if cfg != nil {
+		if block, err = cfg.Environment(o.Environment); err != nil {
+			r.fail(newResultError(KindConfig, "config", err.Error()))
+			return false
+		}
+	} else {
+		block.ApplyDefaults()
+	}
+	r.block = block
+
+	if o.Dir != "" {
+		r.tierAbs = o.Dir
+		if !filepath.IsAbs(r.tierAbs) {
+			r.tierAbs = filepath.Join(wd, o.Dir)
+		}
+	} else {
+		r.tierAbs = filepath.Join(r.root.Dir(), filepath.FromSlash(block.Dir))
+	}
+	if real, err := filepath.EvalSymlinks(r.tierAbs); err == nil {
+		r.tierAbs = real
+	} else {
+		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s: %v", r.tierAbs, err)))
+		return false
+	}
+	rel, err := filepath.Rel(r.root.Dir(), r.tierAbs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.root.Dir())))
+		return false
+	}
+	if rel == "." {
+		rel = ""
+	}
+	r.tierRel = filepath.ToSlash(rel)
+	r.res.Dir = r.tierRel
+	if r.res.Dir == "" {
+		r.res.Dir = "."
+	}
+
+	def := func(v *string, fallback string) {
+		if *v == "" {
+			*v = fallback
+		}
+	}
+	def(&o.LogFile, block.LogFile)
+	def(&o.PlanJSON, block.PlanJSON)
+	def(&o.PlanOut, DefaultPlanOutFile)
+	def(&o.LockTimeout, DefaultLockTimeout)
+	// tofu would refuse it in every stack, each failing on its own: refuse it once, here.
+	if d, err := time.ParseDuration(o.LockTimeout); err != nil || d < 0 {
+		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--lock-timeout %q is not a duration such as 0s, 30s or 5m", o.LockTimeout)))
+		return false
+	}
+	for name, v := range map[string]string{"--log-file": o.LogFile, "--plan-file": o.PlanJSON, "--plan-out": o.PlanOut} {
+		if strings.ContainsAny(v, `/\`) || v == "." || v == ".." || strings.ContainsRune(v, 0) {
+			r.fail(newResultError(KindUsage, "config", fmt.Sprintf("%s %q must be a plain file name inside each stack directory", name, v)))
+			return false
+		}
+	}
+	r.planScr = block.PlanScript
+	r.script = block.PlanScript
+	if o.Op == OpApply {
+		r.script = block.ApplyScript
+	}
+	if o.Script != "" {
+		r.script = o.Script
+	}
+
+	repo, rerr := r.repo(origin)
+	if rerr != nil {
+		r.fail(rerr)
+		return false
+	}
+	o.Repo = repo
+	def(&o.SHA, r.gh.SHA)
+	def(&o.Actor, r.gh.Actor)
+	def(&o.RunURL, r.gh.RunURL)
+	if o.PR == 0 && o.Op != OpDrift {
+		o.PR = r.gh.PR
+	}
+	r.execGiven = o.ExecutionID != ""
+	if o.ExecutionID == "" {
+		o.ExecutionID = newExecutionID()
+	}
+	if o.CommentFile == "" && r.gh.Actions && r.gh.RunnerTemp != "" && o.Op != OpDrift {
+		o.CommentFile = filepath.Join(r.gh.RunnerTemp, "tfstackplan-comment-"+safeFileWord(o.Environment)+".md")
+	}
+	r.res.Execution, r.res.PR, r.res.SHA, r.res.Repo = o.ExecutionID, o.PR, o.SHA, o.Repo
+
+	r.client = o.Client
+	if r.client == nil {
+		c, err := runner.RunClient(block, r.getenv)
+		switch {
+		case err == nil:
+			r.client = c
+		case !r.unusable(err, fmt.Sprintf("the tfstackplan server cannot be used, reporting is off: %v", err)):
+			return false
+		}
+	}
+	if r.client.Enabled() && o.Repo == "" && !r.unusable(ErrNoRepo, ErrNoRepo.Error()+"; reporting disabled") {
+		return false
+	}
+	if r.client.Enabled() {
+		r.res.Server = r.client.BaseURL()
+		r.res.ExecutionURL = executionURL(r.res.Server, o.ExecutionID)
+	}
+	if o.Op == OpApply && o.PR <= 0 && r.client.Enabled() {
+		r.fail(newResultError(KindUsage, "config", "run apply needs the pull request whose plan was approved: pass --pr (or run on a pull_request event)"))
+		return false
+	}
+
+	r.tm = o.Terramate
+	if r.tm == nil {
+		r.tm = &runner.Terramate{}
+	}
+	tm := *r.tm
+	tm.Dir = r.tierAbs
+	r.tm = &tm
+	return true
+}
+
+// unusable deals with a configured server the run cannot use, for the reason err: an apply is
+// denied (the gate cannot be asked, and an apply never runs unchecked) and unusable returns
+// false; a plan goes on with a client that reports nothing, after warning.
+func (r *run) unusable(err error, warning string) bool {
+	if r.o.Op == OpApply {
+		r.fail(newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error()))
+		r.res.Gate = &GateResult{Verdict: runner.VerdictNotSatisfied.String(), Message: err.Error()}
+		return false
+	}
+	r.warn("%s", warning)
+	r.client = runner.BrokenClient(err)
+	return true
+}
+
+// awaitHead records the commit git named for HEAD, once setup's call (if any) has answered.
+func (r *run) awaitHead() {
+	if r.head == nil {
+		return
+	}
+	sha, _ := r.head.wait()
+	r.head = nil
+	r.o.SHA, r.res.SHA = sha, sha
+}
+
+// gitHead returns the commit checked out in dir, "" when git cannot tell (bounded).
+func gitHead(dir string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "rev-parse", "--verify", "-q", "HEAD")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// newExecutionID returns a random execution id.
+func newExecutionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// safeFileWord keeps letters, digits, '-', '_' and '.' of s, for a file name.
+func safeFileWord(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, s)
+}
