@@ -14,18 +14,26 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
-// gateDenied ends an apply the gate did not allow: the run fails with msg, and no stack is
-// applied.
-func (r *run) gateDenied(ctx context.Context, msg string) {
-	r.fail(newResultError(KindGate, "gate", msg))
+// gateDenied ends an apply the gate did not allow: no stack is applied, and the run fails with
+// msg (the error returned).
+func (r *run) gateDenied(ctx context.Context, msg string) error {
 	for i := range r.res.Stacks {
 		r.res.Stacks[i].Status = StatusNotRun
 	}
 	r.sendAllUpdates(ctx)
+	return newResultError(KindGate, "gate", msg)
 }
 
-// apply asks the gate, then runs the apply script with the leased requester, then revokes.
-func (r *run) apply(ctx context.Context) {
+// lease is the gate's lease a job holds until it revokes it.
+type lease struct {
+	requester string // the service account the gate leased ("" : none named)
+}
+
+// apply asks the gate, then runs the apply script with the leased requester, then revokes the
+// lease (finish revokes one still held, should the apply have panicked).
+func (r *run) apply(ctx context.Context) error {
+	r.drain(ctx, r.pump) // the plan script's logs, before the apply script's start
+	r.pump = nil
 	r.begin("gate")
 	var stacks []events.StackPlan
 	for _, e := range r.res.Stacks {
@@ -37,19 +45,17 @@ func (r *run) apply(ctx context.Context) {
 	if len(stacks) == 0 {
 		fmt.Fprintln(r.out, "tfstackplan: no stack has changes; nothing to apply")
 		r.sendAllUpdates(ctx)
-		return
+		return nil
 	}
 	if r.refusal() != nil {
 		// The server said this execution is not ours: whatever the gate would answer, there is
 		// doubt, and doubt denies the apply.
-		r.gateDenied(ctx, "the gate was not asked: the server refused this execution: "+r.refused.Error())
-		return
+		return r.gateDenied(ctx, "the gate was not asked: the server refused this execution: "+r.refused.Error())
 	}
 	for _, st := range stacks {
 		if problem, odd := r.unnamed[st.Stack]; odd {
 			// No approval can name it, so none can cover it.
-			r.gateDenied(ctx, fmt.Sprintf("the gate was not asked: stack %q would change, and the server takes no such name (it %s)", truncate(st.Stack, 200), problem))
-			return
+			return r.gateDenied(ctx, fmt.Sprintf("the gate was not asked: stack %q would change, and the server takes no such name (it %s)", truncate(st.Stack, 200), problem))
 		}
 	}
 	v := r.client.GateCheck(ctx, events.GateCheck{
@@ -61,26 +67,24 @@ func (r *run) apply(ctx context.Context) {
 		g.Message = v.Err.Error()
 	}
 	r.res.Gate = g
-	asked := r.client.Enabled()
-	outcome := "failed"
-	switch {
-	case asked && r.o.Shard != "":
-		// The fan-out's shards share the execution's lease: the merge revokes it once they
-		// have all ended (and it expires on its own should the merge never run).
-	case asked:
-		defer func() { r.revoke(ctx, v.Requester, outcome) }()
+	// The fan-out's shards share the execution's lease: the merge revokes it once they have
+	// all ended (and it expires on its own should the merge never run).
+	if r.client.Enabled() && r.o.Shard == "" {
+		r.lease = &lease{requester: v.Requester}
 	}
 	if !v.Allowed() {
+		var err error
 		if ctx.Err() != nil {
-			r.failCancelled(ctx)
-			return
+			err = r.cancelled(ctx, r.step, "")
+		} else {
+			msg := "the gate did not allow the apply: " + v.Kind.String()
+			if g.Message != "" {
+				msg += ": " + g.Message
+			}
+			err = r.gateDenied(ctx, msg)
 		}
-		msg := "the gate did not allow the apply: " + v.Kind.String()
-		if g.Message != "" {
-			msg += ": " + g.Message
-		}
-		r.gateDenied(ctx, msg)
-		return
+		r.revokeLease(ctx, "failed")
+		return err
 	}
 	var extra []string
 	if v.Requester != "" {
@@ -97,11 +101,26 @@ func (r *run) apply(ctx context.Context) {
 		}
 	}
 	r.sendAllUpdates(context.WithoutCancel(ctx))
-	if !r.scriptFailed("apply", out, runErr, ctx) {
-		outcome = "succeeded"
-	} else if ctx.Err() != nil {
+	err := r.scriptError(ctx, "apply", out, runErr)
+	outcome := "succeeded"
+	switch {
+	case err != nil && ctx.Err() != nil:
 		outcome = "cancelled"
+	case err != nil:
+		outcome = "failed"
 	}
+	r.revokeLease(ctx, outcome)
+	return err
+}
+
+// revokeLease revokes the lease the job holds, if any, saying how the apply ended.
+func (r *run) revokeLease(ctx context.Context, outcome string) {
+	if r.lease == nil {
+		return
+	}
+	l := r.lease
+	r.lease = nil
+	r.revoke(ctx, l.requester, outcome)
 }
 
 func (r *run) revoke(ctx context.Context, requester, outcome string) {

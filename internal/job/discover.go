@@ -12,7 +12,7 @@ import (
 )
 
 // discover lists the stacks (changed or all), why they changed, and the edges between them.
-func (r *run) discover(ctx context.Context) bool {
+func (r *run) discover(ctx context.Context) error {
 	r.begin("discover")
 	// The list, why its stacks changed and the run graph are three terramate calls that read
 	// the same files (about 100 ms each with real terramate on a small project): they run at
@@ -40,8 +40,7 @@ func (r *run) discover(ctx context.Context) bool {
 	}
 	if err != nil {
 		abandon()
-		r.failTerramate("discover", err, ctx)
-		return false
+		return r.terramateError(ctx, "discover", err)
 	}
 	r.byPath = map[string]string{}
 	for _, s := range listed {
@@ -52,8 +51,7 @@ func (r *run) discover(ctx context.Context) bool {
 		p = path.Clean(p)
 		if _, err := r.root.StackPath(p); err != nil {
 			abandon()
-			r.fail(newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err)))
-			return false
+			return newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err))
 		}
 		if _, dup := r.byPath[p]; dup {
 			continue
@@ -65,14 +63,13 @@ func (r *run) discover(ctx context.Context) bool {
 	r.why = map[string][]string{}
 	if len(r.listed) == 0 {
 		abandon()
-		return true
+		return nil
 	}
 	if why != nil {
 		lines, err := why.wait()
 		if err != nil {
 			abandon()
-			r.failTerramate("discover", err, ctx)
-			return false
+			return r.terramateError(ctx, "discover", err)
 		}
 		for _, cr := range runner.ParseWhyLines(lines, listed) {
 			if p := r.rootPath(cr.Stack); p != "" {
@@ -84,8 +81,7 @@ func (r *run) discover(ctx context.Context) bool {
 	}
 	g, err := graph.wait()
 	if err != nil {
-		r.failTerramate("discover", err, ctx)
-		return false
+		return r.terramateError(ctx, "discover", err)
 	}
 	r.res.Edges = runner.NormalizeEdgesIn(r.tierRel, r.listed, g.Edges)
 	r.res.EdgesApproximate = g.Approximate
@@ -96,7 +92,7 @@ func (r *run) discover(ctx context.Context) bool {
 			Stack: r.byPath[p], Path: p, Status: StatusNotRun, Destructive: []string{}, Why: r.why[p],
 		})
 	}
-	return true
+	return nil
 }
 
 // call is a function running on its own goroutine (goCall).

@@ -47,7 +47,7 @@ func BenchmarkDiscovery(b *testing.B) {
 					Op: OpPlan, Environment: "bench", WorkDir: root, Terramate: tm,
 					Getenv: func(string) string { return "" },
 				})
-				ok := r.setup() && r.discover(ctx)
+				ok := r.setup(ctx) == nil && r.discover(ctx) == nil
 				r.awaitHead()
 				if !ok {
 					b.Fatalf("discovery failed: %+v", r.res.Error)

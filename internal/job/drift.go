@@ -28,19 +28,17 @@ type DriftResult struct {
 func (r *run) planning() bool { return r.o.Op == OpPlan || r.o.Op == OpDrift }
 
 // setupDrift checks a drift run's options and sets what drift implies: every stack, no pull
-// request. An op that is none of plan, apply and drift fails the run; false then.
-func (r *run) setupDrift() bool {
+// request. An op that is none of plan, apply and drift fails the run.
+func (r *run) setupDrift() error {
 	o := &r.o
 	if o.Op != OpDrift {
-		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("unknown operation %q", o.Op)))
-		return false
+		return newResultError(KindUsage, "config", fmt.Sprintf("unknown operation %q", o.Op))
 	}
 	if o.PR != 0 {
-		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("run drift is of no pull request, got pr %d", o.PR)))
-		return false
+		return newResultError(KindUsage, "config", fmt.Sprintf("run drift is of no pull request, got pr %d", o.PR))
 	}
 	o.All = true
-	return true
+	return nil
 }
 
 // stackDrifted reports whether a classified plan shows drift: a change of any class (what the

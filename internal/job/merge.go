@@ -62,19 +62,17 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 	r := newRun(ro)
 	r.begin("merge")
 	if merr != nil {
-		r.fail(newResultError(KindUsage, "merge", "--matrix: "+merr.Error()))
-		r.finish(ctx)
+		r.finish(ctx, newResultError(KindUsage, "merge", "--matrix: "+merr.Error()))
 		return r.res
 	}
 	if m.Status != StatusSucceeded {
-		r.fail(newResultError(KindUsage, "merge", fmt.Sprintf("the matrix job's result %s is %s, not succeeded: there is nothing to merge", o.Matrix, m.Status)))
-		r.finish(ctx)
+		r.finish(ctx, newResultError(KindUsage, "merge", fmt.Sprintf("the matrix job's result %s is %s, not succeeded: there is nothing to merge", o.Matrix, m.Status)))
 		return r.res
 	}
 	ctx, r.cancelRun = context.WithCancelCause(ctx)
 	defer r.cancelRun(nil)
-	if !r.setup() {
-		r.finish(ctx)
+	if err := r.setup(ctx); err != nil {
+		r.finish(ctx, err)
 		return r.res
 	}
 	r.res.Execution, r.res.Edges, r.res.EdgesApproximate = m.Execution, m.Edges, m.EdgesApproximate
@@ -94,16 +92,27 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 	// The matrix job announced the execution: it is finalized here whatever happens.
 	r.inited = true
 	r.classed = map[string]*plan.Stack{}
+	// The merge's error: the first of the shards' documents that do not fit the cut, the
+	// shards' own errors, and the shards missing.
+	var mergeErr error
+	keep := func(err error) {
+		if mergeErr == nil {
+			mergeErr = err
+		}
+	}
 	got := map[string]bool{}
 	for _, file := range o.Shards {
-		shard, err := r.mergeShard(m, file, got)
+		shard, shardErr, err := r.mergeShard(m, file, got)
 		if errors.Is(err, fs.ErrNotExist) {
 			r.warn("shard result %s does not exist: its shard counts as missing", file)
 			continue
 		}
 		if err != nil {
-			r.fail(newResultError(KindUsage, "merge", err.Error()))
+			keep(newResultError(KindUsage, "merge", err.Error()))
 			continue
+		}
+		if shardErr != nil {
+			keep(shardErr)
 		}
 		got[shard] = true
 	}
@@ -114,7 +123,7 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 		}
 	}
 	if len(missing) > 0 {
-		r.fail(newResultError(KindScript, "merge", fmt.Sprintf("no result from shard %s: the job died, was cancelled or its result was not passed to the merge; its stacks were not run", strings.Join(missing, ", "))))
+		keep(newResultError(KindScript, "merge", fmt.Sprintf("no result from shard %s: the job died, was cancelled or its result was not passed to the merge; its stacks were not run", strings.Join(missing, ", "))))
 	}
 	r.report = &plan.Report{ExecutionURL: r.res.ExecutionURL}
 	for i := range r.res.Stacks {
@@ -131,17 +140,23 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 	if m.Op == OpApply {
 		// The shards left the execution's lease to the merge (see run.apply): finish revokes it.
 		r.res.Gate = r.shardsGate
-		r.revokeAtFinish = r.client.Enabled()
+		if r.client.Enabled() {
+			r.lease = &lease{}
+			if r.shardsGate != nil {
+				r.lease.requester = r.shardsGate.Requester
+			}
+		}
 	}
-	r.finish(ctx)
+	r.finish(ctx, mergeErr)
 	return r.res
 }
 
-// mergeShard takes one shard job's result into the merge and returns its shard.
-func (r *run) mergeShard(m *Result, file string, got map[string]bool) (string, error) {
+// mergeShard takes one shard job's result into the merge and returns its shard and the shard
+// job's own error (nil: it succeeded); err says why its document does not fit the cut.
+func (r *run) mergeShard(m *Result, file string, got map[string]bool) (shard string, shardErr, err error) {
 	s, err := ReadResult(file)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var cut *MatrixShard
 	for i := range m.Matrix.Shards {
@@ -151,29 +166,29 @@ func (r *run) mergeShard(m *Result, file string, got map[string]bool) (string, e
 	}
 	switch {
 	case s.Shard == "":
-		return "", fmt.Errorf("%s is not a shard job's result (it names no shard)", file)
+		return "", nil, fmt.Errorf("%s is not a shard job's result (it names no shard)", file)
 	case s.Environment != m.Environment || s.Op != m.Op:
-		return "", fmt.Errorf("%s is of `run %s --environment %s`, not of the matrix job's `run %s --environment %s`", file, s.Op, s.Environment, m.Op, m.Environment)
+		return "", nil, fmt.Errorf("%s is of `run %s --environment %s`, not of the matrix job's `run %s --environment %s`", file, s.Op, s.Environment, m.Op, m.Environment)
 	case m.Execution != "" && s.Execution != m.Execution:
-		return "", fmt.Errorf("%s reported into execution %s, not the matrix job's %s", file, s.Execution, m.Execution)
+		return "", nil, fmt.Errorf("%s reported into execution %s, not the matrix job's %s", file, s.Execution, m.Execution)
 	case cut == nil:
-		return "", fmt.Errorf("%s is shard %s, which the matrix job's cut does not have", file, s.Shard)
+		return "", nil, fmt.Errorf("%s is shard %s, which the matrix job's cut does not have", file, s.Shard)
 	case got[s.Shard]:
-		return "", fmt.Errorf("%s is shard %s again: pass each shard's result once", file, s.Shard)
+		return "", nil, fmt.Errorf("%s is shard %s again: pass each shard's result once", file, s.Shard)
 	}
 	var ran []string
 	for _, e := range s.Stacks {
 		ran = append(ran, e.Path)
 	}
 	if !slices.Equal(ran, cut.Stacks) {
-		return "", fmt.Errorf("%s ran the stacks %s, but the matrix job's shard %s has %s: the shard cut again from other inputs (pass it --matrix-result)", file, someNames(ran, plainName), s.Shard, someNames(cut.Stacks, plainName))
+		return "", nil, fmt.Errorf("%s ran the stacks %s, but the matrix job's shard %s has %s: the shard cut again from other inputs (pass it --matrix-result)", file, someNames(ran, plainName), s.Shard, someNames(cut.Stacks, plainName))
 	}
 	var plans struct {
 		Stacks []*plan.Stack `json:"stacks"`
 	}
 	if len(s.Plans) > 0 {
 		if err := json.Unmarshal(s.Plans, &plans); err != nil {
-			return "", fmt.Errorf("%s: its plans do not read: %v", file, err)
+			return "", nil, fmt.Errorf("%s: its plans do not read: %v", file, err)
 		}
 	}
 	for _, p := range plans.Stacks {
@@ -192,13 +207,13 @@ func (r *run) mergeShard(m *Result, file string, got map[string]bool) (string, e
 		r.res.Warnings = append(r.res.Warnings, "shard "+s.Shard+": "+w)
 	}
 	if s.Error != nil {
-		r.fail(&ResultError{Kind: s.Error.Kind, Step: "shard " + s.Shard + " " + s.Error.Step, Tail: s.Error.Tail})
+		shardErr = &ResultError{Kind: s.Error.Kind, Step: "shard " + s.Shard + " " + s.Error.Step, Tail: s.Error.Tail}
 	}
 	// The merged verdict: a denial wins, then the first allowance.
 	if g := s.Gate; g != nil && (r.shardsGate == nil || r.shardsGate.Allowed && !g.Allowed) {
 		r.shardsGate = g
 	}
-	return s.Shard, nil
+	return s.Shard, shardErr, nil
 }
 
 // plainName shows a name as it is.

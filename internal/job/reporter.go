@@ -99,11 +99,12 @@ func fitInit(in *events.Init, limit int) ([]byte, bool, error) {
 	return b, cut, err
 }
 
-// init announces the execution and starts the log pump (nil without a server or stacks). Init
-// is not waited for: the scripts start while it is in flight (a slow server costs the build
-// no time here), and everything sent for the execution waits for its answer (see refusal and
-// cancellingPoster). awaitInit, on the flow's goroutine, says what the answer was.
-func (r *run) init(ctx context.Context) *runner.LogPump {
+// announce sends the execution's Init and starts the log pump (r.pump; none without a server or
+// stacks). Init is not waited for: the scripts start while it is in flight (a slow server
+// costs the build no time here), and everything sent for the execution waits for its answer
+// (see refusal and cancellingPoster). initError, on the flow's goroutine, says what the answer
+// was.
+func (r *run) announce(ctx context.Context) error {
 	r.begin("init")
 	if !r.client.Enabled() {
 		return nil
@@ -169,7 +170,8 @@ func (r *run) init(ctx context.Context) *runner.LogPump {
 			r.cancelRun(r.initErr) // an administrator cancelled it already: stop the scripts
 		}
 	}()
-	return r.startPump(ctx, announced)
+	r.pump = r.startPump(ctx, announced)
+	return nil
 }
 
 // separateUnnamed finds the stacks whose paths the server does not take as names (r.unnamed),
@@ -234,8 +236,8 @@ func (r *run) silenced() error {
 }
 
 // sayInit waits for Init's answer and says once what it was: a refusal or a failure is a
-// warning (a panic is awaitInit's). The tick relay's first post calls it, so that the warning
-// comes early in the log, and awaitInit after the script run: never two goroutines at once.
+// warning (a panic is initError's). The tick relay's first post calls it, so that the warning
+// comes early in the log, and initError after the script run: never two goroutines at once.
 func (r *run) sayInit() {
 	if r.refusal(); r.announced == nil || r.initSaid || r.initPanic != nil {
 		return
@@ -248,18 +250,14 @@ func (r *run) sayInit() {
 	}
 }
 
-// awaitInit waits for Init's answer and says what it was (sayInit). A panic while sending Init
-// is the run's error (internal, step init), and with raise it is raised again here, on the
-// flow's goroutine, to end the flow.
-func (r *run) awaitInit(raise bool) {
+// initError waits for Init's answer and says what it was (sayInit). A panic while sending Init
+// is the run's error (internal, step init); nil otherwise.
+func (r *run) initError() error {
 	r.sayInit()
-	if p := r.initPanic; p != nil && !r.initFail {
-		r.initFail = true
-		r.fail(newResultError(KindInternal, "init", "panic: "+p.String()))
-		if raise {
-			panic(*p)
-		}
+	if p := r.initPanic; p != nil {
+		return newResultError(KindInternal, "init", "panic: "+p.String())
 	}
+	return nil
 }
 
 // refusedForGood reports whether err is a refusal that no retry changes: the server's 403,

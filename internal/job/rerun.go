@@ -24,11 +24,11 @@ import (
 // selectRerun reads the PR's latest plan and narrows what runs. Anything that makes the
 // carried outcomes doubtful (no server, no earlier plan, another commit, a plan still running)
 // plans every stack instead, with a warning.
-func (r *run) selectRerun(ctx context.Context) bool {
+func (r *run) selectRerun(ctx context.Context) error {
 	r.begin("rerun")
-	all := func(format string, a ...any) bool {
+	all := func(format string, a ...any) error {
 		r.warn("--rerun-failed: "+format+"; every stack is planned", a...)
-		return true
+		return nil
 	}
 	switch {
 	case !r.client.Enabled():
@@ -97,7 +97,7 @@ func (r *run) selectRerun(ctx context.Context) bool {
 	r.res.RerunOf = prev.ExecutionID
 	r.subset = true
 	fmt.Fprintf(r.errOut, "tfstackplan: --rerun-failed: %d of %d stacks planned again, %d carried from %s\n", len(again), len(r.paths), len(r.carried), prev.ExecutionID)
-	return true
+	return nil
 }
 
 // toRun returns the stacks (as listed) whose scripts run: all but the carried ones.

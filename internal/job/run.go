@@ -202,7 +202,6 @@ type run struct {
 	initErr   error    // Init's outcome
 	initPanic *goPanic // a panic while sending Init
 	initSaid  bool     // sayInit has said what Init's answer was
-	initFail  bool     // awaitInit has made initPanic the run's error
 	// draining is the pump's drain under way (startDrain; one pump at a time), which drain
 	// waits for.
 	draining *pendingDrain
@@ -216,8 +215,11 @@ type run struct {
 	noFinalize bool
 	// execGiven: the execution id was given (RunOptions.ExecutionID), not made up.
 	execGiven bool
-	// revokeAtFinish: finish revokes the execution's lease (a fan-out apply's merge).
-	revokeAtFinish bool
+	// lease is the gate's lease the job holds until it revokes it (nil: none): run apply's
+	// from its gate check, a fan-out apply's merge the one its shards shared.
+	lease *lease
+	// pump tails the stacks' logs while a script runs (nil: none), from announce until drained.
+	pump *runner.LogPump
 	// shardsGate is the gate verdict a merge takes from its shards' results.
 	shardsGate *GateResult
 	// carried are the stacks --rerun-failed does not plan again, with what the earlier plan
@@ -230,64 +232,81 @@ type run struct {
 // printed). The result's Error says why the run failed; nil is success. Cancel ctx with a
 // SignalCause to interrupt the run: terramate's process group gets the signal, and the run
 // still drains, finalizes (cancelled), revokes the lease and writes the result.
-func Run(ctx context.Context, o RunOptions) (res *Result) {
+func Run(ctx context.Context, o RunOptions) *Result {
 	r := newRun(o)
 	ctx, r.cancelRun = context.WithCancelCause(ctx)
 	defer r.cancelRun(nil)
-	defer func() {
-		if p := recover(); p != nil {
-			r.fail(newResultError(KindInternal, r.step, fmt.Sprintf("panic: %v\n%s", p, debug.Stack())))
-		}
-		r.finish(ctx)
-		res = r.res
-	}()
-	if !r.setup() {
-		return
-	}
-	ok := r.discover(ctx)
-	r.awaitHead()
-	if !ok {
-		return
-	}
-	if o.RerunFailed && !r.selectRerun(ctx) {
-		return
+	err := r.do(ctx, r.steps())
+	r.finish(ctx, err)
+	return r.res
+}
+
+// step is one step of a job: it returns the error that ends the job (a *ResultError), or nil
+// to go on.
+type step func(ctx context.Context) error
+
+// steps lists the steps of the run's op, in order. Whatever they end in, finish follows.
+func (r *run) steps() []step {
+	o := &r.o
+	steps := []step{r.setup, r.discoverAndHead}
+	if o.RerunFailed {
+		steps = append(steps, r.selectRerun)
 	}
 	if o.Matrix > 0 {
-		r.matrix(ctx)
-		return
+		return append(steps, r.matrix) // a fan-out's first job announces the execution, runs nothing
 	}
-	if o.Shard != "" && !r.selectShard() {
-		return
+	if o.Shard != "" {
+		steps = append(steps, r.selectShard)
 	}
 	if o.DryRun {
-		r.dryRun(ctx)
-		return
+		return append(steps, r.dryRun)
 	}
-	pump := r.init(ctx)
+	steps = append(steps, r.announce, r.plan)
+	if o.Op == OpApply {
+		steps = append(steps, r.apply)
+	}
+	return steps
+}
+
+// do runs steps in order until one fails, and returns its error. A panic in a step is the
+// run's internal error, named after the step it happened in.
+func (r *run) do(ctx context.Context, steps []step) (err error) {
 	defer func() {
-		if pump != nil {
-			r.drain(ctx, pump)
+		if p := recover(); p != nil {
+			err = newResultError(KindInternal, r.step, fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))
 		}
 	}()
-
-	// Plan (run plan; and the fresh plan run apply gates on).
-	planScript := r.planScr
-	if r.planning() {
-		planScript = r.script
+	for _, s := range steps {
+		if err := s(ctx); err != nil {
+			return err
+		}
 	}
-	outcome, runErr := r.scriptRun(ctx, "plan", planScript, nil, pump)
-	r.awaitInit(true)
+	return nil
+}
+
+// discoverAndHead discovers the stacks, then records the commit git named for HEAD (setup
+// asked while discovery ran).
+func (r *run) discoverAndHead(ctx context.Context) error {
+	err := r.discover(ctx)
+	r.awaitHead()
+	return err
+}
+
+// plan runs the plan script (the work of run plan and run drift; for run apply the fresh plan
+// the gate checks) and classifies the stacks' plans.
+func (r *run) plan(ctx context.Context) error {
+	script := r.planScr
+	if r.planning() {
+		script = r.script
+	}
+	outcome, runErr := r.scriptRun(ctx, "plan", script, nil, r.pump)
+	if err := r.initError(); err != nil {
+		return err
+	}
 	if ctx.Err() == nil || r.planning() {
 		r.classify(outcome, r.planning())
 	}
-	if !r.scriptFailed("plan", outcome, runErr, ctx) {
-		if o.Op == OpApply {
-			r.drain(ctx, pump)
-			pump = nil
-			r.apply(ctx)
-		}
-	}
-	return
+	return r.scriptError(ctx, "plan", outcome, runErr)
 }
 
 func newRun(o RunOptions) *run {
@@ -331,22 +350,35 @@ func (r *run) warn(format string, a ...any) {
 	fmt.Fprintln(r.errOut, "tfstackplan: warning:", msg)
 }
 
-// fail records the run's error (the first one wins; a later cancel does not hide a failure).
-func (r *run) fail(e *ResultError) {
-	if r.res.Error == nil {
-		r.res.Error = e
+// asResultError is err as the result document says it (nil: no error); an error that is not
+// a *ResultError is internal, in step.
+func asResultError(step string, err error) *ResultError {
+	if err == nil {
+		return nil
 	}
+	var re *ResultError
+	if !errors.As(err, &re) {
+		re = newResultError(KindInternal, step, err.Error())
+	}
+	return re
 }
 
-// finish finalizes the execution on the server and writes every output. It runs on every path.
-func (r *run) finish(ctx context.Context) {
+// finish sets the run's outcome from err (the steps' error; nil: they all went through), once,
+// then finalizes the execution on the server and writes every output. It runs on every path.
+func (r *run) finish(ctx context.Context, err error) {
+	r.drain(ctx, r.pump) // the logs of a run that ended in its plan step
+	r.pump = nil
 	r.begin("outputs")
-	r.awaitHead()      // when setup failed after asking git
-	r.awaitInit(false) // when the flow ended before it said what Init's answer was
-	res := r.res
-	if res.Error == nil && ctx.Err() != nil {
-		r.failCancelled(ctx)
+	r.awaitHead() // when setup failed after asking git
+	// When the steps ended before it was said what Init's answer was.
+	if initErr := r.initError(); err == nil {
+		err = initErr
 	}
+	if err == nil && ctx.Err() != nil {
+		err = r.cancelled(ctx, r.step, "")
+	}
+	res := r.res
+	res.Error = asResultError(r.step, err)
 	if res.Signal == nil {
 		var sc runner.SignalCause
 		if errors.As(context.Cause(ctx), &sc) {
@@ -382,13 +414,7 @@ func (r *run) finish(ctx context.Context) {
 	r.markDrift()
 	r.fillLogTails()
 	r.finalize(ctx)
-	if r.revokeAtFinish {
-		requester := ""
-		if res.Gate != nil {
-			requester = res.Gate.Requester
-		}
-		r.revoke(ctx, requester, res.Status)
-	}
+	r.revokeLease(ctx, res.Status)
 	if !r.noFinalize {
 		r.askNeeds(ctx)
 	}

@@ -20,13 +20,13 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
-// failTerramate records a terramate failure (or the cancellation that caused it).
-func (r *run) failTerramate(step string, err error, ctx context.Context) {
+// terramateError is the run's error for a terramate failure in step (or for the cancellation
+// that caused it).
+func (r *run) terramateError(ctx context.Context, step string, err error) error {
 	if ctx.Err() != nil {
-		r.failCancelled(ctx)
-		return
+		return r.cancelled(ctx, r.step, "")
 	}
-	r.fail(newResultError(KindTerramate, step, err.Error()))
+	return newResultError(KindTerramate, step, err.Error())
 }
 
 // interruptedLocks marks every stack the interrupt caught in the middle of its script with the
@@ -51,11 +51,9 @@ func (r *run) interruptedLocks(out scriptOutcome, killed bool) string {
 	return b.String()
 }
 
-func (r *run) failCancelled(ctx context.Context) { r.failCancelledIn(ctx, r.step, "") }
-
-// failCancelledIn records that the run was cancelled during step; detail is added to the
-// message.
-func (r *run) failCancelledIn(ctx context.Context, step, detail string) {
+// cancelled is the run's error when it was cancelled during step (and the signal that
+// cancelled it, if any, goes on the result); detail is added to the message.
+func (r *run) cancelled(ctx context.Context, step, detail string) error {
 	cause := context.Cause(ctx)
 	var sc runner.SignalCause
 	if errors.As(cause, &sc) {
@@ -65,10 +63,10 @@ func (r *run) failCancelledIn(ctx context.Context, step, detail string) {
 	if cause != nil && !errors.Is(cause, context.Canceled) {
 		msg += ": " + cause.Error()
 	}
-	r.fail(newResultError(KindCancelled, step, msg+detail))
+	return newResultError(KindCancelled, step, msg+detail)
 }
 
-func (r *run) dryRun(ctx context.Context) {
+func (r *run) dryRun(ctx context.Context) error {
 	r.begin("dry-run")
 	w := newScriptWatcher(r.out)
 	err := r.tm.ScriptRun(ctx, w, runner.ScriptRunOptions{
@@ -76,8 +74,9 @@ func (r *run) dryRun(ctx context.Context) {
 		ContinueOnError: r.o.ContinueOnError, DryRun: true, Env: r.scriptEnv("", nil),
 	})
 	if err != nil {
-		r.failTerramate("dry-run", err, ctx)
+		return r.terramateError(ctx, "dry-run", err)
 	}
+	return nil
 }
 
 // scriptEnv is the environment terramate and the scripts get.
@@ -347,13 +346,12 @@ func (r *run) relayTicks(ctx context.Context, t *runner.TickReader, live bool, j
 	}
 }
 
-// scriptFailed records what a script run's failure means for the run; true when the run must
-// stop here.
-func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx context.Context) bool {
+// scriptError is what a script run's failure means for the run: the error that stops it here
+// (nil: the run goes on).
+func (r *run) scriptError(ctx context.Context, step string, out scriptOutcome, runErr error) error {
 	if ctx.Err() != nil {
 		// Named after the step interrupted, not the classification that followed it.
-		r.failCancelledIn(ctx, step, r.interruptedLocks(out, errors.Is(runErr, runner.ErrKilledAfterGrace)))
-		return true
+		return r.cancelled(ctx, step, r.interruptedLocks(out, errors.Is(runErr, runner.ErrKilledAfterGrace)))
 	}
 	var failedStacks []string
 	for i, e := range r.res.Stacks {
@@ -370,12 +368,10 @@ func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx con
 		if len(failedStacks) > 0 {
 			msg = "failed stacks: " + strings.Join(failedStacks, ", ") + "\n" + msg
 		}
-		r.fail(newResultError(kind, step, msg))
-		return true
+		return newResultError(kind, step, msg)
 	}
 	if len(failedStacks) > 0 {
-		r.fail(newResultError(KindScript, step, "failed stacks: "+strings.Join(failedStacks, ", ")))
-		return true
+		return newResultError(KindScript, step, "failed stacks: "+strings.Join(failedStacks, ", "))
 	}
 	var unclassified []string
 	for _, e := range r.res.Stacks {
@@ -384,8 +380,7 @@ func (r *run) scriptFailed(step string, out scriptOutcome, runErr error, ctx con
 		}
 	}
 	if len(unclassified) > 0 {
-		r.fail(newResultError(KindClassify, step, "plans that could not be read:\n"+strings.Join(unclassified, "\n")))
-		return true
+		return newResultError(KindClassify, step, "plans that could not be read:\n"+strings.Join(unclassified, "\n"))
 	}
-	return false
+	return nil
 }

@@ -20,43 +20,38 @@ import (
 
 // setup resolves the configuration: the environment block, the flags over it, the directory,
 // the server client and the GitHub context.
-func (r *run) setup() bool {
+func (r *run) setup(context.Context) error {
 	o := &r.o
-	if o.Op != OpPlan && o.Op != OpApply && !r.setupDrift() {
-		return false
+	if o.Op != OpPlan && o.Op != OpApply {
+		if err := r.setupDrift(); err != nil {
+			return err
+		}
 	}
 	if strings.TrimSpace(o.Environment) == "" {
-		r.fail(newResultError(KindUsage, "config", "--environment is required"))
-		return false
+		return newResultError(KindUsage, "config", "--environment is required")
 	}
 	if o.Parallel < 0 {
-		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--parallel must not be negative, got %d", o.Parallel)))
-		return false
+		return newResultError(KindUsage, "config", fmt.Sprintf("--parallel must not be negative, got %d", o.Parallel))
 	}
 	if o.PR < 0 {
-		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--pr must be a positive pull request number, got %d", o.PR)))
-		return false
+		return newResultError(KindUsage, "config", fmt.Sprintf("--pr must be a positive pull request number, got %d", o.PR))
 	}
 	if msg := cmp.Or(fanOutUsage(o), rerunUsage(o)); msg != "" {
-		r.fail(newResultError(KindUsage, "config", msg))
-		return false
+		return newResultError(KindUsage, "config", msg)
 	}
 	wd := o.WorkDir
 	if wd == "" {
 		var err error
 		if wd, err = os.Getwd(); err != nil {
-			r.fail(newResultError(KindConfig, "config", err.Error()))
-			return false
+			return newResultError(KindConfig, "config", err.Error())
 		}
 	}
 	wd, err := filepath.Abs(wd)
 	if err != nil {
-		r.fail(newResultError(KindConfig, "config", err.Error()))
-		return false
+		return newResultError(KindConfig, "config", err.Error())
 	}
 	if r.root, err = runner.NewStackRoot(runner.FindRepoRoot(wd)); err != nil {
-		r.fail(newResultError(KindConfig, "config", err.Error()))
-		return false
+		return newResultError(KindConfig, "config", err.Error())
 	}
 	// When neither the flags nor GitHub's environment name the repository and the commit, git
 	// does: a process of about 10 ms each, nearly all of setup's time when run one after the
@@ -71,14 +66,12 @@ func (r *run) setup() bool {
 	}
 	cfg, err := runner.LoadRepoConfig(r.root.Dir())
 	if err != nil {
-		r.fail(newResultError(KindConfig, "config", err.Error()))
-		return false
+		return newResultError(KindConfig, "config", err.Error())
 	}
 	block := runner.Environment{Name: o.Environment}
 	if cfg != nil {
 		if block, err = cfg.Environment(o.Environment); err != nil {
-			r.fail(newResultError(KindConfig, "config", err.Error()))
-			return false
+			return newResultError(KindConfig, "config", err.Error())
 		}
 	} else {
 		block.ApplyDefaults()
@@ -96,13 +89,11 @@ func (r *run) setup() bool {
 	if real, err := filepath.EvalSymlinks(r.tierAbs); err == nil {
 		r.tierAbs = real
 	} else {
-		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s: %v", r.tierAbs, err)))
-		return false
+		return newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s: %v", r.tierAbs, err))
 	}
 	rel, err := filepath.Rel(r.root.Dir(), r.tierAbs)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		r.fail(newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.root.Dir())))
-		return false
+		return newResultError(KindConfig, "config", fmt.Sprintf("terramate directory %s is outside the repository %s", r.tierAbs, r.root.Dir()))
 	}
 	if rel == "." {
 		rel = ""
@@ -124,13 +115,11 @@ func (r *run) setup() bool {
 	def(&o.LockTimeout, DefaultLockTimeout)
 	// tofu would refuse it in every stack, each failing on its own: refuse it once, here.
 	if d, err := time.ParseDuration(o.LockTimeout); err != nil || d < 0 {
-		r.fail(newResultError(KindUsage, "config", fmt.Sprintf("--lock-timeout %q is not a duration such as 0s, 30s or 5m", o.LockTimeout)))
-		return false
+		return newResultError(KindUsage, "config", fmt.Sprintf("--lock-timeout %q is not a duration such as 0s, 30s or 5m", o.LockTimeout))
 	}
 	for name, v := range map[string]string{"--log-file": o.LogFile, "--plan-file": o.PlanJSON, "--plan-out": o.PlanOut} {
 		if strings.ContainsAny(v, `/\`) || v == "." || v == ".." || strings.ContainsRune(v, 0) {
-			r.fail(newResultError(KindUsage, "config", fmt.Sprintf("%s %q must be a plain file name inside each stack directory", name, v)))
-			return false
+			return newResultError(KindUsage, "config", fmt.Sprintf("%s %q must be a plain file name inside each stack directory", name, v))
 		}
 	}
 	r.planScr = block.PlanScript
@@ -144,8 +133,7 @@ func (r *run) setup() bool {
 
 	repo, rerr := r.repo(origin)
 	if rerr != nil {
-		r.fail(rerr)
-		return false
+		return rerr
 	}
 	o.Repo = repo
 	def(&o.SHA, r.gh.SHA)
@@ -166,23 +154,23 @@ func (r *run) setup() bool {
 	r.client = o.Client
 	if r.client == nil {
 		c, err := runner.RunClient(block, r.getenv)
-		switch {
-		case err == nil:
+		if err == nil {
 			r.client = c
-		case !r.unusable(err, fmt.Sprintf("the tfstackplan server cannot be used, reporting is off: %v", err)):
-			return false
+		} else if err := r.unusable(err, fmt.Sprintf("the tfstackplan server cannot be used, reporting is off: %v", err)); err != nil {
+			return err
 		}
 	}
-	if r.client.Enabled() && o.Repo == "" && !r.unusable(ErrNoRepo, ErrNoRepo.Error()+"; reporting disabled") {
-		return false
+	if r.client.Enabled() && o.Repo == "" {
+		if err := r.unusable(ErrNoRepo, ErrNoRepo.Error()+"; reporting disabled"); err != nil {
+			return err
+		}
 	}
 	if r.client.Enabled() {
 		r.res.Server = r.client.BaseURL()
 		r.res.ExecutionURL = executionURL(r.res.Server, o.ExecutionID)
 	}
 	if o.Op == OpApply && o.PR <= 0 && r.client.Enabled() {
-		r.fail(newResultError(KindUsage, "config", "run apply needs the pull request whose plan was approved: pass --pr (or run on a pull_request event)"))
-		return false
+		return newResultError(KindUsage, "config", "run apply needs the pull request whose plan was approved: pass --pr (or run on a pull_request event)")
 	}
 
 	r.tm = o.Terramate
@@ -192,21 +180,20 @@ func (r *run) setup() bool {
 	tm := *r.tm
 	tm.Dir = r.tierAbs
 	r.tm = &tm
-	return true
+	return nil
 }
 
 // unusable deals with a configured server the run cannot use, for the reason err: an apply is
 // denied (the gate cannot be asked, and an apply never runs unchecked) and unusable returns
-// false; a plan goes on with a client that reports nothing, after warning.
-func (r *run) unusable(err error, warning string) bool {
+// the denial; a plan goes on with a client that reports nothing, after warning (nil).
+func (r *run) unusable(err error, warning string) error {
 	if r.o.Op == OpApply {
-		r.fail(newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error()))
 		r.res.Gate = &GateResult{Verdict: runner.VerdictNotSatisfied.String(), Message: err.Error()}
-		return false
+		return newResultError(KindGate, "config", "the gate cannot be checked: "+err.Error())
 	}
 	r.warn("%s", warning)
 	r.client = runner.BrokenClient(err)
-	return true
+	return nil
 }
 
 // awaitHead records the commit git named for HEAD, once setup's call (if any) has answered.

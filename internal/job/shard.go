@@ -250,7 +250,7 @@ func (r *run) rootEdges() []events.Edge {
 
 // matrix is a fan-out's matrix job: it cuts the stacks, marks each with its shard, announces
 // the execution with all of them and leaves it running for the shards.
-func (r *run) matrix(ctx context.Context) {
+func (r *run) matrix(ctx context.Context) error {
 	r.begin("matrix")
 	var weights map[string]time.Duration
 	if r.client.Enabled() {
@@ -271,20 +271,16 @@ func (r *run) matrix(ctx context.Context) {
 	}
 	r.res.Matrix = m
 	r.noFinalize = true
-	if pump := r.init(ctx); pump != nil {
-		r.awaitInit(false)
-		r.drain(ctx, pump)
-	}
+	return r.announce(ctx)
 }
 
 // selectShard narrows the run to its shard's stacks: the matrix job's cut when its result
 // document is given, else the cut made again by stack count.
-func (r *run) selectShard() bool {
+func (r *run) selectShard(context.Context) error {
 	r.begin("shard")
 	k, n, _ := parseShard(r.o.Shard)
-	fail := func(format string, a ...any) bool {
-		r.fail(newResultError(KindUsage, "shard", fmt.Sprintf(format, a...)))
-		return false
+	fail := func(format string, a ...any) error {
+		return newResultError(KindUsage, "shard", fmt.Sprintf(format, a...))
 	}
 	var m *Matrix
 	if r.o.MatrixResult != "" {
@@ -325,7 +321,7 @@ func (r *run) selectShard() bool {
 	r.res.Shard = r.o.Shard
 	r.subset = true
 	r.noFinalize = true
-	return true
+	return nil
 }
 
 // keepOnly narrows the run's stacks to keep (repository paths).
