@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 
 	"github.com/tfstackplan/tfstackplan/runner"
@@ -60,34 +59,7 @@ func (r *run) selectRerun(ctx context.Context) error {
 	}
 	// What runs after a stack planned again is planned again too: its plan may read the
 	// other's outputs.
-	next := map[string][]string{}
-	for _, e := range r.rootEdges() {
-		next[e.From] = append(next[e.From], e.To)
-	}
-	for _, p := range r.paths {
-		for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
-			if _, ok := r.entry[d]; ok {
-				next[d] = append(next[d], p)
-				break
-			}
-		}
-	}
-	queue := make([]string, 0, len(again))
-	for _, p := range r.paths {
-		if again[p] {
-			queue = append(queue, p)
-		}
-	}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, n := range next[p] {
-			if !again[n] {
-				again[n] = true
-				queue = append(queue, n)
-			}
-		}
-	}
+	again = newGraph(r.paths, r.rootEdges()).withAfter(again)
 	r.carried = map[string]api.StackState{}
 	for _, p := range r.paths {
 		if !again[p] {

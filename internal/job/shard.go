@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,19 +97,10 @@ func Cut(stacks []string, edges []events.Edge, weights map[string]time.Duration,
 			parent[max(ra, rb)] = min(ra, rb)
 		}
 	}
-	for _, e := range edges {
-		a, okA := index[e.From]
-		b, okB := index[e.To]
-		if okA && okB {
-			union(a, b)
-		}
-	}
+	g := newGraph(stacks, edges)
 	for i, s := range stacks {
-		for d := path.Dir(s); d != "." && d != "/"; d = path.Dir(d) {
-			if j, ok := index[d]; ok {
-				union(i, j)
-				break // d is joined to its own ancestors in its turn
-			}
+		for _, t := range g.next[s] {
+			union(i, index[t])
 		}
 	}
 
@@ -350,15 +340,9 @@ func (r *run) keepOnly(keep map[string]bool) {
 // the stack it is nested in (the nearest one among the run's).
 func (r *run) after() map[string][]string {
 	after := map[string][]string{}
-	for _, e := range r.res.Edges {
-		after[e.To] = append(after[e.To], e.From)
-	}
-	for _, p := range r.paths {
-		for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
-			if outer, ok := r.byPath[d]; ok {
-				after[r.byPath[p]] = append(after[r.byPath[p]], outer)
-				break
-			}
+	for p, before := range newGraph(r.paths, r.rootEdges()).prev {
+		for _, b := range before {
+			after[r.byPath[p]] = append(after[r.byPath[p]], r.byPath[b])
 		}
 	}
 	return after
