@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/runner"
@@ -159,7 +158,6 @@ type run struct {
 	tierAbs string           // absolute terramate directory
 	tierRel string           // tierAbs relative to the root, "" at the root
 	block   runner.Environment
-	client  *runner.Client
 	tm      *runner.Terramate
 	script  string // the op's script
 	planScr string // the plan script (apply runs it first)
@@ -182,26 +180,10 @@ type run struct {
 	// the tick relay writes it, and only while the script runs.
 	early map[string]*plan.Stack
 
-	cancelRun  context.CancelCauseFunc
-	seq        int64
-	seqMu      sync.Mutex // guards seq and unreported
-	unreported map[string]int
-	stepStart  time.Time
-	step       string
-	finalized  bool
-	inited     bool
-	// stopBeat ends the heartbeats (nil: none were started).
-	stopBeat func()
-	// announced is closed once the execution's Init was answered (nil: no Init was sent). Init
-	// goes out as the scripts start; refused, initErr and initPanic are read only after it.
-	announced chan struct{}
-	// refused is the server's refusal of the execution's Init (403: another principal
-	// announced this id, or the token may not run; 400: the server will never take it):
-	// nothing more is sent for it. Read it through refusal.
-	refused   error
-	initErr   error    // Init's outcome
-	initPanic *goPanic // a panic while sending Init
-	initSaid  bool     // sayInit has said what Init's answer was
+	// reporter reports the execution to the control plane (its client is the run's).
+	*reporter
+	stepStart time.Time
+	step      string
 	// draining is the pump's drain under way (startDrain; one pump at a time), which drain
 	// waits for.
 	draining *pendingDrain
@@ -323,6 +305,7 @@ func newRun(o RunOptions) *run {
 	if r.errOut == nil {
 		r.errOut = io.Discard
 	}
+	r.reporter = &reporter{client: o.Client, execID: o.ExecutionID, every: o.Heartbeat, warnf: r.warn, clock: r.now}
 	r.gh = GitHubFromEnv(r.getenv)
 	if r.o.Pump.Masker == nil {
 		r.o.Pump.Masker = runner.NewMasker()
