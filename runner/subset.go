@@ -132,7 +132,7 @@ func (t *Terramate) runOneStack(ctx context.Context, shared *lineSink, o ScriptR
 	args = append(args, words...)
 	tail := newTMTailBuffer(stderrTailLimit)
 	lines := &lineWriter{sink: shared}
-	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(lines, tail)}, every: ScriptOutputInterval}
+	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(lines, tail)}, every: scriptOutputInterval}
 	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), out, out)
 	lines.flush()
 	if err == nil {

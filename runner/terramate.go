@@ -286,7 +286,7 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 	// Both streams in one paced pipe (see pacedWriter): the tail an error quotes is then the
 	// end of the output as a terminal shows it, the tools' own messages included.
 	tail := newTMTailBuffer(stderrTailLimit)
-	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(w, tail)}, every: ScriptOutputInterval}
+	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(w, tail)}, every: scriptOutputInterval}
 	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), out, out)
 	if err == nil {
 		return nil

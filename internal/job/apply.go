@@ -32,7 +32,10 @@ type lease struct {
 // apply asks the gate, then runs the apply script with the leased requester, then revokes the
 // lease (finish revokes one still held, should the apply have panicked).
 func (r *run) apply(ctx context.Context) error {
-	r.drain(ctx, r.pump) // the plan script's logs, before the apply script's start
+	// The plan script's logs, before the apply script's start.
+	if err := r.drain(ctx, r.pump); err != nil {
+		return err
+	}
 	r.pump = nil
 	r.begin("gate")
 	var stacks []events.StackPlan
@@ -91,8 +94,14 @@ func (r *run) apply(ctx context.Context) error {
 		extra = append(extra, EnvRequester+"="+v.Requester, EnvImpersonate+"="+v.Requester)
 	}
 	pump := r.startPump(ctx, announcedLongAgo)
-	out, runErr := r.scriptRun(ctx, "apply", r.script, extra, pump)
-	r.drain(ctx, pump)
+	out, runErr, err := r.scriptRun(ctx, "apply", r.script, extra, pump)
+	if derr := r.drain(ctx, pump); err == nil && derr != nil {
+		err = derr
+	}
+	if err != nil {
+		r.revokeLease(ctx, "failed")
+		return err
+	}
 	for i := range r.res.Stacks {
 		e := &r.res.Stacks[i]
 		e.Status = out.status(e.Path, false)
@@ -101,7 +110,7 @@ func (r *run) apply(ctx context.Context) error {
 		}
 	}
 	r.sendAllUpdates(context.WithoutCancel(ctx))
-	err := r.scriptError(ctx, "apply", out, runErr)
+	err = r.scriptError(ctx, "apply", out, runErr)
 	outcome := "succeeded"
 	switch {
 	case err != nil && ctx.Err() != nil:

@@ -24,12 +24,19 @@ func (r *run) discover(ctx context.Context) error {
 	if !r.o.All {
 		why = goCall(func() ([]string, error) { return r.tm.WhyLines(cctx, r.o.Base) })
 	}
-	abandon := func() {
+	// abandon stops the other two calls and waits for them; a panic in one is the run's error.
+	abandon := func() error {
 		stopCalls()
-		_, _ = graph.wait()
-		if why != nil {
-			_, _ = why.wait()
+		_, gerr := graph.wait()
+		if perr := panicError(r.step, gerr); perr != nil {
+			return perr
 		}
+		if why != nil {
+			if _, werr := why.wait(); panicError(r.step, werr) != nil {
+				return panicError(r.step, werr)
+			}
+		}
+		return nil
 	}
 	var listed []string
 	var err error
@@ -39,7 +46,9 @@ func (r *run) discover(ctx context.Context) error {
 		listed, err = r.tm.ChangedStacks(ctx, r.o.Base)
 	}
 	if err != nil {
-		abandon()
+		if perr := abandon(); perr != nil {
+			return perr
+		}
 		return r.terramateError(ctx, "discover", err)
 	}
 	r.byPath = map[string]string{}
@@ -50,7 +59,9 @@ func (r *run) discover(ctx context.Context) error {
 		}
 		p = path.Clean(p)
 		if _, err := r.root.StackPath(p); err != nil {
-			abandon()
+			if perr := abandon(); perr != nil {
+				return perr
+			}
 			return newResultError(KindTerramate, "discover", fmt.Sprintf("terramate listed stack %q, which is not a directory inside the repository: %v", s, err))
 		}
 		if _, dup := r.byPath[p]; dup {
@@ -62,13 +73,17 @@ func (r *run) discover(ctx context.Context) error {
 	}
 	r.why = map[string][]string{}
 	if len(r.listed) == 0 {
-		abandon()
-		return nil
+		return abandon()
 	}
 	if why != nil {
 		lines, err := why.wait()
+		if perr := panicError(r.step, err); perr != nil {
+			return perr
+		}
 		if err != nil {
-			abandon()
+			if perr := abandon(); perr != nil {
+				return perr
+			}
 			return r.terramateError(ctx, "discover", err)
 		}
 		for _, cr := range runner.ParseWhyLines(lines, listed) {
@@ -80,6 +95,9 @@ func (r *run) discover(ctx context.Context) error {
 		}
 	}
 	g, err := graph.wait()
+	if perr := panicError(r.step, err); perr != nil {
+		return perr
+	}
 	if err != nil {
 		return r.terramateError(ctx, "discover", err)
 	}
@@ -114,12 +132,12 @@ func goCall[T any](f func() (T, error)) *call[T] {
 	return c
 }
 
-// wait returns what the call returned once it has, and raises its panic again on the
-// caller's goroutine (where Run recovers it).
+// wait returns what the call returned once it has; a panic in the call is its error (a
+// *goPanic, see panicError).
 func (c *call[T]) wait() (T, error) {
 	<-c.done
 	if c.panic != nil {
-		panic(*c.panic)
+		return c.value, c.panic
 	}
 	return c.value, c.err
 }

@@ -127,10 +127,10 @@ type pendingDrain struct {
 }
 
 // drain waits for the pump's drain (starting it when startDrain did not) and says what did not
-// reach the server.
-func (r *run) drain(ctx context.Context, p *runner.LogPump) {
+// reach the server. A panic in the drain is the run's error.
+func (r *run) drain(ctx context.Context, p *runner.LogPump) *ResultError {
 	if p == nil {
-		return
+		return nil
 	}
 	step := r.step
 	r.begin("drain")
@@ -145,7 +145,10 @@ func (r *run) drain(ctx context.Context, p *runner.LogPump) {
 		stop := time.AfterFunc(b, d.cancel)
 		defer stop.Stop()
 	}
-	rep, _ := d.call.wait()
+	rep, err := d.call.wait()
+	if perr := panicError(step, err); perr != nil {
+		return perr
+	}
 	r.nextGens = p.NextGenerations()
 	switch {
 	case rep.Stopped != nil && errors.Is(rep.Stopped, r.silenced()):
@@ -158,4 +161,5 @@ func (r *run) drain(ctx context.Context, p *runner.LogPump) {
 	for _, e := range rep.Errors {
 		r.warn("logs: %s", e)
 	}
+	return nil
 }

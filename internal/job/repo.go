@@ -83,6 +83,9 @@ func (r *run) repo(origin *call[string]) (string, *ResultError) {
 	if origin == nil { // setup starts it whenever the flag and the environment are empty
 		return "", nil
 	}
-	remote, _ := origin.wait()
+	remote, err := origin.wait()
+	if perr := panicError("config", err); perr != nil {
+		return "", perr
+	}
 	return RepoFromRemote(remote), nil
 }

@@ -176,7 +176,7 @@ func (r *reporter) sayInit() {
 
 // initError waits for Init's answer and says what it was (sayInit). A panic while sending Init
 // is the run's error (internal, step init); nil otherwise.
-func (r *reporter) initError() error {
+func (r *reporter) initError() *ResultError {
 	r.sayInit()
 	if p := r.initPanic; p != nil {
 		return newResultError(KindInternal, "init", "panic: "+p.String())
@@ -273,8 +273,8 @@ func finalizeBudget(size int) time.Duration {
 	return runner.SizedBudget(CleanupBudget, size)
 }
 
-// goPanic is a panic recovered in one of the flow's goroutines, raised again on the flow's
-// own goroutine (where Run recovers it) with the stack it happened on.
+// goPanic is a panic recovered in one of the flow's goroutines, with the stack it happened
+// on; the flow takes it as an error (panicError).
 type goPanic struct {
 	value any
 	stack []byte
@@ -282,6 +282,19 @@ type goPanic struct {
 
 func (g goPanic) String() string {
 	return fmt.Sprintf("%v\n\n[raised in another goroutine]\n%s", g.value, g.stack)
+}
+
+// Error makes a goPanic the error of the call it ended (call.wait).
+func (g *goPanic) Error() string { return g.String() }
+
+// panicError is the run's internal error in step when err is a panic recovered on another
+// goroutine (a *goPanic); nil otherwise.
+func panicError(step string, err error) *ResultError {
+	var gp *goPanic
+	if errors.As(err, &gp) {
+		return newResultError(KindInternal, step, "panic: "+gp.String())
+	}
+	return nil
 }
 
 // catchPanic, deferred by a goroutine of the flow, recovers its panic into *p.

@@ -270,7 +270,9 @@ func (r *run) do(ctx context.Context, steps []step) (err error) {
 // asked while discovery ran).
 func (r *run) discoverAndHead(ctx context.Context) error {
 	err := r.discover(ctx)
-	r.awaitHead()
+	if headErr := r.awaitHead(); err == nil && headErr != nil {
+		err = headErr
+	}
 	return err
 }
 
@@ -281,7 +283,10 @@ func (r *run) plan(ctx context.Context) error {
 	if r.planning() {
 		script = r.script
 	}
-	outcome, runErr := r.scriptRun(ctx, "plan", script, nil, r.pump)
+	outcome, runErr, err := r.scriptRun(ctx, "plan", script, nil, r.pump)
+	if err != nil {
+		return err
+	}
 	if err := r.initError(); err != nil {
 		return err
 	}
@@ -349,13 +354,16 @@ func asResultError(step string, err error) *ResultError {
 // finish sets the run's outcome from err (the steps' error; nil: they all went through), once,
 // then finalizes the execution on the server and writes every output. It runs on every path.
 func (r *run) finish(ctx context.Context, err error) {
-	r.drain(ctx, r.pump) // the logs of a run that ended in its plan step
+	drainErr := r.drain(ctx, r.pump) // the logs of a run that ended in its plan step
 	r.pump = nil
 	r.begin("outputs")
-	r.awaitHead() // when setup failed after asking git
+	headErr := r.awaitHead() // when setup failed after asking git
 	// When the steps ended before it was said what Init's answer was.
-	if initErr := r.initError(); err == nil {
-		err = initErr
+	initErr := r.initError()
+	for _, e := range []*ResultError{drainErr, headErr, initErr} {
+		if err == nil && e != nil {
+			err = e
+		}
 	}
 	if err == nil && ctx.Err() != nil {
 		err = r.cancelled(ctx, r.step, "")

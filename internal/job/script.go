@@ -137,9 +137,10 @@ func ensureSelfOnPath(getenv func(string) string) string {
 	return selfDir.dir
 }
 
-// scriptRun runs one terramate script over the selected stacks and says what happened to each;
-// pump (nil: none) tails their logs, and its drain starts as soon as terramate returns.
-func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string, pump *runner.LogPump) (scriptOutcome, error) {
+// scriptRun runs one terramate script over the selected stacks and says what happened to each
+// (out), with terramate's own error (runErr); pump (nil: none) tails their logs, and its drain
+// starts as soon as terramate returns. err is the run's own failure: a panic in the tick relay.
+func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []string, pump *runner.LogPump) (scriptOutcome, error, error) {
 	r.begin(step)
 	tickDir, err := os.MkdirTemp("", "tfstackplan-ticks-")
 	if err != nil {
@@ -169,7 +170,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		fmt.Fprintf(r.out, "::stop-commands::%s\n", resume)
 	}
 	var ticks *runner.TickReader
-	stopRelay := func() {}
+	stopRelay := func() *ResultError { return nil }
 	if tickDir != "" {
 		ticks = runner.NewTickReader(tickDir, func(stack string) bool { _, ok := r.byPath[stack]; return ok })
 		stopRelay = r.relayTicks(ctx, ticks, step == "plan" && r.planning(), jl)
@@ -197,7 +198,10 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 		runErr = r.tm.ScriptRun(ctx, w, sro)
 	}
 	r.startDrain(ctx, pump)
-	stopRelay()
+	var broken error // the relay's panic
+	if relayErr := stopRelay(); relayErr != nil {
+		broken = relayErr
+	}
 	if resume != "" {
 		fmt.Fprintf(r.out, "\n::%s::\n::endgroup::\n", resume)
 	}
@@ -233,7 +237,7 @@ func (r *run) scriptRun(ctx context.Context, step, script string, extraEnv []str
 			fmt.Fprintln(r.out, "::endgroup::")
 		}
 	}
-	return out, runErr
+	return out, runErr, broken
 }
 
 // TickRelayInterval is how often the driver looks for new ticks to relay to the server (with
@@ -251,12 +255,13 @@ const TickRelayInterval = 500 * time.Millisecond
 // left, posts it, and waits. Without a server a plan still classifies early (the run's end then
 // has that much less to do); an apply only reads the ticks, at stop, for the stacks' statuses,
 // unless jl (the job's own log, nil when off) is to hear of each stack that ticks done.
-func (r *run) relayTicks(ctx context.Context, t *runner.TickReader, live bool, jl *jobLog) (stop func()) {
+func (r *run) relayTicks(ctx context.Context, t *runner.TickReader, live bool, jl *jobLog) (stop func() *ResultError) {
 	if !r.client.Enabled() && !live && jl == nil {
 		var once sync.Once
-		return func() { once.Do(func() { t.Next() }) }
+		return func() *ResultError { once.Do(func() { t.Next() }); return nil }
 	}
-	post := func(recs []runner.TickRecord) {
+	// post relays recs; a panic while posting the phases is returned.
+	post := func(recs []runner.TickRecord) *goPanic {
 		// Waits for Init's answer (sent as the scripts started); the ticks wait in their file.
 		reporting := r.reporting()
 		r.sayInit()
@@ -306,14 +311,17 @@ func (r *run) relayTicks(ctx context.Context, t *runner.TickReader, live bool, j
 		}
 		if reporting {
 			_, err := phases.wait()
+			if gp, ok := err.(*goPanic); ok {
+				return gp
+			}
 			r.event("Phase", err)
 			r.event("Update", r.client.Updates(pctx, updates))
 		}
+		return nil
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
-	// A panic here (classifying a plan, say) is raised again by stop, on the flow's goroutine,
-	// where Run recovers it.
+	// A panic here (classifying a plan, say) is stop's error, the run's.
 	var relayPanic *goPanic
 	go func() {
 		defer close(finished)
@@ -327,22 +335,26 @@ func (r *run) relayTicks(ctx context.Context, t *runner.TickReader, live bool, j
 		for {
 			select {
 			case <-done:
-				post(t.Next())
+				relayPanic = post(t.Next())
 				return
 			case <-tick.C:
-				post(t.Next())
+				if relayPanic = post(t.Next()); relayPanic != nil {
+					return
+				}
 			}
 		}
 	}()
 	var once sync.Once
-	return func() {
+	var err *ResultError
+	return func() *ResultError {
 		once.Do(func() {
 			close(done)
 			<-finished
 			if relayPanic != nil {
-				panic(*relayPanic)
+				err = panicError(r.step, relayPanic)
 			}
 		})
+		return err
 	}
 }
 

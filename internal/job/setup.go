@@ -196,14 +196,19 @@ func (r *run) unusable(err error, warning string) error {
 	return nil
 }
 
-// awaitHead records the commit git named for HEAD, once setup's call (if any) has answered.
-func (r *run) awaitHead() {
+// awaitHead records the commit git named for HEAD, once setup's call (if any) has answered; a
+// panic in the call is the run's error.
+func (r *run) awaitHead() *ResultError {
 	if r.head == nil {
-		return
+		return nil
 	}
-	sha, _ := r.head.wait()
+	sha, err := r.head.wait()
 	r.head = nil
+	if perr := panicError(r.step, err); perr != nil {
+		return perr
+	}
 	r.o.SHA, r.res.SHA = sha, sha
+	return nil
 }
 
 // gitHead returns the commit checked out in dir, "" when git cannot tell (bounded).
