@@ -101,8 +101,9 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 		}
 	}
 	got := map[string]bool{}
+	var gate *GateResult // the merged verdict: a denial wins, then the first allowance
 	for _, file := range o.Shards {
-		shard, shardErr, err := r.mergeShard(m, file, got)
+		shard, shardErr, err := r.mergeShard(m, file, got, &gate)
 		if errors.Is(err, fs.ErrNotExist) {
 			r.warn("shard result %s does not exist: its shard counts as missing", file)
 			continue
@@ -139,11 +140,11 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 	}
 	if m.Op == OpApply {
 		// The shards left the execution's lease to the merge (see run.apply): finish revokes it.
-		r.res.Gate = r.shardsGate
+		r.res.Gate = gate
 		if r.client.Enabled() {
 			r.lease = &lease{}
-			if r.shardsGate != nil {
-				r.lease.requester = r.shardsGate.Requester
+			if gate != nil {
+				r.lease.requester = gate.Requester
 			}
 		}
 	}
@@ -151,9 +152,10 @@ func Merge(ctx context.Context, o MergeOptions) *Result {
 	return r.res
 }
 
-// mergeShard takes one shard job's result into the merge and returns its shard and the shard
-// job's own error (nil: it succeeded); err says why its document does not fit the cut.
-func (r *run) mergeShard(m *Result, file string, got map[string]bool) (shard string, shardErr, err error) {
+// mergeShard takes one shard job's result into the merge (its gate verdict into *gate) and
+// returns its shard and the shard job's own error (nil: it succeeded); err says why its
+// document does not fit the cut.
+func (r *run) mergeShard(m *Result, file string, got map[string]bool, gate **GateResult) (shard string, shardErr, err error) {
 	s, err := ReadResult(file)
 	if err != nil {
 		return "", nil, err
@@ -210,8 +212,8 @@ func (r *run) mergeShard(m *Result, file string, got map[string]bool) (shard str
 		shardErr = &ResultError{Kind: s.Error.Kind, Step: "shard " + s.Shard + " " + s.Error.Step, Tail: s.Error.Tail}
 	}
 	// The merged verdict: a denial wins, then the first allowance.
-	if g := s.Gate; g != nil && (r.shardsGate == nil || r.shardsGate.Allowed && !g.Allowed) {
-		r.shardsGate = g
+	if g := s.Gate; g != nil && (*gate == nil || (*gate).Allowed && !g.Allowed) {
+		*gate = g
 	}
 	return s.Shard, shardErr, nil
 }

@@ -202,8 +202,6 @@ type run struct {
 	lease *lease
 	// pump tails the stacks' logs while a script runs (nil: none), from announce until drained.
 	pump *runner.LogPump
-	// shardsGate is the gate verdict a merge takes from its shards' results.
-	shardsGate *GateResult
 	// carried are the stacks --rerun-failed does not plan again, with what the earlier plan
 	// said of them (by repository path).
 	carried map[string]api.StackState
