@@ -48,7 +48,7 @@ func newRunCmd(ios *IO) *cobra.Command {
 			"document; run apply applies only after the gate allows it. run drift plans every stack on a\n" +
 			"schedule and records which drifted. run tick is called by the scripts between phases.",
 	}
-	cmd.AddCommand(newRunOpCmd(ios, job.OpPlan, nil), newRunOpCmd(ios, job.OpApply, nil), newMergeCmd(ios, nil), newDriftCmd(ios, nil), newTickCmd(ios))
+	cmd.AddCommand(newRunOpCmd(ios, job.OpPlan, nil), newRunOpCmd(ios, job.OpApply, nil), newMergeCmd(ios, nil), newDriftCmd(ios, nil), newTickCmd(ios, nil))
 	return cmd
 }
 
@@ -346,7 +346,9 @@ type TickOptions struct {
 	Tick runner.TickOptions
 }
 
-func newTickCmd(ios *IO) *cobra.Command {
+// newTickCmd is `run tick`. runF runs the parsed options (nil: runTick); tests pass their own
+// to see what the flags parse into without running anything.
+func newTickCmd(ios *IO, runF func(context.Context, *TickOptions) error) *cobra.Command {
 	opts := &TickOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "tick --phase PHASE [--stack STACK] [--status STATUS]",
@@ -356,6 +358,9 @@ func newTickCmd(ios *IO) *cobra.Command {
 			"fails because of the server.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
 			return runTick(cmd.Context(), opts)
 		},
 	}

@@ -102,3 +102,13 @@ func TestMergeFlagsParse(t *testing.T) {
 		t.Errorf("merge options %+v", m)
 	}
 }
+
+// run tick takes the phase, the stack, its status and a message.
+func TestTickFlagsParse(t *testing.T) {
+	var got *TickOptions
+	cmd := newTickCmd(quietIO(t), func(_ context.Context, o *TickOptions) error { got = o; return nil })
+	parse(t, cmd, "--phase", "plan", "--stack", "stacks/a", "--status", "failed", "--message", "m")
+	if k := got.Tick; k.Phase != "plan" || k.Stack != "stacks/a" || k.Status != "failed" || k.Message != "m" {
+		t.Errorf("tick options %+v", k)
+	}
+}
