@@ -14,6 +14,17 @@ import (
 	"github.com/tfstackplan/tfstackplan/events"
 )
 
+// applySteps are run apply's steps: run plan's (a fresh plan, whose hashes the gate checks),
+// then the gate check, the apply script run and the revoke (apply). A fan-out's matrix job and
+// a dry run apply nothing.
+func (r *run) applySteps() []step {
+	steps := r.planSteps()
+	if r.o.Matrix > 0 || r.o.DryRun {
+		return steps
+	}
+	return append(steps, r.apply)
+}
+
 // gateDenied ends an apply the gate did not allow: no stack is applied, and the run fails with
 // msg (the error returned).
 func (r *run) gateDenied(ctx context.Context, msg string) error {

@@ -225,27 +225,13 @@ func Run(ctx context.Context, o RunOptions) *Result {
 // to go on.
 type step func(ctx context.Context) error
 
-// steps lists the steps of the run's op, in order. Whatever they end in, finish follows.
+// steps lists the steps of the run's op, in order (plan.go, apply.go). Whatever they end in,
+// finish follows.
 func (r *run) steps() []step {
-	o := &r.o
-	steps := []step{r.setup, r.discoverAndHead}
-	if o.RerunFailed {
-		steps = append(steps, r.selectRerun)
+	if r.o.Op == OpApply {
+		return r.applySteps()
 	}
-	if o.Matrix > 0 {
-		return append(steps, r.matrix) // a fan-out's first job announces the execution, runs nothing
-	}
-	if o.Shard != "" {
-		steps = append(steps, r.selectShard)
-	}
-	if o.DryRun {
-		return append(steps, r.dryRun)
-	}
-	steps = append(steps, r.announce, r.plan)
-	if o.Op == OpApply {
-		steps = append(steps, r.apply)
-	}
-	return steps
+	return r.planSteps() // run plan and run drift (setup refuses any other op)
 }
 
 // do runs steps in order until one fails, and returns its error. A panic in a step is the
@@ -272,26 +258,6 @@ func (r *run) discoverAndHead(ctx context.Context) error {
 		err = headErr
 	}
 	return err
-}
-
-// plan runs the plan script (the work of run plan and run drift; for run apply the fresh plan
-// the gate checks) and classifies the stacks' plans.
-func (r *run) plan(ctx context.Context) error {
-	script := r.planScr
-	if r.planning() {
-		script = r.script
-	}
-	outcome, runErr, err := r.scriptRun(ctx, "plan", script, nil, r.pump)
-	if err != nil {
-		return err
-	}
-	if err := r.initError(); err != nil {
-		return err
-	}
-	if ctx.Err() == nil || r.planning() {
-		r.classify(outcome, r.planning())
-	}
-	return r.scriptError(ctx, "plan", outcome, runErr)
 }
 
 func newRun(o RunOptions) *run {
