@@ -8,8 +8,20 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
+
+// discovered is what discovery found: the stacks and why they changed. discover fills it; the
+// steps that select a part of the stacks (selectShard, selectRerun) narrow it.
+type discovered struct {
+	listed  []string            // stacks as terramate lists them
+	paths   []string            // the same, root-relative
+	byPath  map[string]string   // root-relative → listed
+	entry   map[string]int      // root-relative → index in res.Stacks
+	why     map[string][]string // root-relative → reasons as terramate printed them
+	reasons []events.ChangeReason
+}
 
 // discover lists the stacks (changed or all), why they changed, and the edges between them.
 func (r *run) discover(ctx context.Context) error {

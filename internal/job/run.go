@@ -162,12 +162,8 @@ type run struct {
 	script  string // the op's script
 	planScr string // the plan script (apply runs it first)
 
-	listed  []string            // stacks as terramate lists them
-	paths   []string            // the same, root-relative
-	byPath  map[string]string   // root-relative → listed
-	entry   map[string]int      // root-relative → index in res.Stacks
-	why     map[string][]string // root-relative → reasons as terramate printed them
-	reasons []events.ChangeReason
+	// discovered is what discovery found (discover.go); a shard or --rerun-failed narrows it.
+	discovered
 	// unnamed holds the stacks whose paths the server does not take as names
 	// (events.NameProblem), with the problem: they are left out of what is reported.
 	unnamed map[string]string
