@@ -1,9 +1,10 @@
 package job
 
-// This file is the CI job: `run plan` and `run apply`, top to bottom.
+// This file is the CI job's frame: Run runs the op's steps (planSteps in plan.go, applySteps
+// in apply.go) until one fails, then finish sets the outcome once and ends the job.
 //
-//	config → discover → Init → pump → script run → drain → classify → Update
-//	  (apply: → gate check → apply script run → revoke) → Finalize → outputs
+//	setup → discover → [select] → announce (Init, pump) → plan script run → drain → classify
+//	  (apply: → gate check → apply script run → revoke) → finish: Finalize → outputs
 //
 // Every path ends in Finalize (success, failure, cancel, a recovered panic), so no execution is
 // left running on the server, and in a result document. Reporting is best-effort throughout;
@@ -154,7 +155,7 @@ type run struct {
 	gh     GitHub
 	head   *call[string] // git's answer for HEAD, when setup had to ask (awaitHead)
 
-	root    runner.StackRoot // the repository's root (root.real: absolute and symlink-free)
+	root    runner.StackRoot // the repository's root (root.Dir(): absolute and symlink-free)
 	tierAbs string           // absolute terramate directory
 	tierRel string           // tierAbs relative to the root, "" at the root
 	block   runner.Environment
