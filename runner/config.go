@@ -123,7 +123,7 @@ func ParseConfig(file string, src []byte) (*Config, error) {
 		return nil, &ConfigError{Diags: diags}
 	}
 	for i := range cfg.Environments {
-		cfg.Environments[i].applyDefaults()
+		cfg.Environments[i].ApplyDefaults()
 	}
 	return cfg, nil
 }
@@ -184,7 +184,9 @@ func checkRelPath(p string) error {
 	return nil
 }
 
-func (e *Environment) applyDefaults() {
+// ApplyDefaults fills the settings e leaves empty with the defaults. The job calls it for an
+// environment that no tfstackplan.hcl names (a repository without one).
+func (e *Environment) ApplyDefaults() {
 	if e.PlanScript == "" {
 		e.PlanScript = DefaultPlanScript
 	}

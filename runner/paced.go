@@ -13,7 +13,7 @@ import (
 // tools write in small pieces; copying each piece as it comes wakes the driver hundreds of times
 // a second for bytes nobody needs sooner than a human reads a CI log. So terramate's stdout and
 // stderr share one pipe, as they share a terminal (each byte keeps its place among the others:
-// a command's line always comes before its output), read once per ScriptOutputInterval while
+// a command's line always comes before its output), read once per scriptOutputInterval while
 // terramate runs (the kernel holds what is written meanwhile), and without pauses once it has
 // exited.
 //
@@ -23,9 +23,9 @@ import (
 // than a quarter of the pipe per interval the pause shortens to the time the writers take to
 // fill a quarter of it at the pace they kept since the previous pause (see pacedPause).
 
-// ScriptOutputInterval is the time between two reads of a script run's output pipe while
+// scriptOutputInterval is the time between two reads of a script run's output pipe while
 // terramate runs (sooner when the previous read found the pipe filling up).
-const ScriptOutputInterval = 200 * time.Millisecond
+const scriptOutputInterval = 200 * time.Millisecond
 
 // pacedWriter is a destination that takes a child's output in batches read at most once per
 // readInterval (see tmRealExec). Given as both stdout and stderr, it gets one pipe for both.

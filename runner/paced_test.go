@@ -209,7 +209,7 @@ func TestPacedOutputWriteError(t *testing.T) {
 func TestScriptRunPacesBothStreamsAsOne(t *testing.T) {
 	tm := &Terramate{Exec: func(ctx context.Context, name string, args []string, dir string, env []string, stdout, stderr io.Writer) error {
 		p, ok := stdout.(pacedWriter)
-		if !ok || stderr != stdout || p.readInterval() != ScriptOutputInterval {
+		if !ok || stderr != stdout || p.readInterval() != scriptOutputInterval {
 			t.Errorf("ScriptRun gave %T and %T, not one paced writer", stdout, stderr)
 		}
 		return nil

@@ -10,15 +10,15 @@ import (
 	"syscall"
 )
 
-// ErrPathEscapes is wrapped by the errors ResolveStackPath and ResolveStackFile return when a
+// ErrPathEscapes is wrapped by the errors resolveStackPath and resolveStackFile return when a
 // path would leave the project root (through "..", an absolute path or a symbolic link).
 var ErrPathEscapes = errors.New("path escapes the project root")
 
-// ResolveStackPath resolves the stack directory stack under root and returns its absolute,
+// resolveStackPath resolves the stack directory stack under root and returns its absolute,
 // symlink-free path. A stack path is data, not trust: it must be relative, must not contain a
 // ".." element, and every symbolic link on the way (the stack directory included) must resolve
 // inside root. The directory need not exist yet; the part of it that does exist is checked.
-func ResolveStackPath(root, stack string) (string, error) {
+func resolveStackPath(root, stack string) (string, error) {
 	sr, err := newStackRoot(root)
 	if err != nil {
 		return "", err
@@ -26,10 +26,10 @@ func ResolveStackPath(root, stack string) (string, error) {
 	return sr.stackPath(stack)
 }
 
-// ResolveStackFile resolves the file named file inside the stack directory stack under root,
-// with the rules of ResolveStackPath applied to both names: if the file (or any directory on the
+// resolveStackFile resolves the file named file inside the stack directory stack under root,
+// with the rules of resolveStackPath applied to both names: if the file (or any directory on the
 // way) is a symbolic link, it must point inside root. The file need not exist yet.
-func ResolveStackFile(root, stack, file string) (string, error) {
+func resolveStackFile(root, stack, file string) (string, error) {
 	sr, err := newStackRoot(root)
 	if err != nil {
 		return "", err
@@ -59,12 +59,12 @@ func newStackRoot(root string) (stackRoot, error) {
 	return stackRoot{real: real}, nil
 }
 
-// stackPath is ResolveStackPath under sr.
+// stackPath is resolveStackPath under sr.
 func (sr stackRoot) stackPath(stack string) (string, error) {
 	return sr.resolve(stack, "stack path")
 }
 
-// stackFile is ResolveStackFile under sr.
+// stackFile is resolveStackFile under sr.
 func (sr stackRoot) stackFile(stack, file string) (string, error) {
 	path, _, err := sr.stackFileInfo(stack, file)
 	return path, err
@@ -170,7 +170,7 @@ func within(root, path string) bool {
 	return r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator)) && !filepath.IsAbs(r)
 }
 
-// openResolved opens a path ResolveStackFile returned for reading, refusing it when it was
+// openResolved opens a path resolveStackFile returned for reading, refusing it when it was
 // swapped for a symbolic link (or anything but a regular file) after it was resolved.
 func openResolved(path string) (*os.File, os.FileInfo, error) {
 	f, err := os.Open(path)
@@ -192,4 +192,30 @@ func openResolved(path string) (*os.File, os.FileInfo, error) {
 		return nil, nil, fmt.Errorf("%s is not a regular file: %w", filepath.Base(path), ErrPathEscapes)
 	}
 	return f, fi, nil
+}
+
+// StackRoot is a project root resolved once, for a caller that resolves many stack paths
+// beneath it: the job resolves every stack's plan, log and lock files under the repository.
+type StackRoot struct {
+	sr stackRoot
+}
+
+// NewStackRoot resolves root: it must be named and exist.
+func NewStackRoot(root string) (StackRoot, error) {
+	sr, err := newStackRoot(root)
+	return StackRoot{sr: sr}, err
+}
+
+// Dir is the root, absolute and symlink-free.
+func (r StackRoot) Dir() string { return r.sr.real }
+
+// StackPath is resolveStackPath under r.
+func (r StackRoot) StackPath(stack string) (string, error) { return r.sr.stackPath(stack) }
+
+// StackFile is resolveStackFile under r.
+func (r StackRoot) StackFile(stack, file string) (string, error) { return r.sr.stackFile(stack, file) }
+
+// StackFileInfo is StackFile, with the lstat of the resolved path (nil: nothing is there).
+func (r StackRoot) StackFileInfo(stack, file string) (string, os.FileInfo, error) {
+	return r.sr.stackFileInfo(stack, file)
 }

@@ -58,9 +58,9 @@ func TestSafepathResolveStackPath(t *testing.T) {
 		".":                 realRoot,
 	}
 	for stack, want := range ok {
-		got, err := ResolveStackPath(root, stack)
+		got, err := resolveStackPath(root, stack)
 		if err != nil || got != want {
-			t.Errorf("ResolveStackPath(%q) = %q, %v; want %q", stack, got, err, want)
+			t.Errorf("resolveStackPath(%q) = %q, %v; want %q", stack, got, err, want)
 		}
 	}
 	bad := []string{
@@ -69,13 +69,13 @@ func TestSafepathResolveStackPath(t *testing.T) {
 		"a\x00b", `..\outside`,
 	}
 	for _, stack := range bad {
-		if got, err := ResolveStackPath(root, stack); err == nil {
-			t.Errorf("ResolveStackPath(%q) = %q, want an error", stack, got)
+		if got, err := resolveStackPath(root, stack); err == nil {
+			t.Errorf("resolveStackPath(%q) = %q, want an error", stack, got)
 		} else if stack != "" && !strings.Contains(err.Error(), "stack path") {
-			t.Errorf("ResolveStackPath(%q) error %q does not name what was wrong", stack, err)
+			t.Errorf("resolveStackPath(%q) error %q does not name what was wrong", stack, err)
 		}
 	}
-	if _, err := ResolveStackPath(root, "stacks/out"); !errors.Is(err, ErrPathEscapes) {
+	if _, err := resolveStackPath(root, "stacks/out"); !errors.Is(err, ErrPathEscapes) {
 		t.Errorf("symlink escape error %v does not wrap ErrPathEscapes", err)
 	}
 }
@@ -83,31 +83,31 @@ func TestSafepathResolveStackPath(t *testing.T) {
 func TestSafepathResolveStackFile(t *testing.T) {
 	root, _ := safepathTree(t)
 	realRoot, _ := filepath.EvalSymlinks(root)
-	if _, err := ResolveStackFile(root, "stacks/b", "in.log"); !errors.Is(err, ErrPathEscapes) {
+	if _, err := resolveStackFile(root, "stacks/b", "in.log"); !errors.Is(err, ErrPathEscapes) {
 		t.Errorf("a dangling link is refused until its target exists, got %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "stacks", "a", "x.log"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ResolveStackFile(root, "stacks/b", "in.log"); err != nil || got != filepath.Join(realRoot, "stacks", "a", "x.log") {
+	if got, err := resolveStackFile(root, "stacks/b", "in.log"); err != nil || got != filepath.Join(realRoot, "stacks", "a", "x.log") {
 		t.Errorf("symlink inside root: %q, %v", got, err)
 	}
-	if got, err := ResolveStackFile(root, "stacks/b", "later.log"); err != nil || got != filepath.Join(realRoot, "stacks", "b", "later.log") {
+	if got, err := resolveStackFile(root, "stacks/b", "later.log"); err != nil || got != filepath.Join(realRoot, "stacks", "b", "later.log") {
 		t.Errorf("missing file: %q, %v", got, err)
 	}
 	for _, c := range [][2]string{
 		{"stacks/b", "out.log"}, {"stacks/b", "../a/x.log"}, {"stacks/b", "/etc/passwd"},
 		{"stacks/out", "secret.log"}, {"stacks/b", ""}, {"../root/stacks/b", "x.log"},
 	} {
-		if got, err := ResolveStackFile(root, c[0], c[1]); err == nil {
-			t.Errorf("ResolveStackFile(%q, %q) = %q, want an error", c[0], c[1], got)
+		if got, err := resolveStackFile(root, c[0], c[1]); err == nil {
+			t.Errorf("resolveStackFile(%q, %q) = %q, want an error", c[0], c[1], got)
 		}
 	}
 }
 
 func TestSafepathOpenResolvedRefusesSwappedLink(t *testing.T) {
 	root, outside := safepathTree(t)
-	p, err := ResolveStackFile(root, "stacks/a", "swap.log")
+	p, err := resolveStackFile(root, "stacks/a", "swap.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,15 +139,15 @@ func TestSafepathLinkOutsideAndBackIsRefused(t *testing.T) {
 		{"stacks/dangling/x", "x.log", "symbolic link stacks/dangling dangles or loops"},
 		{"stacks/b", "out.log", "symbolic link stacks/b/out.log resolves outside"},
 	} {
-		got, err := ResolveStackFile(root, c[0], c[1])
+		got, err := resolveStackFile(root, c[0], c[1])
 		if !errors.Is(err, ErrPathEscapes) || !strings.Contains(err.Error(), c[2]) {
-			t.Errorf("ResolveStackFile(%q, %q) = %q, %v; want ErrPathEscapes saying %q", c[0], c[1], got, err, c[2])
+			t.Errorf("resolveStackFile(%q, %q) = %q, %v; want ErrPathEscapes saying %q", c[0], c[1], got, err, c[2])
 		}
 	}
 	if err := os.Symlink(filepath.Join(outside, "back"), filepath.Join(root, "stacks", "hop")); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ResolveStackFile(root, "stacks/hop", "x.log"); err != nil || got != filepath.Join(realRoot, "stacks", "a", "x.log") {
+	if got, err := resolveStackFile(root, "stacks/hop", "x.log"); err != nil || got != filepath.Join(realRoot, "stacks", "a", "x.log") {
 		t.Errorf("a chain of links ending inside the root: %q, %v", got, err)
 	}
 }
@@ -262,7 +262,7 @@ func BenchmarkResolveStackFile(b *testing.B) {
 	})
 	b.Run("root-each-call", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := ResolveStackFile(root, "stacks/bench/s0001", "tfstackplan.log"); err != nil {
+			if _, err := resolveStackFile(root, "stacks/bench/s0001", "tfstackplan.log"); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -133,7 +132,7 @@ func (t *Terramate) runOneStack(ctx context.Context, shared *lineSink, o ScriptR
 	args = append(args, words...)
 	tail := newTMTailBuffer(stderrTailLimit)
 	lines := &lineWriter{sink: shared}
-	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(lines, tail)}, every: ScriptOutputInterval}
+	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(lines, tail)}, every: scriptOutputInterval}
 	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), out, out)
 	lines.flush()
 	if err == nil {
@@ -191,19 +190,4 @@ func (l *lineWriter) flush() {
 		l.sink.write(l.pending)
 		l.pending = l.pending[:0]
 	}
-}
-
-// parseShard reads "K/N" (1 <= K <= N).
-func parseShard(s string) (k, n int, err error) {
-	ks, ns, ok := strings.Cut(s, "/")
-	if ok {
-		k, err = strconv.Atoi(ks)
-		if err == nil {
-			n, err = strconv.Atoi(ns)
-		}
-	}
-	if !ok || err != nil || n < 1 || k < 1 || k > n {
-		return 0, 0, fmt.Errorf("--shard %q must be K/N with 1 <= K <= N, e.g. 2/8", s)
-	}
-	return k, n, nil
 }

@@ -286,7 +286,7 @@ func (t *Terramate) ScriptRun(ctx context.Context, w io.Writer, o ScriptRunOptio
 	// Both streams in one paced pipe (see pacedWriter): the tail an error quotes is then the
 	// end of the output as a terminal shows it, the tools' own messages included.
 	tail := newTMTailBuffer(stderrTailLimit)
-	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(w, tail)}, every: ScriptOutputInterval}
+	out := &pacedOutput{Writer: &tmLockedWriter{w: io.MultiWriter(w, tail)}, every: scriptOutputInterval}
 	err := t.exec()(ctx, t.bin(), args, t.Dir, t.env(o.Env), out, out)
 	if err == nil {
 		return nil
@@ -342,15 +342,16 @@ func (t *Terramate) WhyChanged(ctx context.Context, base string) ([]events.Chang
 // WhyChangedFor is WhyChanged for a caller that already listed the changed stacks (relative
 // to Dir, as ChangedStacks returns them), saving one `terramate list --changed`.
 func (t *Terramate) WhyChangedFor(ctx context.Context, base string, stacks []string) ([]events.ChangeReason, error) {
-	lines, err := t.whyLines(ctx, base)
+	lines, err := t.WhyLines(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	return parseWhyLines(lines, stacks), nil
+	return ParseWhyLines(lines, stacks), nil
 }
 
-// whyLines returns the lines of `terramate list --changed --why`, for parseWhyLines.
-func (t *Terramate) whyLines(ctx context.Context, base string) ([]string, error) {
+// WhyLines returns the lines of `terramate list --changed --why`, for ParseWhyLines. The job
+// asks for them while it lists the changed stacks (the two calls overlap), then parses them.
+func (t *Terramate) WhyLines(ctx context.Context, base string) ([]string, error) {
 	out, err := t.output(ctx, tmChangedArgs(base, "--why")...)
 	if err != nil {
 		return nil, err

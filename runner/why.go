@@ -1,13 +1,11 @@
 package runner
 
 import (
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/tfstackplan/tfstackplan/events"
-	"github.com/tfstackplan/tfstackplan/internal/textfit"
 )
 
 // The reason texts terramate 0.17 prints for `list --changed --why`.
@@ -116,10 +114,10 @@ func unquoteWhole(s string) (string, bool) {
 	return u, err == nil
 }
 
-// parseWhyLines resolves each --why line against the listed stacks: the stack is the listed
+// ParseWhyLines (see WhyLines) resolves each --why line against the listed stacks: the stack is the listed
 // path the line starts with (followed by " - "), preferring one after which a known reason
 // follows, then the longest. Lines naming no listed stack fall back to ParseLine.
-func parseWhyLines(lines, stacks []string) []events.ChangeReason {
+func ParseWhyLines(lines, stacks []string) []events.ChangeReason {
 	listed := make(map[string]bool, len(stacks))
 	longest := 0
 	for _, s := range stacks {
@@ -155,60 +153,4 @@ func parseWhyLines(lines, stacks []string) []events.ChangeReason {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Stack < out[j].Stack })
 	return out
-}
-
-// fitReason returns cr within the contract's bounds, and whether it had to change it: every
-// text valid UTF-8 (invalid bytes become U+FFFD) without NUL bytes (U+FFFD too) and at most
-// events.MaxReasonText bytes (a longer one is cut at a character boundary and ends with "…"), at
-// most events.MaxReasonChain chain steps (the last one kept says how many more there were). The
-// stack is left alone: it is a listed stack's path, which no report may change.
-func fitReason(cr events.ChangeReason) (events.ChangeReason, bool) {
-	changed := false
-	fit := func(s string) string {
-		t := fitReasonText(s)
-		changed = changed || t != s
-		return t
-	}
-	cr.Kind, cr.Detail, cr.Raw = fit(cr.Kind), fit(cr.Detail), fit(cr.Raw)
-	if len(cr.Chain) > 0 {
-		chain := make([]string, 0, min(len(cr.Chain), events.MaxReasonChain)) // never cr's own array
-		for i, step := range cr.Chain {
-			if i == events.MaxReasonChain-1 && len(cr.Chain) > events.MaxReasonChain {
-				chain = append(chain, "… "+strconv.Itoa(len(cr.Chain)-i)+" more steps")
-				changed = true
-				break
-			}
-			chain = append(chain, fit(step))
-		}
-		cr.Chain = chain
-	}
-	return cr, changed
-}
-
-// fitReasons returns reasons fitted with fitReason (a new slice when any changed), and how many
-// changed.
-func fitReasons(reasons []events.ChangeReason) ([]events.ChangeReason, int) {
-	out, n := reasons, 0
-	for i, cr := range reasons {
-		f, changed := fitReason(cr)
-		if !changed {
-			continue
-		}
-		if n == 0 {
-			out = slices.Clone(reasons)
-		}
-		out[i] = f
-		n++
-	}
-	return out, n
-}
-
-// fitReasonText makes s a valid reason text (see fitReason).
-func fitReasonText(s string) string {
-	s = textfit.Sanitize(s)
-	if len(s) <= events.MaxReasonText {
-		return s
-	}
-	const ellipsis = "…"
-	return textfit.Prefix(s, events.MaxReasonText-len(ellipsis)) + ellipsis
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -79,7 +78,7 @@ func TestParseWhyLinesPrefersListedStacks(t *testing.T) {
 	t.Parallel()
 	// "a - stack has unmerged changes" could be the stack "a" (unmerged) or ... only the
 	// listed stacks decide; an unknown reason still keeps the listed stack.
-	got := parseWhyLines([]string{
+	got := ParseWhyLines([]string{
 		"x - y - stack has unmerged changes",
 		"x - stack changed because of reasons",
 		"unlisted - stack has unmerged changes",
@@ -131,9 +130,9 @@ func FuzzParseLine(f *testing.F) {
 		}
 		// Resolving against the stack ParseLine found gives the same reason.
 		if r.Stack != "" {
-			again := parseWhyLines([]string{strings.TrimRight(line, "\r\n")}, []string{r.Stack})
+			again := ParseWhyLines([]string{strings.TrimRight(line, "\r\n")}, []string{r.Stack})
 			if len(again) != 1 || again[0].Kind != r.Kind || again[0].Detail != r.Detail {
-				t.Fatalf("parseWhyLines disagrees: %+v vs %+v", again, r)
+				t.Fatalf("ParseWhyLines disagrees: %+v vs %+v", again, r)
 			}
 		}
 	})
@@ -159,48 +158,9 @@ func BenchmarkParseWhyLinesManySeparators(b *testing.B) {
 	}
 	line := "stacks/app-00007" + strings.Repeat(" - ", 256<<10/3) + "stack has unmerged changes"
 	for b.Loop() {
-		if got := parseWhyLines([]string{line}, stacks); got[0].Stack != "stacks/app-00007" {
+		if got := ParseWhyLines([]string{line}, stacks); got[0].Stack != "stacks/app-00007" {
 			b.Fatalf("got %+v", got[0])
 		}
-	}
-}
-
-// fitReason keeps a reason the server takes as it is, and brings every other within the
-// contract: texts cut at a character boundary to events.MaxReasonText bytes ending in "…", invalid
-// UTF-8 and NUL bytes replaced, chains cut to events.MaxReasonChain steps saying how many are left out.
-func TestFitReason(t *testing.T) {
-	t.Parallel()
-	ok := events.ChangeReason{Stack: "s", Kind: events.ReasonModule, Detail: "../m", Chain: []string{"a", "b"}, Raw: "stack changed because \"../m\" changed because a changed because b"}
-	if got, changed := fitReason(ok); changed || !reflect.DeepEqual(got, ok) {
-		t.Errorf("fitReason(%+v) = %+v, %v; want it unchanged", ok, got, changed)
-	}
-	long := strings.Repeat("é", 700) // 1,400 bytes, 2 a character: a cut at 1,021 falls mid-character
-	var steps []string
-	for i := range 100 {
-		steps = append(steps, fmt.Sprintf("step%d", i))
-	}
-	steps[3] = "bad\xff\x00step"
-	in := events.ChangeReason{Stack: "s", Kind: events.ReasonModule, Detail: long, Chain: steps, Raw: "x\xfey"}
-	got, changed := fitReason(in)
-	if !changed {
-		t.Fatal("fitReason reported no change")
-	}
-	for _, text := range append([]string{got.Kind, got.Detail, got.Raw}, got.Chain...) {
-		if len(text) > events.MaxReasonText || !utf8.ValidString(text) || strings.IndexByte(text, 0) >= 0 {
-			t.Errorf("text %q (%d bytes) is not within the contract", firstN(text, 40), len(text))
-		}
-	}
-	if want := strings.Repeat("é", 510) + "…"; got.Detail != want {
-		t.Errorf("detail = %q… (%d bytes), want 510 é and an ellipsis", firstN(got.Detail, 20), len(got.Detail))
-	}
-	if got.Raw != "x\uFFFDy" || got.Chain[3] != "bad\uFFFD\uFFFDstep" {
-		t.Errorf("raw %q, chain[3] %q: want U+FFFD for the invalid byte and the NUL", got.Raw, got.Chain[3])
-	}
-	if len(got.Chain) != events.MaxReasonChain || got.Chain[events.MaxReasonChain-1] != "… 37 more steps" || got.Chain[62] != "step62" {
-		t.Errorf("chain of %d steps ending %q", len(got.Chain), got.Chain[len(got.Chain)-1])
-	}
-	if in.Chain[3] != "bad\xff\x00step" || len(in.Chain) != 100 {
-		t.Error("fitReason changed its argument's chain")
 	}
 }
 

@@ -6,17 +6,18 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tfstackplan/tfstackplan/runner"
+	"github.com/tfstackplan/tfstackplan/internal/job"
 )
 
 // MergeOptions are the options of `tfstackplan run merge`.
 type MergeOptions struct {
 	IO    *IO
-	Merge runner.MergeOptions
+	Merge job.MergeOptions
 }
 
-func newMergeCmd(ios *IO) *cobra.Command {
+// newMergeCmd is `run merge`. runF runs the parsed options (nil: runMerge); tests pass their
+// own to see what the flags parse into without running anything.
+func newMergeCmd(ios *IO, runF func(context.Context, *MergeOptions) error) *cobra.Command {
 	opts := &MergeOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "merge --matrix MATRIX_RESULT [--result FILE] SHARD_RESULT...",
@@ -34,6 +35,9 @@ func newMergeCmd(ios *IO) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Merge.Shards = args
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
 			return runMerge(cmd.Context(), opts)
 		},
 	}
@@ -56,5 +60,5 @@ func runMerge(ctx context.Context, opts *MergeOptions) error {
 	m := opts.Merge
 	m.Stdout, m.Stderr = opts.IO.Out, opts.IO.ErrOut
 	m.Color = isTerminal(opts.IO.Out) && os.Getenv("NO_COLOR") == ""
-	return resultError(runner.Merge(ctx, m))
+	return resultError(job.Merge(ctx, m))
 }

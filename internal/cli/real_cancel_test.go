@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfstackplan/tfstackplan/runner"
+	"github.com/tfstackplan/tfstackplan/internal/job"
 )
 
 // TestRealToolsCancel cancels `run plan` as GitHub Actions does (SIGINT, then SIGTERM), with the
@@ -43,7 +43,7 @@ resource "terraform_data" "a" {
 
 	// cancel runs `run plan` with grace, and once the plan walk began sends SIGINT, then SIGTERM a
 	// second later (GitHub's cadence, compressed), and returns the exit code, result and output.
-	cancel := func(name, grace string) (int, *runner.Result, string) {
+	cancel := func(name, grace string) (int, *job.Result, string) {
 		t.Helper()
 		resPath := filepath.Join(rt.work, name+".json")
 		logFile := filepath.Join(stackDir, "tfstackplan.log")
@@ -78,7 +78,7 @@ resource "terraform_data" "a" {
 		t.Logf("%s:\n%s", name, out.String())
 		b, rerr := os.ReadFile(resPath)
 		must(t, rerr)
-		var res runner.Result
+		var res job.Result
 		must(t, json.Unmarshal(b, &res))
 		return exitCodeOf(err), &res, out.String()
 	}
@@ -122,7 +122,7 @@ resource "terraform_data" "a" {
 	}
 	b, err := os.ReadFile(resPath)
 	must(t, err)
-	var after runner.Result
+	var after job.Result
 	must(t, json.Unmarshal(b, &after))
 	if after.Status != "succeeded" || len(after.Stacks) != 1 || after.Stacks[0].Class != "additive" {
 		t.Errorf("the plan after the unlock: %s, stacks %+v, error %+v", after.Status, after.Stacks, after.Error)

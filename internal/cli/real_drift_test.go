@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tfstackplan/tfstackplan/runner"
+	"github.com/tfstackplan/tfstackplan/internal/job"
 )
 
 // TestRealToolsDrift is `run drift` with the REAL terramate and OpenTofu, opt-in (see
@@ -35,7 +35,7 @@ func TestRealToolsDrift(t *testing.T) {
 	t.Logf("run drift:\n%s", out)
 	b, err := os.ReadFile(result)
 	must(t, err)
-	var res runner.Result
+	var res job.Result
 	must(t, json.Unmarshal(b, &res))
 	if res.Status != "succeeded" || len(res.Stacks) != 3 || res.Drift == nil || res.Drift.Checked != 3 {
 		t.Fatalf("drift: status %s, stacks %+v, drift %+v, error %+v", res.Status, res.Stacks, res.Drift, res.Error)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/job"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -54,15 +55,15 @@ func TestRealToolsPlanApply(t *testing.T) {
 	// The project's origin is a local path, which names no repository.
 	rt.env = append(rt.env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
 
-	readResult := func(p string) *runner.Result {
+	readResult := func(p string) *job.Result {
 		t.Helper()
 		b, err := os.ReadFile(p)
 		must(t, err)
-		var r runner.Result
+		var r job.Result
 		must(t, json.Unmarshal(b, &r))
 		return &r
 	}
-	stackOf := func(r *runner.Result, name string) runner.StackEntry {
+	stackOf := func(r *job.Result, name string) job.StackEntry {
 		t.Helper()
 		for _, s := range r.Stacks {
 			if s.Stack == name {
@@ -70,7 +71,7 @@ func TestRealToolsPlanApply(t *testing.T) {
 			}
 		}
 		t.Fatalf("no stack %s in %+v", name, r.Stacks)
-		return runner.StackEntry{}
+		return job.StackEntry{}
 	}
 
 	// Plan.

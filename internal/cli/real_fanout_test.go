@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
-	"github.com/tfstackplan/tfstackplan/runner"
+	"github.com/tfstackplan/tfstackplan/internal/job"
 )
 
 // TestRealToolsFanOut is a fan-out with the REAL terramate and OpenTofu, opt-in like
@@ -43,9 +43,9 @@ func TestRealToolsFanOut(t *testing.T) {
 	rt.mustRun(proj, "git", "commit", "-qm", "v2")
 	server := rt.serve(realTokens, realPolicy)
 	rt.env = append(rt.env, "TFSTACKPLAN_SERVER="+server, "TFSTACKPLAN_TOKEN=real-e2e-runner-secret", "GITHUB_REPOSITORY=acme/infra")
-	read := func(name string) *runner.Result {
+	read := func(name string) *job.Result {
 		t.Helper()
-		r, err := runner.ReadResult(filepath.Join(work, name))
+		r, err := job.ReadResult(filepath.Join(work, name))
 		must(t, err)
 		return r
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tfstackplan/tfstackplan/internal/job"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -23,8 +24,8 @@ import (
 // plus what only a process has (signals, the terramate binary).
 type RunOptions struct {
 	IO *IO
-	// Run is passed to runner.Run; the command fills Op, the flags and the streams.
-	Run runner.RunOptions
+	// Run is passed to job.Run; the command fills Op, the flags and the streams.
+	Run job.RunOptions
 	// Changed and All select the stacks (--changed is the default).
 	Changed, All bool
 	// TerramateBin is the terramate binary ("" : terramate on PATH).
@@ -47,15 +48,17 @@ func newRunCmd(ios *IO) *cobra.Command {
 			"document; run apply applies only after the gate allows it. run drift plans every stack on a\n" +
 			"schedule and records which drifted. run tick is called by the scripts between phases.",
 	}
-	cmd.AddCommand(newRunOpCmd(ios, runner.OpPlan), newRunOpCmd(ios, runner.OpApply), newMergeCmd(ios), newDriftCmd(ios), newTickCmd(ios))
+	cmd.AddCommand(newRunOpCmd(ios, job.OpPlan, nil), newRunOpCmd(ios, job.OpApply, nil), newMergeCmd(ios, nil), newDriftCmd(ios, nil), newTickCmd(ios, nil))
 	return cmd
 }
 
-func newRunOpCmd(ios *IO, op string) *cobra.Command {
+// newRunOpCmd is `run plan` or `run apply` (op). runF runs the parsed options (nil: runRun);
+// tests pass their own to see what the flags parse into without running anything.
+func newRunOpCmd(ios *IO, op string, runF func(context.Context, *RunOptions) error) *cobra.Command {
 	opts := &RunOptions{IO: ios}
 	opts.Run.Op = op
 	var short, long string
-	if op == runner.OpPlan {
+	if op == job.OpPlan {
 		short = "Plan the changed stacks of an environment, classify and report them"
 		long = "run plan runs the environment's plan script (terramate script run [--changed] plan) over\n" +
 			"its changed stacks, in dependency order and in parallel, tails each stack's log to the\n" +
@@ -74,19 +77,18 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 		Use:   op + " --environment ENV [flags]",
 		Short: short,
 		Long:  long,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if err := cobra.NoArgs(cmd, args); err != nil {
-				return writeUsageResult(ios, op, err)
-			}
-			return nil
-		},
+		Args:  runArgs(ios, op),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Changed && opts.All {
 				return writeUsageResult(ios, op, errors.New("--changed and --all exclude each other"))
 			}
-			if err := startDriver(ios, op, opts.InterruptGrace); err != nil {
+			if err := checkInterruptGrace(ios, op, opts.InterruptGrace); err != nil {
 				return err
 			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			tuneDriver()
 			return runRun(cmd.Context(), opts)
 		},
 	}
@@ -95,60 +97,83 @@ func newRunOpCmd(ios *IO, op string) *cobra.Command {
 	})
 	f := cmd.Flags()
 	r := &opts.Run
-	f.StringVarP(&r.Environment, "environment", "e", "", "the environment (a block of tfstackplan.hcl; required)")
-	f.StringVar(&r.Dir, "dir", "", "the terramate directory to run in (default: the environment's `dir`)")
+	addRunFlags(f, opts, op)
 	f.BoolVar(&opts.Changed, "changed", false, "run the changed stacks only (the default)")
 	f.BoolVar(&opts.All, "all", false, "run every stack under the directory, changed or not")
 	f.StringVar(&r.Base, "base", "", "git `REF` changes are computed against (default: terramate's)")
-	f.IntVar(&r.Parallel, "parallel", 0, "stacks run at once, in dependency order (default: terramate's)")
-	f.StringVar(&r.Script, "script", "", "the terramate script to run (default: the environment's "+op+"_script)")
-	f.StringVar(&r.LogFile, "log-file", "", "per-stack log file the scripts write and the pump tails (default tfstackplan.log)")
-	f.StringVar(&r.PlanJSON, "plan-file", "", "per-stack plan JSON the scripts write (default tfstackplan.plan.json)")
-	f.StringVar(&r.PlanOut, "plan-out", "", "per-stack saved plan file the scripts write and apply (default "+runner.DefaultPlanOutFile+")")
-	f.StringVar(&r.ResultPath, "result", "", "where the result document goes (default $RUNNER_TEMP/tfstackplan-result.json in Actions, else ./tfstackplan-result.json)")
 	f.StringVar(&r.CommentFile, "comment-file", "", "write the PR comment markdown here (default in Actions: $RUNNER_TEMP/tfstackplan-comment-ENV.md)")
-	f.BoolVar(&r.ContinueOnError, "continue-on-error", false, "keep running the other stacks after one fails")
 	f.BoolVar(&r.DryRun, "dry-run", false, "print what terramate would run; run nothing, report nothing")
 	f.IntVar(&r.PR, "pr", 0, "pull request number (default: from the GitHub event)")
-	f.StringVar(&r.SHA, "sha", "", "commit the plan is for (default: the pull request's head, else GITHUB_SHA)")
-	f.StringVar(&r.Repo, "repo", "", "the repository, `OWNER/NAME` (default: GITHUB_REPOSITORY, else the git remote origin's)")
-	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ForceUnlock, "force-unlock", "", "state lock `ID` the scripts force-unlock after init (TFSTACKPLAN_FORCE_UNLOCK)")
-	addFanOutFlags(f, r)
-	if op == runner.OpPlan {
+	if op == job.OpPlan {
 		f.BoolVar(&r.RerunFailed, "rerun-failed", false, "plan again only the stacks the pull request's latest plan of the environment did not plan (failed, cancelled, not run) and what runs after them; carry the others' outcomes")
 	}
-	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
-	f.DurationVar(&opts.InterruptGrace, "interrupt-grace", runner.DefaultInterruptGrace,
-		"after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed (sized for GitHub's cancel: SIGINT, SIGTERM 7.5s later, SIGKILL 2.5s after that)")
 	return cmd
 }
 
-// addFanOutFlags adds the flags of a fan-out over the GitHub Actions matrix (run plan, apply
-// and drift).
-func addFanOutFlags(f *pflag.FlagSet, r *runner.RunOptions) {
+// runArgs refuses arguments to a run command, with a usage result document.
+func runArgs(ios *IO, op string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.NoArgs(cmd, args); err != nil {
+			return writeUsageResult(ios, op, err)
+		}
+		return nil
+	}
+}
+
+// addRunFlags adds the flags `run plan`, `run apply` and `run drift` share. Where a flag's
+// meaning differs a little for drift (a drift run applies nothing, and checks every stack),
+// its help and default say so.
+func addRunFlags(f *pflag.FlagSet, opts *RunOptions, op string) {
+	r := &opts.Run
+	script, planOut, sha, grace := op, "write and apply", "commit the plan is for (default: the pull request's head, else GITHUB_SHA)",
+		"after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed (sized for GitHub's cancel: SIGINT, SIGTERM 7.5s later, SIGKILL 2.5s after that)"
+	continueOnError, continueHelp := false, "keep running the other stacks after one fails"
+	if op == job.OpDrift {
+		script, planOut, sha = "plan", "write", "commit the configuration is at (default: GITHUB_SHA, else git's HEAD)"
+		grace = "after the first SIGINT/SIGTERM, how long tofu gets to stop and release its state lock before terramate's processes are killed"
+		continueOnError, continueHelp = true, "keep checking the other stacks after one fails (--continue-on-error=false stops at the first)"
+	}
+	f.StringVarP(&r.Environment, "environment", "e", "", "the environment (a block of tfstackplan.hcl; required)")
+	f.StringVar(&r.Dir, "dir", "", "the terramate directory to run in (default: the environment's `dir`)")
+	f.IntVar(&r.Parallel, "parallel", 0, "stacks run at once, in dependency order (default: terramate's)")
+	f.StringVar(&r.Script, "script", "", "the terramate script to run (default: the environment's "+script+"_script)")
+	f.StringVar(&r.LogFile, "log-file", "", "per-stack log file the scripts write and the pump tails (default tfstackplan.log)")
+	f.StringVar(&r.PlanJSON, "plan-file", "", "per-stack plan JSON the scripts write (default tfstackplan.plan.json)")
+	f.StringVar(&r.PlanOut, "plan-out", "", "per-stack saved plan file the scripts "+planOut+" (default "+job.DefaultPlanOutFile+")")
+	f.StringVar(&r.ResultPath, "result", "", "where the result document goes (default $RUNNER_TEMP/tfstackplan-result.json in Actions, else ./tfstackplan-result.json)")
+	f.BoolVar(&r.ContinueOnError, "continue-on-error", continueOnError, continueHelp)
+	f.StringVar(&r.SHA, "sha", "", sha)
+	f.StringVar(&r.Repo, "repo", "", "the repository, `OWNER/NAME` (default: GITHUB_REPOSITORY, else the git remote origin's)")
+	f.StringVar(&r.LockTimeout, "lock-timeout", "", "state lock timeout passed to the scripts as TFSTACKPLAN_LOCK_TIMEOUT (default 0s)")
 	f.StringVar(&r.ExecutionID, "execution", "", "the execution `ID` to report into (default: a new random id; a shard job: the matrix job's `execution` output)")
 	f.IntVar(&r.Matrix, "matrix", 0, "fan out: cut the stacks into at most `N` shards along their dependency chains, announce the execution, print the GitHub matrix on stdout and run nothing")
 	f.StringVar(&r.Shard, "shard", "", "fan out: run only shard `K/N` of the cut, into the matrix job's execution, without finalizing it (run merge does)")
 	f.StringVar(&r.MatrixResult, "matrix-result", "", "a shard job: the matrix job's result document `FILE`, whose cut (and execution) it takes")
+	f.StringVar(&opts.TerramateBin, "terramate", "", "the terramate binary (default: terramate on PATH)")
+	f.DurationVar(&opts.InterruptGrace, "interrupt-grace", runner.DefaultInterruptGrace, grace)
 }
 
 // maxInterruptGrace bounds --interrupt-grace: a cancelled job must end.
 const maxInterruptGrace = 10 * time.Minute
 
-// startDriver checks --interrupt-grace (a usage error, with its result document, when out of
-// range) and tunes the runtime for the driver (driverMaxProcs, driverGCPercent).
-func startDriver(ios *IO, op string, grace time.Duration) error {
+// checkInterruptGrace checks --interrupt-grace: out of range, it is a usage error, with its
+// result document.
+func checkInterruptGrace(ios *IO, op string, grace time.Duration) error {
 	if grace <= 0 || grace > maxInterruptGrace {
 		return writeUsageResult(ios, op, fmt.Errorf("--interrupt-grace %s: must be more than 0s and at most %s", grace, maxInterruptGrace))
 	}
+	return nil
+}
+
+// tuneDriver tunes the runtime for the driver (driverMaxProcs, driverGCPercent).
+func tuneDriver() {
 	if n, ok := driverMaxProcs(os.Getenv); ok {
 		runtime.GOMAXPROCS(n)
 	}
 	if n, ok := driverGCPercent(os.Getenv); ok {
 		debug.SetGCPercent(n)
 	}
-	return nil
 }
 
 // driverMaxProcs is how many threads may run the driver's own Go code at once (GOMAXPROCS)
@@ -186,15 +211,15 @@ func writeUsageResult(ios *IO, op string, err error) error {
 	getenv := os.Getenv
 	path := resultFlag(ios.Args)
 	if path == "" {
-		path = runner.DefaultResultPath(getenv)
+		path = job.DefaultResultPath(getenv)
 	}
 	now := time.Now().UTC()
-	res := &runner.Result{
-		Version: runner.ResultVersion, Op: op, Status: runner.StatusFailed, StartedAt: now, FinishedAt: now,
-		Timings: map[string]int64{}, Stacks: []runner.StackEntry{},
-		Error: &runner.ResultError{Kind: runner.KindUsage, Step: "flags", Tail: err.Error()},
+	res := &job.Result{
+		Version: job.ResultVersion, Op: op, Status: job.StatusFailed, StartedAt: now, FinishedAt: now,
+		Timings: map[string]int64{}, Stacks: []job.StackEntry{},
+		Error: &job.ResultError{Kind: job.KindUsage, Step: "flags", Tail: err.Error()},
 	}
-	if werr := runner.WriteResult(path, res); werr != nil {
+	if werr := job.WriteResult(path, res); werr != nil {
 		fmt.Fprintln(ios.ErrOut, "tfstackplan: error: could not write the result document:", werr)
 	}
 	return &UsageError{Err: err}
@@ -225,7 +250,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 }
 
 // runResult is runRun's run, returning its result document.
-func runResult(ctx context.Context, opts *RunOptions) *runner.Result {
+func runResult(ctx context.Context, opts *RunOptions) *job.Result {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -287,22 +312,22 @@ func runResult(ctx context.Context, opts *RunOptions) *runner.Result {
 		}
 	}()
 
-	return runner.Run(ctx, r)
+	return job.Run(ctx, r)
 }
 
 // resultError maps a run's result onto the error Main turns into the exit code.
-func resultError(res *runner.Result) error {
+func resultError(res *job.Result) error {
 	e := res.Error
 	if e == nil {
 		return nil
 	}
 	err := errors.New(e.Kind + " error in " + e.Step + ": " + firstLine(e.Tail))
 	switch e.Kind {
-	case runner.KindUsage:
+	case job.KindUsage:
 		return &UsageError{Err: err}
-	case runner.KindGate:
+	case job.KindGate:
 		return fmt.Errorf("%w: %s", ErrGateDenied, firstLine(e.Tail))
-	case runner.KindCancelled:
+	case job.KindCancelled:
 		if res.Signal != nil {
 			return &SignalError{Signal: res.Signal}
 		}
@@ -321,7 +346,9 @@ type TickOptions struct {
 	Tick runner.TickOptions
 }
 
-func newTickCmd(ios *IO) *cobra.Command {
+// newTickCmd is `run tick`. runF runs the parsed options (nil: runTick); tests pass their own
+// to see what the flags parse into without running anything.
+func newTickCmd(ios *IO, runF func(context.Context, *TickOptions) error) *cobra.Command {
 	opts := &TickOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "tick --phase PHASE [--stack STACK] [--status STATUS]",
@@ -331,6 +358,9 @@ func newTickCmd(ios *IO) *cobra.Command {
 			"fails because of the server.",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
 			return runTick(cmd.Context(), opts)
 		},
 	}

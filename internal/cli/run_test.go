@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/job"
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -53,7 +54,7 @@ func signalRun(t *testing.T) (sigs chan os.Signal, exited chan int, release func
 	exited = make(chan int, 1)
 	opts := &RunOptions{
 		IO: &IO{Out: io.Discard, ErrOut: io.Discard}, Signals: sigs, Exit: func(code int) { exited <- code },
-		Run: runner.RunOptions{Op: runner.OpPlan, Environment: "prod", WorkDir: root, Dir: root, Terramate: tm,
+		Run: job.RunOptions{Op: job.OpPlan, Environment: "prod", WorkDir: root, Dir: root, Terramate: tm,
 			ResultPath: filepath.Join(t.TempDir(), "r.json"), Getenv: func(string) string { return "" }},
 	}
 	done = make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/cli"
+	"github.com/tfstackplan/tfstackplan/internal/job"
 	"github.com/tfstackplan/tfstackplan/internal/server/auth"
 	"github.com/tfstackplan/tfstackplan/internal/server/service"
 	"github.com/tfstackplan/tfstackplan/runner"
@@ -52,13 +53,13 @@ func tagNames(t reflect.Type, tag string, seen map[reflect.Type]bool) []string {
 // TestResultDocumented: docs/result.md names every field of the result document.
 func TestResultDocumented(t *testing.T) {
 	doc := readDoc(t, "result.md")
-	for _, name := range tagNames(reflect.TypeFor[runner.Result](), "json", map[reflect.Type]bool{}) {
+	for _, name := range tagNames(reflect.TypeFor[job.Result](), "json", map[reflect.Type]bool{}) {
 		if !strings.Contains(doc, "`"+name+"`") {
 			t.Errorf("docs/result.md does not name the result field %q", name)
 		}
 	}
-	for _, kind := range []string{runner.KindUsage, runner.KindConfig, runner.KindTerramate, runner.KindScript,
-		runner.KindClassify, runner.KindGate, runner.KindCancelled, runner.KindInternal} {
+	for _, kind := range []string{job.KindUsage, job.KindConfig, job.KindTerramate, job.KindScript,
+		job.KindClassify, job.KindGate, job.KindCancelled, job.KindInternal} {
 		if !strings.Contains(doc, "`"+kind+"`") {
 			t.Errorf("docs/result.md does not name the error kind %q", kind)
 		}
