@@ -1,8 +1,9 @@
 package job
 
 import (
-	"github.com/tfstackplan/tfstackplan/internal/tickfile"
-	"github.com/tfstackplan/tfstackplan/internal/tickline"
+	"context"
+	"time"
+
 	"github.com/tfstackplan/tfstackplan/runner"
 )
 
@@ -13,11 +14,18 @@ func mapEnv(kv map[string]string) func(string) string { return func(k string) st
 
 func firstN(s string, n int) string { return s[:min(n, len(s))] }
 
-// tickFile is the file in EnvTickDir that ticks are appended to.
-const tickFile = tickline.Name
+// tickFile is the file in EnvTickDir that runner.Tick appends ticks to (runner's tickFile).
+const tickFile = "ticks.jsonl"
 
-// recordTick appends one tick as `run tick` does under the driver.
-func recordTick(dir string, r runner.TickRecord) { _ = tickfile.Append(dir, r) }
+// recordTick appends one tick as `run tick` does under the driver: through runner.Tick, with
+// the driver's tick directory in its environment.
+func recordTick(dir string, r runner.TickRecord) {
+	env := mapEnv(map[string]string{runner.EnvTickDir: dir})
+	at := func() time.Time { return time.Unix(0, r.At) }
+	if _, err := runner.Tick(context.Background(), runner.TickOptions{Phase: r.Phase, Stack: r.Stack, Status: r.Status, Message: r.Message, Getenv: env, Now: at}); err != nil {
+		panic("recordTick: " + err.Error())
+	}
+}
 
 // tmScenario mirrors the fake terramate's scenario file (testdata/faketerramate), as far as
 // the job's tests write it.
