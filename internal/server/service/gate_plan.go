@@ -1,0 +1,184 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// Plan freshness and the stack set: which plan a gate is decided over (the PR's latest, applicable)
+// and whether an apply names exactly its changed stacks with their hashes.
+
+// decision is what a satisfied gate decided over.
+type decision struct {
+	plan   *store.Execution
+	stacks []string
+	grants []int64
+}
+
+// applicable checks that a plan can be applied at all: finalized, succeeded, not cancelled,
+// and every stack succeeded with a class. It returns the plan's stacks.
+func applicable(tx store.Tx, plan *store.Execution) ([]store.Stack, error) {
+	if err := applicablePlan(plan); err != nil {
+		return nil, err
+	}
+	stacks, err := tx.Stacks(plan.ExecutionID)
+	if err != nil {
+		return nil, err
+	}
+	if err := applicableStacks(plan, stacks); err != nil {
+		return nil, err
+	}
+	return stacks, nil
+}
+
+// planWhat names a plan in messages.
+func planWhat(plan *store.Execution) string {
+	return fmt.Sprintf("plan %s of %s", plan.ExecutionID, target(store.PRKey{Repo: plan.Repo, Environment: plan.Environment, PR: plan.PR}))
+}
+
+// applicablePlan checks that plan is finalized, succeeded and not cancelled.
+func applicablePlan(plan *store.Execution) error {
+	switch {
+	case plan.Cancelled:
+		return fmt.Errorf("%w: %s was cancelled", store.ErrPrecondition, planWhat(plan))
+	case !plan.Finalized:
+		return fmt.Errorf("%w: %s is not finalized", store.ErrPrecondition, planWhat(plan))
+	case plan.Status != events.ExecutionSucceeded:
+		return fmt.Errorf("%w: %s ended %s", store.ErrPrecondition, planWhat(plan), plan.Status)
+	}
+	return nil
+}
+
+// applicableStacks checks that every stack of plan succeeded with a class, and has a plan hash
+// when it changes something.
+func applicableStacks(plan *store.Execution, stacks []store.Stack) error {
+	what := planWhat(plan)
+	for _, st := range stacks {
+		switch {
+		case st.Status != events.StackSucceeded:
+			return fmt.Errorf("%w: %s is not applicable: stack %q ended %s", store.ErrPrecondition, what, st.Stack, st.Status)
+		case st.Class == "" || st.Class == events.ClassUnclassified:
+			return fmt.Errorf("%w: %s is not applicable: stack %q is unclassified", store.ErrPrecondition, what, st.Stack)
+		case changed(st.Class) && st.PlanHash == "":
+			return fmt.Errorf("%w: %s recorded no plan hash for changed stack %q", store.ErrPrecondition, what, st.Stack)
+		}
+	}
+	return nil
+}
+
+// decide applies the gate rules over the PR's latest plan (the latest the server received).
+func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now time.Time) (*decision, error) {
+	plan, err := tx.LatestPlan(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s has no plan", store.ErrPrecondition, target(key))
+	}
+	if err != nil {
+		return nil, err
+	}
+	stacks, err := applicable(tx, plan)
+	if err != nil {
+		return nil, err
+	}
+	// The request must name exactly the plan's changed stacks, each with the plan's hash: the
+	// gate is decided over the plan, never over what the runner chose to list.
+	planned := map[string]store.Stack{}
+	for _, st := range stacks {
+		if changed(st.Class) {
+			planned[st.Stack] = st
+		}
+	}
+	var missing, extra, differ, reclassified []string
+	requested := map[string]bool{}
+	for _, sp := range in.Stacks {
+		requested[sp.Stack] = true
+		st, ok := planned[sp.Stack]
+		switch {
+		case !ok:
+			extra = append(extra, sp.Stack)
+		case st.PlanHash != sp.PlanHash:
+			differ = append(differ, sp.Stack)
+		case st.Class != sp.Class:
+			// The same content classified otherwise: the plan job under-reported (or the two
+			// ran different tfstackplan versions). Gates follow from the plan's classes, so
+			// they cannot be trusted: re-plan.
+			reclassified = append(reclassified, fmt.Sprintf("%q (the plan reported it %s, the apply classifies it %s)", sp.Stack, st.Class, sp.Class))
+		}
+	}
+	for name := range planned {
+		// A fan-out's shard names its own stacks; the others are its sibling shards'.
+		if !requested[name] && in.Shard == "" {
+			missing = append(missing, name)
+		}
+	}
+	var problems []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"changed in the plan but not named", missing}, {"named but not changed in the plan", extra}, {"with a plan hash that differs from the plan's (stale plan)", differ}} {
+		if len(p.names) > 0 {
+			sort.Strings(p.names)
+			problems = append(problems, fmt.Sprintf("stacks %s: %s", p.what, strings.Join(quoteAll(p.names), ", ")))
+		}
+	}
+	if len(reclassified) > 0 {
+		sort.Strings(reclassified)
+		problems = append(problems, "stacks whose plan the apply classifies otherwise (re-plan): "+strings.Join(reclassified, ", "))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: the apply does not match plan %s: %s", store.ErrDenied, plan.ExecutionID, strings.Join(problems, "; "))
+	}
+	names := make([]string, 0, len(planned))
+	for name := range planned {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	conflicts, err := conflictsOf(tx, key, names, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(conflicts) > 0 {
+		c := conflicts[0]
+		return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stacks[0], c.PR, c.ExecutionID, in.Environment)
+	}
+	var grantIDs []int64
+	var unmet []string
+	required, whys, err := s.requiredGates(tx, plan, stacks, now)
+	if err != nil {
+		return nil, err
+	}
+	for i, g := range required {
+		if !g.Satisfied {
+			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), whys[i]))
+			continue
+		}
+		grantIDs = append(grantIDs, g.GrantID)
+	}
+	if len(unmet) > 0 {
+		return nil, fmt.Errorf("%w: no active grant approved this plan's content for gate %s", store.ErrDenied, strings.Join(unmet, "; "))
+	}
+	return &decision{plan: plan, stacks: names, grants: grantIDs}, nil
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = fmt.Sprintf("%q", n)
+	}
+	return out
+}
+
+// validShard reports whether s is a fan-out shard, "K/N" with 1 <= K <= N <= 999.
+func validShard(s string) bool {
+	ks, ns, ok := strings.Cut(s, "/")
+	k, kerr := strconv.Atoi(ks)
+	n, nerr := strconv.Atoi(ns)
+	return ok && kerr == nil && nerr == nil && len(ks) <= 3 && len(ns) <= 3 && k >= 1 && k <= n && !strings.HasPrefix(ks, "+") && !strings.HasPrefix(ns, "+")
+}
