@@ -28,45 +28,18 @@ func target(k store.PRKey) string { return fmt.Sprintf("%s %s PR #%d", k.Repo, k
 // GateCheck decides, fail-closed, whether an apply may proceed, and leases the requester when
 // it may. Every check decides afresh and is audited; a satisfied check binds the lease through
 // the granter, and a granter failure denies. Only a caller the environment's apply_from allows
-// may check (Policy.MayCheckGate), in a repository it may act in.
+// may check (Policy.MayCheckGate), in a repository it may act in. The decision is made in
+// steps, each a function of its own: the request (checkGateRequest), the caller's identity
+// (gateIdentity), the plan (latestApplicablePlan), its stack set (matchStackSet), its gates
+// (grantsFor), the other PRs' claims (claimConflict) and the lease (nextLease).
 func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateCheck) (api.GateLease, error) {
-	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
-		return api.GateLease{}, err
-	}
-	repo, err := caller.writeRepo(in.Repo)
+	repo, err := checkGateRequest(caller, in)
 	if err != nil {
 		return api.GateLease{}, err
-	}
-	if in.PR <= 0 {
-		return api.GateLease{}, invalid("pr must be a positive pull request number")
-	}
-	if strings.TrimSpace(in.SHA) == "" {
-		return api.GateLease{}, invalid("sha is required: the commit being applied is recorded with the decision")
-	}
-	if err := checkText("sha", in.SHA, MaxShortLen); err != nil {
-		return api.GateLease{}, err
-	}
-	if len(in.Stacks) == 0 {
-		return api.GateLease{}, invalid("stacks is required: name every stack the apply changes with its plan hash")
-	}
-	if in.Shard != "" && !validShard(in.Shard) {
-		return api.GateLease{}, invalid(fmt.Sprintf("shard %q is not K/N with 1 <= K <= N <= 999", in.Shard))
-	}
-	if err := checkStackNames(len(in.Stacks), func(i int) string { return in.Stacks[i].Stack }); err != nil {
-		return api.GateLease{}, err
-	}
-	for _, sp := range in.Stacks {
-		if err := checkText("plan_hash", sp.PlanHash, MaxShortLen); err != nil {
-			return api.GateLease{}, err
-		}
-		if !sp.Class.Valid() {
-			return api.GateLease{}, invalid(fmt.Sprintf("stack %q: class %q is not one of no-changes, additive, mutating, destructive, unclassified: the apply sends the class it gives each plan", sp.Stack, sp.Class))
-		}
 	}
 	now := s.Now()
 	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
 	where := target(key)
-	principal := caller.Name
 	var lease store.Lease
 	var decision error
 	err = s.Store.Write(ctx, func(tx store.Tx) error {
@@ -81,6 +54,10 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		case err != nil:
 			return err
 		}
+		refuse := func(err error) error {
+			decision = err
+			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", err.Error())
+		}
 		deny := func(err error) error {
 			decision = err
 			if prev != nil && prev.RevokedAt.IsZero() && prev.Repo == repo && prev.Environment == in.Environment && prev.PR == in.PR {
@@ -93,16 +70,13 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 			}
 			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
 		}
-		// An execution announced by another principal is not this caller's to apply: its lease
-		// would block the owner's own check, and its claims are not the caller's.
-		switch owner, erepo, err := tx.ExecutionPrincipal(in.ExecutionID); {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
+		refusal, err := gateIdentity(tx, caller, repo, in, prev)
+		if err != nil {
 			return err
-		case owner != principal || erepo != repo:
-			// Denied without touching the owner's lease (deny would revoke it).
-			decision = fmt.Errorf("%w: execution %s was announced by another principal or in another repository", store.ErrDenied, in.ExecutionID)
-			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
+		}
+		if refusal != nil {
+			// Refused without touching the lease: deny would revoke it.
+			return refuse(refusal)
 		}
 		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
 		// checks the gate before it announces the apply).
@@ -113,22 +87,8 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		if cancelled {
 			return deny(fmt.Errorf("%w: execution %s was cancelled", store.ErrDenied, in.ExecutionID))
 		}
-		if prev != nil {
-			switch {
-			case prev.Repo != repo:
-				// Denied without naming what the other repository's lease is for.
-				decision = fmt.Errorf("%w: execution %s already holds a lease of another repository; choose another execution id", store.ErrDenied, in.ExecutionID)
-				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
-			case prev.Environment != in.Environment || prev.PR != in.PR:
-				decision = fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
-					target(store.PRKey{Repo: prev.Repo, Environment: prev.Environment, PR: prev.PR}), where)
-				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
-			case prev.Principal != "" && prev.Principal != principal:
-				decision = fmt.Errorf("%w: execution %s holds a lease granted to another principal", store.ErrDenied, in.ExecutionID)
-				return audit(tx, now, caller, repo, "gate.check", where, "", "denied", decision.Error())
-			case !prev.RevokedAt.IsZero():
-				return deny(fmt.Errorf("%w: the lease of execution %s was already revoked (%s)", store.ErrDenied, in.ExecutionID, prev.Outcome))
-			}
+		if prev != nil && !prev.RevokedAt.IsZero() {
+			return deny(fmt.Errorf("%w: the lease of execution %s was already revoked (%s)", store.ErrDenied, in.ExecutionID, prev.Outcome))
 		}
 		ep := s.Policy.Environments[in.Environment]
 		if why := ep.MayCheckGate(in.Environment, repo, caller); why != "" {
@@ -150,16 +110,7 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 			}
 			return deny(err)
 		}
-		lease = store.Lease{Repo: repo, ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR, Requester: ep.Requester,
-			GrantedAt: now, ExpiresAt: now.Add(s.ttl(in.Environment, true)), Principal: principal, SHA: in.SHA,
-			PlanID: d.plan.ExecutionID, GrantIDs: d.grants, Member: member,
-			// Marked bound before the granter is asked, so a crash in between still leaves the
-			// sweeper something to remove.
-			Bound: s.granter().Name() != granter.KindNone}
-		if prev != nil {
-			lease.GrantedAt, lease.UnbindAttempts, lease.UnbindError = prev.GrantedAt, prev.UnbindAttempts, prev.UnbindError
-			lease.Bound = lease.Bound || prev.Bound
-		}
+		lease = s.nextLease(prev, key, in, caller.Name, member, d, now)
 		if err := tx.PutLease(lease); err != nil {
 			return err
 		}
@@ -183,6 +134,92 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		return api.GateLease{}, err
 	}
 	return api.GateLease{Requester: lease.Requester, ExpiresAt: lease.ExpiresAt}, nil
+}
+
+// checkGateRequest validates a gate check's fields and returns the repository it acts in.
+func checkGateRequest(caller Caller, in *api.GateCheck) (string, error) {
+	if err := checkNames("execution_id", in.ExecutionID, "environment", in.Environment); err != nil {
+		return "", err
+	}
+	repo, err := caller.writeRepo(in.Repo)
+	if err != nil {
+		return "", err
+	}
+	if in.PR <= 0 {
+		return "", invalid("pr must be a positive pull request number")
+	}
+	if strings.TrimSpace(in.SHA) == "" {
+		return "", invalid("sha is required: the commit being applied is recorded with the decision")
+	}
+	if err := checkText("sha", in.SHA, MaxShortLen); err != nil {
+		return "", err
+	}
+	if len(in.Stacks) == 0 {
+		return "", invalid("stacks is required: name every stack the apply changes with its plan hash")
+	}
+	if in.Shard != "" && !validShard(in.Shard) {
+		return "", invalid(fmt.Sprintf("shard %q is not K/N with 1 <= K <= N <= 999", in.Shard))
+	}
+	if err := checkStackNames(len(in.Stacks), func(i int) string { return in.Stacks[i].Stack }); err != nil {
+		return "", err
+	}
+	for _, sp := range in.Stacks {
+		if err := checkText("plan_hash", sp.PlanHash, MaxShortLen); err != nil {
+			return "", err
+		}
+		if !sp.Class.Valid() {
+			return "", invalid(fmt.Sprintf("stack %q: class %q is not one of no-changes, additive, mutating, destructive, unclassified: the apply sends the class it gives each plan", sp.Stack, sp.Class))
+		}
+	}
+	return repo, nil
+}
+
+// gateIdentity says why caller may not check the gate for execution in.ExecutionID at all (nil
+// when it may go on to be decided): an execution announced by another principal or in another
+// repository, or a lease (prev) taken for another repository, environment, PR or principal, is
+// not the caller's to check. A refusal changes nothing; the error is the store's.
+func gateIdentity(tx store.Tx, caller Caller, repo string, in *api.GateCheck, prev *store.Lease) (refusal, err error) {
+	// An execution announced by another principal is not this caller's to apply: its lease
+	// would block the owner's own check, and its claims are not the caller's.
+	switch owner, erepo, err := tx.ExecutionPrincipal(in.ExecutionID); {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case owner != caller.Name || erepo != repo:
+		return fmt.Errorf("%w: execution %s was announced by another principal or in another repository", store.ErrDenied, in.ExecutionID), nil
+	}
+	if prev == nil {
+		return nil, nil
+	}
+	where := target(store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR})
+	switch {
+	case prev.Repo != repo:
+		// Denied without naming what the other repository's lease is for.
+		return fmt.Errorf("%w: execution %s already holds a lease of another repository; choose another execution id", store.ErrDenied, in.ExecutionID), nil
+	case prev.Environment != in.Environment || prev.PR != in.PR:
+		return fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
+			target(leaseKey(*prev)), where), nil
+	case prev.Principal != "" && prev.Principal != caller.Name:
+		return fmt.Errorf("%w: execution %s holds a lease granted to another principal", store.ErrDenied, in.ExecutionID), nil
+	}
+	return nil, nil
+}
+
+// nextLease is the lease a satisfied check gives principal for in: a re-check (prev) keeps its
+// first grant's time and what the sweeper needs to know of its binding.
+func (s *Service) nextLease(prev *store.Lease, key store.PRKey, in *api.GateCheck, principal, member string, d *decision, now time.Time) store.Lease {
+	lease := store.Lease{Repo: key.Repo, ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR,
+		Requester: s.Policy.Environments[in.Environment].Requester,
+		GrantedAt: now, ExpiresAt: now.Add(s.ttl(in.Environment, true)), Principal: principal, SHA: in.SHA,
+		PlanID: d.plan.ExecutionID, GrantIDs: d.grants, Member: member,
+		// Marked bound before the granter is asked, so a crash in between still leaves the
+		// sweeper something to remove.
+		Bound: s.granter().Name() != granter.KindNone}
+	if prev != nil {
+		lease.GrantedAt, lease.UnbindAttempts, lease.UnbindError = prev.GrantedAt, prev.UnbindAttempts, prev.UnbindError
+		lease.Bound = lease.Bound || prev.Bound
+	}
+	return lease
 }
 
 // bind asks the granter to make a lease real; a failure revokes the lease and denies.

@@ -14,6 +14,17 @@ import (
 
 // Claims: a PR's finalized plan claims its changed stacks; another PR's apply on them is denied.
 
+// claimConflict denies an apply of k's PR on stacks another PR of its repository and environment
+// claims at now, naming the first such claim.
+func claimConflict(tx store.Tx, k store.PRKey, stacks []string, now time.Time) error {
+	conflicts, err := conflictsOf(tx, k, stacks, now)
+	if err != nil || len(conflicts) == 0 {
+		return err
+	}
+	c := conflicts[0]
+	return fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stacks[0], c.PR, c.ExecutionID, k.Environment)
+}
+
 // conflictsOf returns, by PR, the claims of PRs other than k's on the named stacks of k's
 // repository and environment, active at now.
 func conflictsOf(tx store.Tx, k store.PRKey, stacks []string, now time.Time) ([]api.ClaimConflict, error) {

@@ -14,6 +14,28 @@ import (
 // Gates and grants: which gates a plan requires under the policy, and which grants approved its
 // content.
 
+// grantsFor returns the grants that satisfy each gate plan (with its stacks) requires now, or
+// ErrDenied naming the gates no active grant approved this plan's content for.
+func (s *Service) grantsFor(tx store.Tx, plan *store.Execution, stacks []store.Stack, now time.Time) ([]int64, error) {
+	var grantIDs []int64
+	var unmet []string
+	required, whys, err := s.requiredGates(tx, plan, stacks, now)
+	if err != nil {
+		return nil, err
+	}
+	for i, g := range required {
+		if !g.Satisfied {
+			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), whys[i]))
+			continue
+		}
+		grantIDs = append(grantIDs, g.GrantID)
+	}
+	if len(unmet) > 0 {
+		return nil, fmt.Errorf("%w: no active grant approved this plan's content for gate %s", store.ErrDenied, strings.Join(unmet, "; "))
+	}
+	return grantIDs, nil
+}
+
 // gateKey is what a grant and the gate it approves share.
 type gateKey struct {
 	pr            store.PRKey

@@ -74,21 +74,50 @@ func applicableStacks(plan *store.Execution, stacks []store.Stack) error {
 	return nil
 }
 
-// decide applies the gate rules over the PR's latest plan (the latest the server received).
+// decide applies the gate rules over the PR's latest plan (the latest the server received): the
+// plan must be applicable (latestApplicablePlan), the request must name its changed stacks with
+// their hashes (matchStackSet), no other PR may claim them (claimConflict), and an active grant
+// must approve each gate they require (grantsFor).
 func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now time.Time) (*decision, error) {
-	plan, err := tx.LatestPlan(key)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s has no plan", store.ErrPrecondition, target(key))
-	}
+	plan, stacks, err := latestApplicablePlan(tx, key)
 	if err != nil {
 		return nil, err
+	}
+	names, err := matchStackSet(plan, stacks, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := claimConflict(tx, key, names, now); err != nil {
+		return nil, err
+	}
+	grantIDs, err := s.grantsFor(tx, plan, stacks, now)
+	if err != nil {
+		return nil, err
+	}
+	return &decision{plan: plan, stacks: names, grants: grantIDs}, nil
+}
+
+// latestApplicablePlan returns the PR's latest plan, the one the server received last, with its
+// stacks, when it can be applied (see applicable).
+func latestApplicablePlan(tx store.Tx, key store.PRKey) (*store.Execution, []store.Stack, error) {
+	plan, err := tx.LatestPlan(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, fmt.Errorf("%w: %s has no plan", store.ErrPrecondition, target(key))
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	stacks, err := applicable(tx, plan)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// The request must name exactly the plan's changed stacks, each with the plan's hash: the
-	// gate is decided over the plan, never over what the runner chose to list.
+	return plan, stacks, nil
+}
+
+// matchStackSet checks that the request names exactly the plan's changed stacks (a shard: some
+// of them), each with the plan's hash and class, and returns the plan's changed stacks, sorted.
+// The gate is decided over the plan, never over what the runner chose to list.
+func matchStackSet(plan *store.Execution, stacks []store.Stack, in *api.GateCheck) ([]string, error) {
 	planned := map[string]store.Stack{}
 	for _, st := range stacks {
 		if changed(st.Class) {
@@ -140,31 +169,7 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	conflicts, err := conflictsOf(tx, key, names, now)
-	if err != nil {
-		return nil, err
-	}
-	if len(conflicts) > 0 {
-		c := conflicts[0]
-		return nil, fmt.Errorf("%w: stack %q is claimed by PR #%d (execution %s) in %q", store.ErrDenied, c.Stacks[0], c.PR, c.ExecutionID, in.Environment)
-	}
-	var grantIDs []int64
-	var unmet []string
-	required, whys, err := s.requiredGates(tx, plan, stacks, now)
-	if err != nil {
-		return nil, err
-	}
-	for i, g := range required {
-		if !g.Satisfied {
-			unmet = append(unmet, fmt.Sprintf("%s on %s (stacks %s)%s", g.Class, g.Target, strings.Join(g.Stacks, ", "), whys[i]))
-			continue
-		}
-		grantIDs = append(grantIDs, g.GrantID)
-	}
-	if len(unmet) > 0 {
-		return nil, fmt.Errorf("%w: no active grant approved this plan's content for gate %s", store.ErrDenied, strings.Join(unmet, "; "))
-	}
-	return &decision{plan: plan, stacks: names, grants: grantIDs}, nil
+	return names, nil
 }
 
 func quoteAll(names []string) []string {
