@@ -106,6 +106,19 @@ func prOfRef(ref string) int {
 	return n
 }
 
+// prConfined says why caller may not act on PR pr ("" when it may): a GitHub Actions job of a
+// pull request acts on that pull request alone, whatever workflow it runs (a reusable workflow
+// allowed by apply_from included). Every request of a job that names a PR is held to it.
+func prConfined(caller Caller, pr int) string {
+	if caller.GitHub == nil {
+		return ""
+	}
+	if n := prOfRef(caller.GitHub.Ref); n > 0 && n != pr {
+		return fmt.Sprintf("a job of pull request #%d acts only on PR #%d, not #%d", n, n, pr)
+	}
+	return ""
+}
+
 // mayAnnounce says why caller may not announce an execution of PR pr of repo in environment env (""
 // when it may). A GitHub Actions job of a pull request reports only that pull request; a job on
 // another ref reports executions of no PR, or of any PR of its repository when it matches the

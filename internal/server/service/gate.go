@@ -70,12 +70,12 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 			}
 			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
 		}
-		refusal, err := gateIdentity(tx, caller, repo, in, prev)
+		member, refusal, err := s.gateIdentity(tx, caller, repo, in, prev)
 		if err != nil {
 			return err
 		}
 		if refusal != nil {
-			// Refused without touching the lease: deny would revoke it.
+			// A refused caller changes nothing: deny would revoke the lease, which is not its.
 			return refuse(refusal)
 		}
 		// The apply execution itself may have been cancelled (unknown yet is fine: the runner
@@ -90,18 +90,8 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		if prev != nil && !prev.RevokedAt.IsZero() {
 			return deny(fmt.Errorf("%w: the lease of execution %s was already revoked (%s)", store.ErrDenied, in.ExecutionID, prev.Outcome))
 		}
-		ep := s.Policy.Environments[in.Environment]
-		if why := ep.MayCheckGate(in.Environment, repo, caller); why != "" {
-			return deny(fmt.Errorf("%w: %s", store.ErrDenied, why))
-		}
-		if ep.Requester == "" {
+		if s.Policy.Environments[in.Environment].Requester == "" {
 			return deny(fmt.Errorf("%w: the policy names no requester for environment %q", store.ErrPrecondition, in.Environment))
-		}
-		// The member is what the granter binds; without one it is only recorded, so a caller
-		// whose claims cannot fill it is refused only where it would be bound.
-		member, err := ep.MemberFor(caller)
-		if err != nil && s.granter().Name() != granter.KindNone {
-			return deny(fmt.Errorf("%w: %v", store.ErrDenied, err))
 		}
 		d, err := s.decide(tx, key, in, now)
 		if err != nil {
@@ -175,34 +165,49 @@ func checkGateRequest(caller Caller, in *api.GateCheck) (string, error) {
 }
 
 // gateIdentity says why caller may not check the gate for execution in.ExecutionID at all (nil
-// when it may go on to be decided): an execution announced by another principal or in another
-// repository, or a lease (prev) taken for another repository, environment, PR or principal, is
-// not the caller's to check. A refusal changes nothing; the error is the store's.
-func gateIdentity(tx store.Tx, caller Caller, repo string, in *api.GateCheck, prev *store.Lease) (refusal, err error) {
+// when it may go on to be decided), and returns the member the granter would bind for it: an
+// execution announced by another principal or in another repository, a lease (prev) taken for
+// another repository, environment, PR or principal, a GitHub job of another pull request than
+// in.PR, a caller the environment's apply_from does not allow, or one whose claims cannot fill
+// the member the granter binds, is not the caller's to check. Nothing before it has changed
+// anything, and a refusal changes nothing: it may not end the lease of the job that holds it
+// (another job of the same run shares its principal). The error is the store's.
+func (s *Service) gateIdentity(tx store.Tx, caller Caller, repo string, in *api.GateCheck, prev *store.Lease) (member string, refusal, err error) {
 	// An execution announced by another principal is not this caller's to apply: its lease
 	// would block the owner's own check, and its claims are not the caller's.
 	switch owner, erepo, err := tx.ExecutionPrincipal(in.ExecutionID); {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
-		return nil, err
+		return "", nil, err
 	case owner != caller.Name || erepo != repo:
-		return fmt.Errorf("%w: execution %s was announced by another principal or in another repository", store.ErrDenied, in.ExecutionID), nil
+		return "", fmt.Errorf("%w: execution %s was announced by another principal or in another repository", store.ErrDenied, in.ExecutionID), nil
 	}
-	if prev == nil {
-		return nil, nil
+	if prev != nil {
+		switch {
+		case prev.Repo != repo:
+			// Denied without naming what the other repository's lease is for.
+			return "", fmt.Errorf("%w: execution %s already holds a lease of another repository; choose another execution id", store.ErrDenied, in.ExecutionID), nil
+		case prev.Environment != in.Environment || prev.PR != in.PR:
+			return "", fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
+				target(leaseKey(*prev)), target(store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR})), nil
+		case prev.Principal != "" && prev.Principal != caller.Name:
+			return "", fmt.Errorf("%w: execution %s holds a lease granted to another principal", store.ErrDenied, in.ExecutionID), nil
+		}
 	}
-	where := target(store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR})
-	switch {
-	case prev.Repo != repo:
-		// Denied without naming what the other repository's lease is for.
-		return fmt.Errorf("%w: execution %s already holds a lease of another repository; choose another execution id", store.ErrDenied, in.ExecutionID), nil
-	case prev.Environment != in.Environment || prev.PR != in.PR:
-		return fmt.Errorf("%w: execution %s already holds a lease for %s, not %s", store.ErrDenied, in.ExecutionID,
-			target(leaseKey(*prev)), where), nil
-	case prev.Principal != "" && prev.Principal != caller.Name:
-		return fmt.Errorf("%w: execution %s holds a lease granted to another principal", store.ErrDenied, in.ExecutionID), nil
+	ep := s.Policy.Environments[in.Environment]
+	if why := ep.MayCheckGate(in.Environment, repo, caller); why != "" {
+		return "", fmt.Errorf("%w: %s", store.ErrDenied, why), nil
 	}
-	return nil, nil
+	if why := prConfined(caller, in.PR); why != "" {
+		return "", fmt.Errorf("%w: %s", store.ErrDenied, why), nil
+	}
+	// The member is what the granter binds; without one it is only recorded, so a caller
+	// whose claims cannot fill it is refused only where it would be bound.
+	member, err = ep.MemberFor(caller)
+	if err != nil && s.granter().Name() != granter.KindNone {
+		return "", fmt.Errorf("%w: %v", store.ErrDenied, err), nil
+	}
+	return member, nil, nil
 }
 
 // nextLease is the lease a satisfied check gives principal for in: a re-check (prev) keeps its
@@ -347,6 +352,9 @@ func (s *Service) mayEnd(caller Caller, l *store.Lease) string {
 	case l.Principal != caller.Name:
 		return fmt.Sprintf("the lease of execution %s was granted to another principal", l.ExecutionID)
 	case caller.GitHub != nil:
+		if why := prConfined(caller, l.PR); why != "" {
+			return fmt.Sprintf("the lease of execution %s is another pull request's: %s", l.ExecutionID, why)
+		}
 		if why := s.Policy.Environments[l.Environment].MayCheckGate(l.Environment, l.Repo, caller); why != "" {
 			return fmt.Sprintf("the lease of execution %s was granted to another job of the run: %s", l.ExecutionID, why)
 		}

@@ -101,6 +101,9 @@ func (s *Service) ReleaseClaims(ctx context.Context, caller Caller, in *api.Clai
 	if err != nil {
 		return api.Ack{}, err
 	}
+	if why := prConfined(caller, in.PR); why != "" {
+		return api.Ack{}, fmt.Errorf("%w: %s", store.ErrDenied, why)
+	}
 	key := store.PRKey{Repo: repo, Environment: in.Environment, PR: in.PR}
 	now := s.Now()
 	return api.Ack{}, s.Store.Write(ctx, func(tx store.Tx) error {

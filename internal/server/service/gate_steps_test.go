@@ -57,7 +57,7 @@ func TestGateIdentity(t *testing.T) {
 			{who("mallory"), &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1}, mine, "granted to another principal"},
 		} {
 			f.must(f.Store.Read(ctx, func(tx store.Tx) error {
-				refusal, err := gateIdentity(tx, c.caller, testRepo, c.in, c.prev)
+				_, refusal, err := f.gateIdentity(tx, c.caller, testRepo, c.in, c.prev)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,100 @@
+package service
+
+import (
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// Regression tests of issue 37, the gaps an attacker found past the trust work: each attack
+// here once succeeded. Each runs on every store.
+
+// 1: a job of the apply's run that apply_from refuses (another GitHub environment) checks the
+// gate naming the apply's execution: it is refused, and the apply job's lease stays active.
+func TestARefusedSiblingJobLeavesTheLease(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.must(f.planBy(prJob(7, "100"), "a7", 7, dbPlan))
+		f.must(f.approveAs("a7", 7, "stacks/prod/**"))
+		hashes := sp("stacks/prod/db", "v1:db")
+		_, err := f.checkAs(applyJob("555"), "a1", 7, hashes)
+		f.must(err)
+		dev := job(testRepo, "refs/heads/main", ".github/workflows/apply.yml", "dev", "555")
+		_, err = f.checkAs(dev, "a1", 7, hashes)
+		wantErr(t, err, store.ErrDenied, `the job's GitHub environment "dev" is not among apply_from's environments`)
+		_, err = f.GateRevoke(ctx, dev, &api.GateRevoke{ExecutionID: "a1", Outcome: "failed"})
+		wantErr(t, err, store.ErrDenied, "granted to another job of the run")
+		if l := f.lease("a1"); !l.RevokedAt.IsZero() {
+			t.Fatalf("a refused job of the run ended the apply job's lease: %s", l.Outcome)
+		}
+		// The apply job itself still re-checks and ends its own lease.
+		_, err = f.checkAs(applyJob("555"), "a1", 7, hashes)
+		f.must(err)
+		_, err = f.GateRevoke(ctx, applyJob("555"), &api.GateRevoke{ExecutionID: "a1", Outcome: "succeeded"})
+		f.must(err)
+	})
+}
+
+// reusablePolicy lets a reusable workflow of another repository check acme/infra's gates, with
+// no refs: pull requests' jobs call it too.
+const reusablePolicy = `
+environment "prod" {
+  requester = "deployer@proj.iam.gserviceaccount.com"
+  apply_from {
+    repositories = ["acme/infra"]
+    workflows    = ["acme/workflows/.github/workflows/deploy.yml@refs/heads/main"]
+  }
+  gate {
+    classes = ["destructive"]
+    stacks  = ["stacks/prod/**"]
+  }
+}
+`
+
+// 2: a job of pull request 5 that apply_from allows (through a reusable workflow, no refs)
+// checks, revokes and releases only PR 5's: PR 7's approval, lease and claims are not its own.
+func TestAPullRequestsJobActsOnlyOnItsPullRequest(t *testing.T) {
+	forEachStoreWith(t, reusablePolicy, func(t *testing.T, f *fixture) {
+		pr := func(n int, run string) Caller {
+			return prJob(n, run).withWorkflow("acme/workflows/.github/workflows/deploy.yml@refs/heads/main")
+		}
+		f.must(f.planBy(prJob(7, "700"), "p7", 7, dbPlan))
+		f.must(f.approveAs("p7", 7, "stacks/prod/**"))
+		f.must(f.planBy(prJob(5, "500"), "p5", 5, map[string][2]string{"stacks/prod/app": {"destructive", "v1:app"}}))
+		f.must(f.approveAs("p5", 5, "stacks/prod/**"))
+
+		_, err := f.checkAs(pr(5, "501"), "ap5", 7, sp("stacks/prod/db", "v1:db"))
+		wantErr(t, err, store.ErrDenied, "a job of pull request #5 acts only on PR #5, not #7")
+		var leases int
+		f.must(f.Store.Read(ctx, func(tx store.Tx) error {
+			_, err := tx.Lease("ap5")
+			if err == nil {
+				leases++
+			}
+			return nil
+		}))
+		if leases != 0 {
+			t.Fatal("PR 5's job took a lease on PR 7's approval")
+		}
+		_, err = f.checkAs(pr(5, "501"), "ap5", 5, sp("stacks/prod/app", "v1:app"))
+		f.must(err)
+
+		// A lease of PR 7 recorded for the same principal is still not PR 5's job's to end.
+		f.must(f.Store.Write(ctx, func(tx store.Tx) error {
+			return tx.PutLease(store.Lease{Repo: testRepo, ExecutionID: "ap7", Environment: "prod", PR: 7, Requester: "r",
+				Principal: pr(5, "501").Name, GrantedAt: f.now, ExpiresAt: f.now.Add(DefaultLeaseTTL)})
+		}))
+		_, err = f.GateRevoke(ctx, pr(5, "501"), &api.GateRevoke{ExecutionID: "ap7", Outcome: "succeeded"})
+		wantErr(t, err, store.ErrDenied, "is another pull request's")
+		if !f.lease("ap7").RevokedAt.IsZero() {
+			t.Fatal("PR 5's job ended a lease of PR 7")
+		}
+		_, err = f.ReleaseClaims(ctx, prJob(5, "500"), &api.ClaimsRelease{Environment: "prod", PR: 7, ExecutionID: "p5"})
+		wantErr(t, err, store.ErrDenied, "acts only on PR #5, not #7")
+		claims, err := f.Claims(ctx, reader, "", "prod")
+		f.must(err)
+		if len(claims) != 2 {
+			t.Fatalf("claims after PR 5's job's refused requests: %+v", claims)
+		}
+	})
+}
