@@ -141,7 +141,7 @@ func checkGateRequest(caller Caller, in *api.GateCheck) (string, error) {
 	if strings.TrimSpace(in.SHA) == "" {
 		return "", invalid("sha is required: the commit being applied is recorded with the decision")
 	}
-	if err := checkText("sha", in.SHA, MaxShortLen); err != nil {
+	if err := checkShort("sha", in.SHA); err != nil {
 		return "", err
 	}
 	if len(in.Stacks) == 0 {
@@ -154,7 +154,7 @@ func checkGateRequest(caller Caller, in *api.GateCheck) (string, error) {
 		return "", err
 	}
 	for _, sp := range in.Stacks {
-		if err := checkText("plan_hash", sp.PlanHash, MaxShortLen); err != nil {
+		if err := checkShort("plan_hash", sp.PlanHash); err != nil {
 			return "", err
 		}
 		if !sp.Class.Valid() {

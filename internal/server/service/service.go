@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/tfstackplan/tfstackplan/events"
@@ -108,6 +109,19 @@ func checkTexts(max int, pairs ...string) error {
 		if err := checkText(pairs[i], pairs[i+1], max); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkShort checks a short field a runner reports and a terminal or a page shows as it is (a
+// sha, a base, an actor, a plan hash) with checkText and MaxShortLen, and refuses control
+// characters in it: an escape sequence in a sha would reach the approver's terminal.
+func checkShort(field, v string) error {
+	if err := checkText(field, v, MaxShortLen); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		return invalid("%s contains the control character %U", field, []rune(v[i:])[0])
 	}
 	return nil
 }
@@ -228,8 +242,10 @@ func checkInit(in *api.Init) error {
 	if api.ExecutionOp(in.Op) == OpDrift && in.PR != 0 {
 		return invalid("pr %d: a drift execution is of no pull request", in.PR)
 	}
-	if err := checkTexts(MaxShortLen, "sha", in.SHA, "base", in.Base, "actor", in.Actor); err != nil {
-		return err
+	for _, f := range [][2]string{{"sha", in.SHA}, {"base", in.Base}, {"actor", in.Actor}} {
+		if err := checkShort(f[0], f[1]); err != nil {
+			return err
+		}
 	}
 	if err := checkText("run_url", in.RunURL, MaxURLLen); err != nil {
 		return err
@@ -413,7 +429,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if !r.Status.Valid() || (r.Class != "" && !r.Class.Valid()) {
 			return api.Ack{}, invalid("stack %q: bad status %q or class %q", r.Stack, r.Status, r.Class)
 		}
-		if err := checkText("plan_hash", r.PlanHash, MaxShortLen); err != nil {
+		if err := checkShort("plan_hash", r.PlanHash); err != nil {
 			return api.Ack{}, err
 		}
 	}

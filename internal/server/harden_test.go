@@ -1,0 +1,58 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+)
+
+// Regression tests of issue 37 over HTTP, on every store: each attack here once succeeded.
+
+// 3: a control character (an escape sequence that hides what a terminal prints after it) in
+// a sha, a base, an actor or a plan hash is refused with 400, and the refused request changes
+// nothing.
+func TestControlCharactersInReportedFieldsAreRefused(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			init := func(id string) map[string]any {
+				return map[string]any{"execution_id": id, "environment": "prod", "op": "plan", "pr": 3, "sha": "abc", "stacks": []string{"a"}}
+			}
+			for _, c := range []struct{ field, value string }{{"sha", "abc\x1b[8m"}, {"base", "main\x07"}, {"actor", "mallory\r"}, {"sha", "abc\u009b8m"}} {
+				body := init("ctl")
+				body[c.field] = c.value
+				if code, out, _ := ts.call(t, "runner", "POST", "/events/init", body); code != 400 || out["code"] != "INVALID_ARGUMENT" {
+					t.Errorf("init with %s %q: %d %v, want 400", c.field, c.value, code, out)
+				}
+			}
+			if code, _, _ := ts.call(t, "viewer", "GET", "/executions/ctl", nil); code != 404 {
+				t.Errorf("a refused init created the execution: %d", code)
+			}
+			if code, out, _ := ts.call(t, "runner", "POST", "/events/init", init("ok")); code != 200 {
+				t.Fatalf("init: %d %v", code, out)
+			}
+			hash := "v1:\x1b[8mx"
+			refused := []struct {
+				path string
+				body map[string]any
+			}{
+				{"/events/update", map[string]any{"execution_id": "ok", "stack": "a", "seq": 1, "status": "succeeded", "class": "mutating", "plan_hash": hash}},
+				{"/events/updates", map[string]any{"updates": []any{map[string]any{"execution_id": "ok", "stack": "a", "seq": 1, "status": "succeeded", "class": "mutating", "plan_hash": hash}}}},
+				{"/events/finalize", map[string]any{"execution_id": "ok", "status": "succeeded",
+					"stacks": []map[string]any{{"stack": "a", "status": "succeeded", "class": "mutating", "plan_hash": hash}}}},
+				{"/gates/check", map[string]any{"execution_id": "ap", "environment": "prod", "pr": 3, "sha": "x\x1b]0;t\x07",
+					"stacks": []map[string]any{{"stack": "a", "plan_hash": "v1:a", "class": "mutating"}}}},
+				{"/gates/check", map[string]any{"execution_id": "ap", "environment": "prod", "pr": 3, "sha": "x",
+					"stacks": []map[string]any{{"stack": "a", "plan_hash": hash, "class": "mutating"}}}},
+			}
+			for _, r := range refused {
+				if code, out, _ := ts.call(t, "runner", "POST", r.path, r.body); code != 400 || out["code"] != "INVALID_ARGUMENT" {
+					t.Errorf("%s with a control character: %d %v, want 400", r.path, code, out)
+				}
+			}
+			if st := ts.stacksOf(t, "ok")["a"]; st["status"] != "pending" || st["plan_hash"] != nil {
+				t.Errorf("a refused event changed the stack: %v", st)
+			}
+		})
+	}
+}
