@@ -785,7 +785,7 @@ type ExecutionsListParams struct {
 	// Limit The most executions to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients). A time outside 1970-01-01 to 2200-01-01 (but the zero time) is `400`.
+	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients). A time outside 1970-01-01 to 2200-01-01 is `400`, the zero time too unless `before_id` comes with it.
 	Before *time.Time `form:"before,omitempty" json:"before,omitempty"`
 
 	// BeforeID Paging: the `execution_id` of the previous page's last execution, with its `started_at` as `before`: only the executions after it are listed, those started before `before` and those started at `before` whose id sorts lower. Without `before`, or not an execution id (1 to 1,024 bytes of UTF-8 without control characters), it is `400 INVALID_ARGUMENT`.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
@@ -52,6 +54,47 @@ func TestControlCharactersInReportedFieldsAreRefused(t *testing.T) {
 			}
 			if st := ts.stacksOf(t, "ok")["a"]; st["status"] != "pending" || st["plan_hash"] != nil {
 				t.Errorf("a refused event changed the stack: %v", st)
+			}
+		})
+	}
+}
+
+// 6: the zero time sent in started_at, finished_at or an event's at, or as the executions
+// list's before without before_id, is outside the times the server stores: 400, not "absent".
+func TestAZeroTimeIsNotAbsent(t *testing.T) {
+	const zero = "0001-01-01T00:00:00Z"
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			init := map[string]any{"execution_id": "z", "environment": "prod", "op": "plan", "pr": 3, "sha": "abc", "stacks": []string{"a"},
+				"started_at": zero}
+			if code, out, _ := ts.call(t, "runner", "POST", "/events/init", init); code != 400 || !strings.Contains(fmt.Sprint(out["message"]), "zero time") {
+				t.Errorf("init with started_at %s: %d %v, want 400", zero, code, out)
+			}
+			if code, _, _ := ts.call(t, "viewer", "GET", "/executions/z", nil); code != 404 {
+				t.Errorf("a refused init created the execution: %d", code)
+			}
+			delete(init, "started_at")
+			if code, out, _ := ts.call(t, "runner", "POST", "/events/init", init); code != 200 {
+				t.Fatalf("init: %d %v", code, out)
+			}
+			for path, body := range map[string]map[string]any{
+				"/events/update":   {"execution_id": "z", "stack": "a", "seq": 1, "status": "running", "at": zero},
+				"/events/phase":    {"execution_id": "z", "stack": "a", "seq": 1, "phase": "init", "at": zero},
+				"/events/finalize": {"execution_id": "z", "status": "failed", "finished_at": zero},
+			} {
+				if code, out, _ := ts.call(t, "runner", "POST", path, body); code != 400 {
+					t.Errorf("%s with a zero time: %d %v, want 400", path, code, out)
+				}
+			}
+			if code, out, _ := ts.call(t, "viewer", "GET", "/executions/z", nil); code != 200 || out["status"] != "running" {
+				t.Errorf("a refused finalize ended the execution: %d %v", code, out)
+			}
+			if code, out, _ := ts.call(t, "viewer", "GET", "/executions?before="+zero, nil); code != 400 {
+				t.Errorf("the list before the zero time alone: %d %v, want 400", code, out)
+			}
+			if code, out, _ := ts.call(t, "viewer", "GET", "/executions?before="+zero+"&before_id=z", nil); code != 200 {
+				t.Errorf("the list after an execution listed without started_at: %d %v, want 200", code, out)
 			}
 		})
 	}

@@ -560,7 +560,7 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	// json v2 decodes in one pass (v1 scans every byte twice), which matters for log batches;
 	// it also rejects unknown and duplicate members and invalid UTF-8.
 	dec := jsontext.NewDecoder(bytes.NewReader(data))
-	if err := jsonv2.UnmarshalDecode(dec, body, jsonv2.RejectUnknownMembers(true)); err != nil {
+	if err := jsonv2.UnmarshalDecode(dec, body, jsonv2.RejectUnknownMembers(true), presentTimes); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", errInvalidBody, rt.op, err)
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
@@ -569,6 +569,22 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	return body, nil
 }
+
+// presentTimes refuses the zero time (0001-01-01T00:00:00Z) where a body gives it: a request
+// field left out decodes to the zero time too and means "absent", so a zero time sent would be
+// read as absent, while it is outside the times the server stores (1970 to 2200) and refused.
+var presentTimes = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFunc(func(data []byte, t *time.Time) error {
+	if string(data) == "null" {
+		return nil
+	}
+	if err := t.UnmarshalJSON(data); err != nil {
+		return err
+	}
+	if t.IsZero() {
+		return errors.New("the zero time is outside 1970-01-01 to 2200-01-01, the times the server stores: leave the field out instead")
+	}
+	return nil
+}))
 
 // maxPreallocBody bounds the buffer readBody allocates before the body's bytes arrive: a client
 // that announces a large body and sends it slowly must not have the server hold its size.

@@ -180,10 +180,11 @@ func quoteAll(names []string) []string {
 	return out
 }
 
-// validShard reports whether s is a fan-out shard, "K/N" with 1 <= K <= N <= 999.
+// validShard reports whether s is a fan-out shard, "K/N" with 1 <= K <= N <= 999, each number
+// written as the API's pattern has it: digits without a sign or a leading zero.
 func validShard(s string) bool {
 	ks, ns, ok := strings.Cut(s, "/")
 	k, kerr := strconv.Atoi(ks)
 	n, nerr := strconv.Atoi(ns)
-	return ok && kerr == nil && nerr == nil && len(ks) <= 3 && len(ns) <= 3 && k >= 1 && k <= n && !strings.HasPrefix(ks, "+") && !strings.HasPrefix(ns, "+")
+	return ok && kerr == nil && nerr == nil && strconv.Itoa(k) == ks && strconv.Itoa(n) == ns && k >= 1 && k <= n && n <= 999
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -96,5 +97,27 @@ func TestAPullRequestsJobActsOnlyOnItsPullRequest(t *testing.T) {
 		if len(claims) != 2 {
 			t.Fatalf("claims after PR 5's job's refused requests: %+v", claims)
 		}
+	})
+}
+
+// 5: a shard's numbers are written as the API's pattern has them: "01/2" is refused, and the
+// refused check leases nothing.
+func TestAShardWithALeadingZeroIsRefused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.planWith("p1", 1, "s1", map[string][2]string{"a": {"mutating", "v1:a"}, "b": {"mutating", "v1:b"}})
+		for _, bad := range []string{"01/2", "1/02", "001/2", "1/002"} {
+			_, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "head", Shard: bad,
+				Stacks: []api.StackPlan{sp("a", "v1:a")}})
+			wantErr(t, err, store.ErrInvalid, "is not K/N")
+		}
+		f.must(f.Store.Read(ctx, func(tx store.Tx) error {
+			if _, err := tx.Lease("ap"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("a refused shard's check left a lease: %v", err)
+			}
+			return nil
+		}))
+		_, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "head", Shard: "1/2",
+			Stacks: []api.StackPlan{sp("a", "v1:a")}})
+		f.must(err)
 	})
 }
