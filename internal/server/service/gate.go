@@ -90,6 +90,10 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		if prev != nil && !prev.RevokedAt.IsZero() {
 			return deny(fmt.Errorf("%w: the lease of execution %s was already revoked (%s)", store.ErrDenied, in.ExecutionID, prev.Outcome))
 		}
+		if prev != nil && !prev.ExpiresAt.After(now) {
+			return deny(fmt.Errorf("%w: the lease of execution %s ended at %s, lease_ttl after its first grant: a re-check does not extend it",
+				store.ErrDenied, in.ExecutionID, prev.ExpiresAt.UTC().Format(time.RFC3339)))
+		}
 		if s.Policy.Environments[in.Environment].Requester == "" {
 			return deny(fmt.Errorf("%w: the policy names no requester for environment %q", store.ErrPrecondition, in.Environment))
 		}
@@ -211,7 +215,9 @@ func (s *Service) gateIdentity(tx store.Tx, caller Caller, repo string, in *api.
 }
 
 // nextLease is the lease a satisfied check gives principal for in: a re-check (prev) keeps its
-// first grant's time and what the sweeper needs to know of its binding.
+// first grant's time, its end and what the sweeper needs to know of its binding. A lease ends at
+// most lease_ttl after its first grant: a job that keeps re-checking does not keep the
+// requester leased.
 func (s *Service) nextLease(prev *store.Lease, key store.PRKey, in *api.GateCheck, principal, member string, d *decision, now time.Time) store.Lease {
 	lease := store.Lease{Repo: key.Repo, ExecutionID: in.ExecutionID, Environment: in.Environment, PR: in.PR,
 		Requester: s.Policy.Environments[in.Environment].Requester,
@@ -221,7 +227,8 @@ func (s *Service) nextLease(prev *store.Lease, key store.PRKey, in *api.GateChec
 		// sweeper something to remove.
 		Bound: s.granter().Name() != granter.KindNone}
 	if prev != nil {
-		lease.GrantedAt, lease.UnbindAttempts, lease.UnbindError = prev.GrantedAt, prev.UnbindAttempts, prev.UnbindError
+		lease.GrantedAt, lease.ExpiresAt = prev.GrantedAt, prev.ExpiresAt
+		lease.UnbindAttempts, lease.UnbindError = prev.UnbindAttempts, prev.UnbindError
 		lease.Bound = lease.Bound || prev.Bound
 	}
 	return lease

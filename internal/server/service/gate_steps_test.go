@@ -178,8 +178,9 @@ func TestNextLease(t *testing.T) {
 			t.Fatalf("first lease %+v", first)
 		}
 		again := f.nextLease(&first, key, in, "ci", "m", d, f.now.Add(10*time.Minute))
-		if !again.GrantedAt.Equal(first.GrantedAt) {
-			t.Fatalf("a re-check's lease granted at %s, want the first grant's %s", again.GrantedAt, first.GrantedAt)
+		if !again.GrantedAt.Equal(first.GrantedAt) || !again.ExpiresAt.Equal(first.ExpiresAt) {
+			t.Fatalf("a re-check's lease granted at %s until %s, want the first grant's %s until %s", again.GrantedAt, again.ExpiresAt,
+				first.GrantedAt, first.ExpiresAt)
 		}
 	})
 }

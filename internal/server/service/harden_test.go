@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
@@ -119,5 +120,28 @@ func TestAShardWithALeadingZeroIsRefused(t *testing.T) {
 		_, err := f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap", Environment: "prod", PR: 1, SHA: "head", Shard: "1/2",
 			Stacks: []api.StackPlan{sp("a", "v1:a")}})
 		f.must(err)
+	})
+}
+
+// Leases that never end: a re-check keeps the lease's end (lease_ttl after its first grant),
+// and one past that end is denied.
+func TestARecheckDoesNotExtendTheLease(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		f.planWith("p1", 1, "s1", map[string][2]string{"d": {"destructive", "v1:d"}})
+		f.must(f.approve(1, "p1"))
+		first, err := f.check("ap", 1, sp("d", "v1:d"))
+		f.must(err)
+		if want := f.now.Add(time.Hour); !first.ExpiresAt.Equal(want) {
+			t.Fatalf("first lease until %s, want %s", first.ExpiresAt, want)
+		}
+		f.now = f.now.Add(50 * time.Minute)
+		again, err := f.check("ap", 1, sp("d", "v1:d"))
+		f.must(err)
+		if !again.ExpiresAt.Equal(first.ExpiresAt) || !f.lease("ap").ExpiresAt.Equal(first.ExpiresAt) {
+			t.Fatalf("a re-check moved the lease's end from %s to %s", first.ExpiresAt, again.ExpiresAt)
+		}
+		f.now = f.now.Add(10 * time.Minute)
+		_, err = f.check("ap", 1, sp("d", "v1:d"))
+		wantErr(t, err, store.ErrDenied, "a re-check does not extend it")
 	})
 }
