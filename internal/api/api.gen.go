@@ -400,7 +400,7 @@ type Finalize struct {
 	Error       string `json:"error,omitempty,omitzero"`
 	ExecutionID string `json:"execution_id"`
 
-	// FinishedAt When the run ended, by the runner's clock (absent: when the server received the Finalize). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
+	// FinishedAt When the run ended, by the runner's clock (absent: when the server received the Finalize); a time after the server received the Finalize is replaced by that time. A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field. Retention (`serve --retain`) goes by the server's clock: when it received the Init, and this time.
 	FinishedAt time.Time `json:"finished_at,omitempty,omitzero"`
 
 	// Stacks One result per stack; a stack named twice is refused.

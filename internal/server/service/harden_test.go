@@ -145,3 +145,28 @@ func TestARecheckDoesNotExtendTheLease(t *testing.T) {
 		wantErr(t, err, store.ErrDenied, "a re-check does not extend it")
 	})
 }
+
+// Retention by the runner's clock: an execution finalized "2199" is pruned like any other, as
+// is one started (by the runner's clock) later than the server received it; retention goes by
+// when the server received them.
+func TestRetentionGoesByTheServersClock(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		far := time.Date(2199, 1, 1, 0, 0, 0, 0, time.UTC)
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "future", Environment: "prod", Op: "apply", PR: 5, Stacks: []string{"c"},
+			StartedAt: f.now.Add(MaxStartAhead)})
+		f.must(err)
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "future", Status: "failed", FinishedAt: far})
+		f.must(err)
+		x, err := f.Execution(ctx, reader, "future")
+		f.must(err)
+		if !x.FinishedAt.Equal(f.now) {
+			t.Fatalf("finished_at %s sent %s, want the server's %s", x.FinishedAt, far, f.now)
+		}
+		f.now = f.now.Add(91 * 24 * time.Hour)
+		n, err := f.PruneExecutions(ctx, 90*24*time.Hour)
+		f.must(err)
+		if _, err := f.Execution(ctx, reader, "future"); n != 1 || !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("pruned %d; the execution finalized 2199: %v, want it pruned", n, err)
+		}
+	})
+}

@@ -14,8 +14,8 @@ import (
 // pruneBatch is how many executions one retention transaction deletes.
 const pruneBatch = 100
 
-// PruneExecutions deletes the finished executions that started and finished more than retain
-// ago, with their stacks, phases and logs, a transaction of pruneBatch at a time, and returns
+// PruneExecutions deletes the finished executions that the server received (Init) and that
+// finished (by a time no later than the server received the Finalize) more than retain ago, with their stacks, phases and logs, a transaction of pruneBatch at a time, and returns
 // how many it deleted. It never deletes what something live still needs (see
 // store.Tx.PruneExecutions): a plan a claim, a gate, an active grant or a lease names, or the
 // latest plan of a PR.
@@ -31,6 +31,15 @@ func (s *Service) PruneExecutions(ctx context.Context, retain time.Duration) (in
 			return total, err
 		}
 	}
+}
+
+// notAfter is t, a time a runner sent, or now when t is later: a finish dated ahead of the
+// server's clock ("2199") would keep its execution from retention for good.
+func notAfter(t, now time.Time) time.Time {
+	if t.After(now) {
+		return now
+	}
+	return t
 }
 
 // Quotas bounds what one principal may make the server store (0: unbounded).

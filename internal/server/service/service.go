@@ -451,7 +451,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if e.Cancelled {
 			e.Status = events.ExecutionCancelled // a cancelled execution never concludes as a success
 		}
-		e.FinishedAt = orNow(in.FinishedAt, now)
+		e.FinishedAt = notAfter(orNow(in.FinishedAt, now), now)
 		// The execution row is locked (tx.Execution), so no event changes its stacks meanwhile:
 		// they are read once, and only those the finalize changes are written.
 		stacks, err := tx.Stacks(e.ExecutionID)

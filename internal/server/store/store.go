@@ -353,7 +353,7 @@ type Tx interface {
 	StaleExecutions(before time.Time, limit int) ([]string, error)
 
 	// PruneExecutions deletes up to limit finished executions (finalized, or no longer running)
-	// that started and finished before `before`, with their stacks, phases, logs and drift checks
+	// that the server received (StampExecution) and that finished before `before`, with their stacks, phases, logs and drift checks
 	// (not a stack's latest, LatestDrift), and returns how many it deleted. It keeps every execution something live still needs at now:
 	// a claim not expired, a gate, an active grant or a lease (in force, or whose granter
 	// binding is still to be removed) naming it, and the latest plan of each PR (what a gate
