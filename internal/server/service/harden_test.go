@@ -2,11 +2,15 @@ package service
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/postgres"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/sqlite"
+	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 )
 
 // Regression tests of issue 37, the gaps an attacker found past the trust work: each attack
@@ -169,4 +173,80 @@ func TestRetentionGoesByTheServersClock(t *testing.T) {
 			t.Fatalf("pruned %d; the execution finalized 2199: %v, want it pruned", n, err)
 		}
 	})
+}
+
+// replicas opens n stores of backend b on one database, as n replicas of serve would.
+func replicas(t *testing.T, b storetest.Backend, n int) []store.Store {
+	t.Helper()
+	var out []store.Store
+	switch b.Name {
+	case "sqlite":
+		path := filepath.Join(t.TempDir(), "shared.db")
+		for range n {
+			s, err := sqlite.Open(ctx, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			out = append(out, s)
+		}
+	default:
+		u, channel := storetest.PostgresURL(t)
+		for range n {
+			s, err := postgres.Open(ctx, u, postgres.Options{Channel: channel})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// 4: after retention deleted an execution on one replica, its id is never announced again, on
+// any replica: the owner another replica cached for it can never write into another principal's
+// execution of the same id.
+func TestAPrunedExecutionsIdIsNeverReused(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			p, err := ParsePolicy("policy.hcl", []byte(testPolicy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			stores := replicas(t, b, 2)
+			a, c := New(stores[0], p), New(stores[1], p)
+			a.Now, c.Now = func() time.Time { return now }, func() time.Time { return now }
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			old, other := who("old-owner"), who("new-owner")
+			_, err = a.Init(ctx, old, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"a"}})
+			must(err)
+			// Replica c caches e1's owner with the old owner's first event there.
+			_, err = c.Phase(ctx, old, &api.PhaseEvent{ExecutionID: "e1", Stack: "a", Phase: "init", Seq: 1})
+			must(err)
+			_, err = a.Finalize(ctx, old, &api.Finalize{ExecutionID: "e1", Status: "failed"})
+			must(err)
+			now = now.Add(100 * 24 * time.Hour)
+			n, err := a.PruneExecutions(ctx, 90*24*time.Hour)
+			if err != nil || n != 1 {
+				t.Fatalf("prune: %d %v, want e1 pruned", n, err)
+			}
+			for _, r := range []*Service{a, c} {
+				_, err = r.Init(ctx, other, &api.Init{ExecutionID: "e1", Environment: "prod", Op: "plan", PR: 2, Stacks: []string{"b"}})
+				wantErr(t, err, store.ErrPrecondition, "ids are never reused")
+			}
+			if _, err := c.Update(ctx, old, &api.Update{ExecutionID: "e1", Stack: "b", Seq: 9, Status: "succeeded", Class: "mutating", PlanHash: "forged"}); err == nil {
+				t.Error("the old owner wrote into a pruned execution through the replica that cached it")
+			}
+			if _, err := a.Execution(ctx, reader, "e1"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("e1 after the refused re-announcements: %v, want not found", err)
+			}
+		})
+	}
 }

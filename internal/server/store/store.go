@@ -211,7 +211,8 @@ type EventState struct {
 
 // Tx is one unit of work. Every method runs inside the transaction the Store opened.
 type Tx interface {
-	// CreateExecution stores e unless its id exists; created reports which.
+	// CreateExecution stores e unless its id exists; created reports which. An id retention
+	// deleted (PruneExecutions) is never stored again: ErrPrecondition.
 	CreateExecution(e *Execution) (created bool, err error)
 	// Execution returns one execution, without its edges (ExecutionEdges has them; its
 	// EdgesApproximate is set), or ErrNotFound. Inside Write it locks the row until the

@@ -45,6 +45,14 @@ func (t *sqlTx) PruneExecutions(before, now time.Time, limit int) (int64, error)
 		return 0, t.s.mapErr(err)
 	}
 	in := "(?" + strings.Repeat(",?", len(ids)-1) + ")"
+	tomb := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		tomb = append(tomb, id, ns(now))
+	}
+	if _, err := t.exec("INSERT INTO pruned_executions (id, pruned_at) VALUES (?,?)"+strings.Repeat(",(?,?)", len(ids)-1)+
+		" ON CONFLICT (id) DO NOTHING", tomb...); err != nil {
+		return 0, err
+	}
 	var n int64
 	for _, table := range prunedTables {
 		col := "execution_id"
