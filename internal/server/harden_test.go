@@ -1,11 +1,15 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
+	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
 )
 
 // Regression tests of issue 37 over HTTP, on every store: each attack here once succeeded.
@@ -95,6 +99,37 @@ func TestAZeroTimeIsNotAbsent(t *testing.T) {
 			}
 			if code, out, _ := ts.call(t, "viewer", "GET", "/executions?before="+zero+"&before_id=z", nil); code != 200 {
 				t.Errorf("the list after an execution listed without started_at: %d %v, want 200", code, out)
+			}
+		})
+	}
+}
+
+// The throttle locks out right tokens no more: after a burst of wrong tokens from one address
+// (a NAT, a load balancer), the right token from that address is served while wrong ones get
+// 429.
+func TestAThrottledAddressStillServesRightTokens(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), withClock(newTestClock()))
+			const nat = "192.0.2.77"
+			for i := range throttle.DefaultBurst {
+				ts.from(nat, "GET", BasePath+"/claims", fmt.Sprint("misconfigured-", i), nil)
+			}
+			if w := ts.from(nat, "GET", BasePath+"/claims", "misconfigured", nil); w.Code != 429 {
+				t.Fatalf("a wrong token from the throttled address: %d, want 429", w.Code)
+			}
+			init := map[string]any{"execution_id": "nat-1", "environment": "prod", "op": "plan", "pr": 3, "sha": "abc", "stacks": []string{"a"}}
+			body, _ := json.Marshal(init)
+			req := httptest.NewRequest("POST", BasePath+"/events/init", bytes.NewReader(body))
+			req.RemoteAddr, req.Header["Content-Type"] = nat+":1", []string{"application/json"}
+			req.Header.Set("Authorization", "Bearer "+tokenOf["runner"])
+			w := httptest.NewRecorder()
+			ts.srv.ServeHTTP(w, req)
+			if w.Code != 200 {
+				t.Fatalf("the right token from the throttled address: %d %s", w.Code, w.Body)
+			}
+			if code, _, _ := ts.call(t, "viewer", "GET", "/executions/nat-1", nil); code != 200 {
+				t.Fatalf("the right token's Init was not stored: %d", code)
 			}
 		})
 	}
