@@ -2,14 +2,21 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tfstackplan/tfstackplan/internal/server/auth"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
 	"github.com/tfstackplan/tfstackplan/internal/server/store/storetest"
 	"github.com/tfstackplan/tfstackplan/internal/server/throttle"
+	"github.com/tfstackplan/tfstackplan/internal/testkit"
 )
 
 // Regression tests of issue 37 over HTTP, on every store: each attack here once succeeded.
@@ -130,6 +137,83 @@ func TestAThrottledAddressStillServesRightTokens(t *testing.T) {
 			}
 			if code, _, _ := ts.call(t, "viewer", "GET", "/executions/nat-1", nil); code != 200 {
 				t.Fatalf("the right token's Init was not stored: %d", code)
+			}
+		})
+	}
+}
+
+// githubServer is a test server that also takes GitHub Actions ID tokens of iss's for
+// repositories acme/infra and acme/other (role runner), and tweak's changes.
+func githubServer(t *testing.T, s store.Store, extraTokens string, tweak func(*Config)) (*testServer, *testkit.OIDCIssuer) {
+	t.Helper()
+	const audience = "https://tfstackplan.example.com"
+	iss := testkit.NewOIDCIssuer(t)
+	ts := newTestServer(t, s, func(c *Config) {
+		a := &auth.Authenticator{Audience: audience}
+		if err := a.ParseTokens("tokens.hcl", []byte(testTokens+"github \"acme/infra\" {\n  roles = [\"runner\"]\n}\ngithub \"acme/other\" {\n  roles = [\"runner\"]\n}\n"+extraTokens)); err != nil {
+			t.Fatal(err)
+		}
+		v, err := auth.NewGitHubValidator(context.Background(), auth.GitHubValidatorOptions{Issuer: iss.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.GitHub = v
+		c.Auth = a
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+	return ts, iss
+}
+
+// jobToken is an ID token of a job of run run of repo, from iss.
+func jobToken(t *testing.T, iss *testkit.OIDCIssuer, repo, run string, edit func(map[string]any)) string {
+	t.Helper()
+	claims := iss.GitHubClaims("https://tfstackplan.example.com", repo)
+	claims["run_id"], claims["exp"] = run, time.Now().Add(time.Hour).Unix()
+	if edit != nil {
+		edit(claims)
+	}
+	return iss.Mint(t, claims)
+}
+
+// getAs is GET path with token: its status.
+func (ts *testServer) getAs(t *testing.T, token, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", ts.URL+BasePath+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Quotas per workflow run: the slow bodies of two runs of one repository share its
+// MaxRequestsPerPrincipal, so a third run of it is answered 429 while another repository's run
+// is served.
+func TestARepositorysRunsShareTheRequestsInProgress(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			const limit = 4
+			ts, iss := githubServer(t, b.Open(t), "", func(c *Config) { c.MaxRequestsPerPrincipal, c.BodyTimeout = limit, time.Minute })
+			for i := range limit {
+				token := jobToken(t, iss, "acme/infra", fmt.Sprint(500+i%2), nil)
+				ts.rawConn(t, "POST "+BasePath+"/events/phase HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+token+
+					"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+			}
+			third := jobToken(t, iss, "acme/infra", "502", nil)
+			deadline := time.Now().Add(10 * time.Second)
+			for ts.getAs(t, third, "/claims") != 429 {
+				if time.Now().After(deadline) {
+					t.Fatal("two runs' slow bodies never filled their repository's share: a third run is still served")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if code := ts.getAs(t, jobToken(t, iss, "acme/other", "600", nil), "/claims"); code != 200 {
+				t.Fatalf("another repository's run: %d", code)
 			}
 		})
 	}

@@ -495,9 +495,9 @@ func (s *Server) guard(rt route, next http.Handler) http.Handler {
 		}
 		if err == nil {
 			if p, ok := auth.From(r2.Context()); ok {
-				release, free := s.inFlight.acquire(p.Name)
+				release, free := s.inFlight.acquire(p.QuotaKey())
 				if !free {
-					err = fmt.Errorf("%w: %d requests of %s are in progress", errRateLimited, s.cfg.MaxRequestsPerPrincipal, p.Name)
+					err = fmt.Errorf("%w: %d requests of %s are in progress", errRateLimited, s.cfg.MaxRequestsPerPrincipal, p.QuotaKey())
 				} else {
 					defer release()
 				}

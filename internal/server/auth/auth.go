@@ -56,6 +56,16 @@ type Principal struct {
 	Expires time.Time `json:",omitzero"`
 }
 
+// QuotaKey is the name the server's quotas count p under: for a GitHub Actions job, its
+// repository (every run of it together: each run is a principal of its own, and a repository
+// would otherwise have each quota once per run it starts); for anyone else, its name.
+func (p Principal) QuotaKey() string {
+	if p.GitHub != nil && len(p.Repositories) == 1 {
+		return GitHubPrincipalPrefix + p.Repositories[0]
+	}
+	return p.Name
+}
+
 // Has reports whether p holds role r or a stronger one.
 func (p Principal) Has(r Role) bool {
 	for _, have := range p.Roles {

@@ -2,7 +2,9 @@ package service
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,4 +251,30 @@ func TestAPrunedExecutionsIdIsNeverReused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Quotas per workflow run: the GitHub Actions jobs of one repository share
+// ExecutionsPerHour, however many runs they start; another repository's jobs, and a static
+// token's principal, have their own.
+func TestARepositorysRunsShareTheExecutionQuota(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		f.Quotas = Quotas{ExecutionsPerHour: 3}
+		initAs := func(c Caller, id string) error {
+			_, err := f.Init(ctx, c, &api.Init{ExecutionID: id, Environment: "prod", Op: "plan", Stacks: []string{"a"}})
+			return err
+		}
+		run := func(repo, id string) Caller {
+			return job(repo, "refs/heads/feature", ".github/workflows/plan.yml", "", id)
+		}
+		for i := range 3 {
+			f.must(initAs(run(testRepo, fmt.Sprint(100+i)), fmt.Sprint("r", i)))
+		}
+		err := initAs(run(testRepo, "200"), "r3")
+		var qe *QuotaError
+		if !errors.As(err, &qe) || !strings.Contains(err.Error(), "the GitHub Actions jobs of acme/infra announced 3 executions") {
+			t.Fatalf("a fourth run's execution in the hour: %v", err)
+		}
+		f.must(initAs(run("acme/other", "300"), "o1"))
+		f.must(initAs(who("ci"), "s1"))
+	})
 }

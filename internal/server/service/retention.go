@@ -69,19 +69,33 @@ func (e *QuotaError) RetryAfter() time.Duration { return e.Wait }
 func (e *QuotaError) Is(target error) bool { return target == store.ErrQuota }
 
 // checkExecutionQuota refuses a new execution of a principal that announced
-// Quotas.ExecutionsPerHour in the last hour (admins are not counted).
-func (s *Service) checkExecutionQuota(tx store.Tx, caller Caller, now time.Time) error {
+// Quotas.ExecutionsPerHour in the last hour (admins are not counted). The GitHub Actions jobs of
+// one repository count together: each run is a principal of its own, and one repository would
+// otherwise have the quota as many times as it starts runs.
+func (s *Service) checkExecutionQuota(tx store.Tx, caller Caller, repo string, now time.Time) error {
 	limit := s.Quotas.ExecutionsPerHour
 	if limit <= 0 || caller.Admin {
 		return nil
 	}
-	n, first, err := tx.ExecutionsSince(caller.Name, now.Add(-time.Hour), limit)
+	var n int
+	var first time.Time
+	var err error
+	who := fmt.Sprintf("principal %q", caller.Name)
+	if caller.GitHub != nil {
+		n, first, err = tx.RepoExecutionsSince(repo, GitHubPrefix, now.Add(-time.Hour), limit)
+		who = fmt.Sprintf("the GitHub Actions jobs of %s", repo)
+	} else {
+		n, first, err = tx.ExecutionsSince(caller.Name, now.Add(-time.Hour), limit)
+	}
 	if err != nil || n < limit {
 		return err
 	}
 	return &QuotaError{Wait: max(first.Add(time.Hour).Sub(now), time.Second),
-		Msg: fmt.Sprintf("%s: principal %q announced %d executions in the last hour, the most it may", store.ErrQuota, caller.Name, n)}
+		Msg: fmt.Sprintf("%s: %s announced %d executions in the last hour, the most they may", store.ErrQuota, who, n)}
 }
+
+// GitHubPrefix starts the name of every GitHub Actions job's principal (auth.GitHubPrincipalPrefix).
+const GitHubPrefix = "github:"
 
 // LogQuotaWait is the Retry-After of a log refused for the log-bytes quota: the execution's
 // logs never shrink while it runs, so it is as good as never.

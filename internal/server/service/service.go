@@ -371,7 +371,7 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 			ack = ackOf(cur)
 			return nil
 		}
-		if err := s.checkExecutionQuota(tx, caller, now); err != nil {
+		if err := s.checkExecutionQuota(tx, caller, repo, now); err != nil {
 			return err // the execution just created goes with the transaction
 		}
 		if err := tx.StampExecution(e.ExecutionID, principal, now); err != nil {

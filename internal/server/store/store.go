@@ -366,6 +366,9 @@ type Tx interface {
 	// ExecutionsSince counts the executions a principal announced at since or later, up to
 	// limit, and returns when the first of them was received (zero when none).
 	ExecutionsSince(principal string, since time.Time, limit int) (n int, first time.Time, err error)
+	// RepoExecutionsSince is ExecutionsSince of every principal whose name starts with prefix
+	// (the runs of one repository's GitHub Actions jobs), counting their executions of repo.
+	RepoExecutionsSince(repo, prefix string, since time.Time, limit int) (n int, first time.Time, err error)
 
 	// AddDriftChecks records the drift checks of a drift execution: each in its stack's history
 	// (once per stack and execution) and as its stack's latest, unless the latest recorded is

@@ -77,6 +77,18 @@ func (t *sqlTx) ExecutionsSince(principal string, since time.Time, limit int) (i
 	return n, tm(*first), nil
 }
 
+func (t *sqlTx) RepoExecutionsSince(repo, prefix string, since time.Time, limit int) (int, time.Time, error) {
+	var n int
+	var first *int64
+	escaped := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(prefix)
+	err := t.row("SELECT COUNT(*), MIN(received_at) FROM (SELECT received_at FROM executions WHERE repo = ? AND received_at >= ? "+
+		`AND principal LIKE ? ESCAPE '\' ORDER BY received_at LIMIT ?) x`, repo, ns(since), escaped+"%", max(limit, 1)).Scan(&n, &first)
+	if err != nil || first == nil {
+		return n, time.Time{}, t.s.mapErr(err)
+	}
+	return n, tm(*first), nil
+}
+
 func (t *sqlTx) LogBytes(execID string) (int64, error) {
 	var n int64
 	err := t.row("SELECT COALESCE(SUM(n), 0) FROM log_chunks WHERE execution_id = ? AND gap_length = 0", execID).Scan(&n)

@@ -5,3 +5,6 @@ CREATE TABLE IF NOT EXISTS pruned_executions (
   id TEXT PRIMARY KEY,
   pruned_at BIGINT NOT NULL
 );
+-- The executions-per-hour quota counts a repository's GitHub Actions jobs together (each run is
+-- a principal of its own): their newest executions in the repository.
+CREATE INDEX IF NOT EXISTS executions_repo_received ON executions (repo, received_at);
