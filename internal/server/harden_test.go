@@ -218,3 +218,39 @@ func TestARepositorysRunsShareTheRequestsInProgress(t *testing.T) {
 		})
 	}
 }
+
+// Repository identity: a github block that gives repository_id (and repository_owner_id)
+// takes only ID tokens with those ids: those of a repository deleted and created again under
+// the same name are refused with 401.
+func TestAGitHubBlockPinsItsRepositorysIDs(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts, iss := githubServer(t, b.Open(t), "github \"acme/pinned\" {\n  roles = [\"runner\"]\n  repository_id = \"999\"\n  repository_owner_id = \"654321\"\n}\n", nil)
+			for _, c := range []struct {
+				what      string
+				id, owner string
+				want      int
+			}{
+				{"the pinned repository", "999", "654321", 200},
+				{"a repository created again under the name", "1000", "654321", 401},
+				{"the name under another owner", "999", "1", 401},
+				{"a token without the ids", "", "", 401},
+			} {
+				token := jobToken(t, iss, "acme/pinned", "700", func(claims map[string]any) {
+					claims["repository_id"], claims["repository_owner_id"] = c.id, c.owner
+					if c.id == "" {
+						delete(claims, "repository_id")
+						delete(claims, "repository_owner_id")
+					}
+				})
+				if code := ts.getAs(t, token, "/claims?repo=acme/pinned"); code != c.want {
+					t.Errorf("%s: %d, want %d", c.what, code, c.want)
+				}
+			}
+			// A block without ids takes any id, as before.
+			if code := ts.getAs(t, jobToken(t, iss, "acme/infra", "701", func(claims map[string]any) { claims["repository_id"] = "1" }), "/claims"); code != 200 {
+				t.Errorf("a repository whose block gives no ids: %d", code)
+			}
+		})
+	}
+}
