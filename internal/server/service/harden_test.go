@@ -278,3 +278,25 @@ func TestARepositorysRunsShareTheExecutionQuota(t *testing.T) {
 		f.must(initAs(who("ci"), "s1"))
 	})
 }
+
+// Drift from unreviewed code: a drift execution comes only from a job apply_from allows, so a
+// feature branch's workflow cannot overwrite a real "drifted" with "not drifted".
+func TestDriftComesOnlyFromApplyFrom(t *testing.T) {
+	forEachStoreWith(t, trustPolicy, func(t *testing.T, f *fixture) {
+		drift := func(c Caller, id string) error {
+			_, err := f.Init(ctx, c, &api.Init{ExecutionID: id, Environment: "prod", Op: "drift", Stacks: []string{"stacks/prod/db"}})
+			return err
+		}
+		feature := job(testRepo, "refs/heads/feature", ".github/workflows/drift.yml", "", "800")
+		wantErr(t, drift(feature, "d1"), store.ErrDenied, "a drift execution is reported only by a caller environment \"prod\"'s apply_from allows")
+		wantErr(t, drift(who("ci"), "d2"), store.ErrDenied, "not among the principals")
+		for _, id := range []string{"d1", "d2"} {
+			if _, err := f.Execution(ctx, reader, id); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("refused drift %s was stored: %v", id, err)
+			}
+		}
+		f.must(drift(applyJob("801"), "d3"))
+		f.must(drift(who("deployer"), "d4"))
+		f.must(drift(adminOf("root"), "d5"))
+	})
+}

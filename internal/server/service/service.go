@@ -328,7 +328,7 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 	if err != nil {
 		return api.Ack{}, err
 	}
-	if why := s.mayAnnounce(caller, repo, in.Environment, in.PR); why != "" {
+	if why := s.mayAnnounce(caller, repo, in.Environment, string(in.Op), in.PR); why != "" {
 		return api.Ack{}, fmt.Errorf("%w: %s", store.ErrDenied, why)
 	}
 	principal := caller.Name
