@@ -832,6 +832,14 @@ type GrantsListParams struct {
 	Before int64 `form:"before,omitempty" json:"before,omitempty,omitzero"`
 }
 
+// LatestPlanParams defines parameters for LatestPlan.
+type LatestPlanParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
+	Environment string    `form:"environment" json:"environment"`
+	Pr          int       `form:"pr" json:"pr"`
+}
+
 // AdminChecksOverrideJSONRequestBody defines body for AdminChecksOverride for application/json ContentType.
 type AdminChecksOverrideJSONRequestBody = ChecksOverride
 
@@ -1399,6 +1407,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /health (the `Health` operationId).
 	Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+	//
+	// The plan the gate decides over and an approval must name: of the PR's plans in the
+	// environment, the one whose Init the server received last (by the server's clock, never
+	// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+	// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+	// NOT_FOUND`; `environment` and `pr` are required.
+	//
+	// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+	LatestPlan(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // AdminChecksOverrideWithBody Override a check's conclusion (admin).
@@ -2267,6 +2286,27 @@ func (c *Client) GrantsList(ctx context.Context, params *GrantsListParams, reqEd
 // Corresponds with GET /health (the `Health` operationId).
 func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+//
+// The plan the gate decides over and an approval must name: of the PR's plans in the
+// environment, the one whose Init the server received last (by the server's clock, never
+// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+// NOT_FOUND`; `environment` and `pr` are required.
+//
+// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+func (c *Client) LatestPlan(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLatestPlanRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3663,6 +3703,72 @@ func NewHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewLatestPlanRequest constructs an http.Request for the LatestPlan method
+func NewLatestPlanRequest(server string, params *LatestPlanParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/plans/latest")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pr", params.Pr, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4174,6 +4280,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /health (the `Health` operationId).
 	HealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthResponse, error)
+
+	// LatestPlanWithResponse A PR's latest plan in an environment - the one the server received last - with its stacks.
+	//
+	// The plan the gate decides over and an approval must name: of the PR's plans in the
+	// environment, the one whose Init the server received last (by the server's clock, never
+	// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+	// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+	// NOT_FOUND`; `environment` and `pr` are required.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+	LatestPlanWithResponse(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*LatestPlanResponse, error)
 }
 
 type AdminChecksOverrideResponse struct {
@@ -5472,6 +5591,54 @@ func (r HealthResponse) ContentType() string {
 	return ""
 }
 
+type LatestPlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LatestPlanResponse) GetJSON200() *Execution {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r LatestPlanResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r LatestPlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LatestPlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LatestPlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LatestPlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // AdminChecksOverrideWithBodyWithResponse Override a check's conclusion (admin).
 //
 // Idempotency key (`pr`, `environment`, `check`, `conclusion`, `reason`).
@@ -6196,6 +6363,25 @@ func (c *ClientWithResponses) HealthWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseHealthResponse(rsp)
+}
+
+// LatestPlanWithResponse A PR's latest plan in an environment - the one the server received last - with its stacks.
+//
+// The plan the gate decides over and an approval must name: of the PR's plans in the
+// environment, the one whose Init the server received last (by the server's clock, never
+// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+// NOT_FOUND`; `environment` and `pr` are required.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+func (c *ClientWithResponses) LatestPlanWithResponse(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*LatestPlanResponse, error) {
+	rsp, err := c.LatestPlan(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLatestPlanResponse(rsp)
 }
 
 // ParseAdminChecksOverrideResponse parses an HTTP response from a AdminChecksOverrideWithResponse call
@@ -7089,6 +7275,39 @@ func ParseHealthResponse(rsp *http.Response) (*HealthResponse, error) {
 	return response, nil
 }
 
+// ParseLatestPlanResponse parses an HTTP response from a LatestPlanWithResponse call
+func ParseLatestPlanResponse(rsp *http.Response) (*LatestPlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LatestPlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// AdminChecksOverride Override a check's conclusion (admin).
@@ -7172,6 +7391,9 @@ type ServerInterface interface {
 	// Health Liveness and store status.
 	// (GET /health)
 	Health(w http.ResponseWriter, r *http.Request)
+	// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+	// (GET /plans/latest)
+	LatestPlan(w http.ResponseWriter, r *http.Request, params LatestPlanParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -8084,6 +8306,65 @@ func (siw *ServerInterfaceWrapper) Health(w http.ResponseWriter, r *http.Request
 	handler.ServeHTTP(w, r)
 }
 
+// LatestPlan operation middleware
+func (siw *ServerInterfaceWrapper) LatestPlan(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params LatestPlanParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "environment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "environment", r.URL.Query(), &params.Environment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "environment"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "environment", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "pr" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "pr", r.URL.Query(), &params.Pr, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "pr"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pr", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.LatestPlan(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -8225,6 +8506,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/admin/gates/satisfy", wrapper.AdminGatesSatisfy)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/admin/grants/release", wrapper.AdminGrantsRelease)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions", wrapper.ExecutionsList)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/plans/latest", wrapper.LatestPlan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}", wrapper.ExecutionGet)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/gates", wrapper.ExecutionGates)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/log", wrapper.LogRead)
@@ -9292,6 +9574,45 @@ func (response HealthdefaultJSONResponse) VisitHealthResponse(w http.ResponseWri
 	return err
 }
 
+type LatestPlanRequestObject struct {
+	Params LatestPlanParams
+}
+
+type LatestPlanResponseObject interface {
+	VisitLatestPlanResponse(w http.ResponseWriter) error
+}
+
+type LatestPlan200JSONResponse Execution
+
+func (response LatestPlan200JSONResponse) VisitLatestPlanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LatestPlandefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response LatestPlandefaultJSONResponse) VisitLatestPlanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// AdminChecksOverride Override a check's conclusion (admin).
@@ -9375,6 +9696,9 @@ type StrictServerInterface interface {
 	// Health Liveness and store status.
 	// (GET /health)
 	Health(ctx context.Context, request HealthRequestObject) (HealthResponseObject, error)
+	// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+	// (GET /plans/latest)
+	LatestPlan(ctx context.Context, request LatestPlanRequestObject) (LatestPlanResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -10190,6 +10514,32 @@ func (sh *strictHandler) Health(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(HealthResponseObject); ok {
 		if err := validResponse.VisitHealthResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// LatestPlan operation middleware
+func (sh *strictHandler) LatestPlan(w http.ResponseWriter, r *http.Request, params LatestPlanParams) {
+	var request LatestPlanRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.LatestPlan(ctx, request.(LatestPlanRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "LatestPlan")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(LatestPlanResponseObject); ok {
+		if err := validResponse.VisitLatestPlanResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

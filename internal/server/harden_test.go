@@ -254,3 +254,49 @@ func TestAGitHubBlockPinsItsRepositorysIDs(t *testing.T) {
 		})
 	}
 }
+
+// 7: "latest" is the plan the server received last: a plan dated four minutes ahead by its
+// runner's clock heads the executions list, but /plans/latest names the plan received after
+// it, the one an approval must name.
+func TestTheLatestPlanIsTheOneReceivedLast(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			plan := func(id string, startedAt any) {
+				t.Helper()
+				init := map[string]any{"execution_id": id, "environment": "prod", "op": "plan", "pr": 8, "sha": id, "stacks": []string{"a"}}
+				if startedAt != nil {
+					init["started_at"] = startedAt
+				}
+				if code, out, _ := ts.call(t, "runner", "POST", "/events/init", init); code != 200 {
+					t.Fatalf("init %s: %d %v", id, code, out)
+				}
+				fin := map[string]any{"execution_id": id, "status": "succeeded",
+					"stacks": []map[string]any{{"stack": "a", "status": "succeeded", "class": "destructive", "plan_hash": "v1:" + id}}}
+				if code, out, _ := ts.call(t, "runner", "POST", "/events/finalize", fin); code != 200 {
+					t.Fatalf("finalize %s: %d %v", id, code, out)
+				}
+			}
+			plan("ahead", time.Now().Add(4*time.Minute).UTC().Format(time.RFC3339Nano))
+			plan("last", nil)
+			_, out, _ := ts.call(t, "viewer", "GET", "/executions?repo=acme/infra&environment=prod&pr=8", nil)
+			if list, _ := out["list"].([]any); len(list) != 2 || list[0].(map[string]any)["execution_id"] != "ahead" {
+				t.Fatalf("the executions list, by started_at: %v", out)
+			}
+			code, out, _ := ts.call(t, "viewer", "GET", "/plans/latest?repo=acme/infra&environment=prod&pr=8", nil)
+			if code != 200 || out["execution_id"] != "last" || len(out["stacks"].([]any)) != 1 {
+				t.Fatalf("the latest plan: %d %v, want the plan received last with its stacks", code, out)
+			}
+			satisfy := map[string]any{"environment": "prod", "pr": 8, "class": "destructive", "target": "**", "reason": "reviewed", "execution_id": out["execution_id"]}
+			if code, out, _ := ts.call(t, "admin", "POST", "/admin/gates/satisfy", satisfy); code != 200 {
+				t.Fatalf("approving the latest plan: %d %v", code, out)
+			}
+			if code, _, _ := ts.call(t, "viewer", "GET", "/plans/latest?repo=acme/infra&environment=prod&pr=9", nil); code != 404 {
+				t.Fatalf("a PR without a plan: %d, want 404", code)
+			}
+			if code, _, _ := ts.call(t, "viewer", "GET", "/plans/latest?repo=acme/infra&environment=prod", nil); code != 400 {
+				t.Fatalf("without pr: %d, want 400", code)
+			}
+		})
+	}
+}

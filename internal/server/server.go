@@ -191,6 +191,7 @@ var routes = map[string]route{
 	"GET /executions/{id}":          {"ExecutionGet", auth.RoleViewer, nil, 0},
 	"GET /executions/{id}/log":      {"LogRead", auth.RoleViewer, nil, 0},
 	"GET /executions/{id}/gates":    {"ExecutionGates", auth.RoleViewer, nil, 0},
+	"GET /plans/latest":             {"LatestPlan", auth.RoleViewer, nil, 0},
 	"GET /drift":                    {"DriftList", auth.RoleViewer, nil, 0},
 	"GET /audit":                    {"AuditList", auth.RoleViewer, nil, 0},
 	"GET /health":                   {"Health", "", nil, 0},

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -95,6 +96,37 @@ func (s *Service) decide(tx store.Tx, key store.PRKey, in *api.GateCheck, now ti
 		return nil, err
 	}
 	return &decision{plan: plan, stacks: names, grants: grantIDs}, nil
+}
+
+// LatestPlan returns the PR's latest plan in env, the one the server received last (what the
+// gate decides over and an approval names), with its stacks; repo as ReadRepo selects it. A PR
+// without a plan is ErrNotFound.
+func (s *Service) LatestPlan(ctx context.Context, caller Caller, repo, env string, pr int) (*api.Execution, error) {
+	if err := checkName("environment", env); err != nil {
+		return nil, err
+	}
+	if pr <= 0 {
+		return nil, invalid("pr must be a positive pull request number")
+	}
+	repo, err := caller.ReadRepo(repo)
+	if err != nil {
+		return nil, err
+	}
+	if repo == "" {
+		return nil, invalid("repo is required (owner/name): a pull request is named with its repository")
+	}
+	var id string
+	err = s.Store.Read(ctx, func(tx store.Tx) error {
+		plan, err := tx.LatestPlan(store.PRKey{Repo: repo, Environment: env, PR: pr})
+		if err == nil {
+			id = plan.ExecutionID
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.Execution(ctx, caller, id)
 }
 
 // latestApplicablePlan returns the PR's latest plan, the one the server received last, with its
