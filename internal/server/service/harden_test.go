@@ -300,3 +300,35 @@ func TestDriftComesOnlyFromApplyFrom(t *testing.T) {
 		f.must(drift(adminOf("root"), "d5"))
 	})
 }
+
+// Merge over shards: a Finalize (run merge's) that contradicts a stack result a shard's own
+// update recorded is refused (409) and changes nothing; one that agrees is taken.
+func TestAMergeDoesNotOverrideTheShardsResults(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		_, err := f.Init(ctx, runner, &api.Init{ExecutionID: "ap", Environment: "prod", Op: "apply", PR: 1, Stacks: []string{"a", "b"}})
+		f.must(err)
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "ap", Stack: "a", Seq: 3, Status: "succeeded", Class: "destructive", PlanHash: "v1:a"})
+		f.must(err)
+		_, err = f.Update(ctx, runner, &api.Update{ExecutionID: "ap", Stack: "b", Seq: 3, Status: "failed", Class: "mutating"})
+		f.must(err)
+		for _, c := range []struct {
+			r    api.StackResult
+			want string
+		}{
+			{api.StackResult{Stack: "a", Status: "succeeded", Class: "additive", PlanHash: "v1:a"}, "its class is destructive, the finalize says additive"},
+			{api.StackResult{Stack: "b", Status: "succeeded", Class: "mutating"}, "it ended failed, the finalize says succeeded"},
+			{api.StackResult{Stack: "a", Status: "succeeded", Class: "destructive", PlanHash: "v1:other"}, "plan hash differs"},
+		} {
+			_, err := f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "ap", Status: "succeeded", Stacks: []api.StackResult{c.r}})
+			wantErr(t, err, store.ErrMismatch, c.want)
+		}
+		x, err := f.Execution(ctx, reader, "ap")
+		f.must(err)
+		if x.Status != "running" || x.Stacks[0].Class != "destructive" || x.Stacks[1].Status != "failed" {
+			t.Fatalf("a refused finalize changed the execution: %s %+v", x.Status, x.Stacks)
+		}
+		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "ap", Status: "failed", Stacks: []api.StackResult{
+			{Stack: "a", Status: "succeeded", Class: "destructive", PlanHash: "v1:a"}, {Stack: "b", Status: "failed"}}})
+		f.must(err)
+	})
+}

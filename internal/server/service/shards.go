@@ -1,0 +1,31 @@
+package service
+
+import (
+	"fmt"
+
+	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
+	"github.com/tfstackplan/tfstackplan/internal/server/store"
+)
+
+// Fan-out applies: the shards of one apply execution each report their own stacks' results, and
+// `run merge` finalizes the execution. What the shards recorded stands: the merge may not
+// rewrite it, and the execution says which of its plan's changed stacks no shard applied.
+
+// contradicts says how finalize result r contradicts stack st's recorded result ("" when it
+// does not): a stack whose own update already ended it (succeeded or failed) keeps that status,
+// class and plan hash. A merge that says otherwise would override what the shards applied.
+func contradicts(st store.Stack, r api.StackResult) string {
+	if st.Seq == 0 || (st.Status != events.StackSucceeded && st.Status != events.StackFailed) {
+		return ""
+	}
+	switch {
+	case r.Status != st.Status:
+		return fmt.Sprintf("it ended %s, the finalize says %s", st.Status, r.Status)
+	case r.Class != "" && st.Class != "" && r.Class != st.Class:
+		return fmt.Sprintf("its class is %s, the finalize says %s", st.Class, r.Class)
+	case r.PlanHash != "" && st.PlanHash != "" && r.PlanHash != st.PlanHash:
+		return "its plan hash differs from the finalize's"
+	}
+	return ""
+}
