@@ -357,6 +357,9 @@ type Execution struct {
 	Stacks      []StackState    `json:"stacks,omitempty,omitzero"`
 	StartedAt   time.Time       `json:"started_at,omitempty,omitzero"`
 	Status      ExecutionStatus `json:"status"`
+
+	// Unapplied For an apply that passed the gate: the stacks the plan it was decided over changes that this execution did not apply (no stack result of it succeeded), sorted. A fan-out's shards each apply their own stacks; a stack here is one no shard applied. Absent when every changed stack was applied, or for another op.
+	Unapplied []string `json:"unapplied,omitempty,omitzero"`
 }
 
 // ExecutionOp defines model for Execution.Op.

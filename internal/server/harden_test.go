@@ -300,3 +300,44 @@ func TestTheLatestPlanIsTheOneReceivedLast(t *testing.T) {
 		})
 	}
 }
+
+// Shard coverage: a "1/1" shard that names only some of the plan's changed stacks passes the
+// gate for them, and the apply execution (and its page) says which changed stacks no shard
+// applied.
+func TestTheExecutionSaysWhichChangedStacksNoShardApplied(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ts := newTestServer(t, b.Open(t), nil)
+			steps := []struct {
+				path string
+				body map[string]any
+			}{
+				{"/events/init", map[string]any{"execution_id": "pl", "environment": "prod", "op": "plan", "pr": 4, "sha": "s", "stacks": []string{"a", "b", "c"}}},
+				{"/events/finalize", map[string]any{"execution_id": "pl", "status": "succeeded", "stacks": []map[string]any{
+					{"stack": "a", "status": "succeeded", "class": "mutating", "plan_hash": "v1:a"},
+					{"stack": "b", "status": "succeeded", "class": "additive", "plan_hash": "v1:b"},
+					{"stack": "c", "status": "succeeded", "class": "no-changes"}}}},
+				{"/gates/check", map[string]any{"execution_id": "ap", "environment": "prod", "pr": 4, "sha": "m", "shard": "1/1",
+					"stacks": []map[string]any{{"stack": "a", "plan_hash": "v1:a", "class": "mutating"}}}},
+				{"/events/init", map[string]any{"execution_id": "ap", "environment": "prod", "op": "apply", "pr": 4, "sha": "m", "stacks": []string{"a"}}},
+				{"/events/update", map[string]any{"execution_id": "ap", "stack": "a", "seq": 1, "status": "succeeded", "class": "mutating", "plan_hash": "v1:a"}},
+			}
+			for _, s := range steps {
+				if code, out, _ := ts.call(t, "runner", "POST", s.path, s.body); code != 200 {
+					t.Fatalf("%s: %d %v", s.path, code, out)
+				}
+			}
+			code, out, _ := ts.call(t, "viewer", "GET", "/executions/ap", nil)
+			if code != 200 || fmt.Sprint(out["unapplied"]) != "[b]" {
+				t.Fatalf("the apply's unapplied stacks: %d %v, want [b]", code, out["unapplied"])
+			}
+			if _, out, _ := ts.call(t, "viewer", "GET", "/executions/pl", nil); out["unapplied"] != nil {
+				t.Fatalf("a plan lists unapplied stacks: %v", out["unapplied"])
+			}
+			status, body := ts.page(t, "/ui/executions/ap", tokenOf["viewer"])
+			if status != 200 || !strings.Contains(body, "no shard applied: <code>b</code>") {
+				t.Fatalf("the apply's page does not say which changed stack no shard applied: %d", status)
+			}
+		})
+	}
+}

@@ -835,6 +835,9 @@ func execution(tx store.Tx, caller Caller, id string) (*api.Execution, error) {
 		}
 		x.Stacks = append(x.Stacks, state)
 	}
+	if x.Unapplied, err = unapplied(tx, e, stacks); err != nil {
+		return nil, err
+	}
 	return &x, nil
 }
 

@@ -1,7 +1,9 @@
 package service
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
@@ -28,4 +30,40 @@ func contradicts(st store.Stack, r api.StackResult) string {
 		return "its plan hash differs from the finalize's"
 	}
 	return ""
+}
+
+// unapplied returns, for apply execution e (with its stacks) that passed the gate, the stacks
+// the plan its lease was decided over changes that e did not apply (none of its results for them
+// succeeded), sorted: what none of a fan-out's shards applied. Nil for another op, an apply
+// without a lease, or one that applied every changed stack.
+func unapplied(tx store.Tx, e *store.Execution, stacks []store.Stack) ([]string, error) {
+	if e.Op != api.ExecutionOp(events.OpApply) {
+		return nil, nil
+	}
+	l, err := tx.Lease(e.ExecutionID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && l.PlanID == "" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	planned, err := tx.Stacks(l.PlanID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	applied := map[string]bool{}
+	for _, st := range stacks {
+		applied[st.Stack] = st.Status == events.StackSucceeded
+	}
+	var out []string
+	for _, st := range planned {
+		if changed(st.Class) && !applied[st.Stack] {
+			out = append(out, st.Stack)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
