@@ -56,7 +56,7 @@ func (s *Service) GateCheck(ctx context.Context, caller Caller, in *api.GateChec
 		}
 		refuse := func(err error) error {
 			decision = err
-			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", err.Error())
+			return audit(tx, now, caller, repo, "gate.check", where, "", "denied", fmt.Sprintf("execution %s, sha %s: %v", in.ExecutionID, in.SHA, err))
 		}
 		deny := func(err error) error {
 			decision = err
