@@ -1089,7 +1089,7 @@ type ClientInterface interface {
 
 	// FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1098,7 +1098,7 @@ type ClientInterface interface {
 
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1138,7 +1138,11 @@ type ClientInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1150,7 +1154,11 @@ type ClientInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1687,7 +1695,7 @@ func (c *Client) DriftList(ctx context.Context, params *DriftListParams, reqEdit
 
 // FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1706,7 +1714,7 @@ func (c *Client) FinalizeWithBody(ctx context.Context, contentType string, body 
 
 // Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1776,7 +1784,11 @@ func (c *Client) Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, r
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1798,7 +1810,11 @@ func (c *Client) InitWithBody(ctx context.Context, contentType string, body io.R
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3948,7 +3964,7 @@ type ClientWithResponsesInterface interface {
 
 	// FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3957,7 +3973,7 @@ type ClientWithResponsesInterface interface {
 
 	// FinalizeWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3997,7 +4013,11 @@ type ClientWithResponsesInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4009,7 +4029,11 @@ type ClientWithResponsesInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5858,7 +5882,7 @@ func (c *ClientWithResponses) DriftListWithResponse(ctx context.Context, params 
 
 // FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5873,7 +5897,7 @@ func (c *ClientWithResponses) FinalizeWithBodyWithResponse(ctx context.Context, 
 
 // FinalizeWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5931,7 +5955,11 @@ func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, body He
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5949,7 +5977,11 @@ func (c *ClientWithResponses) InitWithBodyWithResponse(ctx context.Context, cont
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
