@@ -1089,7 +1089,7 @@ type ClientInterface interface {
 
 	// FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1098,7 +1098,7 @@ type ClientInterface interface {
 
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1695,7 +1695,7 @@ func (c *Client) DriftList(ctx context.Context, params *DriftListParams, reqEdit
 
 // FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1714,7 +1714,7 @@ func (c *Client) FinalizeWithBody(ctx context.Context, contentType string, body 
 
 // Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3964,7 +3964,7 @@ type ClientWithResponsesInterface interface {
 
 	// FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3973,7 +3973,7 @@ type ClientWithResponsesInterface interface {
 
 	// FinalizeWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5882,7 +5882,7 @@ func (c *ClientWithResponses) DriftListWithResponse(ctx context.Context, params 
 
 // FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5897,7 +5897,7 @@ func (c *ClientWithResponses) FinalizeWithBodyWithResponse(ctx context.Context, 
 
 // FinalizeWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded or failed, given another status, class or plan hash: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

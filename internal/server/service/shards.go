@@ -15,15 +15,19 @@ import (
 // rewrite it, and the execution says which of its plan's changed stacks no shard applied.
 
 // contradicts says how finalize result r contradicts stack st's recorded result ("" when it
-// does not): a stack whose own update already ended it (succeeded or failed) keeps that status,
-// class and plan hash. A merge that says otherwise would override what the shards applied.
+// does not): a stack whose own update ended it succeeded keeps that status, its class and its
+// plan hash, and one an update ended failed is not made a success. A merge that says otherwise
+// would override what the shards applied. (A failed stack finalized cancelled, say, is no
+// contradiction: it did not succeed either way.)
 func contradicts(st store.Stack, r api.StackResult) string {
-	if st.Seq == 0 || (st.Status != events.StackSucceeded && st.Status != events.StackFailed) {
-		return ""
-	}
 	switch {
-	case r.Status != st.Status:
+	case st.Seq == 0:
+		return ""
+	case st.Status == events.StackFailed && r.Status == events.StackSucceeded,
+		st.Status == events.StackSucceeded && r.Status != events.StackSucceeded:
 		return fmt.Sprintf("it ended %s, the finalize says %s", st.Status, r.Status)
+	case st.Status != events.StackSucceeded:
+		return ""
 	case r.Class != "" && st.Class != "" && r.Class != st.Class:
 		return fmt.Sprintf("its class is %s, the finalize says %s", st.Class, r.Class)
 	case r.PlanHash != "" && st.PlanHash != "" && r.PlanHash != st.PlanHash:
