@@ -399,6 +399,9 @@ type Execution struct {
 	Stacks      []StackState    `json:"stacks,omitempty,omitzero"`
 	StartedAt   time.Time       `json:"started_at,omitempty,omitzero"`
 	Status      ExecutionStatus `json:"status"`
+
+	// Unapplied For an apply that passed the gate: the stacks the plan it was decided over changes that this execution did not apply (no stack result of it succeeded), sorted. A fan-out's shards each apply their own stacks; a stack here is one no shard applied. Absent when every changed stack was applied, or for another op.
+	Unapplied []string `json:"unapplied,omitempty,omitzero"`
 }
 
 // ExecutionOp defines model for Execution.Op.
@@ -442,7 +445,7 @@ type Finalize struct {
 	Error       string `json:"error,omitempty,omitzero"`
 	ExecutionID string `json:"execution_id"`
 
-	// FinishedAt When the run ended, by the runner's clock (absent: when the server received the Finalize). A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field.
+	// FinishedAt When the run ended, by the runner's clock (absent: when the server received the Finalize); a time after the server received the Finalize is replaced by that time. A time outside 1970-01-01 to 2200-01-01 is `400 INVALID_ARGUMENT` naming the field. Retention (`serve --retain`) goes by the server's clock: when it received the Init, and this time.
 	FinishedAt time.Time `json:"finished_at,omitempty,omitzero"`
 
 	// Stacks One result per stack; a stack named twice is refused.
@@ -862,7 +865,7 @@ type ExecutionsListParams struct {
 	// Limit The most executions to list (one page); outside 1 to 500 is `400 INVALID_ARGUMENT`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients). A time outside 1970-01-01 to 2200-01-01 (but the zero time) is `400`.
+	// Before Paging: the `started_at` of the previous page's last execution, exactly as listed (every digit of its fraction of a second: the same time rounded is another place in the list), with `before_id`; `0001-01-01T00:00:00Z` for an execution listed without `started_at`. Alone, only the executions started before this time: the executions of the previous page's last instant that it did not list are left out (the paging of older clients). A time outside 1970-01-01 to 2200-01-01 is `400`, the zero time too unless `before_id` comes with it.
 	Before *time.Time `form:"before,omitempty" json:"before,omitempty"`
 
 	// BeforeID Paging: the `execution_id` of the previous page's last execution, with its `started_at` as `before`: only the executions after it are listed, those started before `before` and those started at `before` whose id sorts lower. Without `before`, or not an execution id (1 to 1,024 bytes of UTF-8 without control characters), it is `400 INVALID_ARGUMENT`.
@@ -923,6 +926,14 @@ type NotificationsListParams struct {
 
 // NotificationsListParamsStatus defines parameters for NotificationsList.
 type NotificationsListParamsStatus string
+
+// LatestPlanParams defines parameters for LatestPlan.
+type LatestPlanParams struct {
+	// Repo Only this repository's rows (`owner/name`, compared case-insensitively). A principal limited to repositories lists only theirs: absent, it means its one repository (a principal limited to several must name one); another repository is `403 PERMISSION_DENIED`.
+	Repo        RepoQuery `form:"repo,omitempty" json:"repo,omitempty,omitzero"`
+	Environment string    `form:"environment" json:"environment"`
+	Pr          int       `form:"pr" json:"pr"`
+}
 
 // AdminChecksOverrideJSONRequestBody defines body for AdminChecksOverride for application/json ContentType.
 type AdminChecksOverrideJSONRequestBody = ChecksOverride
@@ -1170,7 +1181,7 @@ type ClientInterface interface {
 
 	// FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1179,7 +1190,7 @@ type ClientInterface interface {
 
 	// Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1219,7 +1230,11 @@ type ClientInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1231,7 +1246,11 @@ type ClientInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1498,6 +1517,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /notifications (the `NotificationsList` operationId).
 	NotificationsList(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+	//
+	// The plan the gate decides over and an approval must name: of the PR's plans in the
+	// environment, the one whose Init the server received last (by the server's clock, never
+	// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+	// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+	// NOT_FOUND`; `environment` and `pr` are required.
+	//
+	// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+	LatestPlan(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // AdminChecksOverrideWithBody Override a check's conclusion (admin).
@@ -1764,7 +1794,7 @@ func (c *Client) DriftList(ctx context.Context, params *DriftListParams, reqEdit
 
 // FinalizeWithBody End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1783,7 +1813,7 @@ func (c *Client) FinalizeWithBody(ctx context.Context, contentType string, body 
 
 // Finalize End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1853,7 +1883,11 @@ func (c *Client) Heartbeat(ctx context.Context, body HeartbeatJSONRequestBody, r
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1875,7 +1909,11 @@ func (c *Client) InitWithBody(ctx context.Context, contentType string, body io.R
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2383,6 +2421,27 @@ func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // Corresponds with GET /notifications (the `NotificationsList` operationId).
 func (c *Client) NotificationsList(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewNotificationsListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+//
+// The plan the gate decides over and an approval must name: of the PR's plans in the
+// environment, the one whose Init the server received last (by the server's clock, never
+// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+// NOT_FOUND`; `environment` and `pr` are required.
+//
+// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+func (c *Client) LatestPlan(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLatestPlanRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3849,6 +3908,72 @@ func NewNotificationsListRequest(server string, params *NotificationsListParams)
 	return req, nil
 }
 
+// NewLatestPlanRequest constructs an http.Request for the LatestPlan method
+func NewLatestPlanRequest(server string, params *LatestPlanParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/plans/latest")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "repo", params.Repo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pr", params.Pr, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4025,7 +4150,7 @@ type ClientWithResponsesInterface interface {
 
 	// FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4034,7 +4159,7 @@ type ClientWithResponsesInterface interface {
 
 	// FinalizeWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 	//
-	// Idempotency key `execution_id`; the first finalize wins.
+	// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4074,7 +4199,11 @@ type ClientWithResponsesInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4086,7 +4215,11 @@ type ClientWithResponsesInterface interface {
 	// Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 	// copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 	// last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-	// and `Retry-After`.
+	// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+	// their runs. The id of an execution retention deleted is never taken again: `412
+	// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+	// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+	// `actor` with a control character is `400 INVALID_ARGUMENT`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4369,6 +4502,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /notifications (the `NotificationsList` operationId).
 	NotificationsListWithResponse(ctx context.Context, params *NotificationsListParams, reqEditors ...RequestEditorFn) (*NotificationsListResponse, error)
+
+	// LatestPlanWithResponse A PR's latest plan in an environment - the one the server received last - with its stacks.
+	//
+	// The plan the gate decides over and an approval must name: of the PR's plans in the
+	// environment, the one whose Init the server received last (by the server's clock, never
+	// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+	// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+	// NOT_FOUND`; `environment` and `pr` are required.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+	LatestPlanWithResponse(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*LatestPlanResponse, error)
 }
 
 type AdminChecksOverrideResponse struct {
@@ -5715,6 +5861,54 @@ func (r NotificationsListResponse) ContentType() string {
 	return ""
 }
 
+type LatestPlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LatestPlanResponse) GetJSON200() *Execution {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r LatestPlanResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r LatestPlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LatestPlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LatestPlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LatestPlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // AdminChecksOverrideWithBodyWithResponse Override a check's conclusion (admin).
 //
 // Idempotency key (`pr`, `environment`, `check`, `conclusion`, `reason`).
@@ -5931,7 +6125,7 @@ func (c *ClientWithResponses) DriftListWithResponse(ctx context.Context, params 
 
 // FinalizeWithBodyWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5946,7 +6140,7 @@ func (c *ClientWithResponses) FinalizeWithBodyWithResponse(ctx context.Context, 
 
 // FinalizeWithResponse End an execution; a plan with changes then claims its stacks and gets its required gates.
 //
-// Idempotency key `execution_id`; the first finalize wins.
+// Idempotency key `execution_id`; the first finalize wins. A stack result that contradicts what the stack's own updates recorded (a stack they ended succeeded, given another status, class or plan hash; one they ended failed, given succeeded: `run merge` over its shards' results) is `409 ALREADY_EXISTS`, and nothing is stored.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6004,7 +6198,11 @@ func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, body He
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6022,7 +6220,11 @@ func (c *ClientWithResponses) InitWithBodyWithResponse(ctx context.Context, cont
 // Idempotency key `execution_id`. A repeat with the same id is acknowledged; the first stored
 // copy wins. A principal that announced `serve --max-executions-per-hour` executions in the
 // last hour is refused a new one with `429 RESOURCE_EXHAUSTED` (message "quota exceeded: ...")
-// and `Retry-After`.
+// and `Retry-After`; the GitHub Actions jobs of one repository count together, whatever
+// their runs. The id of an execution retention deleted is never taken again: `412
+// FAILED_PRECONDITION`. A drift execution is taken only from a caller the environment's
+// `apply_from` allows (or an admin): `403 PERMISSION_DENIED` otherwise. A `sha`, `base` or
+// `actor` with a control character is `400 INVALID_ARGUMENT`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6454,6 +6656,25 @@ func (c *ClientWithResponses) NotificationsListWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseNotificationsListResponse(rsp)
+}
+
+// LatestPlanWithResponse A PR's latest plan in an environment - the one the server received last - with its stacks.
+//
+// The plan the gate decides over and an approval must name: of the PR's plans in the
+// environment, the one whose Init the server received last (by the server's clock, never
+// the runner's `started_at`, which orders the executions list). `admin gates satisfy
+// --latest` and `run plan --rerun-failed` look it up here. A PR without a plan is `404
+// NOT_FOUND`; `environment` and `pr` are required.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /plans/latest (the `LatestPlan` operationId).
+func (c *ClientWithResponses) LatestPlanWithResponse(ctx context.Context, params *LatestPlanParams, reqEditors ...RequestEditorFn) (*LatestPlanResponse, error) {
+	rsp, err := c.LatestPlan(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLatestPlanResponse(rsp)
 }
 
 // ParseAdminChecksOverrideResponse parses an HTTP response from a AdminChecksOverrideWithResponse call
@@ -7380,6 +7601,39 @@ func ParseNotificationsListResponse(rsp *http.Response) (*NotificationsListRespo
 	return response, nil
 }
 
+// ParseLatestPlanResponse parses an HTTP response from a LatestPlanWithResponse call
+func ParseLatestPlanResponse(rsp *http.Response) (*LatestPlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LatestPlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// AdminChecksOverride Override a check's conclusion (admin).
@@ -7466,6 +7720,9 @@ type ServerInterface interface {
 	// NotificationsList Notification deliveries (webhooks, Slack), newest first (admin).
 	// (GET /notifications)
 	NotificationsList(w http.ResponseWriter, r *http.Request, params NotificationsListParams)
+	// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+	// (GET /plans/latest)
+	LatestPlan(w http.ResponseWriter, r *http.Request, params LatestPlanParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -8437,6 +8694,65 @@ func (siw *ServerInterfaceWrapper) NotificationsList(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// LatestPlan operation middleware
+func (siw *ServerInterfaceWrapper) LatestPlan(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params LatestPlanParams
+
+	// ------------- Optional query parameter "repo" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "repo", r.URL.Query(), &params.Repo, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "repo"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "repo", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "environment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "environment", r.URL.Query(), &params.Environment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "environment"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "environment", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "pr" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "pr", r.URL.Query(), &params.Pr, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "pr"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pr", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.LatestPlan(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -8578,6 +8894,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/admin/gates/satisfy", wrapper.AdminGatesSatisfy)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/admin/grants/release", wrapper.AdminGrantsRelease)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions", wrapper.ExecutionsList)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/plans/latest", wrapper.LatestPlan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}", wrapper.ExecutionGet)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/gates", wrapper.ExecutionGates)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/executions/{id}/log", wrapper.LogRead)
@@ -9685,6 +10002,45 @@ func (response NotificationsListdefaultJSONResponse) VisitNotificationsListRespo
 	return err
 }
 
+type LatestPlanRequestObject struct {
+	Params LatestPlanParams
+}
+
+type LatestPlanResponseObject interface {
+	VisitLatestPlanResponse(w http.ResponseWriter) error
+}
+
+type LatestPlan200JSONResponse Execution
+
+func (response LatestPlan200JSONResponse) VisitLatestPlanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LatestPlandefaultJSONResponse struct {
+	Body       Error
+	StatusCode int
+}
+
+func (response LatestPlandefaultJSONResponse) VisitLatestPlanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// AdminChecksOverride Override a check's conclusion (admin).
@@ -9771,6 +10127,9 @@ type StrictServerInterface interface {
 	// NotificationsList Notification deliveries (webhooks, Slack), newest first (admin).
 	// (GET /notifications)
 	NotificationsList(ctx context.Context, request NotificationsListRequestObject) (NotificationsListResponseObject, error)
+	// LatestPlan A PR's latest plan in an environment - the one the server received last - with its stacks.
+	// (GET /plans/latest)
+	LatestPlan(ctx context.Context, request LatestPlanRequestObject) (LatestPlanResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -10612,6 +10971,32 @@ func (sh *strictHandler) NotificationsList(w http.ResponseWriter, r *http.Reques
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(NotificationsListResponseObject); ok {
 		if err := validResponse.VisitNotificationsListResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// LatestPlan operation middleware
+func (sh *strictHandler) LatestPlan(w http.ResponseWriter, r *http.Request, params LatestPlanParams) {
+	var request LatestPlanRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.LatestPlan(ctx, request.(LatestPlanRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "LatestPlan")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(LatestPlanResponseObject); ok {
+		if err := validResponse.VisitLatestPlanResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

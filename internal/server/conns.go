@@ -170,7 +170,8 @@ func markAuthenticated(r *http.Request) {
 	}
 }
 
-// inFlight counts each principal's API requests in progress.
+// inFlight counts each principal's API requests in progress, by auth.Principal.QuotaKey: a
+// repository's GitHub Actions runs together.
 type inFlight struct {
 	mu  sync.Mutex
 	n   map[string]int

@@ -309,6 +309,14 @@ func (h *handlers) ExecutionGet(ctx context.Context, r api.ExecutionGetRequestOb
 	return api.ExecutionGet200JSONResponse(*out), nil
 }
 
+func (h *handlers) LatestPlan(ctx context.Context, r api.LatestPlanRequestObject) (api.LatestPlanResponseObject, error) {
+	out, err := h.svc.LatestPlan(ctx, caller(ctx), r.Params.Repo, r.Params.Environment, r.Params.Pr)
+	if err != nil {
+		return api.LatestPlandefaultJSONResponse(h.errResp(err)), nil
+	}
+	return api.LatestPlan200JSONResponse(*out), nil
+}
+
 func (h *handlers) ExecutionGates(ctx context.Context, r api.ExecutionGatesRequestObject) (api.ExecutionGatesResponseObject, error) {
 	out, err := h.svc.ExecutionGates(ctx, caller(ctx), r.Id)
 	if err != nil {

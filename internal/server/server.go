@@ -191,6 +191,7 @@ var routes = map[string]route{
 	"GET /executions/{id}":          {"ExecutionGet", auth.RoleViewer, nil, 0},
 	"GET /executions/{id}/log":      {"LogRead", auth.RoleViewer, nil, 0},
 	"GET /executions/{id}/gates":    {"ExecutionGates", auth.RoleViewer, nil, 0},
+	"GET /plans/latest":             {"LatestPlan", auth.RoleViewer, nil, 0},
 	"GET /drift":                    {"DriftList", auth.RoleViewer, nil, 0},
 	"GET /audit":                    {"AuditList", auth.RoleViewer, nil, 0},
 	"GET /notifications":            {"NotificationsList", auth.RoleAdmin, nil, 0},
@@ -406,16 +407,15 @@ func (s *Server) limiter(name string) *rate.Limiter {
 	return l
 }
 
-// authorize authenticates r, checks the throttles, role and the principal's rate, and returns r
-// carrying the principal (and the session, when one authenticated a page). It looks at headers
-// only. A client address refused by the throttle is refused before its credentials are looked
-// at; failed credentials count against it, and against their principal when one is known.
+// authorize authenticates r, checks the role and the principal's rate, and returns r carrying
+// the principal (and the session, when one authenticated a page). It looks at headers only.
+// Failed credentials count against the client address, and against their principal when one is
+// known, and once either is throttled a failure is answered 429; credentials that verify are
+// never refused by the throttle: tokens and session ids are random secrets, not passwords, and
+// behind a load balancer or a NAT one misconfigured job would otherwise shut every job out.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, role auth.Role, page bool) (*http.Request, error) {
 	if role == "" {
 		return r, nil
-	}
-	if err := s.throttle.CheckAddr(r); err != nil {
-		return nil, err
 	}
 	p, sess, err := s.authenticate(w, r, page)
 	if err != nil {
@@ -424,9 +424,6 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, role auth.Rol
 				return nil, terr
 			}
 		}
-		return nil, err
-	}
-	if err := s.throttle.CheckPrincipal(p.Name); err != nil {
 		return nil, err
 	}
 	markAuthenticated(r)
@@ -500,9 +497,9 @@ func (s *Server) guard(rt route, next http.Handler) http.Handler {
 		}
 		if err == nil {
 			if p, ok := auth.From(r2.Context()); ok {
-				release, free := s.inFlight.acquire(p.Name)
+				release, free := s.inFlight.acquire(p.QuotaKey())
 				if !free {
-					err = fmt.Errorf("%w: %d requests of %s are in progress", errRateLimited, s.cfg.MaxRequestsPerPrincipal, p.Name)
+					err = fmt.Errorf("%w: %d requests of %s are in progress", errRateLimited, s.cfg.MaxRequestsPerPrincipal, p.QuotaKey())
 				} else {
 					defer release()
 				}
@@ -561,7 +558,7 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	// json v2 decodes in one pass (v1 scans every byte twice), which matters for log batches;
 	// it also rejects unknown and duplicate members and invalid UTF-8.
 	dec := jsontext.NewDecoder(bytes.NewReader(data))
-	if err := jsonv2.UnmarshalDecode(dec, body, jsonv2.RejectUnknownMembers(true)); err != nil {
+	if err := jsonv2.UnmarshalDecode(dec, body, jsonv2.RejectUnknownMembers(true), presentTimes); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", errInvalidBody, rt.op, err)
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
@@ -570,6 +567,22 @@ func strictBody(r *http.Request, rt route) (any, error) {
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	return body, nil
 }
+
+// presentTimes refuses the zero time (0001-01-01T00:00:00Z) where a body gives it: a request
+// field left out decodes to the zero time too and means "absent", so a zero time sent would be
+// read as absent, while it is outside the times the server stores (1970 to 2200) and refused.
+var presentTimes = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFunc(func(data []byte, t *time.Time) error {
+	if string(data) == "null" {
+		return nil
+	}
+	if err := t.UnmarshalJSON(data); err != nil {
+		return err
+	}
+	if t.IsZero() {
+		return errors.New("the zero time is outside 1970-01-01 to 2200-01-01, the times the server stores: leave the field out instead")
+	}
+	return nil
+}))
 
 // maxPreallocBody bounds the buffer readBody allocates before the body's bytes arrive: a client
 // that announces a large body and sends it slowly must not have the server hold its size.

@@ -56,6 +56,16 @@ type Principal struct {
 	Expires time.Time `json:",omitzero"`
 }
 
+// QuotaKey is the name the server's quotas count p under: for a GitHub Actions job, its
+// repository (every run of it together: each run is a principal of its own, and a repository
+// would otherwise have each quota once per run it starts); for anyone else, its name.
+func (p Principal) QuotaKey() string {
+	if p.GitHub != nil && len(p.Repositories) == 1 {
+		return GitHubPrincipalPrefix + p.Repositories[0]
+	}
+	return p.Name
+}
+
 // Has reports whether p holds role r or a stronger one.
 func (p Principal) Has(r Role) bool {
 	for _, have := range p.Roles {
@@ -185,6 +195,23 @@ type tokenSet struct {
 	tokens     map[[32]byte]Principal
 	identities map[string]Principal // by lowercased email, without Name
 	repos      map[string][]Role    // the roles of GitHub Actions jobs, by canonical repository
+	repoIDs    map[string]githubIDs // the GitHub IDs a github block pins, by canonical repository
+}
+
+// githubIDs are the stable IDs a github block requires of its repository's ID tokens (""
+// : not pinned).
+type githubIDs struct{ repository, owner string }
+
+// check says why claims do not come from the repository and owner ids pins ("" when they do).
+func (ids githubIDs) check(c *GitHubClaims) string {
+	switch {
+	case ids.repository != "" && c.RepositoryID != ids.repository:
+		return fmt.Sprintf("its repository_id %q is not the %q the tokens file gives %s (a repository deleted and created again under its name?)",
+			clip(c.RepositoryID), ids.repository, c.Repository)
+	case ids.owner != "" && c.RepositoryOwnerID != ids.owner:
+		return fmt.Sprintf("its repository_owner_id %q is not the %q the tokens file gives %s", clip(c.RepositoryOwnerID), ids.owner, c.Repository)
+	}
+	return ""
 }
 
 // set is the tokens file in force (an empty one before any was parsed).
@@ -216,8 +243,10 @@ type identityHCL struct {
 }
 
 type githubHCL struct {
-	Repository string   `hcl:"repository,label"`
-	Roles      []string `hcl:"roles"`
+	Repository        string   `hcl:"repository,label"`
+	Roles             []string `hcl:"roles"`
+	RepositoryID      string   `hcl:"repository_id,optional"`
+	RepositoryOwnerID string   `hcl:"repository_owner_id,optional"`
 }
 
 // LoadTokens reads a tokens file into a:
@@ -232,7 +261,9 @@ type githubHCL struct {
 //	  repositories = ["acme/infra"]  # optional, on a token too; absent: every repository
 //	}
 //	github "acme/infra" {            # GitHub Actions ID tokens of this repository's workflows
-//	  roles = ["runner"]
+//	  roles               = ["runner"]
+//	  repository_id       = "123456" # recommended: only ID tokens of this very repository
+//	  repository_owner_id = "654321" # (not of one deleted and created again under its name)
 //	}
 func (a *Authenticator) LoadTokens(path string) error {
 	src, err := os.ReadFile(path)
@@ -252,7 +283,7 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 	if diags := gohcl.DecodeBody(f.Body, nil, &tf); diags.HasErrors() {
 		return fmt.Errorf("tokens file: %s", hcl.Diagnostics(diags).Error())
 	}
-	a2 := &tokenSet{tokens: map[[32]byte]Principal{}, identities: map[string]Principal{}, repos: map[string][]Role{}}
+	a2 := &tokenSet{tokens: map[[32]byte]Principal{}, identities: map[string]Principal{}, repos: map[string][]Role{}, repoIDs: map[string]githubIDs{}}
 	for _, t := range tf.Tokens {
 		if len(t.Secret) < 16 {
 			return fmt.Errorf("tokens file %s: token %q: secret must be at least 16 characters", filename, t.Name)
@@ -302,6 +333,12 @@ func (a *Authenticator) ParseTokens(filename string, src []byte) error {
 		if a2.repos[repo], err = parseRoles(filename, "github "+repo, g.Roles); err != nil {
 			return err
 		}
+		for _, id := range []struct{ name, value string }{{"repository_id", g.RepositoryID}, {"repository_owner_id", g.RepositoryOwnerID}} {
+			if id.value != "" && !allDigits(id.value) {
+				return fmt.Errorf("tokens file %s: github %s: %s %q is not a number (GitHub's ID of the repository, or of its owner)", filename, repo, id.name, id.value)
+			}
+		}
+		a2.repoIDs[repo] = githubIDs{repository: g.RepositoryID, owner: g.RepositoryOwnerID}
 		// Every workflow of the repository, a pull request's own (editable) one included, runs
 		// as such a principal: admin would let any of them approve its own plan.
 		if slices.Contains(a2.repos[repo], RoleAdmin) {
@@ -441,7 +478,7 @@ func (a *Authenticator) Current(p Principal, key, mac string, now time.Time) (Pr
 	case p.GitHub != nil:
 		repo, err := events.CanonicalRepo(p.GitHub.Repository)
 		roles := f.repos[repo]
-		if err != nil || len(roles) == 0 {
+		if err != nil || len(roles) == 0 || f.repoIDs[repo].check(p.GitHub) != "" {
 			return Principal{}, ErrRevoked
 		}
 		p.Roles, p.Repositories = slices.Clone(roles), []string{repo}
@@ -481,9 +518,13 @@ func (a *Authenticator) verifyGitHub(ctx context.Context, token string) (Princip
 		return Principal{}, a.refused(err)
 	}
 	name := GitHubPrincipalPrefix + repo + ":run:" + claims.RunID
-	roles := a.set().repos[repo]
+	set := a.set()
+	roles := set.repos[repo]
 	if len(roles) == 0 {
 		return Principal{Name: name}, fmt.Errorf("%w: repository %s is not listed in the tokens file", ErrNoRoles, repo)
+	}
+	if why := set.repoIDs[repo].check(claims); why != "" {
+		return Principal{}, a.refused(errors.New(why))
 	}
 	return Principal{Name: name, Roles: slices.Clone(roles), Repositories: []string{repo}, GitHub: claims, Expires: claims.Expires}, nil
 }

@@ -39,8 +39,10 @@ const (
 type GitHubClaims struct {
 	// Repository is owner/name of the repository whose workflow asked for the token.
 	Repository string
-	// RepositoryOwner is the owner part of Repository; RepositoryID is GitHub's stable ID.
-	RepositoryOwner, RepositoryID string
+	// RepositoryOwner is the owner part of Repository; RepositoryID and RepositoryOwnerID are
+	// GitHub's stable IDs of the repository and its owner, which a repository deleted and
+	// created again under the same name does not keep.
+	RepositoryOwner, RepositoryID, RepositoryOwnerID string
 	// Ref is the git ref the workflow runs on (refs/heads/main, refs/pull/7/merge, ...) and
 	// RefType its kind (branch, tag).
 	Ref, RefType string
@@ -137,6 +139,7 @@ func (v *GitHubValidator) Validate(ctx context.Context, token, audience string) 
 		Repository      string `json:"repository"`
 		RepositoryOwner string `json:"repository_owner"`
 		RepositoryID    string `json:"repository_id"`
+		RepositoryOwnID string `json:"repository_owner_id"`
 		Ref             string `json:"ref"`
 		RefType         string `json:"ref_type"`
 		EventName       string `json:"event_name"`
@@ -171,7 +174,7 @@ func (v *GitHubValidator) Validate(ctx context.Context, token, audience string) 
 		return nil, fmt.Errorf("GitHub ID token run_id %q is not a number", clip(c.RunID))
 	}
 	return &GitHubClaims{
-		Repository: c.Repository, RepositoryOwner: c.RepositoryOwner, RepositoryID: c.RepositoryID,
+		Repository: c.Repository, RepositoryOwner: c.RepositoryOwner, RepositoryID: c.RepositoryID, RepositoryOwnerID: c.RepositoryOwnID,
 		Ref: c.Ref, RefType: c.RefType, EventName: c.EventName,
 		WorkflowRef: c.WorkflowRef, JobWorkflowRef: c.JobWorkflowRef, Environment: c.Environment,
 		RunID: c.RunID, RunAttempt: c.RunAttempt, SHA: c.SHA, Actor: c.Actor,

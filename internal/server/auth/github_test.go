@@ -45,7 +45,7 @@ func TestGitHubValidatorAccepts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := GitHubClaims{
-		Repository: "Acme/Infra", RepositoryOwner: "Acme", RepositoryID: "123456",
+		Repository: "Acme/Infra", RepositoryOwner: "Acme", RepositoryID: "123456", RepositoryOwnerID: "654321",
 		Ref: "refs/pull/7/merge", RefType: "branch", EventName: "pull_request",
 		WorkflowRef: "Acme/Infra/.github/workflows/plan.yml@refs/heads/main", JobWorkflowRef: "Acme/Infra/.github/workflows/plan.yml@refs/heads/main",
 		Environment: "prod", RunID: "4242", RunAttempt: "1", SHA: "0123456789abcdef0123456789abcdef01234567", Actor: "alice",

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tfstackplan/tfstackplan/events"
+	"github.com/tfstackplan/tfstackplan/internal/api"
 	"github.com/tfstackplan/tfstackplan/internal/server/store"
 )
 
@@ -106,12 +107,32 @@ func prOfRef(ref string) int {
 	return n
 }
 
-// mayAnnounce says why caller may not announce an execution of PR pr of repo in environment env (""
-// when it may). A GitHub Actions job of a pull request reports only that pull request; a job on
-// another ref reports executions of no PR, or of any PR of its repository when it matches the
-// environment's apply_from (an apply after the merge, a re-run). Other principals are limited by
-// their repositories alone.
-func (s *Service) mayAnnounce(caller Caller, repo, env string, pr int) string {
+// prConfined says why caller may not act on PR pr ("" when it may): a GitHub Actions job of a
+// pull request acts on that pull request alone, whatever workflow it runs (a reusable workflow
+// allowed by apply_from included). Every request of a job that names a PR is held to it.
+func prConfined(caller Caller, pr int) string {
+	if caller.GitHub == nil {
+		return ""
+	}
+	if n := prOfRef(caller.GitHub.Ref); n > 0 && n != pr {
+		return fmt.Sprintf("a job of pull request #%d acts only on PR #%d, not #%d", n, n, pr)
+	}
+	return ""
+}
+
+// mayAnnounce says why caller may not announce an execution of op of PR pr of repo in environment
+// env ("" when it may). A drift execution comes only from a caller the environment's apply_from
+// allows (or an admin): it overwrites what the drift page says of every stack, and the code of
+// any branch's workflow is nobody's review. A GitHub Actions job of a pull request reports only
+// that pull request; a job on another ref reports executions of no PR, or of any PR of its
+// repository when it matches the environment's apply_from (an apply after the merge, a re-run).
+// Other principals are limited by their repositories alone.
+func (s *Service) mayAnnounce(caller Caller, repo, env, op string, pr int) string {
+	if api.ExecutionOp(op) == OpDrift && !caller.Admin {
+		if why := s.Policy.Environments[env].MayCheckGate(env, repo, caller); why != "" {
+			return fmt.Sprintf("a drift execution is reported only by a caller environment %q's apply_from allows: %s", env, why)
+		}
+	}
 	j := caller.GitHub
 	if j == nil {
 		return ""

@@ -196,7 +196,7 @@ func updateStack(in *api.Update, now time.Time) (*store.Stack, error) {
 	if in.Class != "" && !in.Class.Valid() {
 		return nil, invalid("class %q is not a change class", in.Class)
 	}
-	if err := checkText("plan_hash", in.PlanHash, MaxShortLen); err != nil {
+	if err := checkShort("plan_hash", in.PlanHash); err != nil {
 		return nil, err
 	}
 	destructive := in.Destructive

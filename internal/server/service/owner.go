@@ -21,8 +21,10 @@ const maxOwners = 4096
 type owner struct{ principal, repo string }
 
 // owners caches each execution's announcing principal and repository. Both are written once,
-// in the transaction that creates the execution, and executions are never deleted, so a cached
-// entry never goes stale, on this replica or on any other.
+// in the transaction that creates the execution, and the id of an execution retention deletes
+// is never announced again (store.Tx.CreateExecution), so a cached entry never names the owner
+// of another execution, on this replica or on any other: at worst it names one of an execution
+// gone, whose events find nothing to write.
 type owners struct {
 	mu sync.Mutex
 	m  map[string]owner

@@ -130,10 +130,14 @@ func parseCursor(s string) (k store.RowKey, ok bool) {
 
 // ExecutionsAfter is f paged as a request asks: before, the started_at of the previous page's
 // last execution, and beforeID, its id (nil: not in the request). The zero before is the zero
-// started_at, as listed, when beforeID is given, and no time at all when it is not (what older
-// clients send when they mean none). A beforeID that is not an execution id, or is given
-// without before, is refused.
+// started_at, as listed, when beforeID is given; alone it is outside the times the server
+// stores, and refused. A beforeID that is not an execution id, or is given without before, is
+// refused.
 func ExecutionsAfter(f store.ExecutionFilter, before *time.Time, beforeID *string) (store.ExecutionFilter, error) {
+	if before != nil && before.IsZero() && beforeID == nil {
+		return f, invalid("before %s is outside %s to %s, the times the server stores (the zero time is a place in the list only with before_id)",
+			before.UTC().Format(time.RFC3339), minTime.Format(time.DateOnly), MaxTime.Format(time.DateOnly))
+	}
 	if before != nil {
 		if err := checkTime("before", *before); err != nil {
 			return f, err

@@ -14,8 +14,8 @@ import (
 // pruneBatch is how many executions one retention transaction deletes.
 const pruneBatch = 100
 
-// PruneExecutions deletes the finished executions that started and finished more than retain
-// ago, with their stacks, phases and logs, a transaction of pruneBatch at a time, and returns
+// PruneExecutions deletes the finished executions that the server received (Init) and that
+// finished (by a time no later than the server received the Finalize) more than retain ago, with their stacks, phases and logs, a transaction of pruneBatch at a time, and returns
 // how many it deleted. It never deletes what something live still needs (see
 // store.Tx.PruneExecutions): a plan a claim, a gate, an active grant or a lease names, or the
 // latest plan of a PR.
@@ -31,6 +31,15 @@ func (s *Service) PruneExecutions(ctx context.Context, retain time.Duration) (in
 			return total, err
 		}
 	}
+}
+
+// notAfter is t, a time a runner sent, or now when t is later: a finish dated ahead of the
+// server's clock ("2199") would keep its execution from retention for good.
+func notAfter(t, now time.Time) time.Time {
+	if t.After(now) {
+		return now
+	}
+	return t
 }
 
 // Quotas bounds what one principal may make the server store (0: unbounded).
@@ -60,19 +69,33 @@ func (e *QuotaError) RetryAfter() time.Duration { return e.Wait }
 func (e *QuotaError) Is(target error) bool { return target == store.ErrQuota }
 
 // checkExecutionQuota refuses a new execution of a principal that announced
-// Quotas.ExecutionsPerHour in the last hour (admins are not counted).
-func (s *Service) checkExecutionQuota(tx store.Tx, caller Caller, now time.Time) error {
+// Quotas.ExecutionsPerHour in the last hour (admins are not counted). The GitHub Actions jobs of
+// one repository count together: each run is a principal of its own, and one repository would
+// otherwise have the quota as many times as it starts runs.
+func (s *Service) checkExecutionQuota(tx store.Tx, caller Caller, repo string, now time.Time) error {
 	limit := s.Quotas.ExecutionsPerHour
 	if limit <= 0 || caller.Admin {
 		return nil
 	}
-	n, first, err := tx.ExecutionsSince(caller.Name, now.Add(-time.Hour), limit)
+	var n int
+	var first time.Time
+	var err error
+	who := fmt.Sprintf("principal %q", caller.Name)
+	if caller.GitHub != nil {
+		n, first, err = tx.RepoExecutionsSince(repo, GitHubPrefix, now.Add(-time.Hour), limit)
+		who = fmt.Sprintf("the GitHub Actions jobs of %s", repo)
+	} else {
+		n, first, err = tx.ExecutionsSince(caller.Name, now.Add(-time.Hour), limit)
+	}
 	if err != nil || n < limit {
 		return err
 	}
 	return &QuotaError{Wait: max(first.Add(time.Hour).Sub(now), time.Second),
-		Msg: fmt.Sprintf("%s: principal %q announced %d executions in the last hour, the most it may", store.ErrQuota, caller.Name, n)}
+		Msg: fmt.Sprintf("%s: %s announced %d executions in the last hour, the most they may", store.ErrQuota, who, n)}
 }
+
+// GitHubPrefix starts the name of every GitHub Actions job's principal (auth.GitHubPrincipalPrefix).
+const GitHubPrefix = "github:"
 
 // LogQuotaWait is the Retry-After of a log refused for the log-bytes quota: the execution's
 // logs never shrink while it runs, so it is as good as never.

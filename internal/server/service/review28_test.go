@@ -79,7 +79,12 @@ func TestAuditTextsAreInert(t *testing.T) {
 		forged := "abc\n2026-03-01T12:00:00Z root gates.satisfy granted \u202eevil\u2066x\u2069\u2028"
 		j := prJob(7, "100")
 		j.GitHub.Claims = "ref=refs/pull/7/merge actor=\u202emallory\nforged"
+		// A sha with a control character is refused outright (issue 37); one with
+		// bidirectional and line-separating characters reaches the audit, written out.
 		_, err := f.GateCheck(ctx, j, &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 7, SHA: forged,
+			Stacks: []api.StackPlan{sp("stacks/prod/db", "v1:db")}})
+		wantErr(t, err, store.ErrInvalid, "control character")
+		_, err = f.GateCheck(ctx, j, &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 7, SHA: strings.Replace(forged, "\n", "\u2028", 1),
 			Stacks: []api.StackPlan{sp("stacks/prod/db", "v1:db")}})
 		wantErr(t, err, store.ErrDenied, "apply_from")
 		_, err = f.SatisfyGate(ctx, adminOf("alice\u202e"), &api.GatesSatisfy{PR: 7, Environment: "prod", Class: "destructive",
@@ -97,7 +102,7 @@ func TestAuditTextsAreInert(t *testing.T) {
 				}
 			}
 		}
-		if !strings.Contains(entries[1].Detail, `sha abc\n2026-03-01T12:00:00Z root gates.satisfy granted \u{202E}evil`) ||
+		if !strings.Contains(entries[1].Detail, `sha abc\u{2028}2026-03-01T12:00:00Z root gates.satisfy granted \u{202E}evil`) ||
 			!strings.Contains(entries[1].Detail, `actor=\u{202E}mallory\nforged`) || entries[0].Principal != `alice\u{202E}` {
 			t.Fatalf("audit %+v: the texts are not written out", entries)
 		}
@@ -228,8 +233,10 @@ func TestEventTimesOutOfTheStoresRangeAreRefused(t *testing.T) {
 		f.must(err)
 		x, err = f.Execution(ctx, reader, "e1")
 		f.must(err)
-		if !x.FinishedAt.Equal(MaxTime) {
-			t.Fatalf("finished_at %s, want %s", x.FinishedAt, MaxTime)
+		// In range, but ahead of the server's clock: stored as when the server received it
+		// (issue 37: retention goes by the server's clock).
+		if !x.FinishedAt.Equal(f.now) {
+			t.Fatalf("finished_at %s, want the server's %s", x.FinishedAt, f.now)
 		}
 	})
 }

@@ -132,11 +132,12 @@ func TestRepeatedGateCheckIsCheckedAgain(t *testing.T) {
 		_, err = f.GateCheck(ctx, runner, &api.GateCheck{ExecutionID: "ap1", Environment: "prod", PR: 2, SHA: "s1",
 			Stacks: []api.StackPlan{{Stack: "a", PlanHash: "h-a"}}})
 		wantErr(t, err, store.ErrDenied, "already holds a lease")
-		// A repeat decides again: it renews the lease while the gate holds.
+		// A repeat decides again, and keeps the lease's end (issue 37: a re-check never extends
+		// it).
 		f.now = f.now.Add(time.Minute)
 		again, err := f.gateA("ap1")
 		f.must(err)
-		if again.Requester != lease.Requester || !again.ExpiresAt.Equal(f.now.Add(time.Hour)) {
+		if again.Requester != lease.Requester || !again.ExpiresAt.Equal(lease.ExpiresAt) {
 			t.Fatalf("repeat %+v, first %+v", again, lease)
 		}
 		// Another principal cannot take over the execution's lease.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/tfstackplan/tfstackplan/events"
@@ -110,6 +111,19 @@ func checkTexts(max int, pairs ...string) error {
 		if err := checkText(pairs[i], pairs[i+1], max); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkShort checks a short field a runner reports and a terminal or a page shows as it is (a
+// sha, a base, an actor, a plan hash) with checkText and MaxShortLen, and refuses control
+// characters in it: an escape sequence in a sha would reach the approver's terminal.
+func checkShort(field, v string) error {
+	if err := checkText(field, v, MaxShortLen); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		return invalid("%s contains the control character %U", field, []rune(v[i:])[0])
 	}
 	return nil
 }
@@ -230,8 +244,10 @@ func checkInit(in *api.Init) error {
 	if api.ExecutionOp(in.Op) == OpDrift && in.PR != 0 {
 		return invalid("pr %d: a drift execution is of no pull request", in.PR)
 	}
-	if err := checkTexts(MaxShortLen, "sha", in.SHA, "base", in.Base, "actor", in.Actor); err != nil {
-		return err
+	for _, f := range [][2]string{{"sha", in.SHA}, {"base", in.Base}, {"actor", in.Actor}} {
+		if err := checkShort(f[0], f[1]); err != nil {
+			return err
+		}
 	}
 	if err := checkText("run_url", in.RunURL, MaxURLLen); err != nil {
 		return err
@@ -314,7 +330,7 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 	if err != nil {
 		return api.Ack{}, err
 	}
-	if why := s.mayAnnounce(caller, repo, in.Environment, in.PR); why != "" {
+	if why := s.mayAnnounce(caller, repo, in.Environment, string(in.Op), in.PR); why != "" {
 		return api.Ack{}, fmt.Errorf("%w: %s", store.ErrDenied, why)
 	}
 	principal := caller.Name
@@ -357,7 +373,7 @@ func (s *Service) Init(ctx context.Context, caller Caller, in *api.Init) (api.Ac
 			ack = ackOf(cur)
 			return nil
 		}
-		if err := s.checkExecutionQuota(tx, caller, now); err != nil {
+		if err := s.checkExecutionQuota(tx, caller, repo, now); err != nil {
 			return err // the execution just created goes with the transaction
 		}
 		if err := tx.StampExecution(e.ExecutionID, principal, now); err != nil {
@@ -415,7 +431,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if !r.Status.Valid() || (r.Class != "" && !r.Class.Valid()) {
 			return api.Ack{}, invalid("stack %q: bad status %q or class %q", r.Stack, r.Status, r.Class)
 		}
-		if err := checkText("plan_hash", r.PlanHash, MaxShortLen); err != nil {
+		if err := checkShort("plan_hash", r.PlanHash); err != nil {
 			return api.Ack{}, err
 		}
 	}
@@ -437,7 +453,7 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 		if e.Cancelled {
 			e.Status = events.ExecutionCancelled // a cancelled execution never concludes as a success
 		}
-		e.FinishedAt = orNow(in.FinishedAt, now)
+		e.FinishedAt = notAfter(orNow(in.FinishedAt, now), now)
 		// The execution row is locked (tx.Execution), so no event changes its stacks meanwhile:
 		// they are read once, and only those the finalize changes are written.
 		stacks, err := tx.Stacks(e.ExecutionID)
@@ -456,6 +472,9 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 				i = len(stacks)
 				index[r.Stack] = i
 				stacks = append(stacks, st)
+			}
+			if why := contradicts(stacks[i], r); ok && why != "" {
+				return fmt.Errorf("%w: the finalize of execution %s contradicts the result recorded for stack %q: %s", store.ErrMismatch, e.ExecutionID, r.Stack, why)
 			}
 			st := stacks[i]
 			st.Status = r.Status
@@ -820,6 +839,9 @@ func execution(tx store.Tx, caller Caller, id string) (*api.Execution, error) {
 			state.LogGeneration, state.LogBytes, state.Gaps, state.GapsTruncated = l.Generation, l.Bytes, l.Gaps, l.GapsTruncated
 		}
 		x.Stacks = append(x.Stacks, state)
+	}
+	if x.Unapplied, err = unapplied(tx, e, stacks); err != nil {
+		return nil, err
 	}
 	return &x, nil
 }

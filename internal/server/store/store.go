@@ -211,7 +211,8 @@ type EventState struct {
 
 // Tx is one unit of work. Every method runs inside the transaction the Store opened.
 type Tx interface {
-	// CreateExecution stores e unless its id exists; created reports which.
+	// CreateExecution stores e unless its id exists; created reports which. An id retention
+	// deleted (PruneExecutions) is never stored again: ErrPrecondition.
 	CreateExecution(e *Execution) (created bool, err error)
 	// Execution returns one execution, without its edges (ExecutionEdges has them; its
 	// EdgesApproximate is set), or ErrNotFound. Inside Write it locks the row until the
@@ -353,7 +354,7 @@ type Tx interface {
 	StaleExecutions(before time.Time, limit int) ([]string, error)
 
 	// PruneExecutions deletes up to limit finished executions (finalized, or no longer running)
-	// that started and finished before `before`, with their stacks, phases, logs and drift checks
+	// that the server received (StampExecution) and that finished before `before`, with their stacks, phases, logs and drift checks
 	// (not a stack's latest, LatestDrift), and returns how many it deleted. It keeps every execution something live still needs at now:
 	// a claim not expired, a gate, an active grant or a lease (in force, or whose granter
 	// binding is still to be removed) naming it, and the latest plan of each PR (what a gate
@@ -365,6 +366,9 @@ type Tx interface {
 	// ExecutionsSince counts the executions a principal announced at since or later, up to
 	// limit, and returns when the first of them was received (zero when none).
 	ExecutionsSince(principal string, since time.Time, limit int) (n int, first time.Time, err error)
+	// RepoExecutionsSince is ExecutionsSince of every principal whose name starts with prefix
+	// (the runs of one repository's GitHub Actions jobs), counting their executions of repo.
+	RepoExecutionsSince(repo, prefix string, since time.Time, limit int) (n int, first time.Time, err error)
 
 	// AddDriftChecks records the drift checks of a drift execution: each in its stack's history
 	// (once per stack and execution) and as its stack's latest, unless the latest recorded is

@@ -240,8 +240,8 @@ const maxFormBody = 64 << 10
 
 // SessionPost checks that r is a form posted by a signed-in session: from a page of this site
 // (the cross-origin check), as application/x-www-form-urlencoded, with the cookie of a live
-// session and that session's anti-forgery token (Session.CSRF) in the csrf field, from a client
-// that is not throttled. It reads the form into r.PostForm and returns the session. Otherwise it
+// session and that session's anti-forgery token (Session.CSRF) in the csrf field (an unknown
+// session id counts against the client's address, as a wrong token does). It reads the form into r.PostForm and returns the session. Otherwise it
 // answers w itself and returns nil: an ended or unknown session gets the sign-in form.
 func (u *UI) SessionPost(w http.ResponseWriter, r *http.Request) *Session {
 	if err := crossOrigin.Check(r); err != nil {
@@ -252,11 +252,6 @@ func (u *UI) SessionPost(w http.ResponseWriter, r *http.Request) *Session {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
 		EndConnection(w, r)
 		http.Error(w, "a form is sent as application/x-www-form-urlencoded", http.StatusUnsupportedMediaType)
-		return nil
-	}
-	if err := u.Throttle.CheckAddr(r); err != nil {
-		EndConnection(w, r)
-		LoginPage(w, r, err)
 		return nil
 	}
 	c, err := r.Cookie(SessionCookieName)

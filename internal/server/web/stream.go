@@ -309,7 +309,7 @@ func (f *feed) since(rd *reader) (evs [][]byte, changed <-chan struct{}, ok bool
 // within the principal's and the server's stream caps.
 func (u *UI) stream(w http.ResponseWriter, r *http.Request, key string, newView func() view) {
 	p, _ := auth.From(r.Context())
-	release, err := u.streams.acquire(p.Name)
+	release, err := u.streams.acquire(p.QuotaKey())
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, err.Error(), http.StatusTooManyRequests)

@@ -216,6 +216,13 @@ func scanExecution(sc interface{ Scan(...any) error }) (*store.Execution, error)
 }
 
 func (t *sqlTx) CreateExecution(e *store.Execution) (bool, error) {
+	var pruned int
+	switch err := t.row("SELECT 1 FROM pruned_executions WHERE id = ?", e.ExecutionID).Scan(&pruned); {
+	case err == nil:
+		return false, fmt.Errorf("%w: execution id %q was used by an execution retention deleted; ids are never reused, choose another", store.ErrPrecondition, e.ExecutionID)
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, t.s.mapErr(err)
+	}
 	n, err := t.exec("INSERT INTO executions ("+execCols+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
 		e.ExecutionID, e.Repo, e.PR, e.SHA, e.Base, e.Environment, string(e.Op), e.Actor, e.RunURL,
 		string(e.Status), string(e.Class), toJSON(e.Counts), b2i(e.Cancelled), e.CancelReason,
