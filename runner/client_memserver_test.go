@@ -345,6 +345,15 @@ func (m *memServer) DriftList(context.Context, api.DriftListRequestObject) (api.
 	return api.DriftList200JSONResponse{}, nil
 }
 
+func (m *memServer) NotificationsList(context.Context, api.NotificationsListRequestObject) (api.NotificationsListResponseObject, error) {
+	return api.NotificationsList200JSONResponse{}, nil
+}
+
+// LatestPlan answers as a server that never received a plan for the PR.
+func (m *memServer) LatestPlan(_ context.Context, r api.LatestPlanRequestObject) (api.LatestPlanResponseObject, error) {
+	return api.LatestPlandefaultJSONResponse{StatusCode: 404, Body: api.Error{Code: "NOT_FOUND", Message: "no plan"}}, nil
+}
+
 func (m *memServer) Health(context.Context, api.HealthRequestObject) (api.HealthResponseObject, error) {
 	return api.Health200JSONResponse{Status: "ok", Store: "memory"}, nil
 }
