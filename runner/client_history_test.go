@@ -460,3 +460,28 @@ func TestLatestExecutionOfThousandsOfStacks(t *testing.T) {
 		t.Fatalf("read %d stacks in %d bytes, want %d stacks in more than %d bytes", len(x.Stacks), len(b), len(stacks), MaxResponseBytes)
 	}
 }
+
+// The latest plan is the one the server received last: a plan whose runner's clock ran ahead
+// does not hide a plan that came after it (issue 37 item 7), and an apply is still the newest
+// listed.
+func TestLatestPlanIsTheOneReceivedLast(t *testing.T) {
+	forEachHistoryServer(t, func(t *testing.T, h *historyServer) {
+		hc := newHistoryClock()
+		ctx := context.Background()
+		s := events.StackSucceeded
+		hc.next = time.Now().Add(4 * time.Minute).Truncate(time.Second) // the first runner's clock is ahead
+		hc.seed(t, h.mine, prodPlan("ahead", 7), events.ExecutionSucceeded, ran{"a", s, time.Second, nil})
+		hc.next = time.Now().Add(-time.Hour).Truncate(time.Second)
+		hc.seed(t, h.mine, prodPlan("after", 7), events.ExecutionSucceeded, ran{"a", s, time.Second, nil})
+		x, err := h.mine.LatestExecution(ctx, "acme/infra", "prod", 7, "plan")
+		if err != nil || x.ExecutionID != "after" {
+			t.Fatalf("latest plan: %v, %v; want the plan received last, after", x, err)
+		}
+		if x, err := h.mine.LatestPlan(ctx, "acme/infra", "prod", 7); err != nil || x.ExecutionID != "after" {
+			t.Fatalf("LatestPlan: %v, %v", x, err)
+		}
+		if _, err := h.mine.LatestPlan(ctx, "acme/infra", "prod", 8); !isNotFound(err) {
+			t.Fatalf("a PR without a plan: %v, want 404", err)
+		}
+	})
+}

@@ -137,6 +137,15 @@ func (c *Client) LatestExecution(ctx context.Context, repo, environment string, 
 	ctx, cancel := context.WithTimeout(ctx, c.historyBudget)
 	defer cancel()
 	none := fmt.Errorf("%w: no %s execution of PR %d in environment %q", ErrNoExecution, op, pr, environment)
+	if op == string(api.ExecutionOpPlan) {
+		// The latest plan is the one the server received last, never the one whose runner's
+		// clock says so: a plan dated ahead must not hide the plans that came after it.
+		x, err := c.LatestPlan(ctx, repo, environment, pr)
+		if isNotFound(err) {
+			return nil, none
+		}
+		return x, err
+	}
 	params := &api.ExecutionsListParams{Repo: repo, Environment: environment, Pr: pr, Limit: new(int(historyPage))}
 	for range maxHistoryPages {
 		list, err := c.executionsList(ctx, name, params)
@@ -159,6 +168,19 @@ func (c *Client) LatestExecution(ctx context.Context, repo, environment string, 
 		params.Before, params.BeforeID = &last.StartedAt, &last.ExecutionID
 	}
 	return nil, none
+}
+
+// LatestPlan returns pr's plan in repo's environment that the server received last (GET
+// /plans/latest), with its stacks: the plan the gate decides over and an approval names. A PR
+// without a plan is an APIError of status 404; ErrDisabled when no server is configured.
+func (c *Client) LatestPlan(ctx context.Context, repo, environment string, pr int) (*api.Execution, error) {
+	if !c.Enabled() {
+		return nil, ErrDisabled
+	}
+	params := &api.LatestPlanParams{Repo: repo, Environment: environment, Pr: pr}
+	return readJSON[api.Execution](ctx, c, "LatestPlan", MaxExecutionBytes, func(ctx context.Context) (*http.Response, error) {
+		return c.api.LatestPlan(ctx, params)
+	})
 }
 
 // executionsList reads one page of executions for the read op.

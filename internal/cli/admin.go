@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -297,30 +299,18 @@ func where(repo, env string) string {
 	return repo + " " + env
 }
 
-// showLatestPlan finds the latest plan of a PR (the newest plan execution the server lists for
-// it), prints what an approval of it covers (its changed stacks with their classes and content
-// hashes, and the gates it requires) and returns its id. The server still refuses the approval
-// when a newer plan arrives meanwhile.
+// showLatestPlan finds the latest plan of a PR (the one the server received last, whatever the
+// runner's clock said), prints what an approval of it covers (its changed stacks with their
+// classes and content hashes, and the gates it requires) and returns its id. The server still
+// refuses the approval when a newer plan arrives meanwhile.
 func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env string, pr int) (string, error) {
-	limit := MaxExecutionsLimit
-	params := &api.ExecutionsListParams{Repo: repo, Environment: env, Pr: pr, Limit: &limit}
-	list, err := opCall(ctx, c, "executions list", func(ctx context.Context, rc *runner.Client) ([]api.Execution, error) {
-		return rc.ExecutionsList(ctx, params)
+	x, err := opCall(ctx, c, "plans latest", func(ctx context.Context, rc *runner.Client) (*api.Execution, error) {
+		return rc.LatestPlan(ctx, repo, env, pr)
 	})
-	if err != nil {
-		return "", err
-	}
-	var id string
-	for _, e := range list {
-		if e.Op == api.ExecutionOpPlan {
-			id = e.ExecutionID
-			break
-		}
-	}
-	if id == "" {
+	var ae *runner.APIError
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound {
 		return "", fmt.Errorf("%s PR #%d has no plan to approve", where(repo, env), pr)
 	}
-	x, err := getExecution(ctx, c, "executions show", id)
 	if err != nil {
 		return "", err
 	}
@@ -348,7 +338,7 @@ func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env s
 	}
 	n := 0
 	for _, g := range gates {
-		if g.ExecutionID == id {
+		if g.ExecutionID == x.ExecutionID {
 			fmt.Fprintf(out, "gate: %s on %s (stacks %s)\n", safe(g.Class), safe(g.Target), safe(strings.Join(g.Stacks, ", ")))
 			n++
 		}
@@ -356,7 +346,7 @@ func showLatestPlan(ctx context.Context, c *opClient, out io.Writer, repo, env s
 	if n == 0 {
 		fmt.Fprintln(out, "gates: none recorded for this plan")
 	}
-	return id, nil
+	return x.ExecutionID, nil
 }
 
 func newAdminGrantsReleaseCmd(ios *IO, runF RunFunc[AdminGrantsReleaseOptions]) *cobra.Command {

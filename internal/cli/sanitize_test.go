@@ -28,9 +28,7 @@ func TestGatesSatisfyLatestNeutralisesControlCharacters(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		var v any
 		switch r.URL.Path {
-		case "/api/v1/executions":
-			v = []api.Execution{plan}
-		case "/api/v1/executions/plan-1":
+		case "/api/v1/plans/latest":
 			v = plan
 		case "/api/v1/gates":
 			v = []api.Gate{{ExecutionID: "plan-1", Environment: "prod", PR: 7, Class: "destructive" + hostile, Target: "**" + hostile,

@@ -327,8 +327,15 @@ func TestAMergeDoesNotOverrideTheShardsResults(t *testing.T) {
 		if x.Status != "running" || x.Stacks[0].Class != "destructive" || x.Stacks[1].Status != "failed" {
 			t.Fatalf("a refused finalize changed the execution: %s %+v", x.Status, x.Stacks)
 		}
+		// A merge that lost a's shard result says a was skipped: it does not know, so what a's
+		// shard recorded stands, and the finalize goes through (the execution is not left running).
 		_, err = f.Finalize(ctx, runner, &api.Finalize{ExecutionID: "ap", Status: "failed", Stacks: []api.StackResult{
-			{Stack: "a", Status: "succeeded", Class: "destructive", PlanHash: "v1:a"}, {Stack: "b", Status: "failed"}}})
+			{Stack: "a", Status: "skipped"}, {Stack: "b", Status: "failed"}}})
 		f.must(err)
+		x, err = f.Execution(ctx, reader, "ap")
+		f.must(err)
+		if x.Status != "failed" || x.Stacks[0].Status != "succeeded" || x.Stacks[0].Class != "destructive" || x.Stacks[0].PlanHash != "v1:a" {
+			t.Fatalf("after a merge that did not know how a ended: %s %+v", x.Status, x.Stacks)
+		}
 	})
 }

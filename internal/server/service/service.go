@@ -473,6 +473,9 @@ func (s *Service) Finalize(ctx context.Context, caller Caller, in *api.Finalize)
 				index[r.Stack] = i
 				stacks = append(stacks, st)
 			}
+			if ok && notKnown(stacks[i], r) {
+				continue
+			}
 			if why := contradicts(stacks[i], r); ok && why != "" {
 				return fmt.Errorf("%w: the finalize of execution %s contradicts the result recorded for stack %q: %s", store.ErrMismatch, e.ExecutionID, r.Stack, why)
 			}

@@ -19,6 +19,15 @@ import (
 // plan hash, and one an update ended failed is not made a success. A merge that says otherwise
 // would override what the shards applied. (A failed stack finalized cancelled, say, is no
 // contradiction: it did not succeed either way.)
+// notKnown says whether finalize result r only says that its sender does not know how stack st
+// ended (skipped: `run merge` without that shard's result) while an update of the stack's own
+// job already recorded how it ended. The recorded result then stands and r changes nothing: a
+// merge that lost a shard's result file neither fails on that nor hides what the shard did.
+func notKnown(st store.Stack, r api.StackResult) bool {
+	return st.Seq != 0 && r.Status == events.StackSkipped &&
+		(st.Status == events.StackSucceeded || st.Status == events.StackFailed)
+}
+
 func contradicts(st store.Stack, r api.StackResult) string {
 	switch {
 	case st.Seq == 0:
