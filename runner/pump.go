@@ -22,9 +22,8 @@ package runner
 // again, cannot be told from an append; bytes appended and then truncated away before the
 // pump looked at all leave no trace to report.
 //
-// Watching. Each stack's DIRECTORY is watched (one watch per directory, not per file): with
-// inotify of the pump's own on Linux (see inotifyWatcher: it is not woken by the events it
-// holds back), with fsnotify elsewhere or should that fail. A write event makes the stack fstat
+// Watching. Each stack's DIRECTORY is watched with fsnotify (one watch per directory, not per
+// file). A write event makes the stack fstat
 // the file it has open, any other event (create, remove, rename) makes it resolve the path
 // again. A stack whose directory cannot be watched (missing, watches exhausted) or goes away,
 // or every stack once the watcher fails, is polled every PollInterval; watched stacks are also
@@ -34,7 +33,7 @@ package runner
 //
 // Wake-ups. Events are taken in rounds at least MinReadInterval apart (the first after a quiet
 // spell at once); meanwhile the kernel queues them, so a log written line by line wakes the
-// pump once per MinReadInterval, not once per write (see dispatch and dispatchInotify). No
+// pump once per MinReadInterval, not once per write (see dispatch). No
 // timer runs unless something is due: the poller's only while a stack is polled (otherwise
 // once per SafetyPoll), a stack's only until its next chunk is due (a due chunk waiting for a
 // post slot is woken by the slot).
@@ -296,11 +295,9 @@ type LogPump struct {
 	started  bool
 	draining bool
 	runCtx   context.Context
-	watcher  dirWatcher // nil: every stack is polled
-	// fsnotifyOnly (tests) makes the pump watch with fsnotify where it would use inotify.
-	fsnotifyOnly bool
-	wg           sync.WaitGroup // stack goroutines
-	bg           sync.WaitGroup // dispatcher and poller
+	watcher  *fsnotify.Watcher // nil: every stack is polled
+	wg       sync.WaitGroup    // stack goroutines
+	bg       sync.WaitGroup    // dispatcher and poller
 
 	sem        chan struct{}
 	batchCh    chan pumpBatchReq // nil unless the poster batches
@@ -465,80 +462,13 @@ func (p *LogPump) launch(s *stackTail) {
 	go s.run(p.runCtx)
 }
 
-// dirWatcher watches stack directories: an *inotifyWatcher (Linux) or an *fsnotify.Watcher.
-type dirWatcher interface {
-	Add(dir string) error
-	Close() error
-}
-
-// startWatcher starts the directory watcher and its dispatcher: inotify where it is available
-// (see inotifyWatcher), else fsnotify; without either every stack is polled.
+// startWatcher starts the directory watcher and its dispatcher; without one every stack is
+// polled.
 func (p *LogPump) startWatcher() {
-	if !p.fsnotifyOnly {
-		if w, err := newInotifyWatcher(); err == nil {
-			p.watcher = w
-			p.bg.Add(1)
-			go p.dispatchInotify(w)
-			return
-		}
-	}
 	if w, err := fsnotify.NewWatcher(); err == nil {
 		p.watcher = w
 		p.bg.Add(1)
 		go p.dispatch(w)
-	}
-}
-
-// dispatchInotify is dispatch for the inotify watcher: the same rounds, at least
-// MinReadInterval apart, each waking the stacks its events concern once, and reading every
-// event queued (so it needs no round marker). The first event after a quiet spell starts a
-// round at once; waiting for it costs no timer. After a round the dispatcher sleeps
-// MinReadInterval, during which the events that come are queued by the kernel without waking
-// it, then reads them as the next round; a round that finds nothing ends the busy spell, and
-// the dispatcher waits for an event again. So while the logs keep growing, a round costs one
-// wake-up, its timer's.
-func (p *LogPump) dispatchInotify(w *inotifyWatcher) {
-	defer p.bg.Done()
-	defer w.shutdown()
-	d := &dispatcher{p: p, base: filepath.Base(p.file)}
-	hold := time.NewTimer(time.Hour)
-	hold.Stop()
-	broke := func() {
-		select {
-		case <-p.stopBg:
-		default:
-			p.pollEverything()
-		}
-	}
-	for {
-		if err := w.wait(); err != nil {
-			broke()
-			return
-		}
-		for {
-			n, overflow, err := w.read(d.note)
-			if err != nil {
-				broke()
-				return
-			}
-			if n == 0 {
-				break // a quiet spell begins
-			}
-			p.rounds.Add(1)
-			p.events.Add(int64(n))
-			if overflow {
-				// Events were dropped: every stack looks again.
-				p.pokeAll()
-			}
-			d.wake()
-			if !p.holdEvents(hold, p.opts.MinReadInterval) {
-				return
-			}
-		}
-		if err := w.rearm(); err != nil {
-			broke()
-			return
-		}
 	}
 }
 

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 )
@@ -341,13 +340,12 @@ func (w *pumpWriter) step(huge bool) {
 
 // pumpRunConfig is one randomized scenario.
 type pumpRunConfig struct {
-	seed     uint64
-	poll     bool
-	fsnotify bool // with a watcher: fsnotify, not inotify
-	stacks   int
-	ops      int
-	huge     bool
-	poster   func(*pumpCollector) LogPoster
+	seed   uint64
+	poll   bool
+	stacks int
+	ops    int
+	huge   bool
+	poster func(*pumpCollector) LogPoster
 }
 
 // pumpRandomRun runs one scenario and checks the collector against the writers. It returns an
@@ -378,7 +376,6 @@ func pumpRandomRun(t *testing.T, cfg pumpRunConfig) {
 	if err := pump.SetOptions(opts); err != nil {
 		t.Fatal(err)
 	}
-	pump.fsnotifyOnly = cfg.fsnotify
 	writers := make([]*pumpWriter, cfg.stacks)
 	for i := range writers {
 		stack := fmt.Sprintf("stacks/s%d", i)
@@ -525,7 +522,7 @@ func TestPumpRandomizedWriters(t *testing.T) {
 				}
 				r := rand.New(rand.NewPCG(uint64(i), 3))
 				cfg := pumpRunConfig{
-					seed: uint64(i), poll: i%2 == 1, fsnotify: i%4 == 2,
+					seed: uint64(i), poll: i%2 == 1,
 					stacks: 1 + r.IntN(3), ops: 5 + r.IntN(25), huge: r.IntN(10) == 0,
 				}
 				if i%3 == 2 {
@@ -536,7 +533,7 @@ func TestPumpRandomizedWriters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d randomized runs (half polling, a quarter fsnotify, a quarter inotify; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized runs (half polling, half fsnotify; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
 }
 
 func TestPumpRandomizedOverLoopbackHTTP(t *testing.T) {
@@ -577,30 +574,15 @@ func pumpNew(t testing.TB, root string, p LogPoster, o PumpOptions, stacks ...st
 	return pump
 }
 
-// pumpWatchers are the directory watchers a test runs with: fsnotify always, and inotify of
-// its own where the pump uses it (Linux).
-func pumpWatchers(t *testing.T, test func(t *testing.T, fsnotifyOnly bool)) {
-	t.Run("fsnotify", func(t *testing.T) { test(t, true) })
-	if w, err := newInotifyWatcher(); err == nil {
-		_ = w.Close()
-		w.shutdown()
-		t.Run("inotify", func(t *testing.T) { test(t, false) })
-	}
-}
-
-// pumpWatching starts pump with the watcher fsnotifyOnly selects; it skips the test when
-// there is none.
-func pumpWatching(t *testing.T, pump *LogPump, fsnotifyOnly bool) *LogPump {
+// pumpWatching starts pump, watching with fsnotify; it skips the test when there is no
+// directory watcher.
+func pumpWatching(t *testing.T, pump *LogPump) *LogPump {
 	t.Helper()
-	pump.fsnotifyOnly = fsnotifyOnly
 	if err := pump.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if pump.watcher == nil {
 		t.Skip("no directory watcher here")
-	}
-	if _, isFsnotify := pump.watcher.(*fsnotify.Watcher); isFsnotify != fsnotifyOnly {
-		t.Fatalf("the pump watches with %T", pump.watcher)
 	}
 	return pump
 }
@@ -1024,15 +1006,11 @@ func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
 }
 
 func TestPumpFallsBackToPollingWhenTheWatcherFails(t *testing.T) {
-	pumpWatchers(t, testPumpFallsBackToPolling)
-}
-
-func testPumpFallsBackToPolling(t *testing.T, fsnotifyOnly bool) {
 	root := t.TempDir()
 	pumpStackDir(t, root, "a")
 	coll := newPumpCollector(6)
 	// A safety poll longer than the test: only the fallback can find the bytes in time.
-	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"))
 	_ = pump.watcher.Close() // the watcher dies
 	pumpWriteLog(t, filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"))
 	pumpWaitObserved(t, pump, "a", 0, 11)
@@ -1197,42 +1175,40 @@ func TestPumpReadsBeforeCoalescingSoTruncationLosesNothing(t *testing.T) {
 // generation. (A removal sends no event for the directory while the pump has the old log
 // inside it open: the log's own removal, and the directory found missing, make it polled.)
 func TestPumpStackDirectoryReplaced(t *testing.T) {
-	pumpWatchers(t, func(t *testing.T, fsnotifyOnly bool) {
-		for _, how := range []string{"renamed", "removed"} {
-			t.Run(how, func(t *testing.T) {
-				root := t.TempDir()
-				log := pumpStackDir(t, root, "a")
-				coll := newPumpCollector(27)
-				// A safety poll longer than the test: only the watch's end can make a poll.
-				pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
-				pumpWriteLog(t, log, []byte("one\n"))
-				pumpWaitObserved(t, pump, "a", 0, 4)
-				dir := filepath.Dir(log)
-				var err error
-				if how == "removed" {
-					err = os.RemoveAll(dir)
-				} else {
-					err = os.Rename(dir, dir+".old")
+	for _, how := range []string{"renamed", "removed"} {
+		t.Run(how, func(t *testing.T) {
+			root := t.TempDir()
+			log := pumpStackDir(t, root, "a")
+			coll := newPumpCollector(27)
+			// A safety poll longer than the test: only the watch's end can make a poll.
+			pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"))
+			pumpWriteLog(t, log, []byte("one\n"))
+			pumpWaitObserved(t, pump, "a", 0, 4)
+			dir := filepath.Dir(log)
+			var err error
+			if how == "removed" {
+				err = os.RemoveAll(dir)
+			} else {
+				err = os.Rename(dir, dir+".old")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for pump.npolled.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the stack is not polled after its directory was %s", how)
 				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				deadline := time.Now().Add(10 * time.Second)
-				for pump.npolled.Load() == 0 {
-					if time.Now().After(deadline) {
-						t.Fatalf("the stack is not polled after its directory was %s", how)
-					}
-					time.Sleep(time.Millisecond)
-				}
-				pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
-				pumpWaitObserved(t, pump, "a", 1, 4)
-				rep := pump.Drain(context.Background())
-				if g0, g1 := pumpCollected(t, coll, "a", 0), pumpCollected(t, coll, "a", 1); string(g0) != "one\n" || string(g1) != "two\n" || !rep.Complete {
-					t.Fatalf("generations %q and %q, report %+v", g0, g1, rep)
-				}
-			})
-		}
-	})
+				time.Sleep(time.Millisecond)
+			}
+			pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
+			pumpWaitObserved(t, pump, "a", 1, 4)
+			rep := pump.Drain(context.Background())
+			if g0, g1 := pumpCollected(t, coll, "a", 0), pumpCollected(t, coll, "a", 1); string(g0) != "one\n" || string(g1) != "two\n" || !rep.Complete {
+				t.Fatalf("generations %q and %q, report %+v", g0, g1, rep)
+			}
+		})
+	}
 }
 
 // MaxInFlight's default depends on how chunks travel: 64 in flight for a batching poster (a
@@ -1340,52 +1316,50 @@ func pumpAllCollected(t *testing.T, c *pumpCollector) map[pumpKey]string {
 // after each post before it decides that it is done. (Drain is meant for after the writers;
 // a straggler, such as a grandchild of the scripts outliving terramate, still loses nothing.)
 func TestPumpDrainReadsWhatCameDuringItsLastPost(t *testing.T) {
-	pumpWatchers(t, func(t *testing.T, fsnotifyOnly bool) {
-		root := t.TempDir()
-		path := pumpStackDir(t, root, "a")
-		var mu sync.Mutex
-		var got strings.Builder
-		inFlight, release := make(chan struct{}, 1), make(chan struct{})
-		poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
-			select {
-			case inFlight <- struct{}{}:
-			default:
-			}
-			if strings.Contains(string(lc.Data), "one") {
-				<-release
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			got.Write(lc.Data)
-			return nil
-		})
-		pump := pumpWatching(t, pumpNew(t, root, poster, PumpOptions{Coalesce: time.Hour, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString("one\n"); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		drained := make(chan DrainReport, 1)
-		go func() { drained <- pump.Drain(ctx) }()
+	root := t.TempDir()
+	path := pumpStackDir(t, root, "a")
+	var mu sync.Mutex
+	var got strings.Builder
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
 		select {
-		case <-inFlight: // the drain posts "one" (held until release)
-		case <-ctx.Done():
-			t.Fatal("the drain posted nothing")
+		case inFlight <- struct{}{}:
+		default:
 		}
-		if _, err := f.WriteString("two\n"); err != nil {
-			t.Fatal(err)
+		if strings.Contains(string(lc.Data), "one") {
+			<-release
 		}
-		close(release)
-		rep := <-drained
 		mu.Lock()
 		defer mu.Unlock()
-		if got.String() != "one\ntwo\n" || !rep.Complete {
-			t.Errorf("posted %q, complete %v, gaps %v; want both lines", got.String(), rep.Complete, rep.Gaps)
-		}
+		got.Write(lc.Data)
+		return nil
 	})
+	pump := pumpWatching(t, pumpNew(t, root, poster, PumpOptions{Coalesce: time.Hour, SafetyPoll: time.Hour}, "a"))
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("one\n"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	drained := make(chan DrainReport, 1)
+	go func() { drained <- pump.Drain(ctx) }()
+	select {
+	case <-inFlight: // the drain posts "one" (held until release)
+	case <-ctx.Done():
+		t.Fatal("the drain posted nothing")
+	}
+	if _, err := f.WriteString("two\n"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	rep := <-drained
+	mu.Lock()
+	defer mu.Unlock()
+	if got.String() != "one\ntwo\n" || !rep.Complete {
+		t.Errorf("posted %q, complete %v, gaps %v; want both lines", got.String(), rep.Complete, rep.Gaps)
+	}
 }
