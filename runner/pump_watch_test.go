@@ -375,3 +375,77 @@ func TestPumpSafetyPollFindsUnreportedChanges(t *testing.T) {
 	gate.release()
 	pumpDelivered(t, pump, coll, a, b)
 }
+
+func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
+	root := t.TempDir()
+	coll := newPumpCollector(5)
+	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond}, "later/stack")
+	pump.mu.Lock()
+	polled := pump.byName["later/stack"].polled.Load()
+	pump.mu.Unlock()
+	if !polled {
+		t.Fatal("a stack whose directory does not exist yet is not polled")
+	}
+	pumpWriteLog(t, pumpStackDir(t, root, "later", "stack"), []byte("late\n"))
+	pumpWaitObserved(t, pump, "later/stack", 0, 5)
+	rep := pump.Drain(context.Background())
+	if got := pumpCollected(t, coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
+		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
+
+func TestPumpFallsBackToPollingWhenTheWatcherFails(t *testing.T) {
+	root := t.TempDir()
+	pumpStackDir(t, root, "a")
+	coll := newPumpCollector(6)
+	// A safety poll longer than the test: only the fallback can find the bytes in time.
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"))
+	_ = pump.watcher.Close() // the watcher dies
+	pumpWriteLog(t, filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"))
+	pumpWaitObserved(t, pump, "a", 0, 11)
+	rep := pump.Drain(context.Background())
+	if got := pumpCollected(t, coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
+		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
+
+// A watched stack directory that is renamed away, or removed, and made again loses its watch:
+// the stack is polled from then on, and the log written in the new directory arrives as a new
+// generation. (A removal sends no event for the directory while the pump has the old log
+// inside it open: the log's own removal, and the directory found missing, make it polled.)
+func TestPumpStackDirectoryReplaced(t *testing.T) {
+	for _, how := range []string{"renamed", "removed"} {
+		t.Run(how, func(t *testing.T) {
+			root := t.TempDir()
+			log := pumpStackDir(t, root, "a")
+			coll := newPumpCollector(27)
+			// A safety poll longer than the test: only the watch's end can make a poll.
+			pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"))
+			pumpWriteLog(t, log, []byte("one\n"))
+			pumpWaitObserved(t, pump, "a", 0, 4)
+			dir := filepath.Dir(log)
+			var err error
+			if how == "removed" {
+				err = os.RemoveAll(dir)
+			} else {
+				err = os.Rename(dir, dir+".old")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for pump.npolled.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the stack is not polled after its directory was %s", how)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
+			pumpWaitObserved(t, pump, "a", 1, 4)
+			rep := pump.Drain(context.Background())
+			if g0, g1 := pumpCollected(t, coll, "a", 0), pumpCollected(t, coll, "a", 1); string(g0) != "one\n" || string(g1) != "two\n" || !rep.Complete {
+				t.Fatalf("generations %q and %q, report %+v", g0, g1, rep)
+			}
+		})
+	}
+}
