@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/tfstackplan/tfstackplan/events"
 	"github.com/tfstackplan/tfstackplan/internal/api"
 )
@@ -341,13 +340,12 @@ func (w *pumpWriter) step(huge bool) {
 
 // pumpRunConfig is one randomized scenario.
 type pumpRunConfig struct {
-	seed     uint64
-	poll     bool
-	fsnotify bool // with a watcher: fsnotify, not inotify
-	stacks   int
-	ops      int
-	huge     bool
-	poster   func(*pumpCollector) LogPoster
+	seed   uint64
+	poll   bool
+	stacks int
+	ops    int
+	huge   bool
+	poster func(*pumpCollector) LogPoster
 }
 
 // pumpRandomRun runs one scenario and checks the collector against the writers. It returns an
@@ -378,7 +376,6 @@ func pumpRandomRun(t *testing.T, cfg pumpRunConfig) {
 	if err := pump.SetOptions(opts); err != nil {
 		t.Fatal(err)
 	}
-	pump.fsnotifyOnly = cfg.fsnotify
 	writers := make([]*pumpWriter, cfg.stacks)
 	for i := range writers {
 		stack := fmt.Sprintf("stacks/s%d", i)
@@ -525,7 +522,7 @@ func TestPumpRandomizedWriters(t *testing.T) {
 				}
 				r := rand.New(rand.NewPCG(uint64(i), 3))
 				cfg := pumpRunConfig{
-					seed: uint64(i), poll: i%2 == 1, fsnotify: i%4 == 2,
+					seed: uint64(i), poll: i%2 == 1,
 					stacks: 1 + r.IntN(3), ops: 5 + r.IntN(25), huge: r.IntN(10) == 0,
 				}
 				if i%3 == 2 {
@@ -536,7 +533,7 @@ func TestPumpRandomizedWriters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d randomized runs (half polling, a quarter fsnotify, a quarter inotify; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized runs (half polling, half fsnotify; a third batched) in %v", runs, time.Since(start).Round(time.Millisecond))
 }
 
 func TestPumpRandomizedOverLoopbackHTTP(t *testing.T) {
@@ -577,30 +574,15 @@ func pumpNew(t testing.TB, root string, p LogPoster, o PumpOptions, stacks ...st
 	return pump
 }
 
-// pumpWatchers are the directory watchers a test runs with: fsnotify always, and inotify of
-// its own where the pump uses it (Linux).
-func pumpWatchers(t *testing.T, test func(t *testing.T, fsnotifyOnly bool)) {
-	t.Run("fsnotify", func(t *testing.T) { test(t, true) })
-	if w, err := newInotifyWatcher(); err == nil {
-		_ = w.Close()
-		w.shutdown()
-		t.Run("inotify", func(t *testing.T) { test(t, false) })
-	}
-}
-
-// pumpWatching starts pump with the watcher fsnotifyOnly selects; it skips the test when
-// there is none.
-func pumpWatching(t *testing.T, pump *LogPump, fsnotifyOnly bool) *LogPump {
+// pumpWatching starts pump, watching with fsnotify; it skips the test when there is no
+// directory watcher.
+func pumpWatching(t *testing.T, pump *LogPump) *LogPump {
 	t.Helper()
-	pump.fsnotifyOnly = fsnotifyOnly
 	if err := pump.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if pump.watcher == nil {
 		t.Skip("no directory watcher here")
-	}
-	if _, isFsnotify := pump.watcher.(*fsnotify.Watcher); isFsnotify != fsnotifyOnly {
-		t.Fatalf("the pump watches with %T", pump.watcher)
 	}
 	return pump
 }
@@ -627,310 +609,6 @@ func pumpCollected(t *testing.T, c *pumpCollector, stack string, gen int64) []by
 	return out
 }
 
-func TestPumpMasksSecretsAcrossChunks(t *testing.T) {
-	for _, poll := range []bool{false, true} {
-		root := t.TempDir()
-		pumpStackDir(t, root, "a")
-		coll := newPumpCollector(1)
-		pump := pumpSimple(t, root, coll, PumpOptions{MaxChunk: 512, Coalesce: time.Millisecond, Poll: poll, PollInterval: time.Millisecond}, "a")
-		if err := pump.Masker().Add("hunter2-v1"); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Create(filepath.Join(root, "a", "tfstackplan.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var written []byte
-		write := func(s string) {
-			written = append(written, s...)
-			if _, err := f.WriteString(s); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * time.Millisecond)
-		}
-		// The secret is split across writes (and, at 512-byte chunks, across chunk limits).
-		write(strings.Repeat("x", 508) + "hunt")
-		write("er2-v1 and\n::add-")
-		write("mask::tok")
-		write("en-42\nnow token-42 and hunter2")
-		write("-v1 again; tail ends with hunter2-v")
-		f.Close()
-		rep := pump.Drain(context.Background())
-		got := pumpCollected(t, coll, "a", 0)
-		want := strings.Repeat("x", 508) + "*** and\n::add-mask::***\nnow *** and *** again; tail ends with hunter2-v"
-		if string(got) != want {
-			t.Fatalf("poll=%v masked stream:\n got %q\nwant %q", poll, got, want)
-		}
-		if !rep.Complete || rep.Bytes != int64(len(written)) {
-			t.Fatalf("report %+v, wrote %d bytes", rep, len(written))
-		}
-	}
-}
-
-func TestPumpDeadServerBoundsMemoryAndReportsGaps(t *testing.T) {
-	root := t.TempDir()
-	coll := newPumpCollector(2)
-	coll.setFailure(0, 0, 0, true)
-	var stacks []string
-	for i := range 20 {
-		stacks = append(stacks, fmt.Sprintf("s%d", i))
-		pumpStackDir(t, root, stacks[i])
-	}
-	opts := PumpOptions{MaxChunk: 4096, MaxBuffered: 8 * 4096, Coalesce: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond}
-	pump := pumpSimple(t, root, coll, opts, stacks...)
-	block := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
-	for _, s := range stacks {
-		pumpWriteLog(t, filepath.Join(root, s, "tfstackplan.log"), block)
-	}
-	// Let the pump fill its budget and retry against the dead server for a while.
-	deadline := time.Now().Add(5 * time.Second)
-	for pump.budgetUsed() < opts.MaxBuffered-int64(opts.MaxChunk) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if used := pump.budgetUsed(); used > opts.MaxBuffered {
-		t.Fatalf("pump holds %d bytes with a budget of %d", used, opts.MaxBuffered)
-	}
-	// Every log is rewritten while the server is down: what was not read is lost, and said so.
-	for _, s := range stacks {
-		pumpWaitObserved(t, pump, s, 0, int64(len(block)))
-		pumpWriteLog(t, filepath.Join(root, s, "tfstackplan.log"), []byte("second generation\n"))
-	}
-	for _, s := range stacks {
-		pumpWaitObserved(t, pump, s, 1, -1)
-	}
-	coll.setFailure(0, 0, 0, false) // the server comes back
-	rep := pump.Drain(context.Background())
-	if !rep.Complete {
-		t.Fatalf("drain after recovery incomplete: %+v", rep)
-	}
-	var lost int64
-	for _, g := range rep.Gaps {
-		if g.Generation != 0 || g.Unsent || !g.Reported {
-			t.Fatalf("unexpected gap %+v", g)
-		}
-		lost += g.To - g.From
-	}
-	if lost == 0 || lost+rep.Bytes != int64(len(stacks)*(len(block)+len("second generation\n"))) {
-		t.Fatalf("lost %d + sent %d bytes != written", lost, rep.Bytes)
-	}
-	for _, s := range stacks {
-		if got := pumpCollected(t, coll, s, 1); string(got) != "second generation\n" {
-			t.Fatalf("stack %s generation 1 = %q", s, got)
-		}
-	}
-}
-
-func TestPumpDrainGivesUpOnDeadServer(t *testing.T) {
-	root := t.TempDir()
-	pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("hello, nobody\n"))
-	coll := newPumpCollector(3)
-	coll.setFailure(0, 0, 0, true)
-	pump := pumpSimple(t, root, coll, PumpOptions{}, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	rep := pumpDrainOrHang(t, pump, ctx)
-	if rep.Complete || len(rep.Gaps) != 1 || !rep.Gaps[0].Unsent || rep.Gaps[0].From != 0 || rep.Gaps[0].To != 14 {
-		t.Fatalf("report %+v", rep)
-	}
-}
-
-func TestPumpStopsOnCancelledExecution(t *testing.T) {
-	root := t.TempDir()
-	pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("cancelled\n"))
-	var calls atomic.Int64
-	poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
-		calls.Add(1)
-		return fmt.Errorf("log chunk: %w", ErrCancelRequested)
-	})
-	pump := pumpSimple(t, root, poster, PumpOptions{Coalesce: time.Millisecond}, "a")
-	rep := pump.Drain(context.Background())
-	if !errors.Is(rep.Stopped, ErrCancelRequested) || rep.Complete || calls.Load() != 1 {
-		t.Fatalf("report %+v after %d calls", rep, calls.Load())
-	}
-}
-
-// A server that refuses the runner the execution's logs (403: another principal announced it)
-// stops posting for good, as a cancel does: one refusal, not a retry every few seconds until
-// the drain gives up. Other refusals are retried.
-func TestPumpStopsWhenRefused(t *testing.T) {
-	for _, c := range []struct {
-		status int
-		stops  bool
-	}{{http.StatusForbidden, true}, {http.StatusServiceUnavailable, false}} {
-		root := t.TempDir()
-		pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("refused\n"))
-		var calls atomic.Int64
-		refusal := &APIError{Op: "LogChunk", StatusCode: c.status}
-		poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
-			calls.Add(1)
-			return refusal
-		})
-		pump := pumpSimple(t, root, poster, PumpOptions{Coalesce: time.Millisecond, RetryMin: time.Millisecond, RetryMax: time.Millisecond}, "a")
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		rep := pump.Drain(ctx)
-		cancel()
-		if stopped := errors.Is(rep.Stopped, refusal); stopped != c.stops || rep.Complete {
-			t.Errorf("%d: report %+v, want stopped %v", c.status, rep, c.stops)
-		}
-		if c.stops && calls.Load() != 1 {
-			t.Errorf("%d: %d posts, want 1", c.status, calls.Load())
-		}
-		if !c.stops && calls.Load() < 2 {
-			t.Errorf("%d: %d posts, want it retried", c.status, calls.Load())
-		}
-	}
-}
-
-// pumpFuncPoster adapts a function to LogPoster.
-type pumpFuncPoster func(ctx context.Context, lc events.LogChunk) error
-
-func (f pumpFuncPoster) LogChunk(ctx context.Context, lc events.LogChunk) error { return f(ctx, lc) }
-
-func TestPumpRefusesEscapingStacks(t *testing.T) {
-	base := t.TempDir()
-	root := filepath.Join(base, "root")
-	outside := filepath.Join(base, "outside")
-	for _, d := range []string{filepath.Join(root, "ok"), filepath.Join(root, "linkfile"), outside} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pumpWriteLog(t, filepath.Join(outside, "tfstackplan.log"), []byte("TOP SECRET\n"))
-	if err := os.Symlink(outside, filepath.Join(root, "linkdir")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(outside, "tfstackplan.log"), filepath.Join(root, "linkfile", "tfstackplan.log")); err != nil {
-		t.Fatal(err)
-	}
-	coll := newPumpCollector(4)
-	pump := NewLogPump(coll, root, "tfstackplan.log", "exec-1")
-	for _, bad := range []string{"../outside", "/etc", "linkdir", "linkfile", "ok/../../outside", ""} {
-		if err := pump.AddStack(bad); err == nil {
-			t.Errorf("AddStack(%q) accepted a path escaping the root", bad)
-		}
-	}
-	if err := pump.AddStack("ok"); err != nil {
-		t.Fatal(err)
-	}
-	if err := pump.AddStack("ok"); err == nil {
-		t.Error("a stack added twice was accepted")
-	}
-	if err := pump.SetOptions(PumpOptions{Poll: true, PollInterval: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pump.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	// The log file turns into a link pointing outside after the stack was accepted.
-	if err := os.Symlink(filepath.Join(outside, "tfstackplan.log"), filepath.Join(root, "ok", "tfstackplan.log")); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	rep := pump.Drain(context.Background())
-	coll.mu.Lock()
-	defer coll.mu.Unlock()
-	if len(coll.data) != 0 || rep.Bytes != 0 {
-		t.Fatalf("bytes from outside the root were posted: %v", coll.data)
-	}
-	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], `"ok"`) {
-		t.Fatalf("refusal not reported: %v", rep.Errors)
-	}
-}
-
-// A stack directory that does not exist yet is looked at cheaply while it is absent; when it
-// appears as a link pointing outside the root, the log inside is refused, and a log appearing
-// in a real directory is read.
-func TestPumpRefusesADirectoryThatAppearsAsALink(t *testing.T) {
-	base := t.TempDir()
-	root := filepath.Join(base, "root")
-	outside := filepath.Join(base, "outside")
-	for _, d := range []string{root, outside} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pumpWriteLog(t, filepath.Join(outside, "tfstackplan.log"), []byte("TOP SECRET\n"))
-	coll := newPumpCollector(5)
-	pump := NewLogPump(coll, root, "tfstackplan.log", "exec-1")
-	for _, st := range []string{"later/link", "later/real"} {
-		if err := pump.AddStack(st); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pump.SetOptions(PumpOptions{Poll: true, PollInterval: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pump.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond) // both looked at while absent
-	if err := os.MkdirAll(filepath.Join(root, "later", "real"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(root, "later", "link")); err != nil {
-		t.Fatal(err)
-	}
-	pumpWriteLog(t, filepath.Join(root, "later", "real", "tfstackplan.log"), []byte("fine\n"))
-	time.Sleep(20 * time.Millisecond)
-	rep := pump.Drain(context.Background())
-	coll.mu.Lock()
-	defer coll.mu.Unlock()
-	for st, chunks := range coll.data {
-		for _, data := range chunks {
-			if strings.Contains(string(data), "SECRET") {
-				t.Fatalf("stack %v posted bytes from outside the root: %q", st, data)
-			}
-		}
-	}
-	if rep.Bytes != int64(len("fine\n")) {
-		t.Fatalf("%d bytes posted, want the real stack's 5: %+v", rep.Bytes, rep)
-	}
-	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], `"later/link"`) {
-		t.Fatalf("refusal not reported: %v", rep.Errors)
-	}
-}
-
-// A stack reached through a link inside the root: the link is repointed before the log is
-// written, and the log is read where the link points now (the cheap look at a missing log
-// follows the link as it is, not as it was first resolved).
-func TestPumpFollowsARepointedLinkToAMissingLog(t *testing.T) {
-	for _, poll := range []bool{true, false} {
-		root := t.TempDir()
-		for _, d := range []string{"gen1/a", "gen2/a"} {
-			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.Symlink("gen1", filepath.Join(root, "cur")); err != nil {
-			t.Fatal(err)
-		}
-		coll := newPumpCollector(6)
-		pump := NewLogPump(coll, root, "tfstackplan.log", "exec-1")
-		if err := pump.AddStack("cur/a"); err != nil {
-			t.Fatal(err)
-		}
-		if err := pump.SetOptions(PumpOptions{Poll: poll, PollInterval: time.Millisecond, SafetyPoll: 5 * time.Millisecond}); err != nil {
-			t.Fatal(err)
-		}
-		if err := pump.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond) // looked at while missing
-		if err := os.Symlink("gen2", filepath.Join(root, "cur.new")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(filepath.Join(root, "cur.new"), filepath.Join(root, "cur")); err != nil {
-			t.Fatal(err)
-		}
-		pumpWriteLog(t, filepath.Join(root, "cur", "a", "tfstackplan.log"), []byte("hello\n"))
-		time.Sleep(20 * time.Millisecond)
-		if rep := pump.Drain(context.Background()); rep.Bytes != 6 || len(rep.Errors) != 0 {
-			t.Fatalf("poll %v: %+v, want the 6 bytes of the log behind the repointed link", poll, rep)
-		}
-	}
-}
-
 func TestPumpDisabledPosterReadsNothing(t *testing.T) {
 	pump := NewLogPump(nil, t.TempDir(), "tfstackplan.log", "exec-1")
 	if err := pump.AddStack("a"); err != nil {
@@ -941,161 +619,6 @@ func TestPumpDisabledPosterReadsNothing(t *testing.T) {
 	}
 	if rep := pump.Drain(context.Background()); !rep.Complete || rep.Stacks != 1 || len(rep.Gaps) != 0 {
 		t.Fatalf("report %+v", rep)
-	}
-}
-
-func TestPumpRandomizedMasking(t *testing.T) {
-	secrets := []string{"hunter2-v1", "hunter2", "s3cr3t-token", "ab"}
-	for run := range 200 {
-		rng := rand.New(rand.NewPCG(uint64(run), 9))
-		root := t.TempDir()
-		pumpStackDir(t, root, "a")
-		coll := newPumpCollector(uint64(run))
-		coll.setFailure(0.1, 0.1, 0, false)
-		pump := pumpSimple(t, root, coll, PumpOptions{
-			MaxChunk: 64 + rng.IntN(200), Coalesce: time.Duration(rng.IntN(2)) * time.Millisecond,
-			Poll: run%2 == 0, PollInterval: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond,
-		}, "a")
-		for _, v := range secrets {
-			if err := pump.Masker().Add(v); err != nil {
-				t.Fatal(err)
-			}
-		}
-		f, err := os.Create(filepath.Join(root, "a", "tfstackplan.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var written []byte
-		for range 5 + rng.IntN(30) {
-			var piece []byte
-			for range rng.IntN(6) {
-				piece = append(piece, "plain text a b\n"[:1+rng.IntN(15)]...)
-				piece = append(piece, secrets[rng.IntN(len(secrets))]...)
-			}
-			// Writes split anywhere, secrets included.
-			for len(piece) > 0 {
-				n := 1 + rng.IntN(len(piece))
-				if _, err := f.Write(piece[:n]); err != nil {
-					t.Fatal(err)
-				}
-				written = append(written, piece[:n]...)
-				piece = piece[n:]
-				if rng.IntN(4) == 0 {
-					time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
-				}
-			}
-		}
-		f.Close()
-		coll.setFailure(0.1, 0.1, 0, false)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		rep := pump.Drain(ctx)
-		cancel()
-		if !rep.Complete || rep.Bytes != int64(len(written)) {
-			t.Fatalf("run %d: report %+v, wrote %d", run, rep, len(written))
-		}
-		got := pumpCollected(t, coll, "a", 0)
-		if want := NewMasker(secrets...).Mask(written); !bytes.Equal(got, want) {
-			t.Fatalf("run %d: streamed masking differs from masking the whole log:\n got %q\nwant %q", run, got, want)
-		}
-		for _, v := range secrets[:3] {
-			if bytes.Contains(got, []byte(v)) {
-				t.Fatalf("run %d: %q leaked", run, v)
-			}
-		}
-	}
-}
-
-func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
-	root := t.TempDir()
-	coll := newPumpCollector(5)
-	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond}, "later/stack")
-	pump.mu.Lock()
-	polled := pump.byName["later/stack"].polled.Load()
-	pump.mu.Unlock()
-	if !polled {
-		t.Fatal("a stack whose directory does not exist yet is not polled")
-	}
-	pumpWriteLog(t, pumpStackDir(t, root, "later", "stack"), []byte("late\n"))
-	pumpWaitObserved(t, pump, "later/stack", 0, 5)
-	rep := pump.Drain(context.Background())
-	if got := pumpCollected(t, coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
-		t.Fatalf("got %q, report %+v", got, rep)
-	}
-}
-
-func TestPumpFallsBackToPollingWhenTheWatcherFails(t *testing.T) {
-	pumpWatchers(t, testPumpFallsBackToPolling)
-}
-
-func testPumpFallsBackToPolling(t *testing.T, fsnotifyOnly bool) {
-	root := t.TempDir()
-	pumpStackDir(t, root, "a")
-	coll := newPumpCollector(6)
-	// A safety poll longer than the test: only the fallback can find the bytes in time.
-	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
-	_ = pump.watcher.Close() // the watcher dies
-	pumpWriteLog(t, filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"))
-	pumpWaitObserved(t, pump, "a", 0, 11)
-	rep := pump.Drain(context.Background())
-	if got := pumpCollected(t, coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
-		t.Fatalf("got %q, report %+v", got, rep)
-	}
-}
-
-// *Client is the production LogPoster.
-var _ LogPoster = (*Client)(nil)
-
-func TestPumpThroughClientOverLoopback(t *testing.T) {
-	root := t.TempDir()
-	pumpStackDir(t, root, "a")
-	coll := newPumpCollector(7)
-	var cancelled atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		chunks, err := pumpDecodeChunks(r)
-		if err != nil {
-			http.Error(w, `{"code":"INVALID_ARGUMENT","message":"bad chunk"}`, http.StatusBadRequest)
-			return
-		}
-		for _, lc := range chunks {
-			_ = coll.LogChunk(r.Context(), lc)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if cancelled.Load() {
-			_, _ = w.Write([]byte(`{"cancel":true,"reason":"stopped by an admin"}`))
-			return
-		}
-		_, _ = w.Write([]byte(`{}`))
-	}))
-	defer srv.Close()
-	client, err := NewClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pump := pumpSimple(t, root, client, PumpOptions{Coalesce: time.Millisecond}, "a")
-	path := filepath.Join(root, "a", "tfstackplan.log")
-	pumpWriteLog(t, path, []byte("before the cancel\n"))
-	pumpWaitObserved(t, pump, "a", 0, 18)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pumpCollected(t, coll, "a", 0)) < 18 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	cancelled.Store(true)
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("after the cancel\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep := pump.Drain(ctx)
-	if !errors.Is(rep.Stopped, ErrCancelRequested) {
-		t.Fatalf("the pump did not stop on the server's cancel: %+v", rep)
-	}
-	if got := pumpCollected(t, coll, "a", 0); !bytes.HasPrefix(got, []byte("before the cancel\n")) {
-		t.Fatalf("collected %q", got)
 	}
 }
 
@@ -1158,81 +681,6 @@ func pumpWriteLog(t testing.TB, path string, data []byte) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func TestPumpReadsBeforeCoalescingSoTruncationLosesNothing(t *testing.T) {
-	root := t.TempDir()
-	path := pumpStackDir(t, root, "a")
-	coll := newPumpCollector(8)
-	// A long coalescing delay: the next command truncates the log before the pump posts.
-	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: 300 * time.Millisecond}, "a")
-	last := []byte("Plan: 1 to add, 0 to change, 0 to destroy.\n")
-	pumpWriteLog(t, path, last)
-	pump.mu.Lock()
-	st := pump.byName["a"]
-	pump.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for st.obsRead.Load() < int64(len(last)) || st.obsGen.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pump did not read the appended bytes")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	pumpWriteLog(t, path, []byte("next command\n")) // tee without -a
-	pumpWaitObserved(t, pump, "a", 1, -1)
-	rep := pump.Drain(context.Background())
-	if len(rep.Gaps) != 0 || !rep.Complete {
-		t.Fatalf("bytes read before the truncation were lost: %+v", rep)
-	}
-	if got := pumpCollected(t, coll, "a", 0); !bytes.Equal(got, last) {
-		t.Fatalf("generation 0 = %q", got)
-	}
-	if got := pumpCollected(t, coll, "a", 1); string(got) != "next command\n" {
-		t.Fatalf("generation 1 = %q", got)
-	}
-}
-
-// A watched stack directory that is renamed away, or removed, and made again loses its watch:
-// the stack is polled from then on, and the log written in the new directory arrives as a new
-// generation. (A removal sends no event for the directory while the pump has the old log
-// inside it open: the log's own removal, and the directory found missing, make it polled.)
-func TestPumpStackDirectoryReplaced(t *testing.T) {
-	pumpWatchers(t, func(t *testing.T, fsnotifyOnly bool) {
-		for _, how := range []string{"renamed", "removed"} {
-			t.Run(how, func(t *testing.T) {
-				root := t.TempDir()
-				log := pumpStackDir(t, root, "a")
-				coll := newPumpCollector(27)
-				// A safety poll longer than the test: only the watch's end can make a poll.
-				pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
-				pumpWriteLog(t, log, []byte("one\n"))
-				pumpWaitObserved(t, pump, "a", 0, 4)
-				dir := filepath.Dir(log)
-				var err error
-				if how == "removed" {
-					err = os.RemoveAll(dir)
-				} else {
-					err = os.Rename(dir, dir+".old")
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				deadline := time.Now().Add(10 * time.Second)
-				for pump.npolled.Load() == 0 {
-					if time.Now().After(deadline) {
-						t.Fatalf("the stack is not polled after its directory was %s", how)
-					}
-					time.Sleep(time.Millisecond)
-				}
-				pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
-				pumpWaitObserved(t, pump, "a", 1, 4)
-				rep := pump.Drain(context.Background())
-				if g0, g1 := pumpCollected(t, coll, "a", 0), pumpCollected(t, coll, "a", 1); string(g0) != "one\n" || string(g1) != "two\n" || !rep.Complete {
-					t.Fatalf("generations %q and %q, report %+v", g0, g1, rep)
-				}
-			})
-		}
-	})
 }
 
 // MaxInFlight's default depends on how chunks travel: 64 in flight for a batching poster (a
@@ -1340,52 +788,50 @@ func pumpAllCollected(t *testing.T, c *pumpCollector) map[pumpKey]string {
 // after each post before it decides that it is done. (Drain is meant for after the writers;
 // a straggler, such as a grandchild of the scripts outliving terramate, still loses nothing.)
 func TestPumpDrainReadsWhatCameDuringItsLastPost(t *testing.T) {
-	pumpWatchers(t, func(t *testing.T, fsnotifyOnly bool) {
-		root := t.TempDir()
-		path := pumpStackDir(t, root, "a")
-		var mu sync.Mutex
-		var got strings.Builder
-		inFlight, release := make(chan struct{}, 1), make(chan struct{})
-		poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
-			select {
-			case inFlight <- struct{}{}:
-			default:
-			}
-			if strings.Contains(string(lc.Data), "one") {
-				<-release
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			got.Write(lc.Data)
-			return nil
-		})
-		pump := pumpWatching(t, pumpNew(t, root, poster, PumpOptions{Coalesce: time.Hour, SafetyPoll: time.Hour}, "a"), fsnotifyOnly)
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString("one\n"); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		drained := make(chan DrainReport, 1)
-		go func() { drained <- pump.Drain(ctx) }()
+	root := t.TempDir()
+	path := pumpStackDir(t, root, "a")
+	var mu sync.Mutex
+	var got strings.Builder
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	poster := pumpFuncPoster(func(ctx context.Context, lc events.LogChunk) error {
 		select {
-		case <-inFlight: // the drain posts "one" (held until release)
-		case <-ctx.Done():
-			t.Fatal("the drain posted nothing")
+		case inFlight <- struct{}{}:
+		default:
 		}
-		if _, err := f.WriteString("two\n"); err != nil {
-			t.Fatal(err)
+		if strings.Contains(string(lc.Data), "one") {
+			<-release
 		}
-		close(release)
-		rep := <-drained
 		mu.Lock()
 		defer mu.Unlock()
-		if got.String() != "one\ntwo\n" || !rep.Complete {
-			t.Errorf("posted %q, complete %v, gaps %v; want both lines", got.String(), rep.Complete, rep.Gaps)
-		}
+		got.Write(lc.Data)
+		return nil
 	})
+	pump := pumpWatching(t, pumpNew(t, root, poster, PumpOptions{Coalesce: time.Hour, SafetyPoll: time.Hour}, "a"))
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("one\n"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	drained := make(chan DrainReport, 1)
+	go func() { drained <- pump.Drain(ctx) }()
+	select {
+	case <-inFlight: // the drain posts "one" (held until release)
+	case <-ctx.Done():
+		t.Fatal("the drain posted nothing")
+	}
+	if _, err := f.WriteString("two\n"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	rep := <-drained
+	mu.Lock()
+	defer mu.Unlock()
+	if got.String() != "one\ntwo\n" || !rep.Complete {
+		t.Errorf("posted %q, complete %v, gaps %v; want both lines", got.String(), rep.Complete, rep.Gaps)
+	}
 }

@@ -20,9 +20,9 @@ type pumpGate struct {
 	open chan struct{}
 }
 
-// pumpGated starts a pump (watching with fsnotify, or inotify: see pumpWatchers) whose
-// dispatcher pauses are controlled by the returned gate.
-func pumpGated(t *testing.T, fsnotifyOnly bool, root string, p LogPoster, o PumpOptions, stacks ...string) (*LogPump, *pumpGate) {
+// pumpGated starts a pump (watching with fsnotify) whose dispatcher pauses are controlled by
+// the returned gate.
+func pumpGated(t *testing.T, root string, p LogPoster, o PumpOptions, stacks ...string) (*LogPump, *pumpGate) {
 	t.Helper()
 	g := &pumpGate{held: make(chan struct{}, 1), open: make(chan struct{})}
 	pump := pumpNew(t, root, p, o, stacks...)
@@ -34,7 +34,7 @@ func pumpGated(t *testing.T, fsnotifyOnly bool, root string, p LogPoster, o Pump
 		<-g.open
 	}
 	t.Cleanup(g.release)
-	return pumpWatching(t, pump, fsnotifyOnly), g
+	return pumpWatching(t, pump), g
 }
 
 // pause writes lines to l until the dispatcher pauses (the first event after a quiet spell
@@ -126,16 +126,12 @@ func pumpDelivered(t *testing.T, pump *LogPump, coll *pumpCollector, logs ...*pu
 // A burst of writes to one log during a throttle pause costs one dispatcher round, and a
 // handful of events (the kernel merges the identical ones), not one wake-up per write.
 func TestPumpBurstOfWritesIsOneRound(t *testing.T) {
-	pumpWatchers(t, testPumpBurstOfWritesIsOneRound)
-}
-
-func testPumpBurstOfWritesIsOneRound(t *testing.T, fsnotifyOnly bool) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // where the dispatcher keeps its round marker
 	root := t.TempDir()
 	a := openPumpLog(t, root, "a")
 	coll := newPumpCollector(21)
-	pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
+	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a")
 
 	rounds := gate.pause(t, pump, a)
 	const n = 1000
@@ -158,13 +154,8 @@ func testPumpBurstOfWritesIsOneRound(t *testing.T, fsnotifyOnly bool) {
 
 // Events queued during a pause from several logs (which the kernel cannot merge) are all
 // taken by the round that ends it, and nothing is lost; with fsnotify and no round marker (no
-// usable temporary directory) rounds may take less, but still nothing is lost. inotify needs
-// no marker.
+// usable temporary directory) rounds may take less, but still nothing is lost.
 func TestPumpRoundTakesEverythingQueuedDuringThePause(t *testing.T) {
-	pumpWatchers(t, testPumpRoundTakesEverythingQueued)
-}
-
-func testPumpRoundTakesEverythingQueued(t *testing.T, fsnotifyOnly bool) {
 	for _, marker := range []bool{true, false} {
 		t.Run(fmt.Sprintf("marker=%v", marker), func(t *testing.T) {
 			tmp := t.TempDir()
@@ -176,7 +167,7 @@ func testPumpRoundTakesEverythingQueued(t *testing.T, fsnotifyOnly bool) {
 			a, b := openPumpLog(t, root, "a"), openPumpLog(t, root, "b")
 			pumpStackDir(t, root, "c") // its log appears during the pause
 			coll := newPumpCollector(22)
-			pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a", "b", "c")
+			pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a", "b", "c")
 
 			rounds := gate.pause(t, pump, a)
 			c := openPumpLog(t, root, "c")
@@ -190,7 +181,7 @@ func testPumpRoundTakesEverythingQueued(t *testing.T, fsnotifyOnly bool) {
 			for _, l := range []*pumpLog{a, b, c} {
 				l.observed(pump)
 			}
-			if r := roundsSince(pump, rounds); (marker || !fsnotifyOnly) && r != 1 {
+			if r := roundsSince(pump, rounds); marker && r != 1 {
 				t.Errorf("%d dispatcher rounds after the pause, want 1: it takes everything queued", r)
 			}
 			pumpDelivered(t, pump, coll, a, b, c)
@@ -201,10 +192,6 @@ func testPumpRoundTakesEverythingQueued(t *testing.T, fsnotifyOnly bool) {
 // An inotify queue overflow during a pause (the round marker's own event is dropped too) ends
 // the round and makes every stack look: a log whose event was dropped is still read.
 func TestPumpQueueOverflowDuringPauseRecovers(t *testing.T) {
-	pumpWatchers(t, testPumpQueueOverflowRecovers)
-}
-
-func testPumpQueueOverflowRecovers(t *testing.T, fsnotifyOnly bool) {
 	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
 	if err != nil {
 		t.Skip("no inotify queue limit to exceed here")
@@ -219,7 +206,7 @@ func testPumpQueueOverflowRecovers(t *testing.T, fsnotifyOnly bool) {
 	pumpStackDir(t, root, "z")
 	coll := newPumpCollector(23)
 	// The safety poll is longer than the test: only the overflow handling can find z's log.
-	pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "x", "y", "z")
+	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "x", "y", "z")
 
 	gate.pause(t, pump, x)
 	for range limit + 100 { // alternating logs: nothing to merge, the queue overflows
@@ -242,7 +229,7 @@ func TestPumpSurvivesRemovedRoundMarker(t *testing.T) {
 	root := t.TempDir()
 	a := openPumpLog(t, root, "a")
 	coll := newPumpCollector(26)
-	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{MinReadInterval: 5 * time.Millisecond, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a"), true)
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{MinReadInterval: 5 * time.Millisecond, SafetyPoll: time.Hour, Coalesce: time.Millisecond}, "a"))
 	a.write("before\n")
 	a.observed(pump)
 	// The dispatcher makes its marker as it starts, maybe after the stack first looked.
@@ -273,15 +260,11 @@ func TestPumpSurvivesRemovedRoundMarker(t *testing.T) {
 // stack wakes up (the poller's timer is armed for the safety poll only); a polled stack
 // brings the poll interval back.
 func TestPumpTimersRestWhenIdle(t *testing.T) {
-	pumpWatchers(t, testPumpTimersRestWhenIdle)
-}
-
-func testPumpTimersRestWhenIdle(t *testing.T, fsnotifyOnly bool) {
 	root := t.TempDir()
 	pumpStackDir(t, root, "a")
 	pumpStackDir(t, root, "b")
 	coll := newPumpCollector(24)
-	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a", "b"), fsnotifyOnly)
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a", "b"))
 	time.Sleep(50 * time.Millisecond) // fifty poll intervals
 	if p, r, s := pump.pollWakes.Load(), pump.rounds.Load(), pump.stackWakes.Load(); p+r+s != 0 {
 		t.Errorf("idle pump woke up: poller %d, dispatcher %d, stacks %d times", p, r, s)
@@ -344,15 +327,11 @@ func TestPumpStackWaitingForPostSlotSleeps(t *testing.T) {
 // A safety poll wakes only the stacks whose log is not as they last saw it: idle stacks (a log
 // read to its end, a log not there yet) sleep through it.
 func TestPumpSafetyPollLeavesUnchangedStacksAsleep(t *testing.T) {
-	pumpWatchers(t, testPumpSafetyPollLeavesUnchangedStacksAsleep)
-}
-
-func testPumpSafetyPollLeavesUnchangedStacksAsleep(t *testing.T, fsnotifyOnly bool) {
 	root := t.TempDir()
 	a, b := openPumpLog(t, root, "a"), openPumpLog(t, root, "b")
 	pumpStackDir(t, root, "c") // its log never appears
 	coll := newPumpCollector(26)
-	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, SafetyPoll: 5 * time.Millisecond}, "a", "b", "c"), fsnotifyOnly)
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, SafetyPoll: 5 * time.Millisecond}, "a", "b", "c"))
 	a.write("one line\n")
 	b.write("another\n")
 	a.observed(pump)
@@ -381,16 +360,12 @@ func testPumpSafetyPollLeavesUnchangedStacksAsleep(t *testing.T, fsnotifyOnly bo
 // What the watcher does not report (here: events held back for an hour) a safety poll still
 // finds: bytes appended to an open log, and a log that appears.
 func TestPumpSafetyPollFindsUnreportedChanges(t *testing.T) {
-	pumpWatchers(t, testPumpSafetyPollFindsUnreportedChanges)
-}
-
-func testPumpSafetyPollFindsUnreportedChanges(t *testing.T, fsnotifyOnly bool) {
 	t.Setenv("TMPDIR", t.TempDir()) // where the dispatcher keeps its round marker
 	root := t.TempDir()
 	a := openPumpLog(t, root, "a")
 	pumpStackDir(t, root, "b")
 	coll := newPumpCollector(27)
-	pump, gate := pumpGated(t, fsnotifyOnly, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: 5 * time.Millisecond, Coalesce: time.Millisecond}, "a", "b")
+	pump, gate := pumpGated(t, root, coll, PumpOptions{MinReadInterval: time.Hour, SafetyPoll: 5 * time.Millisecond, Coalesce: time.Millisecond}, "a", "b")
 	gate.pause(t, pump, a)
 	a.write("written while the events are held\n")
 	b := openPumpLog(t, root, "b")
@@ -399,4 +374,78 @@ func testPumpSafetyPollFindsUnreportedChanges(t *testing.T, fsnotifyOnly bool) {
 	b.observed(pump)
 	gate.release()
 	pumpDelivered(t, pump, coll, a, b)
+}
+
+func TestPumpLateStackDirectoryIsPolled(t *testing.T) {
+	root := t.TempDir()
+	coll := newPumpCollector(5)
+	pump := pumpSimple(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond}, "later/stack")
+	pump.mu.Lock()
+	polled := pump.byName["later/stack"].polled.Load()
+	pump.mu.Unlock()
+	if !polled {
+		t.Fatal("a stack whose directory does not exist yet is not polled")
+	}
+	pumpWriteLog(t, pumpStackDir(t, root, "later", "stack"), []byte("late\n"))
+	pumpWaitObserved(t, pump, "later/stack", 0, 5)
+	rep := pump.Drain(context.Background())
+	if got := pumpCollected(t, coll, "later/stack", 0); string(got) != "late\n" || !rep.Complete {
+		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
+
+func TestPumpFallsBackToPollingWhenTheWatcherFails(t *testing.T) {
+	root := t.TempDir()
+	pumpStackDir(t, root, "a")
+	coll := newPumpCollector(6)
+	// A safety poll longer than the test: only the fallback can find the bytes in time.
+	pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"))
+	_ = pump.watcher.Close() // the watcher dies
+	pumpWriteLog(t, filepath.Join(root, "a", "tfstackplan.log"), []byte("still here\n"))
+	pumpWaitObserved(t, pump, "a", 0, 11)
+	rep := pump.Drain(context.Background())
+	if got := pumpCollected(t, coll, "a", 0); string(got) != "still here\n" || !rep.Complete {
+		t.Fatalf("got %q, report %+v", got, rep)
+	}
+}
+
+// A watched stack directory that is renamed away, or removed, and made again loses its watch:
+// the stack is polled from then on, and the log written in the new directory arrives as a new
+// generation. (A removal sends no event for the directory while the pump has the old log
+// inside it open: the log's own removal, and the directory found missing, make it polled.)
+func TestPumpStackDirectoryReplaced(t *testing.T) {
+	for _, how := range []string{"renamed", "removed"} {
+		t.Run(how, func(t *testing.T) {
+			root := t.TempDir()
+			log := pumpStackDir(t, root, "a")
+			coll := newPumpCollector(27)
+			// A safety poll longer than the test: only the watch's end can make a poll.
+			pump := pumpWatching(t, pumpNew(t, root, coll, PumpOptions{Coalesce: time.Millisecond, PollInterval: time.Millisecond, SafetyPoll: time.Hour}, "a"))
+			pumpWriteLog(t, log, []byte("one\n"))
+			pumpWaitObserved(t, pump, "a", 0, 4)
+			dir := filepath.Dir(log)
+			var err error
+			if how == "removed" {
+				err = os.RemoveAll(dir)
+			} else {
+				err = os.Rename(dir, dir+".old")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for pump.npolled.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the stack is not polled after its directory was %s", how)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			pumpWriteLog(t, pumpStackDir(t, root, "a"), []byte("two\n"))
+			pumpWaitObserved(t, pump, "a", 1, 4)
+			rep := pump.Drain(context.Background())
+			if g0, g1 := pumpCollected(t, coll, "a", 0), pumpCollected(t, coll, "a", 1); string(g0) != "one\n" || string(g1) != "two\n" || !rep.Complete {
+				t.Fatalf("generations %q and %q, report %+v", g0, g1, rep)
+			}
+		})
+	}
 }
