@@ -37,7 +37,7 @@ const (
 	// projectWorkflowsGlob are the project's own workflows: CI and the release.
 	projectWorkflowsGlob = "../../.github/workflows/*.yml"
 	// driverFiles are where the driver writes its $GITHUB_OUTPUT keys (driverOutputs).
-	driverFiles = "../../runner/run.go ../../runner/drift.go"
+	driverFiles = "../../internal/job/outputs.go ../../internal/job/drift.go"
 )
 
 // action is the part of action.yml the checks read.
@@ -291,7 +291,7 @@ func runCmd(t *testing.T, op string) *cobra.Command {
 }
 
 // driverOutputs returns the $GITHUB_OUTPUT keys the driver writes: the string keys of the
-// name/value pairs in runner/run.go's writeOutputs and runner/drift.go's driftOutputs (those of
+// name/value pairs in internal/job/outputs.go's writeOutputs and internal/job/drift.go's driftOutputs (those of
 // run drift, which writeOutputs adds).
 func driverOutputs(t *testing.T) []string {
 	t.Helper()
