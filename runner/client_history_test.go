@@ -418,23 +418,31 @@ func TestLatestExecutionOfAPR(t *testing.T) {
 }
 
 // An execution of the op asked for behind a page of the PR's other executions is found on the
-// next page.
+// next page. (An apply: the latest plan is the server's own answer, GET /plans/latest, with no
+// list read at all.)
 func TestLatestExecutionBehindAPage(t *testing.T) {
 	h := newHistoryServer(t, storetest.Backends()[0])
 	hc := newHistoryClock()
 	s := events.StackSucceeded
-	hc.seed(t, h.mine, prodPlan("p-old", 5), events.ExecutionSucceeded, ran{"a", s, time.Second, nil})
+	old := prodPlan("a-old", 5)
+	old.Op = events.OpApply
+	hc.seed(t, h.mine, old, events.ExecutionSucceeded, ran{"a", s, time.Second, nil})
 	for i := range historyPage + 3 {
-		apply := prodPlan(fmt.Sprintf("a%02d", i), 5)
-		apply.Op = events.OpApply
-		hc.seed(t, h.mine, apply, events.ExecutionSucceeded, ran{"a", s, time.Second, nil})
+		hc.seed(t, h.mine, prodPlan(fmt.Sprintf("p%02d", i), 5), events.ExecutionSucceeded, ran{"a", s, time.Second, nil})
 	}
-	x, err := h.mine.LatestExecution(context.Background(), "", "prod", 5, "plan")
-	if err != nil || x.ExecutionID != "p-old" {
-		t.Fatalf("latest plan behind %d applies: %v, %v", historyPage+3, x, err)
+	x, err := h.mine.LatestExecution(context.Background(), "", "prod", 5, "apply")
+	if err != nil || x.ExecutionID != "a-old" {
+		t.Fatalf("latest apply behind %d plans: %v, %v", historyPage+3, x, err)
 	}
 	if n := h.requests()["/executions"]; n != 2 {
 		t.Fatalf("%d list requests, want 2", n)
+	}
+	x, err = h.mine.LatestExecution(context.Background(), "", "prod", 5, "plan")
+	if err != nil || x.ExecutionID != fmt.Sprintf("p%02d", historyPage+2) {
+		t.Fatalf("latest plan: %v, %v", x, err)
+	}
+	if n := h.requests()["/executions"]; n != 2 {
+		t.Fatalf("%d list requests after the plan's read, want still 2", n)
 	}
 }
 
