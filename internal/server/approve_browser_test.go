@@ -121,6 +121,6 @@ func TestBrowserApprove(t *testing.T) {
 	// A viewer sees the gate, its stacks and hashes, and no form.
 	vctx := browser(t, 390, 844)
 	signInAt(t, vctx, ts.URL+"/ui/executions/plan-3", tokenOf["viewer"])
-	browserTrue(t, vctx, "the viewer sees the gate", `document.querySelector("#approvals").textContent.includes("stacks/prod/db") && document.querySelector("#approvals code.hash").textContent.startsWith("v1:3333")`)
+	browserTrue(t, vctx, "the viewer sees the gate", `(function(){var a=document.querySelector("#approvals"),h=document.querySelector("#approvals code.hash");return a!==null&&h!==null&&a.textContent.includes("stacks/prod/db")&&h.textContent.startsWith("v1:3333")})()`)
 	browserTrue(t, vctx, "the viewer has no form", `document.querySelector("form.approve") === null && document.querySelector("form.revoke") === null`)
 }
