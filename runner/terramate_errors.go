@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // The causes of a terramate failure a user can act on; test them with errors.Is on the
@@ -153,11 +154,15 @@ func tmLastLine(s string) string {
 	return last
 }
 
+// The patterns of terramate's errors, compiled when first needed: most processes (a tick, a
+// version) never read one.
 var (
-	reScriptNotFound = regexp.MustCompile(`(?m)^Error: script not found: (.*)$`)
-	reCycle          = regexp.MustCompile(`(?m)cycle detected: (?:cycle detected: |Invalid stack configuration: )*(/.*? -> .*?)(?:: checking node id .*)?$`)
-	reHCLLocation    = regexp.MustCompile(`(?m)^> (.+?):(\d+),(\d+)(?:-(?:\d+,)?\d+)?: `)
-	reExecFailed     = regexp.MustCompile(`(?m)^> execution failed: .* \(in (/.*?)\): `)
+	reScriptNotFound = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^Error: script not found: (.*)$`) })
+	reCycle          = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?m)cycle detected: (?:cycle detected: |Invalid stack configuration: )*(/.*? -> .*?)(?:: checking node id .*)?$`)
+	})
+	reHCLLocation = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^> (.+?):(\d+),(\d+)(?:-(?:\d+,)?\d+)?: `) })
+	reExecFailed  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^> execution failed: .* \(in (/.*?)\): `) })
 )
 
 // newError builds the TerramateError of a failed invocation.
@@ -211,7 +216,7 @@ func (e *TerramateError) classify(dir string) {
 		e.Cause = ErrNotTerramateProject
 	case strings.Contains(s, "unable to parse configuration") || strings.Contains(s, "HCL syntax error"):
 		e.Cause = ErrTerramateConfig
-		if m := reHCLLocation.FindStringSubmatch(s); m != nil {
+		if m := reHCLLocation().FindStringSubmatch(s); m != nil {
 			file := m[1]
 			if dir != "" {
 				if abs, err := filepath.Abs(dir); err == nil {
@@ -222,19 +227,19 @@ func (e *TerramateError) classify(dir string) {
 			}
 			e.Location = file + ":" + m[2]
 		}
-	case reScriptNotFound.MatchString(s):
+	case reScriptNotFound().MatchString(s):
 		e.Cause = ErrUnknownScript
-		e.Script = strings.TrimSpace(reScriptNotFound.FindStringSubmatch(s)[1])
-	case reCycle.MatchString(s):
+		e.Script = strings.TrimSpace(reScriptNotFound().FindStringSubmatch(s)[1])
+	case reCycle().MatchString(s):
 		e.Cause = ErrStackCycle
-		e.Cycle = &StackCycleError{Stacks: cyclePath(reCycle.FindStringSubmatch(s)[1])}
+		e.Cycle = &StackCycleError{Stacks: cyclePath(reCycle().FindStringSubmatch(s)[1])}
 	case strings.Contains(s, "repository has untracked files"):
 		e.Cause = ErrUntrackedFiles
 	case strings.Contains(s, "repository has uncommitted files"):
 		e.Cause = ErrUncommittedFiles
 	case strings.Contains(s, "one or more commands failed"):
 		e.Cause = ErrScriptFailed
-		for _, m := range reExecFailed.FindAllStringSubmatch(s, -1) {
+		for _, m := range reExecFailed().FindAllStringSubmatch(s, -1) {
 			e.FailedStacks = append(e.FailedStacks, m[1])
 		}
 	}

@@ -28,7 +28,7 @@ type scriptWatcher struct {
 	onStart, onFail func(stack string)
 }
 
-var failedLine = regexp.MustCompile(`execution failed: running .* \(in /(.*)\): `)
+var failedLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`execution failed: running .* \(in /(.*)\): `) })
 
 // maxWatchedLine bounds the part of a line kept while waiting for its end; longer lines are
 // passed through but not examined (terramate's own lines are short).
@@ -74,7 +74,7 @@ func (s *scriptWatcher) examine(line string) {
 	}
 	// The substring test only spares most lines the regular expression, which needs it.
 	if strings.Contains(line, "execution failed: running ") {
-		if m := failedLine.FindStringSubmatch(line); m != nil {
+		if m := failedLine().FindStringSubmatch(line); m != nil {
 			if !s.failed[m[1]] && s.onFail != nil {
 				s.onFail(m[1])
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // StateLock is a state lock that a stack interrupted in the middle of its script may still
@@ -27,11 +28,11 @@ const localLockFile = ".terraform.tfstate.lock.info"
 const lockScanBytes = 64 << 10
 
 // lockIDLine matches the ID line of tofu's "Lock Info:" block.
-var lockIDLine = regexp.MustCompile(`(?m)^\s*ID:\s*(\S+)\s*$`)
+var lockIDLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\s*ID:\s*(\S+)\s*$`) })
 
 // validLockID keeps an ID that is safe to print in a command line: lock IDs are UUIDs for the
 // local, http and most other backends, and opaque but plain for the rest.
-var validLockID = regexp.MustCompile(`^[A-Za-z0-9._:@/+=-]{1,128}$`)
+var validLockID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._:@/+=-]{1,128}$`) })
 
 // lockIDInLog returns the lock ID of tofu's last failure to release its own lock in log, or "".
 // The "Lock Info:" block of a failure to acquire a lock is not taken: that lock is another
@@ -48,8 +49,8 @@ func lockIDInLog(log []byte) string {
 	if k := bytes.Index(log[i:i+j], []byte("Error acquiring the state lock")); k >= 0 {
 		return "" // the block belongs to a later failure to acquire
 	}
-	m := lockIDLine.FindSubmatch(log[i+j:])
-	if m == nil || !validLockID.Match(m[1]) {
+	m := lockIDLine().FindSubmatch(log[i+j:])
+	if m == nil || !validLockID().Match(m[1]) {
 		return ""
 	}
 	return string(m[1])
@@ -58,7 +59,7 @@ func lockIDInLog(log []byte) string {
 // lockIDInFile returns the ID a local backend's lock file names, or "".
 func lockIDInFile(b []byte) string {
 	var info struct{ ID string }
-	if json.Unmarshal(b, &info) != nil || !validLockID.MatchString(info.ID) {
+	if json.Unmarshal(b, &info) != nil || !validLockID().MatchString(info.ID) {
 		return ""
 	}
 	return info.ID
@@ -94,11 +95,11 @@ func (r *run) stateLock(path string, killed bool) *StateLock {
 }
 
 // plainWord is what a POSIX shell takes literally.
-var plainWord = regexp.MustCompile(`^[A-Za-z0-9._/:@+=-]+$`)
+var plainWord = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._/:@+=-]+$`) })
 
 // shellWord quotes s for a POSIX shell unless it is plain.
 func shellWord(s string) string {
-	if plainWord.MatchString(s) {
+	if plainWord().MatchString(s) {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
