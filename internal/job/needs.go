@@ -107,9 +107,9 @@ func (r *run) needsOf(x *api.ExecutionGates) *GatesNeeded {
 	case len(g.Required) == 0:
 		g.Message = fmt.Sprintf("The server's policy for %q requires no gate for this plan.", env)
 	case open == 0:
-		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; every one is satisfied.", env, countNoun(len(g.Required), "gate", "gates"))
+		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; every one is satisfied.", env, plural(len(g.Required), "gate", "gates"))
 	default:
-		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; %d not satisfied yet.", env, countNoun(len(g.Required), "gate", "gates"), open)
+		g.Message = fmt.Sprintf("The server's policy for %q requires %s for this plan; %d not satisfied yet.", env, plural(len(g.Required), "gate", "gates"), open)
 	}
 	return g
 }
@@ -157,13 +157,6 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func countNoun(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 // someNames is up to maxNamesShown of names (at least one, and no more than maxNamesBytes of
